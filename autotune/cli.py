@@ -1,0 +1,29 @@
+"""The ``autotune`` command line.
+
+Each subcommand lives beside the concept it drives and is registered here; this module
+only builds the click group. ``autotune --help`` lists them.
+"""
+
+from __future__ import annotations
+
+import click
+
+from autotune import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="autotune")
+def cli() -> None:
+    """Auto-tuned gradient communication for data-parallel PyTorch."""
+
+
+# Subcommands register below, one line each (keep this list sorted):
+# @@COMMANDS@@
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

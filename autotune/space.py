@@ -1,0 +1,416 @@
+"""The tunable parameters of the communication runtime and their domains.
+
+A *configuration* (``Config``) is a plain ``dict`` mapping every parameter name to a
+value. A :class:`SearchSpace` is built from the facts of a job (how many Summation
+Service processes were launched, workers per machine, which local workers may be a
+reduce root, whether lossy codecs are allowed) and knows, for each parameter, its
+finite domain, its default and when it is *active*. An inactive parameter (``servers``
+under ``transport=allreduce``, ``reduce_root`` unless ``intra=root``) always holds its
+default, so two configurations that behave the same compare equal.
+
+Every domain is finite and ordered, so a configuration encodes as one integer per
+parameter: the index of its value in the domain. That vector is what rank 0 broadcasts
+as an int64 tensor (nothing is pickled across ranks) and what model-based searchers
+search over. ``decode(encode(c)) == c`` for every valid ``c``.
+
+Nothing here imports torch: searchers use this module and know nothing of torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+Config = dict[str, Any]
+
+KiB = 1024
+MiB = 1024 * KiB
+
+TRANSPORTS = ("allreduce", "pushpull")
+INTRA_MODES = ("flat", "root", "scatter")
+LOSSY_CODECS = ("fp16", "bf16", "topk", "randomk", "onebit")
+
+DEFAULT_CHUNK_BYTES = 4 * MiB
+MIN_CHUNK_BYTES = 64 * KiB
+MAX_CHUNK_BYTES = 64 * MiB
+
+
+class ConfigError(ValueError):
+    """A configuration (or an encoded one) is not in the search space."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable parameter with a finite, ordered domain.
+
+    ``ordinal`` parameters are numeric and ordered (``streams``, ``chunk_bytes``,
+    ``servers``): searchers may move along them and scale them. Other parameters are
+    categorical. ``when`` maps another parameter's name to the values under which this
+    one is active; an inactive parameter holds ``default``.
+    """
+
+    name: str
+    values: tuple
+    default: Any
+    ordinal: bool = False
+    log: bool = False
+    when: tuple[tuple[str, tuple], ...] = ()
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ValueError(f"parameter {self.name!r} has an empty domain")
+        if len(set(self.values)) != len(self.values):
+            raise ValueError(f"parameter {self.name!r} has repeated values: {self.values}")
+        if self.default not in self.values:
+            raise ValueError(
+                f"default {self.default!r} of {self.name!r} is not in its domain {self.values}"
+            )
+        if self.ordinal and list(self.values) != sorted(self.values):
+            raise ValueError(f"ordinal parameter {self.name!r} must have sorted values")
+
+    def index(self, value: Any) -> int:
+        try:
+            return self.values.index(value)
+        except ValueError:
+            raise ConfigError(
+                f"{self.name}={value!r} is not in its domain {self.describe()}"
+            ) from None
+
+    def describe(self) -> str:
+        """The domain in words, for error messages."""
+        if self.ordinal and len(self.values) > 6:
+            return f"{{{self.values[0]}, {self.values[1]}, ..., {self.values[-1]}}}"
+        return "{" + ", ".join(repr(v) if isinstance(v, str) else str(v) for v in self.values) + "}"
+
+    def active(self, config: Mapping[str, Any]) -> bool:
+        return all(config.get(parent) in allowed for parent, allowed in self.when)
+
+    def nearest(self, value: float) -> Any:
+        """The domain value closest to ``value`` (log distance for log parameters)."""
+        if not self.ordinal:
+            raise TypeError(f"{self.name!r} is categorical")
+        if self.log:
+            value = max(value, 1e-300)
+            return min(self.values, key=lambda v: abs(math.log(v) - math.log(value)))
+        return min(self.values, key=lambda v: abs(v - value))
+
+
+def _log2_range(low: int, high: int) -> tuple[int, ...]:
+    return tuple(1 << e for e in range(low.bit_length() - 1, high.bit_length()))
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """An ordered collection of :class:`Param`; see the module docstring."""
+
+    params: tuple[Param, ...]
+    facts: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(
+        cls,
+        *,
+        k_max: int = 0,
+        workers_per_machine: int = 1,
+        root_candidates: Sequence[int] | None = None,
+        allow_lossy: bool = False,
+        max_streams: int = 16,
+        min_chunk_bytes: int = MIN_CHUNK_BYTES,
+        max_chunk_bytes: int = MAX_CHUNK_BYTES,
+    ) -> "SearchSpace":
+        """The space of a job, from its facts.
+
+        ``k_max``: dedicated Summation Service processes launched (``servers`` ranges
+        over 0..k_max). ``workers_per_machine``: with more than one, the intra-machine
+        strategies ``root`` and ``scatter`` join ``flat``. ``root_candidates``: local
+        worker indices allowed as reduce root, best first (from the topology classifier;
+        default: all local workers). ``allow_lossy``: let compression codecs in.
+        """
+        if k_max < 0:
+            raise ValueError(f"k_max must be >= 0, got {k_max}")
+        if workers_per_machine < 1:
+            raise ValueError(f"workers_per_machine must be >= 1, got {workers_per_machine}")
+        if not 1 <= max_streams <= 64:
+            raise ValueError(f"max_streams must be in 1..64, got {max_streams}")
+        if not (0 < min_chunk_bytes <= DEFAULT_CHUNK_BYTES <= max_chunk_bytes):
+            raise ValueError(
+                f"chunk range [{min_chunk_bytes}, {max_chunk_bytes}] must contain "
+                f"the default {DEFAULT_CHUNK_BYTES}"
+            )
+        if root_candidates is None:
+            root_candidates = range(workers_per_machine)
+        roots = tuple(dict.fromkeys(int(r) for r in root_candidates))
+        if not roots:
+            raise ValueError("root_candidates is empty")
+        bad = [r for r in roots if not 0 <= r < workers_per_machine]
+        if bad:
+            raise ValueError(
+                f"root candidates {bad} are not local worker indices 0..{workers_per_machine - 1}"
+            )
+        intra = INTRA_MODES if workers_per_machine > 1 else ("flat",)
+        compression = ("none",) + (LOSSY_CODECS if allow_lossy else ())
+        params = (
+            Param("streams", tuple(range(1, max_streams + 1)), 1, ordinal=True,
+                  doc="concurrent communication streams"),
+            Param("chunk_bytes", _log2_range(min_chunk_bytes, max_chunk_bytes),
+                  DEFAULT_CHUNK_BYTES, ordinal=True, log=True,
+                  doc="partition size: small gradients packed up to it, large ones split"),
+            Param("transport", TRANSPORTS, "allreduce",
+                  doc="allreduce among workers, or push/pull through Summation Services"),
+            Param("servers", tuple(range(k_max + 1)), 0, ordinal=True,
+                  when=(("transport", ("pushpull",)),),
+                  doc="dedicated Summation Service processes used"),
+            Param("intra", intra, "flat",
+                  doc="intra-machine strategy: flat, reduce to a root, or reduce-scatter"),
+            Param("reduce_root", roots, roots[0], when=(("intra", ("root",)),),
+                  doc="local worker that reduces for its machine under intra=root"),
+            Param("compression", compression, "none", doc="gradient codec"),
+        )
+        facts = (
+            ("k_max", k_max),
+            ("workers_per_machine", workers_per_machine),
+            ("root_candidates", roots),
+            ("allow_lossy", allow_lossy),
+            ("max_streams", max_streams),
+        )
+        return cls(params, facts)
+
+    def with_params(self, *extra: Param) -> "SearchSpace":
+        """A copy with more parameters appended (e.g. a codec's own parameters)."""
+        names = {p.name for p in self.params}
+        for p in extra:
+            if p.name in names:
+                raise ValueError(f"parameter {p.name!r} already in the space")
+        return SearchSpace(self.params + tuple(extra), self.facts)
+
+    # ---------------------------------------------------------------- inspection
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def __getitem__(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+    def fact(self, name: str) -> Any:
+        return dict(self.facts)[name]
+
+    def default(self) -> Config:
+        return {p.name: p.default for p in self.params}
+
+    def signature(self) -> int:
+        """A 63-bit integer identifying the domains, so ranks can check they agree."""
+        text = json.dumps([[p.name, list(p.values), p.default] for p in self.params])
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+    def size(self) -> int:
+        """Number of distinct canonical configurations."""
+        return sum(1 for _ in self.all_configs())
+
+    # ---------------------------------------------------------------- validation
+    def canonical(self, config: Mapping[str, Any]) -> Config:
+        """``config`` with every inactive parameter reset to its default (no checks)."""
+        out = dict(config)
+        for p in self.params:
+            if not p.active(out):
+                out[p.name] = p.default
+        return out
+
+    def validate(self, config: Mapping[str, Any]) -> Config:
+        """Check ``config`` and return its canonical, complete form.
+
+        Missing parameters take their defaults; unknown names and values outside a
+        domain raise :class:`ConfigError` naming the parameter and its domain.
+        """
+        if not isinstance(config, Mapping):
+            raise ConfigError(f"a configuration is a dict, got {type(config).__name__}")
+        unknown = sorted(set(config) - set(self.names))
+        if unknown:
+            raise ConfigError(
+                f"unknown parameter(s) {', '.join(unknown)}; the space has {', '.join(self.names)}"
+            )
+        full = {p.name: config.get(p.name, p.default) for p in self.params}
+        for p in self.params:
+            value = full[p.name]
+            if p.active(full):
+                if isinstance(value, bool) or (
+                    p.ordinal and not isinstance(value, (int, float))
+                ):
+                    raise ConfigError(
+                        f"{p.name}={value!r} is not in its domain {p.describe()}"
+                    )
+                p.index(value)
+        return self.canonical(full)
+
+    def contains(self, config: Mapping[str, Any]) -> bool:
+        try:
+            self.validate(config)
+        except ConfigError:
+            return False
+        return True
+
+    def project(self, config: Mapping[str, Any]) -> Config | None:
+        """Map a configuration from another space into this one, or ``None``.
+
+        Ordinal values are clipped/snapped to this space's domain; unknown names are
+        ignored; a categorical value this space lacks (a codec not allowed here) makes the
+        configuration unusable, so ``None`` is returned.
+        """
+        out: Config = {}
+        for p in self.params:
+            if p.name not in config:
+                continue
+            value = config[p.name]
+            if p.ordinal and isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[p.name] = p.nearest(value)
+            else:
+                out[p.name] = value
+        out = {p.name: out.get(p.name, p.default) for p in self.params}
+        try:
+            return self.validate(self.canonical(out))
+        except ConfigError:
+            return None
+
+    # ------------------------------------------------------------------ encoding
+    def encode(self, config: Mapping[str, Any]) -> list[int]:
+        """One int per parameter: the index of its value. Validates first."""
+        c = self.validate(config)
+        return [p.index(c[p.name]) for p in self.params]
+
+    def decode(self, ints: Sequence[int]) -> Config:
+        """Inverse of :meth:`encode`; raises :class:`ConfigError` on a bad vector."""
+        ints = [int(i) for i in ints]
+        if len(ints) != len(self.params):
+            raise ConfigError(
+                f"encoded configuration has {len(ints)} ints, the space has {len(self.params)} parameters"
+            )
+        config: Config = {}
+        for p, i in zip(self.params, ints):
+            if not 0 <= i < len(p.values):
+                raise ConfigError(
+                    f"{p.name}: index {i} outside 0..{len(p.values) - 1} (domain {p.describe()})"
+                )
+            config[p.name] = p.values[i]
+        c = self.canonical(config)
+        if c != config:
+            raise ConfigError(f"encoded configuration is not canonical: {ints}")
+        return c
+
+    def key(self, config: Mapping[str, Any]) -> tuple[int, ...]:
+        """A hashable identity of a configuration (its encoding)."""
+        return tuple(self.encode(config))
+
+    # ------------------------------------------------------------------- moving
+    def active_params(self, config: Mapping[str, Any]) -> list[Param]:
+        return [p for p in self.params if p.active(config)]
+
+    def sample(self, rng: random.Random) -> Config:
+        """A uniformly drawn value per parameter, then made canonical."""
+        return self.canonical({p.name: rng.choice(p.values) for p in self.params})
+
+    def neighbours(self, config: Mapping[str, Any]) -> list[Config]:
+        """Configurations one step away: an ordinal one index up or down, or a
+        categorical parameter changed to another value. Distinct and canonical."""
+        c = self.validate(config)
+        seen = {self.key(c)}
+        out: list[Config] = []
+        for p in self.active_params(c):
+            i = p.index(c[p.name])
+            if p.ordinal:
+                moves = [p.values[j] for j in (i - 1, i + 1) if 0 <= j < len(p.values)]
+            else:
+                moves = [v for v in p.values if v != c[p.name]]
+            for v in moves:
+                n = self.canonical({**c, p.name: v})
+                k = self.key(n)
+                if k not in seen:
+                    seen.add(k)
+                    out.append(n)
+        return out
+
+    def perturb(
+        self,
+        config: Mapping[str, Any],
+        rng: random.Random,
+        factors: tuple[float, float] = (0.8, 1.2),
+        resample_prob: float = 0.25,
+    ) -> Config:
+        """PBT's explore step: each active ordinal parameter is scaled by one of
+        ``factors`` (moving at least one step), each categorical one is resampled with
+        probability ``resample_prob``. Always returns a valid, canonical config."""
+        c = self.validate(config)
+        out = dict(c)
+        for p in self.active_params(c):
+            if len(p.values) < 2:
+                continue
+            if p.ordinal:
+                f = rng.choice(factors)
+                i = p.index(c[p.name])
+                target = p.nearest(c[p.name] * f) if c[p.name] != 0 else p.values[min(i + 1, len(p.values) - 1)]
+                j = p.index(target)
+                if j == i:
+                    j = min(max(i + (1 if f > 1 else -1), 0), len(p.values) - 1)
+                out[p.name] = p.values[j]
+            elif rng.random() < resample_prob:
+                out[p.name] = rng.choice(p.values)
+            out = self.canonical(out)
+        return out
+
+    def coarse_values(self, p: Param, levels: int = 5) -> tuple:
+        """At most ``levels`` values of an ordinal parameter, evenly spread over its
+        indices and always including the default; all values of a categorical one."""
+        if not p.ordinal or len(p.values) <= levels:
+            return p.values
+        n = len(p.values)
+        idx = {round(k * (n - 1) / (levels - 1)) for k in range(levels)}
+        idx.add(p.index(p.default))
+        return tuple(p.values[i] for i in sorted(idx))
+
+    def grid(self, levels: int = 5) -> list[Config]:
+        """A coarse grid, the default first, then outward: configurations sorted by how
+        many parameters differ from the default, then by how far (in grid steps)."""
+        coarse = {p.name: self.coarse_values(p, levels) for p in self.params}
+        default = self.default()
+        seen: set[tuple[int, ...]] = set()
+        scored: list[tuple[tuple[int, int, tuple[int, ...]], Config]] = []
+        for combo in itertools.product(*coarse.values()):
+            c = self.canonical(dict(zip(coarse, combo)))
+            k = self.key(c)
+            if k in seen:
+                continue
+            seen.add(k)
+            changed = 0
+            dist = 0
+            for p in self.params:
+                if c[p.name] != default[p.name]:
+                    changed += 1
+                    vals = coarse[p.name]
+                    dist += abs(vals.index(c[p.name]) - vals.index(default[p.name])) if p.ordinal else 1
+            scored.append(((changed, dist, k), c))
+        scored.sort(key=lambda t: t[0])
+        return [c for _, c in scored]
+
+    def all_configs(self) -> Iterator[Config]:
+        """Every canonical configuration once (for exhaustive evaluation of small spaces)."""
+        seen: set[tuple[int, ...]] = set()
+        for combo in itertools.product(*(p.values for p in self.params)):
+            c = self.canonical(dict(zip(self.names, combo)))
+            k = self.key(c)
+            if k not in seen:
+                seen.add(k)
+                yield c
+
+    def describe(self) -> str:
+        return "\n".join(f"{p.name:12s} {p.describe()} (default {p.default!r})" for p in self.params)
