@@ -1,0 +1,102 @@
+"""The results store's SQLite schema and its forward migrations.
+
+A store is a plain SQLite file (Datasette and ``sqlite-utils`` open it) with four
+tables:
+
+* ``meta``: ``application = 'autotune'`` marks the file as ours; ``schema_version``.
+* ``runs``: one tuning run (a job): when, status, package versions, world (workers,
+  servers, machines, as columns and as JSON), backend, model and topology fingerprints,
+  the space's facts, the best configuration and its score, the default's score.
+* ``trials``: one measured configuration of a run: index, technique, configuration
+  (JSON), iterations, score (``NULL`` when it failed, with ``error``), wall time.
+* ``graphs``: fingerprint -> model or topology graph as node-link JSON, with node and
+  edge counts.
+
+Configurations and other dicts are JSON text. ``MIGRATIONS[v]`` takes a store at
+version ``v`` to ``v + 1`` inside the caller's transaction; a new file runs them all.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+import sqlite_utils
+
+APPLICATION = "autotune"
+SCHEMA_VERSION = 2
+
+
+def _v0_to_v1(db: sqlite_utils.Database) -> None:
+    """The first schema."""
+    db["meta"].create({"key": str, "value": str}, pk="key")
+    db["meta"].insert_all(
+        [{"key": "application", "value": APPLICATION}, {"key": "schema_version", "value": "0"}]
+    )
+    db["runs"].create(
+        {
+            "id": int, "created": str, "status": str, "job": str,
+            "autotune_version": str, "torch_version": str,
+            "workers": int, "servers": int, "machines": int, "backend": str,
+            "model_fp": str, "topology_fp": str,
+            "best_config": str, "best_score": float, "default_score": float,
+        },
+        pk="id",
+    )
+    db["trials"].create(
+        {
+            "id": int, "run": int, "index": int, "technique": str, "config": str,
+            "iterations": int, "score": float, "error": str, "wall_time": float,
+        },
+        pk="id",
+        foreign_keys=[("run", "runs", "id")],
+    )
+    db["graphs"].create({"fingerprint": str, "kind": str, "graph": str}, pk="fingerprint")
+    db["trials"].create_index(["run", "index"], index_name="trials_run_index")
+
+
+def _v1_to_v2(db: sqlite_utils.Database) -> None:
+    """Full world and space facts as JSON, simulated flag, finish/insert times, graph
+    sizes (for the edit-distance lower bounds), and the look-up indexes."""
+    runs = db["runs"]
+    runs.add_column("finished", str)
+    runs.add_column("world", str)
+    runs.add_column("simulated", int, not_null_default=0)
+    runs.add_column("space_facts", str)
+    for row in list(db.query("select id, workers, servers, machines from runs")):
+        world = {k: row[k] for k in ("workers", "servers", "machines") if row[k] is not None}
+        db.execute(
+            "update runs set world = ?, space_facts = '{}' where id = ?",
+            [json.dumps(world, sort_keys=True), row["id"]],
+        )
+    db["trials"].add_column("created", str)
+    graphs = db["graphs"]
+    graphs.add_column("nodes", int)
+    graphs.add_column("edges", int)
+    graphs.add_column("created", str)
+    for row in list(db.query("select fingerprint, graph from graphs")):
+        data = json.loads(row["graph"])
+        db.execute(
+            "update graphs set nodes = ?, edges = ? where fingerprint = ?",
+            [len(data.get("nodes", [])), len(data.get("edges", data.get("links", []))),
+             row["fingerprint"]],
+        )
+    runs.create_index(["status", "model_fp", "topology_fp"], index_name="runs_lookup")
+    runs.create_index(["created"], index_name="runs_created")
+    runs.create_index(["job"], index_name="runs_job")
+
+
+MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
+    0: _v0_to_v1,
+    1: _v1_to_v2,
+}
+assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
+
+
+def migrate(db: sqlite_utils.Database, version: int) -> int:
+    """Run the migrations from ``version`` to :data:`SCHEMA_VERSION` (inside the caller's
+    transaction) and record the new version. Returns it."""
+    for v in range(version, SCHEMA_VERSION):
+        MIGRATIONS[v](db)
+        db.execute("update meta set value = ? where key = 'schema_version'", [str(v + 1)])
+    return SCHEMA_VERSION

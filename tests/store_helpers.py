@@ -1,0 +1,73 @@
+"""Helpers for the results-store tests: small hand-built graphs and the worker of the
+multi-process write test (importable, so spawned processes can run it)."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import networkx as nx
+
+from autotune.store.fingerprint import layers_graph
+
+# A made-up "ResNet-ish" and "transformer-ish" layer list: (kind, gradient elements).
+CNN = [("Conv2d", 1728), ("BatchNorm2d", 128)] + [("Conv2d", 36864), ("BatchNorm2d", 128)] * 4 + [
+    ("Conv2d", 73728), ("BatchNorm2d", 256), ("Conv2d", 147456), ("BatchNorm2d", 256),
+    ("Linear", 1290)]
+TRANSFORMER = [("Embedding", 3_000_000)] + [
+    ("Linear", 590_000), ("Linear", 590_000), ("Linear", 590_000), ("Linear", 590_000),
+    ("LayerNorm", 1536), ("Linear", 2_360_000), ("Linear", 2_360_000), ("LayerNorm", 1536)] * 6 + [
+    ("Linear", 590_000)]
+
+
+def model(layers: list[tuple[str, int]]) -> nx.DiGraph:
+    return layers_graph(layers)
+
+
+def cluster(machines: int, gpus: int = 8, bandwidth: str = "10G", names: str = "m") -> nx.Graph:
+    """Machines as nodes (label machine:<n>gpu), every pair linked (label net:<bw>)."""
+    g = nx.Graph()
+    for i in range(machines):
+        g.add_node(f"{names}{i}", kind="machine", label=f"machine:{gpus}gpu")
+    for i in range(machines):
+        for j in range(i + 1, machines):
+            g.add_edge(f"{names}{i}", f"{names}{j}", kind="net", label=f"net:{bandwidth}")
+    return g
+
+
+WORLD = {"workers": 4, "servers": 0, "machines": 2}
+
+
+def add_run(store: Any, model_graph: nx.Graph, topology: nx.Graph, best: dict | None,
+            score: float | None = 1.0, job: str = "job", status: str = "finished") -> int:
+    rid = store.start_run(job=job, world=WORLD, backend="gloo", model_graph=model_graph,
+                          topology_graph=topology, space_facts={"k_max": 0})
+    store.finish_run(rid, status=status, best_config=best, best_score=score, default_score=0.5)
+    return rid
+
+
+def write_worker(path: str, worker: int, runs: int, trials: int, barrier: Any, errors: Any) -> None:
+    """One of the concurrent writers: open the (maybe not yet existing) store at the same
+    moment as the others, then write runs and trials one short transaction at a time,
+    reading in between."""
+    try:
+        from autotune.store import Store
+
+        barrier.wait(timeout=120)
+        store = Store(path)
+        g = model(CNN if worker % 2 else TRANSFORMER)
+        t = cluster(2 + worker % 3)
+        for r in range(runs):
+            rid = store.start_run(job=f"w{worker}", world=WORLD, backend="gloo", model_graph=g,
+                                  topology_graph=t, space_facts={"worker": worker})
+            for i in range(trials):
+                store.add_trial(rid, index=i, technique="grid", config={"streams": 1 + i % 16},
+                                iterations=3, score=float(worker * 1000 + r * 100 + i),
+                                wall_time=0.01)
+            store.runs(limit=3)
+            store.finish_run(rid, status="finished", best_config={"streams": worker + 1},
+                             best_score=float(worker), default_score=0.0)
+        store.close()
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        errors.put(f"worker {worker}: {traceback.format_exc()}")
+        raise
