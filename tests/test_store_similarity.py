@@ -1,0 +1,225 @@
+"""Model fingerprints, graph edit distance between jobs, nearest runs and warm start."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import networkx as nx
+import pytest
+import torch
+from torch import nn
+
+from autotune.space import SearchSpace
+from autotune.store import Store
+from autotune.store.fingerprint import MAX_NODES, fingerprint, layers_graph, model_graph
+from autotune.store.similarity import Candidate, Matcher, Summary, edit_distance, job_distance, lower_bound
+from store_helpers import CNN, TRANSFORMER, add_run, cluster, model
+
+SLOW_OK = {"timeout": 5.0, "budget": None}  # the machine is shared: no time pressure here
+
+
+# ------------------------------------------------------------ model graphs
+class Bottleneck(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.a, self.na = nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c)
+        self.b, self.nb = nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(x + self.nb(self.b(torch.relu(self.na(self.a(x))))))
+
+
+def resnetish(depths=(2, 2), width=16, classes=10) -> nn.Module:
+    layers: list[nn.Module] = [nn.Conv2d(3, width, 3), nn.BatchNorm2d(width)]
+    c = width
+    for i, d in enumerate(depths):
+        if i:
+            layers += [nn.Conv2d(c, 2 * c, 1, stride=2), nn.BatchNorm2d(2 * c)]
+            c *= 2
+        layers += [Bottleneck(c) for _ in range(d)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, classes)]
+    return nn.Sequential(*layers)
+
+
+class Untraceable(nn.Module):
+    """Data-dependent control flow: torch.fx cannot trace it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(32, 64)
+        self.second = nn.Linear(64, 8)
+        self.scale = nn.Parameter(torch.ones(8))
+
+    def forward(self, x):
+        h = self.first(x)
+        if h.sum() > 0:
+            h = torch.relu(h)
+        return self.second(h) * self.scale
+
+
+def test_fx_graph_follows_the_data_and_collapses_repeats():
+    g = model_graph(resnetish((2, 6)))
+    assert g.graph["source"] == "fx"
+    labels = [d["label"] for _, d in g.nodes(data=True)]
+    assert labels[0] == "Conv2d:9"  # 3*16*3*3 + 16 = 448 elements -> bucket 9
+    assert labels[-1] == "Linear:9"  # 32*10 + 10 = 330 -> bucket 9
+    blocks = [d for _, d in g.nodes(data=True) if d["count"] > 1]
+    assert blocks, "the repeated residual blocks were not collapsed"
+    assert g.number_of_nodes() < 20
+    # residual connections: the data flow is not just a chain
+    assert nx.is_directed_acyclic_graph(g) and g.number_of_edges() >= g.number_of_nodes() - 1
+
+
+def test_untraceable_model_falls_back_to_the_module_tree():
+    g = model_graph(Untraceable())
+    assert g.graph["source"] == "modules"
+    assert [d["label"] for _, d in g.nodes(data=True)] == ["Untraceable:4", "Linear:12", "Linear:10"]
+    assert list(g.edges) == [(0, 1), (1, 2)]
+
+
+def test_frozen_and_shared_parameters_count_once():
+    lin = nn.Linear(100, 100)
+    frozen = nn.Linear(100, 100).requires_grad_(False)
+    g = model_graph(nn.Sequential(lin, nn.ReLU(), frozen, lin))
+    assert [d["elements"] for _, d in g.nodes(data=True)] == [10100]
+
+
+def test_deep_distinct_models_are_cut_to_max_nodes():
+    layers = [(f"Layer{i}", 1000 + 37 * i) for i in range(500)]  # nothing repeats
+    g = layers_graph(layers)
+    assert g.number_of_nodes() == MAX_NODES
+    assert sum(d["elements"] for _, d in g.nodes(data=True)) == sum(n for _, n in layers)
+    assert nx.is_directed_acyclic_graph(g)
+
+
+def test_fingerprint_ignores_node_names_but_not_labels():
+    assert fingerprint(cluster(4, names="m")) == fingerprint(cluster(4, names="host-"))
+    assert fingerprint(cluster(4)) != fingerprint(cluster(4, bandwidth="25G"))
+    assert fingerprint(cluster(4)) != fingerprint(cluster(5))
+    assert fingerprint(model(CNN)) == fingerprint(model(list(CNN)))
+    assert fingerprint(model_graph(resnetish((2, 6)))) == fingerprint(model_graph(resnetish((2, 6))))
+
+
+# ------------------------------------------------------------- distances
+def test_lower_bound_never_exceeds_the_edit_distance():
+    rng = random.Random(5)
+    kinds = ["Linear", "Conv2d", "LayerNorm"]
+    for _ in range(25):
+        def rand_graph():
+            layers = [(rng.choice(kinds), rng.choice([100, 1000, 5000])) for _ in range(rng.randint(1, 6))]
+            return Summary.of(layers_graph(layers))
+        a, b = rand_graph(), rand_graph()
+        cost, complete = edit_distance(a, b, timeout=5.0)
+        assert complete
+        assert lower_bound(a, b) <= cost + 1e-9
+
+
+def test_identical_is_zero_one_layer_changed_is_near_and_another_architecture_far():
+    base = model(CNN)
+    changed = list(CNN)
+    changed[-1] = ("Linear", 65_000)  # a bigger classifier head
+    t = cluster(2)
+    assert job_distance(base, t, model(list(CNN)), cluster(2, names="x")) == 0.0
+    near = job_distance(base, t, model(changed), t)
+    far = job_distance(base, t, model(TRANSFORMER), t)
+    assert 0.0 < near < far
+
+
+def test_topology_distance_grows_with_the_difference():
+    m = model(CNN)
+    d3 = job_distance(m, cluster(2), m, cluster(3))
+    d8 = job_distance(m, cluster(2), m, cluster(8))
+    bw = job_distance(m, cluster(2), m, cluster(2, bandwidth="100G"))
+    assert 0.0 < d3 < d8 and 0.0 < bw
+
+
+def test_time_limit_is_respected_and_a_result_still_comes_back():
+    rng = random.Random(1)
+    kinds = ["Linear", "Conv2d", "LayerNorm", "Embedding"]
+    big_a = Summary.of(layers_graph([(rng.choice(kinds), rng.randint(1, 10**6)) for _ in range(40)], max_nodes=40))
+    big_b = Summary.of(layers_graph([(rng.choice(kinds), rng.randint(1, 10**6)) for _ in range(40)], max_nodes=40))
+    edit_distance(Summary.of(model(CNN)), Summary.of(model(TRANSFORMER)), timeout=1.0)  # warm up
+    t0 = time.perf_counter()
+    cost, complete = edit_distance(big_a, big_b, timeout=0.1)
+    took = time.perf_counter() - t0
+    assert not complete and cost is not None
+    assert lower_bound(big_a, big_b) <= cost <= big_a.size + big_b.size
+    assert took < 2.0  # 0.1 s limit plus one step of the search, on a loaded machine
+
+
+def test_rank_prunes_with_lower_bounds():
+    q = Summary.of(model(CNN))
+    t = Summary.of(cluster(2))
+    cands = [Candidate("same", q, t, 1)] + [
+        Candidate(f"other{i}", Summary.of(layers_graph([("Embedding", 10**7 + i)] * (i + 3))), t, 1)
+        for i in range(20)]
+    m = Matcher()
+    ranked = m.rank(q, t, cands, k=1, timeout=5.0, budget=None)
+    assert [(c.key, d) for c, d in ranked] == [("same", 0.0)]
+    assert m.comparisons == 0  # an exact match and lower bounds settle it
+
+
+# ------------------------------------------------------------ the store
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "sim.db")
+    yield s
+    s.close()
+
+
+def test_nearest_ranks_known_answers(store):
+    changed = list(CNN)
+    changed[-1] = ("Linear", 65_000)
+    same = add_run(store, model(CNN), cluster(4), {"streams": 1}, 10.0, job="same")
+    near = add_run(store, model(changed), cluster(4), {"streams": 2}, 10.0, job="near")
+    other_cluster = add_run(store, model(CNN), cluster(8), {"streams": 3}, 10.0, job="cluster")
+    far = add_run(store, model(TRANSFORMER), cluster(2), {"streams": 4}, 10.0, job="far")
+    add_run(store, model(CNN), cluster(4), None, None, job="failed", status="failed")
+    got = store.nearest(model(CNN), cluster(4, names="h"), k=4, **SLOW_OK)
+    assert [r["id"] for r, _ in got][:2] == [same, near]
+    assert set(r["id"] for r, _ in got) == {same, near, other_cluster, far}
+    dists = [d for _, d in got]
+    assert dists[0] == 0.0 and dists == sorted(dists) and dists[1] > 0
+    assert dict((r["id"], d) for r, d in got)[far] == max(dists)
+    # failed runs only when asked; a run is not its own neighbour
+    assert len(store.nearest(model(CNN), cluster(4), k=10, finished_only=False, **SLOW_OK)) == 5
+    sim = store.similar(same, k=1, **SLOW_OK)
+    assert [r["id"] for r, _ in sim] == [near]
+
+
+def test_runs_sharing_graphs_come_best_score_first(store):
+    ids = [add_run(store, model(CNN), cluster(2), {"streams": s}, float(score))
+           for s, score in ((1, 5), (2, 9), (3, 7))]
+    got = store.nearest(model(CNN), cluster(2), k=2, **SLOW_OK)
+    assert [r["id"] for r, _ in got] == [ids[1], ids[2]]
+
+
+def test_warm_start_puts_the_stored_best_first(store):
+    space = SearchSpace.build(k_max=2, workers_per_machine=4, max_streams=8)
+    changed = list(CNN)
+    changed[-1] = ("Linear", 65_000)
+    best = {"streams": 6, "chunk_bytes": 1 << 20, "transport": "pushpull", "servers": 2,
+            "intra": "root", "reduce_root": 3, "compression": "none"}
+    add_run(store, model(TRANSFORMER), cluster(4), {**best, "streams": 1}, 99.0)
+    add_run(store, model(changed), cluster(4), {**best, "streams": 12, "chunk_bytes": 3 << 20}, 50.0)
+    add_run(store, model(CNN), cluster(4), best, 20.0)
+    add_run(store, model(CNN), cluster(4), {**best, "compression": "topk"}, 10.0)
+    warm = store.warm_start_configs(model(CNN), cluster(4), space, k=3, **SLOW_OK)
+    assert warm[0] == space.validate(best)
+    # the near run's config is projected into the new space (streams clipped to 8,
+    # 3 MiB chunk snapped to 4 MiB, the nearest in log scale); the lossy one is dropped: topk is not allowed here
+    assert warm[1] == space.validate({**best, "streams": 8, "chunk_bytes": 4 << 20})
+    assert len(warm) == 2 and all(space.contains(c) for c in warm)
+
+
+def test_warm_start_from_an_empty_store_is_empty(store):
+    assert store.warm_start_configs(model(CNN), cluster(2), SearchSpace.build()) == []
+
+
+def test_warm_start_deduplicates(store):
+    space = SearchSpace.build(max_streams=4)
+    for s in (5, 6, 4):  # all clip to streams=4 in this space
+        add_run(store, model(CNN), cluster(2), {"streams": s}, float(s))
+    assert store.warm_start_configs(model(CNN), cluster(2), space, k=3, **SLOW_OK) == [
+        space.validate({"streams": 4})]
