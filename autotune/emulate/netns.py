@@ -1,0 +1,160 @@
+"""Thin wrappers around ``ip`` and ``tc`` for network namespaces.
+
+Everything the emulator does to the system goes through here: checking that namespaces
+can be used at all, creating and deleting namespaces, finding and killing the processes
+inside them, and listing what is left over. Nothing is created in the root namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from functools import lru_cache
+
+PREFIX = "atemu"  # every namespace the emulator creates starts with this
+
+
+class EmulatorError(RuntimeError):
+    """The emulated cluster cannot be set up, used or torn down."""
+
+
+def sh(*argv: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run one command; on failure raise :class:`EmulatorError` with its stderr."""
+    proc = subprocess.run(list(argv), input=stdin, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise EmulatorError(f"`{' '.join(argv)}` failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+@lru_cache(maxsize=1)
+def unavailable_reason() -> str | None:
+    """Why network namespaces cannot be used here, or None when they can.
+
+    Checks root, the ``ip``/``tc`` tools, and then really creates and deletes a probe
+    namespace with a veth pair and a tbf qdisc (containers often lack the capability).
+    """
+    if os.name != "posix" or not hasattr(os, "geteuid"):
+        return "network namespaces need Linux"
+    if os.geteuid() != 0:
+        return "the cluster emulator needs root (network namespaces, veth, tc)"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` (iproute2) is not installed"
+    probe = f"{PREFIX}probe{os.getpid()}"
+    try:
+        r = sh("ip", "netns", "add", probe, check=False)
+        if r.returncode != 0:
+            return f"`ip netns add` is unavailable: {r.stderr.strip()}"
+        for argv in (
+            ("ip", "-n", probe, "link", "add", "a0", "type", "veth", "peer", "name", "b0"),
+            ("tc", "-n", probe, "qdisc", "add", "dev", "a0", "root", "tbf", "rate", "1mbit",
+             "burst", "32kb", "limit", "65536"),
+        ):
+            r = sh(*argv, check=False)
+            if r.returncode != 0:
+                return f"`{' '.join(argv[3:])}` is unavailable in a namespace: {r.stderr.strip()}"
+    finally:
+        sh("ip", "netns", "del", probe, check=False)
+    return None
+
+
+@lru_cache(maxsize=1)
+def has_netem() -> bool:
+    """Whether the kernel has the ``netem`` qdisc (needed for latency)."""
+    probe = f"{PREFIX}netem{os.getpid()}"
+    try:
+        if sh("ip", "netns", "add", probe, check=False).returncode != 0:
+            return False
+        sh("ip", "-n", probe, "link", "add", "a0", "type", "veth", "peer", "name", "b0", check=False)
+        r = sh("tc", "-n", probe, "qdisc", "add", "dev", "a0", "root", "netem", "delay", "1ms",
+               check=False)
+        return r.returncode == 0
+    finally:
+        sh("ip", "netns", "del", probe, check=False)
+
+
+def require() -> None:
+    """Raise :class:`EmulatorError` saying why, when namespaces cannot be used."""
+    reason = unavailable_reason()
+    if reason:
+        raise EmulatorError(reason)
+
+
+def list_netns(prefix: str = PREFIX) -> list[str]:
+    """Names of the namespaces whose name starts with ``prefix``."""
+    if shutil.which("ip") is None:
+        return []
+    out = sh("ip", "netns", "list", check=False).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return sorted(n for n in names if n.startswith(prefix))
+
+
+def netns_pids(ns: str) -> list[int]:
+    """Processes running inside namespace ``ns``."""
+    r = sh("ip", "netns", "pids", ns, check=False)
+    return [int(p) for p in r.stdout.split() if p.strip().isdigit()]
+
+
+def kill_pids(pids: list[int], grace_s: float = 2.0) -> None:
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL what is still alive."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            return
+        for p in alive:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_alive(p) for p in alive):
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours counts as gone; reap it if we can.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(") ", 1)[1].startswith("Z"):
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                return False
+    except (OSError, IndexError):
+        return False
+    return True
+
+
+def delete_netns(names: list[str]) -> list[str]:
+    """Kill every process inside each namespace, then delete it (its veths go with it).
+    Returns the names that could not be deleted."""
+    for ns in names:
+        kill_pids(netns_pids(ns), grace_s=1.0)
+    failed = []
+    for ns in names:
+        if sh("ip", "netns", "del", ns, check=False).returncode != 0 and ns in list_netns(ns):
+            failed.append(ns)
+    return failed
+
+
+def root_links(prefix: str = PREFIX) -> list[str]:
+    """Links in the root namespace whose name starts with ``prefix`` (there should be none)."""
+    out = sh("ip", "-o", "link", "show", check=False).stdout
+    links = []
+    for line in out.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) > 1:
+            name = parts[1].strip().split("@")[0]
+            if name.startswith(prefix):
+                links.append(name)
+    return links

@@ -1,0 +1,176 @@
+"""Traffic-shaping rules for one emulated NIC, as ``tc`` batch lines.
+
+Pure functions, no side effects: they turn a :class:`LinkSpec` (rate, optional per-flow
+cap, optional latency) into the ``tc`` commands that shape one direction of one veth.
+:mod:`autotune.emulate.cluster` feeds them to ``tc -n <netns> -batch -``.
+
+* Rate only: a ``tbf`` at the root of the device.
+* Per-flow cap: an ``htb`` tree instead. Class ``1:1`` holds the NIC rate; one leaf per
+  bucket of port bits (``2 * flow_bits`` bits: bits 1.. of the source and of the
+  destination port, bit 0 is skipped because Linux gives ephemeral ports one parity),
+  each guaranteed ``rate / buckets`` and allowed to borrow up to the per-flow cap. A
+  ``u32`` filter sends each TCP flow to its bucket, so one flow is held to the cap while
+  several flows (several streams) share the whole NIC. Two flows whose port bits collide
+  share one cap.
+* Latency: a ``netem`` delay as the child of each shaping leaf (needs ``sch_netem``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+_TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s)?\s*$")
+
+MTU_FRAME = 1514  # bytes on the wire for a full 1500-byte IP packet
+GSO_MAX = 65536  # veth hands tc segments of up to 64 KiB
+
+
+class ShapingError(ValueError):
+    """A rate, latency or link specification is not valid."""
+
+
+def parse_rate(rate: str | int | float) -> int:
+    """Bits per second of a tc-style rate: ``"200mbit"``, ``"1gbit"``, ``"500kbit"``,
+    or a plain number of bits per second. SI units (1 mbit = 10**6 bit), as in tc.
+    Byte units (``mbps`` means megaBYTES in tc) are refused to avoid the classic mix-up.
+    """
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        bits = float(rate)
+    else:
+        m = _RATE_RE.match(str(rate).lower())
+        if not m or m.group(2) not in _UNITS:
+            raise ShapingError(
+                f"bad rate {rate!r}: use a number with bit, kbit, mbit or gbit (e.g. '200mbit')")
+        bits = float(m.group(1)) * _UNITS[m.group(2)]
+    if bits < 8000:
+        raise ShapingError(f"rate {rate!r} is too low (minimum 8kbit)")
+    return int(bits)
+
+
+def parse_latency(latency: str | float | None) -> float:
+    """Seconds of a delay: ``"5ms"``, ``"200us"``, ``"0.01s"`` or a number of seconds."""
+    if latency is None:
+        return 0.0
+    if isinstance(latency, (int, float)) and not isinstance(latency, bool):
+        sec = float(latency)
+    else:
+        m = _TIME_RE.match(str(latency).lower())
+        if not m:
+            raise ShapingError(f"bad latency {latency!r}: use e.g. '5ms', '200us' or '0.01s'")
+        sec = float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}[m.group(2)]
+    if sec < 0 or sec > 10:
+        raise ShapingError(f"latency {latency!r} out of range (0..10 s)")
+    return sec
+
+
+def format_rate(bits_per_s: float) -> str:
+    """Human form of a rate: ``200mbit``, ``1.5gbit``."""
+    for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bits_per_s >= scale:
+            return f"{bits_per_s / scale:g}{unit}"
+    return f"{bits_per_s:g}bit"
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """How one host's NIC is shaped; the same rules apply in both directions.
+
+    ``rate_bps``: NIC rate in bits/s. ``flow_cap_bps``: optional cap per TCP flow.
+    ``latency_s``: optional one-way delay added on each shaped direction.
+    ``flow_bits``: port bits per side used to tell flows apart (2**(2*flow_bits) buckets).
+    """
+
+    rate_bps: int
+    flow_cap_bps: int | None = None
+    latency_s: float = 0.0
+    flow_bits: int = 3
+
+    @classmethod
+    def build(cls, rate: str | int | float, flow_cap: str | int | float | None = None,
+              latency: str | float | None = None, flow_bits: int = 3) -> "LinkSpec":
+        r = parse_rate(rate)
+        cap = None if flow_cap is None else parse_rate(flow_cap)
+        if cap is not None and cap > r:
+            raise ShapingError(f"per-flow cap {format_rate(cap)} exceeds the NIC rate {format_rate(r)}")
+        if not 1 <= flow_bits <= 4:
+            raise ShapingError(f"flow_bits must be in 1..4, got {flow_bits}")
+        return cls(rate_bps=r, flow_cap_bps=cap, latency_s=parse_latency(latency), flow_bits=flow_bits)
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.rate_bps / 8.0
+
+    @property
+    def buckets(self) -> int:
+        return 1 << (2 * self.flow_bits)
+
+
+def _burst(rate_bps: float) -> int:
+    """Token-bucket depth: 2 ms of traffic, and at least one GSO segment so tbf/htb do
+    not have to split or stall on 64 KiB skbs."""
+    return max(GSO_MAX + MTU_FRAME, int(rate_bps / 8 * 0.002))
+
+
+def _queue_limit(rate_bps: float) -> int:
+    """Bytes the shaper may queue: 50 ms of traffic, at least 256 KiB."""
+    return max(256 * 1024, int(rate_bps / 8 * 0.05))
+
+
+def _netem_line(dev: str, parent: str, handle: str, spec: LinkSpec) -> str:
+    us = max(1, int(round(spec.latency_s * 1e6)))
+    return f"qdisc add dev {dev} parent {parent} handle {handle} netem delay {us}us limit 100000"
+
+
+def tc_lines(dev: str, spec: LinkSpec) -> list[str]:
+    """``tc -batch`` lines that shape egress of ``dev`` per ``spec``."""
+    if spec.flow_cap_bps is None:
+        lines = [
+            f"qdisc add dev {dev} root handle 1: tbf rate {spec.rate_bps}bit "
+            f"burst {_burst(spec.rate_bps)} limit {_queue_limit(spec.rate_bps)}",
+        ]
+        if spec.latency_s > 0:
+            lines.append(_netem_line(dev, "1:1", "10:", spec))
+        return lines
+    return _htb_lines(dev, spec)
+
+
+def flow_bucket_minor(sport_bits: int, dport_bits: int, flow_bits: int) -> int:
+    """htb class minor number (hex in tc) of a bucket; 1 and 2 are taken."""
+    return 0x10 + (sport_bits << flow_bits) + dport_bits
+
+
+def _htb_lines(dev: str, spec: LinkSpec) -> list[str]:
+    rate, cap, n = spec.rate_bps, spec.flow_cap_bps, spec.buckets
+    assert cap is not None
+    share = max(8000, rate // (n + 1))  # n buckets + the default class share the rate
+    burst = _burst(rate)
+    q = 2 * MTU_FRAME
+    lines = [
+        f"qdisc add dev {dev} root handle 1: htb default 2",
+        f"class add dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
+        f"burst {burst} cburst {burst} quantum {q}",
+        # Everything that is not TCP (ARP, ...) gets the NIC rate through the parent.
+        f"class add dev {dev} parent 1:1 classid 1:2 htb rate {share}bit ceil {rate}bit "
+        f"burst {burst} cburst {burst} quantum {q}",
+    ]
+    leaves = ["1:2"]
+    mask = ((1 << spec.flow_bits) - 1) << 1
+    for s in range(1 << spec.flow_bits):
+        for d in range(1 << spec.flow_bits):
+            minor = f"{flow_bucket_minor(s, d, spec.flow_bits):x}"
+            cb = _burst(cap)
+            lines.append(
+                f"class add dev {dev} parent 1:1 classid 1:{minor} htb rate {share}bit "
+                f"ceil {cap}bit burst {cb} cburst {cb} quantum {q}")
+            lines.append(
+                f"filter add dev {dev} parent 1: protocol ip prio 1 u32 "
+                f"match ip protocol 6 0xff match ip sport {s << 1} 0x{mask:x} "
+                f"match ip dport {d << 1} 0x{mask:x} flowid 1:{minor}")
+            leaves.append(f"1:{minor}")
+    if spec.latency_s > 0:
+        for i, leaf in enumerate(leaves):
+            lines.append(_netem_line(dev, leaf, f"{0x100 + i:x}:", spec))
+    return lines

@@ -1,0 +1,223 @@
+"""Tests for autotune.emulate: shaping rules and the launcher everywhere; the real
+emulated cluster (namespaces, tbf, gloo across hosts, teardown) as root only."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.emulate import (Cluster, EmulatorError, ShapingError, cleanup, leftovers,
+                              measure_bandwidth, parse_rate, unavailable_reason)
+from autotune.emulate.launcher import RankSpec, run_ranks
+from autotune.emulate.shaping import LinkSpec, format_rate, parse_latency, tc_lines
+
+HERE = Path(__file__).parent
+PY = sys.executable
+REASON = unavailable_reason()
+needs_netns = [pytest.mark.root, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+
+
+# ---- shaping rules (pure) -------------------------------------------------------------
+
+def test_parse_rate_units_and_errors():
+    assert parse_rate("200mbit") == 200_000_000
+    assert parse_rate("1.5gbit") == 1_500_000_000
+    assert parse_rate("500kbit") == 500_000
+    assert parse_rate(10**6) == 10**6
+    for bad in ("200mbps", "fast", "-3mbit", "1bit", ""):
+        with pytest.raises(ShapingError):
+            parse_rate(bad)
+    assert format_rate(200_000_000) == "200mbit"
+    assert parse_latency("2ms") == pytest.approx(0.002)
+    assert parse_latency("150us") == pytest.approx(150e-6)
+    with pytest.raises(ShapingError):
+        parse_latency("soon")
+
+
+def test_tbf_rules_for_a_plain_nic():
+    lines = tc_lines("eth0", LinkSpec.build("100mbit"))
+    assert len(lines) == 1
+    assert lines[0].startswith("qdisc add dev eth0 root handle 1: tbf rate 100000000bit")
+    burst = int(lines[0].split("burst ")[1].split()[0])
+    assert burst >= 65536  # a whole GSO segment fits, so tbf never stalls on one
+
+
+def test_per_flow_cap_rules_bucket_every_port_pair():
+    spec = LinkSpec.build("200mbit", flow_cap="50mbit", flow_bits=2)
+    lines = tc_lines("h3", spec)
+    classes = [ln for ln in lines if ln.startswith("class add") and "ceil 50000000bit" in ln]
+    filters = [ln for ln in lines if ln.startswith("filter add")]
+    assert len(classes) == len(filters) == spec.buckets == 16
+    # every (sport bits, dport bits) pair has exactly one filter, on bits 1..2 (mask 0x6)
+    pairs = {(ln.split("sport ")[1].split()[0], ln.split("dport ")[1].split()[0]) for ln in filters}
+    assert pairs == {(str(s << 1), str(d << 1)) for s in range(4) for d in range(4)}
+    assert all("0x6" in ln and "protocol 6 0xff" in ln for ln in filters)
+    # guaranteed shares never add up to more than the NIC
+    shares = [int(ln.split(" rate ")[1].split("bit")[0]) for ln in lines
+              if ln.startswith("class add") and "parent 1:1 " in ln]
+    assert sum(shares) <= 200_000_000
+    with pytest.raises(ShapingError):
+        LinkSpec.build("100mbit", flow_cap="200mbit")
+
+
+def test_cluster_refuses_bad_arguments():
+    with pytest.raises(EmulatorError):
+        Cluster(hosts=0)
+    with pytest.raises(EmulatorError):
+        Cluster(hosts=2, name="mine")  # must carry the prefix cleanup looks for
+    with pytest.raises(ShapingError):
+        Cluster(hosts=2, rate="fast")
+
+
+# ---- launcher (plain processes, no namespaces) ----------------------------------------
+
+def _spec(rank: int, code: str) -> RankSpec:
+    return RankSpec(rank=rank, role="worker", host=rank, argv=[PY, "-c", code],
+                    env=dict(os.environ, MYRANK=str(rank)))
+
+
+def test_launcher_collects_output_and_exit_codes():
+    lines: list[str] = []
+    res = run_ranks([_spec(0, "import os; print('hi', os.environ['MYRANK'])"),
+                     _spec(1, "import sys; print('bye'); sys.exit(3)")],
+                    timeout_s=60, echo=lines.append, fail_grace_s=30)
+    assert [r.returncode for r in res.ranks] == [0, 3]
+    assert res.ranks[0].output == "hi 0\n" and not res.ok
+    assert "[w0@h0] hi 0\n" in lines and "[w1@h1] bye\n" in lines
+    with pytest.raises(EmulatorError, match="rank 1"):
+        res.check()
+
+
+def test_launcher_kills_on_timeout_and_after_a_failure():
+    sleeper = "import time; print('up', flush=True); time.sleep(600)"
+    t0 = time.monotonic()
+    res = run_ranks([_spec(0, sleeper), _spec(1, sleeper)], timeout_s=1.5)
+    assert res.timed_out and all(r.returncode is None for r in res.ranks)
+    assert all(r.output == "up\n" for r in res.ranks)
+    res2 = run_ranks([_spec(0, sleeper), _spec(1, "raise SystemExit(2)")], timeout_s=60,
+                     fail_grace_s=0.5)
+    assert res2.stopped_early and res2.ranks[1].returncode == 2 and res2.ranks[0].returncode is None
+    assert time.monotonic() - t0 < 30
+    for r in res.ranks + res2.ranks:
+        assert not _running(r.pid), f"pid {r.pid} survived"
+
+
+def _running(pid: int, wait_s: float = 5.0) -> bool:
+    """Whether ``pid`` still runs after ``wait_s`` (a zombie waiting for init to reap it
+    has stopped running)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+        except (OSError, IndexError):
+            return False
+        if state in "ZX":
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.05)
+
+
+# ---- the real emulated cluster (root) -------------------------------------------------
+
+def root(fn):
+    """Mark a test root-only and skip it with the emulator's own reason when it cannot run."""
+    return pytest.mark.root(pytest.mark.skipif(REASON is not None, reason=REASON or "")(fn))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(hosts=3, rate="100mbit") as c:
+        yield c
+    assert leftovers(c.name) == {"namespaces": [], "links": [], "files": []}
+
+
+@pytest.fixture(scope="module")
+def job(cluster):
+    """One 3-rank gloo job across the hosts (2 workers + 1 server), run once."""
+    res = cluster.launch([PY, str(HERE / "emulate_helpers.py")], workers=2, servers=1,
+                         timeout_s=180).check()
+    out = {}
+    for r in res.ranks:
+        got = [ln for ln in r.output.splitlines() if ln.startswith("RESULT ")]
+        assert got, r.output
+        out[r.rank] = json.loads(got[-1][len("RESULT "):])
+    return out
+
+
+@root
+@pytest.mark.timeout(120)
+def test_transfer_is_limited_to_the_rate(cluster):
+    m = measure_bandwidth(cluster, 0, 2, nbytes=4 << 20, repeats=2)
+    # payload over TCP/IPv4/Ethernet is at most 1448/1514 = 0.956 of the NIC rate
+    assert 0.85 <= m.ratio <= 1.0, f"achieved {m.bytes_per_s * 8 / 1e6:.1f} mbit/s at 100mbit"
+
+
+@root
+@pytest.mark.timeout(200)
+def test_gloo_job_spans_the_hosts_with_exact_sums(cluster, job):
+    assert sorted(job) == [0, 1, 2]
+    assert all(r["allreduce_ok"] for r in job.values())
+    assert [job[r]["role"] for r in range(3)] == ["worker", "worker", "server"]
+    assert job[0]["addrs"] == [h.addr for h in cluster.hosts]  # one rank per host, in order
+    assert len({r["hostname"] for r in job.values()}) == 3
+
+
+def _child(body: str) -> subprocess.Popen:
+    """A Python process that brings up a cluster, prints its name and runs ``body``."""
+    code = ("import sys, time\nfrom autotune.emulate import Cluster\n"
+            "c = Cluster(hosts=2, rate='100mbit')\n" + body)
+    return subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def _sleepers(pids_file: str) -> str:
+    return (f"    r = c.launch(['sh', '-c', 'echo $$ >> {pids_file}; exec sleep 600'], workers=2,"
+            " timeout_s=600)\n")
+
+
+@root
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_nothing_is_left_behind_after_interrupt_or_crash(tmp_path, how):
+    pids_file = tmp_path / "pids"
+    body = "with c:\n    print(c.name, flush=True)\n" + _sleepers(str(pids_file))
+    p = _child(body)
+    name = p.stdout.readline().strip()
+    assert name.startswith("atemu")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not pids_file.exists()
+                                           or len(pids_file.read_text().split()) < 2):
+        time.sleep(0.1)
+    pids = [int(x) for x in pids_file.read_text().split()]
+    assert len(pids) == 2 and leftovers(name)["namespaces"]
+    p.send_signal(getattr(signal, how))
+    p.wait(timeout=30)
+    if how == "SIGKILL":  # a crash: nothing ran, so cleanup() must find and remove it all
+        assert leftovers(name)["namespaces"]
+        removed = cleanup(name)
+        assert f"{name}-h0" in removed
+    else:
+        assert p.returncode != 0
+    assert leftovers(name) == {"namespaces": [], "links": [], "files": []}
+    for pid in pids:
+        assert not _running(pid), f"rank process {pid} survived"
+
+
+@root
+@pytest.mark.timeout(60)
+def test_timeout_and_failure_tear_down(cluster):
+    res = cluster.launch(["sh", "-c", "sleep 600"], workers=3, timeout_s=1.0)
+    assert res.timed_out and all(r.returncode is None for r in res.ranks)
+    res = cluster.launch(["sh", "-c", 'test "$RANK" != 1 || exit 7; sleep 600'], workers=3,
+                         timeout_s=60)
+    assert res.stopped_early and res.ranks[1].returncode == 7
+    for ns in cluster.namespaces():  # the cluster itself is still fine, and empty
+        assert subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True).stdout.split() == []
