@@ -1,0 +1,314 @@
+"""The cost model of one training iteration: :func:`simulate`.
+
+How a configuration is charged (see ``docs/simulator.md`` for the derivation):
+
+1. **Chunks.** The job's gradients are packed/split into chunks of ``chunk_bytes`` in
+   ready order (:meth:`Job.chunks`); a chunk is ready when backward has produced its last
+   gradient.
+2. **Resources.** Per byte of gradient, every shared resource of the busiest machine
+   gets a load: the worker NIC, a server NIC, PCIe links / switch uplinks / NVLinks /
+   host memory for the intra-machine strategy (the NIC's traffic also crosses its
+   switch's uplink), the CPU of each Summation Service, the codec's encode/decode work.
+   The resource with the highest seconds-per-byte is the bottleneck; its cost ``c``
+   makes a chunk of b bytes occupy the cluster for ``b*c`` (at least the per-chunk
+   software overhead), chunks back to back: this is the steady state of a pipeline.
+3. **Network rates.** A machine's NIC moves ``min(flows * per_flow_cap, NIC)`` with
+   ``flows = streams x (local endpoints that talk across machines)``, times
+   ``1 / (1 + stream_overhead * (streams - 1))``. Ring all-reduce puts
+   ``2(E-1)/E`` of the bytes on every NIC (E ring endpoints); all-gather (codecs whose
+   payloads cannot be summed) ``E-1``; push/pull follows BytePS's split with k servers:
+   a worker machine carries ``(1-a) + (n-1)a`` and a server ``n*a`` where ``a`` is the
+   share its Summation Service owns (chunks are assigned to match the optimal shares).
+4. **Latency and streams.** One chunk on its own takes ``alpha + b*d``: ``alpha`` is the
+   per-message latency times the messages on its critical path (``2(E-1)`` ring steps,
+   or push + pull, plus local steps) and ``d`` its stage times at single-flow rates
+   (intra reduce, network, summation, codec, intra broadcast). Each stream runs one
+   collective at a time (``pushpull``: ``pipeline_depth`` chunks in flight), so
+   ``streams`` chunks overlap their latencies. The schedule is a max-plus recurrence over
+   chunks: start = max(ready, slot free); finish = max(cluster free after b*c,
+   start + alpha + b*d).
+5. **Iteration.** Forward, then backward producing gradients (``backward_fraction`` of
+   the compute), then the wait for the last chunk: ``step = max(compute, last finish)``.
+
+In the regime of paper 000's formulas (no latency or overhead, one stream, no per-flow
+cap, free summation, one worker per machine, M much larger than a chunk) the network term
+is exactly ``2(n-1)M/(nB)`` for all-reduce and ``2n(n-1)M/((n^2+kn-2k)B)`` for push/pull.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .cluster import GBIT, Cluster
+from .codecs import CodecCost, codec_table
+from .formulas import byteps_shares
+from .job import Job
+
+MiB = 1 << 20
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    "streams": 1, "chunk_bytes": 4 * MiB, "transport": "allreduce", "servers": 0,
+    "intra": "flat", "reduce_root": 0, "compression": "none",
+}
+
+
+@dataclass(frozen=True)
+class IterationEstimate:
+    """One iteration's predicted timing. Times in seconds; ``nic_bytes`` are bytes per
+    iteration per direction on the busiest worker NIC (``worker``) and server NIC
+    (``server``); ``throughput`` is samples/s over all workers."""
+
+    step_s: float
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    throughput: float
+    nic_bytes: dict[str, float]
+    bottleneck: str
+    chunks: int
+    breakdown: dict[str, float] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_config(config: Mapping[str, Any], cluster: Cluster,
+                  table: Mapping[str, CodecCost]) -> dict[str, Any]:
+    if not isinstance(config, Mapping):
+        raise ValueError(f"a configuration is a dict, got {type(config).__name__}")
+    cfg = {**DEFAULT_CONFIG, **{k: v for k, v in config.items() if k in DEFAULT_CONFIG}}
+    s = cfg["streams"]
+    if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+        raise ValueError(f"streams must be an int >= 1, got {s!r}")
+    cb = cfg["chunk_bytes"]
+    if isinstance(cb, bool) or not isinstance(cb, int) or cb < 1:
+        raise ValueError(f"chunk_bytes must be an int >= 1, got {cb!r}")
+    if cfg["transport"] not in ("allreduce", "pushpull"):
+        raise ValueError(f"transport must be 'allreduce' or 'pushpull', got {cfg['transport']!r}")
+    k = cfg["servers"]
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= cluster.server_machines:
+        raise ValueError(
+            f"servers={k!r}: the cluster has {cluster.server_machines} server machine(s)")
+    if cfg["intra"] not in ("flat", "root", "scatter"):
+        raise ValueError(f"intra must be flat, root or scatter, got {cfg['intra']!r}")
+    r = cfg["reduce_root"]
+    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < cluster.workers_per_machine:
+        raise ValueError(
+            f"reduce_root={r!r} is not a local worker 0..{cluster.workers_per_machine - 1}")
+    if cfg["compression"] not in table:
+        raise ValueError(f"compression {cfg['compression']!r} is unknown; codecs: {', '.join(table)}")
+    return cfg
+
+
+def simulate(job: Job, cluster: Cluster, config: Mapping[str, Any]) -> IterationEstimate:
+    """Predict one iteration of ``job`` on ``cluster`` under ``config`` (a Config dict
+    of :mod:`autotune.space`; missing keys take their defaults, unknown keys are ignored)."""
+    table = codec_table(cluster.codecs)
+    cfg = _check_config(config, cluster, table)
+    n, w = cluster.machines, cluster.workers_per_machine
+    N = n * w
+    S = cfg["streams"]
+    transport = cfg["transport"]
+    k = cfg["servers"] if transport == "pushpull" else 0
+    strategy = cfg["intra"] if w > 1 else "flat"
+    codec = table[cfg["compression"]]
+    r = codec.ratio if cfg["compression"] != "none" else 1.0
+    total = job.total_bytes
+    sizes, ready = job.chunks(cfg["chunk_bytes"])
+
+    cap = cluster.per_flow_gbps * GBIT if cluster.per_flow_gbps else math.inf
+    eff = 1.0 / (1.0 + cluster.stream_overhead * (S - 1))
+    lat = cluster.latency_us * 1e-6
+    ilat = cluster.intra_latency_us * 1e-6
+    cpu = cluster.cpu_sum_gbps * GBIT if cluster.cpu_sum_gbps else math.inf
+    B, Bs = cluster.nic_Bps, cluster.server_nic_Bps
+
+    # endpoints: how many local processes cross the network (flows) / carry full bytes
+    if strategy == "scatter":
+        flows, bytes_mult, share = w, 1, 1.0 / w
+    elif strategy == "root":
+        flows, bytes_mult, share = 1, 1, 1.0
+    else:  # flat
+        flows = w if transport == "pushpull" else 1
+        bytes_mult, share = (w if transport == "pushpull" else 1), 1.0
+    R_agg = min(S * flows * cap, B) * eff
+    R_one = min(flows * cap, B) * eff
+
+    agg: dict[str, float] = {}       # resource -> seconds per gradient byte, whole cluster
+    nic_factor = 0.0                 # wire bytes per gradient byte on the busiest worker NIC
+    server_factor = 0.0
+    sum_one = 0.0
+    alpha = 0.0
+    ring_factor = 0.0
+    codec_enc = codec_dec = 0.0      # per-process encode/decode load per gradient byte
+    worker_sum = 0.0                 # per-process summation load (CPU workers)
+
+    if transport == "allreduce":
+        E = N if strategy == "flat" else n
+        if codec.summable:
+            per_edge = r * 2 * (E - 1) / E
+            steps = 2 * (E - 1)
+            codec_enc, codec_dec = share, share
+            worker_sum = (E - 1) / E * r * share
+        else:  # all-gather of payloads, each decoded
+            per_edge = r * (E - 1)
+            steps = E - 1
+            codec_enc, codec_dec = share, E * share
+            worker_sum = (E - 1) * share
+        ring_factor = per_edge
+        nic_factor = per_edge if n > 1 else 0.0
+        net_one = nic_factor / R_one
+        if n > 1:
+            alpha += steps * lat
+        elif strategy == "flat":
+            alpha += steps * ilat
+        if nic_factor:
+            agg["worker NIC"] = nic_factor / R_agg
+    else:  # pushpull
+        c_share, g_share = byteps_shares(n, k)
+        shares = [c_share] * k + [g_share] * n
+        owned = job.owner_bytes(cfg["chunk_bytes"], shares)
+        a_srv = max(owned[:k], default=0.0) / total
+        a_mach = owned[k:]
+        a_hi, a_lo = max(a_mach) / total, min(a_mach) / total
+        a_m = a_hi if n >= 2 else a_lo
+        nic_factor = bytes_mult * r * ((1 - a_m) + (n - 1) * a_m) if (n > 1 or k) else 0.0
+        server_factor = n * bytes_mult * r * a_srv
+        if nic_factor:
+            agg["worker NIC"] = nic_factor / R_agg
+        if server_factor:
+            agg["server NIC"] = server_factor / (min(S * n * flows * cap, Bs) * eff)
+        # the Summation Service: sums n*bytes_mult parts of what it owns (decodes them first
+        # when the codec's payloads cannot be added)
+        def ss_cost(a: float) -> float:
+            parts = n * bytes_mult * a
+            if codec.summable:
+                return parts * r / cpu
+            return parts / cpu + parts * 8 / (codec.decode_gbps * 1e9) + a * 8 / (codec.encode_gbps * 1e9)
+        if a_srv:
+            agg["server CPU"] = ss_cost(a_srv)
+        if a_hi:
+            agg["summation CPU"] = ss_cost(a_hi)
+        # one chunk alone: every endpoint pushes it to one owner, then pulls the sum
+        if n > 1 or k:
+            owner_B = Bs if k else B
+            push = max(bytes_mult * r / R_one, n * bytes_mult * r / owner_B,
+                       n * bytes_mult * (r if codec.summable else 1.0) / cpu)
+            net_one = 2 * push
+            alpha += 2 * lat
+        else:
+            net_one = 0.0
+            alpha += 2 * ilat
+        codec_enc, codec_dec = share, share
+
+    # intra-machine part, with the NIC's traffic crossing its switch's uplink
+    m = cluster.machine
+    local = strategy
+    if strategy == "flat" and transport == "allreduce":
+        local = "flat-ring"  # one ring through every worker: its local edges are ring steps
+    load = m.intra_load(local, cfg["reduce_root"], ring_factor, nic_factor) if N > 1 else {}
+    intra_one = 0.0
+    if load:
+        worst = max(load, key=lambda res: load[res] / m.bw[res])
+        intra_one = load[worst] / m.bw[worst]
+        agg["intra " + ":".join(str(x) for x in worst)] = intra_one
+    if local == "flat-ring":
+        net_one = max(net_one, intra_one)  # local ring edges are ring steps
+        intra_phases = 0
+    else:
+        intra_phases = 2 if load else 0
+    if strategy == "root":
+        alpha += 2 * ilat
+    elif strategy == "scatter":
+        alpha += 2 * (w - 1) * ilat
+    elif strategy == "flat" and transport == "pushpull" and m.device == "gpu":
+        alpha += 2 * ilat
+
+    # worker-side summation (gloo on CPU workers; local reductions on CPU)
+    if m.device == "cpu":
+        if strategy == "root":
+            worker_sum += w - 1
+        elif strategy == "scatter":
+            worker_sum += (w - 1) / w
+        if worker_sum and cpu < math.inf:
+            agg["worker CPU"] = worker_sum / cpu
+    if cfg["compression"] != "none":
+        codec_one = codec_enc * 8 / (codec.encode_gbps * 1e9) + codec_dec * 8 / (codec.decode_gbps * 1e9)
+        if codec_one:
+            agg["codec"] = codec_one
+    else:
+        codec_one = 0.0
+    sum_one = agg.get("worker CPU", 0.0)
+
+    if N == 1:  # nothing to exchange
+        agg, alpha, net_one, intra_one, codec_one, sum_one = {}, 0.0, 0.0, 0.0, 0.0, 0.0
+        nic_factor = server_factor = 0.0
+        sizes, ready = [], []
+
+    c = max(agg.values(), default=0.0)
+    bottleneck = max(agg, key=agg.get) if agg else "none"
+    d = net_one + intra_phases * intra_one + codec_one + sum_one
+    overhead = cluster.chunk_overhead_us * 1e-6
+
+    # ---- schedule: max-plus recurrence over chunks
+    bwd = job.compute_s * job.backward_fraction
+    fwd = job.compute_s - bwd
+    slots = S * (cluster.pipeline_depth if transport == "pushpull" else 1)
+    slot_free = [0.0] * min(slots, max(len(sizes), 1))
+    nslots = len(slot_free)
+    busy_until = 0.0
+    last = 0.0
+    first_start = math.inf
+    for j, b in enumerate(sizes):
+        t_ready = fwd + bwd * ready[j]
+        sidx = j % nslots
+        start = t_ready if t_ready > slot_free[sidx] else slot_free[sidx]
+        occ = b * c
+        if occ < overhead:
+            occ = overhead
+        busy_until = (start if start > busy_until else busy_until) + occ
+        fin = start + alpha + b * d
+        if busy_until > fin:
+            fin = busy_until
+        slot_free[sidx] = fin
+        if fin > last:
+            last = fin
+        if start < first_start:
+            first_start = start
+    if not sizes:
+        first_start = 0.0
+
+    step = max(job.compute_s, last)
+    comm = last - first_start if sizes else 0.0
+    exposed = step - job.compute_s
+    if exposed <= 0:
+        bottleneck = "compute"
+    elif sizes and len(sizes) * overhead > total * c:
+        bottleneck = "chunk overhead"
+    breakdown = {
+        "forward_s": fwd,
+        "backward_s": bwd,
+        "network_s": total * max(agg.get("worker NIC", 0.0), agg.get("server NIC", 0.0)),
+        "intra_s": total * max((v for kk, v in agg.items() if kk.startswith("intra")), default=0.0),
+        "summation_s": total * max(agg.get("summation CPU", 0.0), agg.get("server CPU", 0.0),
+                                   agg.get("worker CPU", 0.0)),
+        "codec_s": total * agg.get("codec", 0.0),
+        "bottleneck_s": total * c,
+        "overhead_s": len(sizes) * overhead,
+        "latency_per_chunk_s": alpha,
+        "chunk_alone_per_byte_s": d,
+        "tail_s": (last - (fwd + bwd * ready[-1])) if sizes else 0.0,
+    }
+    samples = job.batch_per_worker * N
+    return IterationEstimate(
+        step_s=step,
+        compute_s=job.compute_s,
+        comm_s=comm,
+        exposed_comm_s=exposed,
+        throughput=samples / step if step > 0 else math.inf,
+        nic_bytes={"worker": total * nic_factor, "server": total * server_factor},
+        bottleneck=bottleneck,
+        chunks=len(sizes),
+        breakdown=breakdown,
+        config=cfg,
+    )
