@@ -1,3 +1,38 @@
-"""autotune: auto-tuned gradient communication for data-parallel PyTorch."""
+"""autotune: auto-tuned gradient communication for data-parallel PyTorch.
+
+The public API::
+
+    with autotune.session(model, budget=100) as tuner:   # tune while training
+        ...
+    autotune.Tuner(space, budget=100)                     # the tuner alone (ask/tell)
+    autotune.SearchSpace.build(k_max=2)                   # the tunable parameters
+
+Names are loaded lazily, so ``import autotune`` (and the CLI) does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "session": "autotune.session",
+    "Session": "autotune.session",
+    "Tuner": "autotune.tuner",
+    "Trial": "autotune.tuner",
+    "SearchSpace": "autotune.space",
+    "Config": "autotune.space",
+    "ConfigError": "autotune.space",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        module = importlib.import_module(_EXPORTS[name])
+        return getattr(module, name)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")

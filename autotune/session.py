@@ -1,0 +1,527 @@
+"""The training-loop wrapper: ``autotune.session()``.
+
+It joins the ``torch.distributed`` world (initialising it from the environment when the
+user has not), bootstraps the communication runtime, and on rank 0 drives a
+:class:`~autotune.tuner.Tuner` over the space built from the job's facts. Every
+iteration boundary is a ``Runtime.sync``: rank 0's configuration for the next iteration
+crosses the wire as an int64 tensor and every rank, servers included, applies it.
+
+A trial lasts ``trial.iterations`` iterations. The first iteration after a switch is not
+scored (it pays for the switch); the others are timed on every worker, each worker takes
+the median of its times and the slowest worker's median is the trial's time. The score
+is throughput: samples/s when ``samples_per_step`` is given, iterations/s otherwise.
+Tuning iterations train the model like any other: no step is wasted. After ``budget``
+iterations the best configuration is kept for the rest of the run (and re-tuned briefly
+if ``retune_on_drift`` is set and throughput drops).
+
+A configuration that fails (an exception or a timeout in the runtime) is scored as
+failed, the iteration's gradients are averaged again under the last good configuration,
+and training goes on; the failure is reported on rank 0 and recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+from autotune.space import Config, SearchSpace
+from autotune.tuner import Trial, Tuner
+
+__all__ = ["Session", "session", "TrialRecord"]
+
+
+@dataclass
+class TrialRecord:
+    """What happened to one trial, as kept in ``Session.history``."""
+
+    index: int
+    technique: str
+    config: Config
+    iterations: int
+    score: float | None
+    error: str | None = None
+    wall_time: float = 0.0
+
+
+@dataclass
+class _Drift:
+    threshold: float
+    window: int
+    budget: int
+
+
+def _init_world(timeout: float) -> None:
+    if dist.is_initialized():
+        return
+    needed = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
+    missing = [k for k in needed if k not in os.environ]
+    if missing:
+        raise RuntimeError(
+            "autotune.session() needs a torch.distributed world: start the script with "
+            "`autotune launch --workers N script.py` or `torchrun`, or call "
+            f"torch.distributed.init_process_group() first (missing env: {', '.join(missing)})"
+        )
+    from datetime import timedelta
+
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+
+
+class Session:
+    """Created by :func:`session`; use it as a context manager around the loop."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        budget: int = 100,
+        db: str | os.PathLike | None = None,
+        allow_lossy: bool = False,
+        samples_per_step: int | None = None,
+        techniques: Sequence[str] = ("grid", "pbt", "bayes", "hyperband"),
+        seed: int = 0,
+        verbose: bool = True,
+        retune_on_drift: float | None = None,
+        drift_window: int = 50,
+        timeout: float = 300.0,
+        trial_iterations: int | None = None,
+        job: str | None = None,
+        store: bool = True,
+    ) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"session() needs an nn.Module, got {type(model).__name__}")
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0, got {budget}")
+        if samples_per_step is not None and samples_per_step <= 0:
+            raise ValueError(f"samples_per_step must be positive, got {samples_per_step}")
+        if retune_on_drift is not None and not 0 < retune_on_drift < 1:
+            raise ValueError(f"retune_on_drift is a fraction in (0, 1), got {retune_on_drift}")
+        self.model = model
+        self.budget = budget
+        self.db = db
+        self.allow_lossy = allow_lossy
+        self.samples_per_step = samples_per_step
+        self.techniques = tuple(techniques)
+        self.seed = seed
+        self.verbose = verbose
+        self.timeout = timeout
+        self.trial_iterations = trial_iterations
+        self.job = job
+        self.use_store = store
+        self._drift = _Drift(retune_on_drift, drift_window, max(10, budget // 5)) if retune_on_drift else None
+
+        self.history: list[TrialRecord] = []
+        self.failures: list[TrialRecord] = []
+        self.iteration = 0          # iterations completed (step() calls)
+        self.tuning_iterations = 0  # iterations spent inside trials
+        self.config: Config | None = None
+        self._best: tuple[Config, float] | None = None
+        self._default_score: float | None = None
+        self.rt = None
+        self.tuner: Tuner | None = None
+        self.space: SearchSpace | None = None
+        self._trial: Trial | None = None
+        self._trial_index = -1
+        self._trial_left = 0
+        self._trial_times: list[float] = []
+        self._trial_start = 0.0
+        self._last_good: Config | None = None
+        self._t_last: float | None = None
+        self._locked = False
+        self._window: list[float] = []
+        self._progress = None
+        self._task = None
+        self._store = None
+        self._run_id = None
+
+    # ------------------------------------------------------------------ set-up
+    @property
+    def rank(self) -> int:
+        return self.rt.info.rank if self.rt is not None else 0
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+    def __enter__(self) -> "Session":
+        from autotune.runtime import Runtime
+
+        _init_world(self.timeout)
+        self.rt = Runtime.bootstrap(timeout=self.timeout)
+        if self.rt.info.role == "server":
+            # A server rank that ran the user's script: serve, then leave the process.
+            from autotune.server import serve
+
+            serve(self.rt)
+            self.rt.shutdown()
+            raise SystemExit(0)
+        self.rt.register([p for p in self.model.parameters()])
+        self.space = self._build_space()
+        if self.is_leader:
+            self._open_store()
+            warm = self._warm_start()
+            if self.budget == 0:
+                # No tuning: the best stored configuration of a similar job, or the default.
+                self._locked = True
+                self._best = None
+                self._apply(warm[0])
+                return self
+            self.tuner = Tuner(
+                self.space,
+                budget=self.budget,
+                techniques=self.techniques,
+                seed=self.seed,
+                warm_start=warm,
+                **({"trial_iterations": self.trial_iterations} if self.trial_iterations else {}),
+            )
+            self._start_progress()
+        self._apply(self._next_trial() if self.is_leader else None)
+        return self
+
+    def _build_space(self) -> SearchSpace:
+        info = self.rt.info
+        roots = None
+        if info.workers_per_machine > 1:
+            try:
+                from autotune.probes import local_facts
+
+                facts = local_facts()
+                cands = [r for r in facts.root_candidates if r < info.workers_per_machine]
+                roots = cands or None
+            except Exception as exc:  # probes are advisory; a bad sysfs must not stop training
+                warnings.warn(f"topology probe failed, all local workers are root candidates: {exc}")
+        return SearchSpace.build(
+            k_max=len(info.servers),
+            workers_per_machine=info.workers_per_machine,
+            root_candidates=roots,
+            allow_lossy=self.allow_lossy,
+        )
+
+    # ------------------------------------------------------------ the hot path
+    def step(self) -> None:
+        """Wait until every ``.grad`` holds the averaged gradient, then move the trial on.
+
+        Collective over all workers: every worker calls it once per iteration.
+        """
+        from autotune.runtime import RuntimeFault
+
+        failed: str | None = None
+        try:
+            self.rt.wait()
+        except RuntimeFault as exc:
+            if not exc.recoverable:
+                raise
+            # Identical on every rank and nothing moved: average the same gradients
+            # again under the last configuration that worked.
+            failed = str(exc)
+            self._apply(self._fallback() if self.is_leader else None, retrying=True)
+            self.rt.retry()
+        elapsed = time.perf_counter() - self._t_last
+        # The slowest worker's time; a failure anywhere shows up as infinity.
+        slowest = self.rt.worker_max(float("inf") if failed else elapsed)
+        self.iteration += 1
+        if slowest != float("inf"):
+            self._last_good = dict(self.config)
+        nxt = self._advance(slowest, failed) if self.is_leader else None
+        self._apply(nxt)
+
+    def _fallback(self) -> Config:
+        return self._last_good or self.space.default()
+
+    def _apply(self, config: Config | None, retrying: bool = False) -> None:
+        """``Runtime.sync`` until a configuration is in force. A configuration that cannot
+        be applied fails identically on every rank: rank 0 scores its trial as failed
+        and proposes the next one (or the fallback), the others just sync again."""
+        from autotune.runtime import RuntimeFault
+        from autotune.space import ConfigError
+
+        for _ in range(1000):
+            try:
+                self.config = self.rt.sync(config)
+                break
+            except (ConfigError, RuntimeFault) as exc:
+                if isinstance(exc, RuntimeFault) and not exc.recoverable:
+                    raise
+                if self.is_leader:
+                    if retrying or self._locked or self._trial is None:
+                        config = self._fallback() if config != self._fallback() else self.space.default()
+                    else:
+                        self._finish_trial(None, f"could not apply the configuration: {exc}")
+                        config = self._next_trial()
+        else:  # pragma: no cover - every config in a row failing to apply
+            raise RuntimeError("no configuration could be applied")
+        self._t_last = time.perf_counter()
+
+    # --------------------------------------------------------- rank 0: tuning
+    def _next_trial(self) -> Config:
+        trial = self.tuner.ask() if not self.tuner.done else None
+        if trial is None:
+            return self._lock()
+        self._trial = trial
+        self._trial_index += 1
+        self._trial_left = trial.iterations
+        self._trial_times = []
+        self._trial_start = time.perf_counter()
+        self._update_progress()
+        return trial.config
+
+    def _advance(self, slowest: float, failed: str | None) -> Config:
+        if self._locked:
+            return self._watch_drift(slowest)
+        trial = self._trial
+        self.tuning_iterations += 1
+        self._trial_left -= 1
+        first = self._trial_left == trial.iterations - 1
+        if failed is not None or slowest == float("inf"):
+            self._finish_trial(None, failed or "a worker failed under this configuration")
+            return self._next_trial()
+        if not first:
+            self._trial_times.append(slowest)
+        if self._progress is not None:
+            self._progress.advance(self._task)
+        if self._trial_left > 0:
+            return trial.config
+        times = self._trial_times or [slowest]
+        self._finish_trial(self._throughput(statistics.median(times)), None)
+        return self._next_trial()
+
+    def _throughput(self, seconds: float) -> float:
+        per_step = self.samples_per_step or 1
+        return per_step / max(seconds, 1e-9)
+
+    def _finish_trial(self, score: float | None, error: str | None) -> None:
+        trial = self._trial
+        if score is None and self._progress is not None:
+            self._progress.advance(self._task, self._trial_left)
+        # A failed trial still used its iterations so far; the tuner's budget counts all.
+        self.tuner.tell(trial, score)
+        rec = TrialRecord(
+            index=self._trial_index,
+            technique=trial.technique,
+            config=dict(trial.config),
+            iterations=trial.iterations - (self._trial_left if score is None else 0),
+            score=score,
+            error=error,
+            wall_time=time.perf_counter() - self._trial_start,
+        )
+        self.history.append(rec)
+        if error is not None:
+            self.failures.append(rec)
+            self._say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, {rec.config}): {error}")
+        best = self.tuner.best
+        self._best = (dict(best[0]), best[1]) if best else self._best
+        if score is not None and trial.config == self.space.default() and self._default_score is None:
+            self._default_score = score
+        if self._store is not None:
+            self._store_call("add_trial", self._run_id, index=rec.index, technique=rec.technique,
+                             config=rec.config, iterations=rec.iterations, score=score,
+                             error=error, wall_time=rec.wall_time)
+        self._trial_left = 0
+
+    def _lock(self) -> Config:
+        """The budget is spent: keep the best configuration from now on."""
+        self._locked = True
+        self._window = []
+        self._stop_progress()
+        return self._best[0] if self._best else self._fallback()
+
+    def _watch_drift(self, slowest: float) -> Config:
+        cfg = self._best[0] if self._best else self.config
+        if self._drift is None or self._best is None or slowest == float("inf"):
+            return cfg
+        self._window.append(slowest)
+        if len(self._window) < self._drift.window:
+            return cfg
+        now = self._throughput(statistics.median(self._window))
+        self._window = []
+        if now >= (1 - self._drift.threshold) * self._best[1]:
+            return cfg
+        self._say(
+            f"[yellow]throughput drifted[/] from {self._best[1]:.2f} to {now:.2f}/s: re-tuning "
+            f"for {self._drift.budget} iterations"
+        )
+        # The old best is stale: measure it again first, alongside its neighbours.
+        old = self._best[0]
+        self._best = None
+        self._locked = False
+        self.tuner = Tuner(self.space, budget=self._drift.budget, techniques=self.techniques,
+                           seed=self.seed + self.iteration, warm_start=[old])
+        self._start_progress()
+        return self._next_trial()
+
+    # --------------------------------------------------------------- results
+    @property
+    def best(self) -> Config | None:
+        """The configuration the session settled on (on rank 0: the best measured so far)."""
+        if self._best is not None:
+            return dict(self._best[0])
+        return dict(self.config) if self.config is not None else None
+
+    @property
+    def best_score(self) -> float | None:
+        return self._best[1] if self._best else None
+
+    @property
+    def default_score(self) -> float | None:
+        return self._default_score
+
+    @property
+    def tuning(self) -> bool:
+        """True while trials are running (rank 0 only knows)."""
+        return not self._locked
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            # Another rank may be waiting in a collective: don't join one, just release.
+            self._stop_progress()
+            self.rt.shutdown()
+            if self.is_leader and self._store is not None:
+                self._store_call("finish_run", self._run_id, status="failed",
+                                 best_config=self.best, best_score=self.best_score,
+                                 default_score=self._default_score)
+            return None
+        with warnings.catch_warnings():
+            # The sync after the last step() opened an iteration nobody runs; the runtime
+            # closes it (and says so): expected here.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if self.is_leader:
+                self.rt.sync(self.config, stop=True)
+            else:
+                self.rt.sync()
+        self.rt.shutdown()
+        if self.is_leader:
+            self._stop_progress()
+            self._record()
+            if self.verbose:
+                self._report()
+        return None
+
+    # ----------------------------------------------------- store and output
+    def _open_store(self) -> None:
+        if not self.use_store:
+            return
+        try:
+            from autotune.store import Store
+            from autotune.store.fingerprint import model_graph
+        except ImportError:
+            self._store = None
+            return
+        self._store = Store(self.db)
+        info = self.rt.info
+        self._model_graph = model_graph(self.model)
+        self._topology_graph = self._cluster_graph()
+        self._run_id = self._store.start_run(
+            job=self.job or Path(os.environ.get("AUTOTUNE_JOB", "session")).name,
+            world={"workers": len(info.workers), "servers": len(info.servers),
+                   "machines": info.n_machines, "workers_per_machine": info.workers_per_machine},
+            backend=dist.get_backend(),
+            model_graph=self._model_graph,
+            topology_graph=self._topology_graph,
+            space_facts=dict(self.space.facts),
+        )
+
+    def _cluster_graph(self):
+        import networkx as nx
+
+        info = self.rt.info
+        g = nx.Graph()
+        machines = sorted({info.machines[r] for r in info.workers})
+        for i, m in enumerate(machines):
+            g.add_node(f"m{i}", kind="machine", label=f"machine:{info.workers_per_machine}w")
+        for i in range(len(machines)):
+            for j in range(i + 1, len(machines)):
+                g.add_edge(f"m{i}", f"m{j}", kind="net", label="net")
+        for s in range(len(info.servers)):
+            g.add_node(f"s{s}", kind="server", label="server")
+            for i in range(len(machines)):
+                g.add_edge(f"s{s}", f"m{i}", kind="net", label="net")
+        return g
+
+    def _warm_start(self) -> list[Config]:
+        warm: list[Config] = []
+        if self._store is not None:
+            try:
+                warm = self._store.warm_start_configs(self._model_graph, self._topology_graph, self.space)
+            except Exception as exc:
+                warnings.warn(f"warm start from {self.db or 'autotune.db'} failed: {exc}")
+        default = self.space.default()
+        if default not in warm:
+            warm.append(default)
+        return warm
+
+    def _store_call(self, name: str, *args, **kwargs) -> None:
+        try:
+            getattr(self._store, name)(*args, **kwargs)
+        except Exception as exc:  # the store must never stop training
+            warnings.warn(f"could not record to the results store: {exc}")
+
+    def _record(self) -> None:
+        if self._store is not None:
+            self._store_call("finish_run", self._run_id, status="finished", best_config=self.best,
+                             best_score=self.best_score, default_score=self._default_score)
+
+    def _say(self, text: str) -> None:
+        if self.verbose and self.is_leader:
+            from rich.console import Console
+
+            (self._progress.console if self._progress is not None else Console(stderr=True)).print(text)
+
+    def _start_progress(self) -> None:
+        if not self.verbose or self.tuner is None or self.tuner.budget == 0:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("[bold]tuning[/]"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.description}"), TimeElapsedColumn(), transient=False,
+        )
+        self._task = self._progress.add_task("", total=self.tuner.budget)
+        self._progress.start()
+
+    def _update_progress(self) -> None:
+        if self._progress is None:
+            return
+        best = f"best {self._best[1]:.2f}/s" if self._best else "best -"
+        self._progress.update(self._task, description=f"trial {self._trial_index} {self._trial.technique:9s} {best}")
+
+    def _stop_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def _report(self) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        unit = "samples/s" if self.samples_per_step else "it/s"
+        t = Table(title="autotune: configuration kept")
+        t.add_column("parameter")
+        t.add_column("value")
+        for k, v in (self.best or {}).items():
+            t.add_row(k, str(v))
+        if self.best_score is not None:
+            t.add_row("throughput", f"{self.best_score:.2f} {unit}")
+        if self._default_score is not None:
+            t.add_row("default's throughput", f"{self._default_score:.2f} {unit}")
+            if self.best_score:
+                t.add_row("speed-up", f"{self.best_score / self._default_score:.2f}x")
+        t.add_row("trials", f"{len(self.history)} ({len(self.failures)} failed)")
+        Console(stderr=True).print(t)
+
+
+def session(model: torch.nn.Module, **kwargs: Any) -> Session:
+    """Tune the gradient communication of ``model`` while it trains.
+
+    ``with autotune.session(model, budget=100) as tuner:`` then call ``tuner.step()``
+    after each ``loss.backward()``. See :class:`Session` for the arguments.
+    """
+    return Session(model, **kwargs)

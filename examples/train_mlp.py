@@ -1,0 +1,60 @@
+"""A multi-layer perceptron on a synthetic regression task, trained under autotune.session().
+
+    autotune launch --workers 4 --servers 2 examples/train_mlp.py --steps 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.nn as nn
+
+import autotune
+
+
+def make_model(width: int = 512, depth: int = 4) -> nn.Module:
+    layers: list[nn.Module] = [nn.Linear(64, width), nn.ReLU()]
+    for _ in range(depth - 1):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    layers.append(nn.Linear(width, 1))
+    return nn.Sequential(*layers)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--budget", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--db", default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    model = make_model()
+    teacher = torch.nn.Linear(64, 1)  # the same target function on every rank (same seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rank = int(os.environ.get("RANK", 0))
+    gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
+
+    with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
+                          job="train_mlp") as tuner:
+        for step in range(args.steps):
+            x = torch.randn(args.batch, 64, generator=gen)
+            with torch.no_grad():
+                y = torch.tanh(teacher(x))
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            tuner.step()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            if rank == 0 and (step % 50 == 0 or step == args.steps - 1):
+                print(f"step {step:4d}  loss {loss.item():.4f}", flush=True)
+    if rank == 0:
+        print(f"kept configuration: {tuner.best}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
