@@ -75,7 +75,8 @@ def machine_graph(sysfs: str | Path | None = None, nvidia_smi: str | Path | None
                 text = run_nvidia_smi()
                 if text is not None:
                     merge_topo(g, parse_topo(text))
-    g.graph.setdefault("hostname", socket.gethostname() if sysfs is None else "")
+    local = sysfs is None and nvidia_smi is None
+    g.graph.setdefault("hostname", socket.gethostname() if local else "")
     return g
 
 

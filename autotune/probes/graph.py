@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import networkx as nx
 
@@ -118,6 +118,11 @@ def ancestor_of_kind(parents: dict[Any, Any], g: nx.Graph, node: Any, kind: str)
             return cur
         cur = parents.get(cur)
     return None
+
+
+def child_key(g: nx.Graph) -> Callable[[Any], tuple]:
+    """Sort key for siblings in the tree: GPUs by index, then NICs, then the rest by name."""
+    return lambda n: (g.nodes[n].get("kind") == NIC, g.nodes[n].get("index", 0), str(n))
 
 
 def gpu_nodes(g: nx.Graph) -> list[Any]:

@@ -103,17 +103,20 @@ def parse_topo(text: str) -> TopoMatrix:
     lines = text.splitlines()
     i = 0
     header = None
+    first = 0  # the first line that could have been the header
     while i < len(lines):
         line = lines[i]
         i += 1
         if not line.strip() or line.lstrip().startswith("#"):
             continue
+        first = first or i
         header = _header(line)
         if header is not None:
             break
     if header is None:
-        raise NvsmiParseError(len(lines), lines[-1] if lines else "",
-                              "no header row starting with GPU0 found")
+        first = first or 1
+        raise NvsmiParseError(first, lines[first - 1] if lines else "",
+                              f"no header row starting with GPU0 found in {len(lines)} lines")
     devices, aff_cols = header
     header_lineno = i
     if len(set(devices)) != len(devices):
