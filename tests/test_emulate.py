@@ -155,9 +155,13 @@ def job(cluster):
 @root
 @pytest.mark.timeout(120)
 def test_transfer_is_limited_to_the_rate(cluster):
-    m = measure_bandwidth(cluster, 0, 2, nbytes=4 << 20, repeats=2)
-    # payload over TCP/IPv4/Ethernet is at most 1448/1514 = 0.956 of the NIC rate
-    assert 0.85 <= m.ratio <= 1.0, f"achieved {m.bytes_per_s * 8 / 1e6:.1f} mbit/s at 100mbit"
+    m = measure_bandwidth(cluster, 0, 2, nbytes=4 << 20, repeats=3)
+    # Payload over TCP/IPv4/Ethernet is at most 1448/1514 = 0.956 of the NIC rate. The
+    # best sample is the link's (a loaded CPU only ever slows a sample down); an unshaped
+    # veth would carry well over 10x the rate.
+    best = m.best_bytes_per_s / m.nominal_bytes_per_s
+    assert 0.85 <= best <= 1.0, f"achieved {m.best_bytes_per_s * 8 / 1e6:.1f} mbit/s at 100mbit"
+    assert m.ratio <= 1.0
 
 
 @root
