@@ -133,3 +133,29 @@ def test_bad_machine_name_fails_on_every_rank_without_hanging(results) -> None:
     for rec in results["badname"]:
         assert "error" in rec
         assert "rank 2" in rec["error"] and "AUTOTUNE_MACHINE" in rec["error"]
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_probe_measures_a_shaped_link(tmp_path: Path) -> None:
+    """Two emulated hosts (network namespaces, veth shaped with tbf at 100 Mbit/s both
+    ways): the probe must report about 0.1 Gbit/s each way, not loopback speed."""
+    from autotune.emulate import Cluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with Cluster(hosts=2, rate="100mbit") as c:
+        envs, prefixes = [], []
+        for host in range(2):
+            env = c.env(rank=host, world_size=2, host=host, role="worker", master_port=0)
+            envs.append({k: env[k] for k in ("GLOO_SOCKET_IFNAME", "AUTOTUNE_MACHINE")})
+            prefixes.append(c.wrap(host, []))
+        run_world(tmp_path, ["shaped"], envs, prefixes=prefixes, timeout=240)
+    recs = [json.loads((tmp_path / f"shaped.{r}.json").read_text()) for r in range(2)]
+    g = graphs(recs)[0]
+    assert sorted(g.nodes) == sorted(h.netns for h in c.hosts)
+    for a, b, d in g.edges(data=True):
+        assert 0.06 < d["gbps"] < 0.105, (a, b, d["gbps"])
+        assert d["label"] == "net:100M"
+    check_slowest(g)

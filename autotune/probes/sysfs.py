@@ -116,7 +116,7 @@ def _speed(path: Path) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _chain(root: Path, link: Path) -> tuple[str, ...] | None:
+def _chain(link: Path) -> tuple[str, ...] | None:
     """Host bridge and device path of a ``bus/pci/devices`` entry, from its link target."""
     try:
         real = Path(os.path.realpath(link))
@@ -142,7 +142,7 @@ def _read_devices(root: Path) -> dict[str, PciDevice]:
     for entry in sorted(pci_dir.iterdir()):
         if not BDF_RE.match(entry.name):
             continue
-        chain = _chain(root, entry)
+        chain = _chain(entry)
         if chain is None:
             continue
         bdf = chain[-1]
