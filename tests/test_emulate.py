@@ -174,6 +174,18 @@ def test_gloo_job_spans_the_hosts_with_exact_sums(cluster, job):
     assert len({r["hostname"] for r in job.values()}) == 3
 
 
+@root
+@pytest.mark.timeout(200)
+def test_pushpull_two_workers_one_server_across_hosts(job):
+    pp = {r: job[r]["pushpull"] for r in job}
+    if "skipped" in pp[0]:
+        pytest.skip(pp[0]["skipped"])
+    for w in (0, 1):
+        assert pp[w]["iterations_ok"] == [True, True, True], pp[w]
+        assert pp[w]["config"]["transport"] == "pushpull" and pp[w]["config"]["servers"] == 1
+    assert pp[2]["served"] == 3  # the server on host 2 summed every iteration
+
+
 def _child(body: str) -> subprocess.Popen:
     """A Python process that brings up a cluster, prints its name and runs ``body``."""
     code = ("import sys, time\nfrom autotune.emulate import Cluster\n"
