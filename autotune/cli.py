@@ -20,6 +20,7 @@ def cli() -> None:
 # Subcommands register below, one line each (keep this list sorted):
 # @@COMMANDS@@
 from autotune.probes.command import probe; cli.add_command(probe)  # noqa: E402,E702
+from autotune.launch import launch; cli.add_command(launch)  # noqa: E402,E702
 
 
 def main() -> None:

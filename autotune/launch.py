@@ -1,0 +1,198 @@
+"""``autotune launch``: start a job's processes on this machine.
+
+    autotune launch --workers N --servers K [--machines M] script.py [args...]
+
+Ranks ``0..N-1`` are workers running ``python script.py args``; ranks ``N..N+K-1`` are
+servers running ``python -m autotune.server``. The launcher hosts the rendezvous store on a
+free loopback port (``MASTER_ADDR``/``MASTER_PORT``, ``TORCHELASTIC_USE_AGENT_STORE=True``
+as under ``torchrun``), so the store outlives any rank and the survivors can tell which
+peer died. With ``--machines M`` the workers are split into ``M`` emulated machines
+(``AUTOTUNE_MACHINE=node0..``; servers are ``server0..``), which is how the intra-machine
+modes run on one host. Every line a process prints is streamed with a ``[w<rank>]`` or
+``[s<rank>]`` prefix. If a process fails, the others get ``grace`` seconds to finish on
+their own, then are stopped; the launcher exits with the first failing rank's code and
+repeats its last lines.
+
+For several real machines use ``torchrun`` (see docs/runtime.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Sequence
+
+import click
+
+TAIL_LINES = 25
+
+
+@dataclass
+class Proc:
+    rank: int
+    role: str
+    cmd: list[str]
+    env: dict[str, str]
+    popen: subprocess.Popen | None = None
+    tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    reader: threading.Thread | None = None
+
+    @property
+    def tag(self) -> str:
+        return f"[{self.role[0]}{self.rank}]"
+
+
+def plan_processes(script: Sequence[str], workers: int, servers: int = 0,
+                   machines: int | None = None, port: int = 29500,
+                   python: str = sys.executable) -> list[Proc]:
+    """The processes of a job (commands and environments), without starting them."""
+    if workers < 1:
+        raise click.BadParameter(f"--workers must be >= 1, got {workers}")
+    if servers < 0:
+        raise click.BadParameter(f"--servers must be >= 0, got {servers}")
+    if machines is not None and (machines < 1 or workers % machines):
+        raise click.BadParameter(
+            f"--machines {machines} must divide --workers {workers} (same workers per machine)")
+    world = workers + servers
+    per = workers // machines if machines else workers
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "AUTOTUNE_ROLE", "AUTOTUNE_MACHINE")}
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
+                TORCHELASTIC_USE_AGENT_STORE="True", PYTHONUNBUFFERED="1")
+    base.setdefault("OMP_NUM_THREADS", "1")
+    procs = []
+    for rank in range(world):
+        env = dict(base, RANK=str(rank))
+        if rank < workers:
+            role, cmd = "worker", [python, *script]
+            local, local_world = rank % per, per
+            if machines:
+                env["AUTOTUNE_MACHINE"] = f"node{rank // per}"
+        else:
+            role, cmd = "server", [python, "-m", "autotune.server"]
+            local, local_world = 0, 1
+            if machines:
+                env["AUTOTUNE_MACHINE"] = f"server{rank - workers}"
+        env.update(AUTOTUNE_ROLE=role, LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(local_world))
+        procs.append(Proc(rank, role, cmd, env))
+    return procs
+
+
+def _pump(p: Proc, out: IO[str], lock: threading.Lock) -> None:
+    assert p.popen is not None and p.popen.stdout is not None
+    for line in p.popen.stdout:
+        line = line.rstrip("\n")
+        p.tail.append(line)
+        with lock:
+            out.write(f"{p.tag} {line}\n")
+            out.flush()
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _stop(procs: list[Proc], wait: float = 5.0) -> None:
+    for p in procs:
+        if p.popen and p.popen.poll() is None:
+            p.popen.terminate()
+    deadline = time.monotonic() + wait
+    for p in procs:
+        if p.popen and p.popen.poll() is None:
+            try:
+                p.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait()
+
+
+def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int | None = None,
+            grace: float = 10.0, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
+    """Start the job, stream its output, return 0 or the first failing rank's exit code."""
+    from torch.distributed import TCPStore  # hosts the rendezvous; torch only here
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    store = TCPStore("127.0.0.1", 0, workers + servers, True, wait_for_workers=False)
+    procs = plan_processes(script, workers, servers, machines, port=store.port)
+    lock = threading.Lock()
+    failed: Proc | None = None
+    try:
+        for p in procs:
+            p.popen = subprocess.Popen(p.cmd, env=p.env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True, errors="replace",
+                                       bufsize=1)
+            p.reader = threading.Thread(target=_pump, args=(p, out, lock), daemon=True)
+            p.reader.start()
+        deadline = None
+        while True:
+            codes = [p.popen.poll() for p in procs]  # type: ignore[union-attr]
+            if failed is None:
+                for p, c in zip(procs, codes):
+                    if c not in (None, 0):
+                        failed = p
+                        deadline = time.monotonic() + grace
+                        break
+            if all(c is not None for c in codes):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                _stop(procs)
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        _stop(procs)
+        raise
+    finally:
+        _stop(procs)
+        for p in procs:
+            if p.reader:
+                p.reader.join(timeout=5)
+        del store
+    if failed is None:
+        return 0
+    code = failed.popen.returncode  # type: ignore[union-attr]
+    err.write(f"autotune launch: rank {failed.rank} ({failed.role}) failed, "
+              f"{_describe_exit(code)}; its last output:\n")
+    for line in failed.tail:
+        err.write(f"  {failed.tag} {line}\n")
+    err.flush()
+    return code if code > 0 else 1
+
+
+@click.command("launch", context_settings={"ignore_unknown_options": True,
+                                           "allow_interspersed_args": False})
+@click.option("--workers", "-n", type=int, required=True, help="Worker processes (ranks 0..N-1).")
+@click.option("--servers", "-k", type=int, default=0, show_default=True,
+              help="Summation Service processes (python -m autotune.server).")
+@click.option("--machines", "-m", type=int, default=None,
+              help="Emulate this many machines (sets AUTOTUNE_MACHINE); must divide --workers.")
+@click.option("--grace", type=float, default=10.0, show_default=True,
+              help="Seconds the others may take to finish after one process failed.")
+@click.argument("script")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def launch(workers: int, servers: int, machines: int | None, grace: float, script: str,
+           args: tuple[str, ...]) -> None:
+    """Run SCRIPT as N workers plus K servers on this machine."""
+    if not os.path.exists(script):
+        raise click.BadParameter(f"no such script: {script}", param_hint="SCRIPT")
+    code = run_job([script, *args], workers, servers, machines, grace)
+    sys.exit(code)
+
+
+def main() -> None:
+    launch()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""The gradient-communication runtime: multi-stream Communication Service and Summation
+Service on ``torch.distributed`` (BytePS, PHub, AIACC-Training), driven by a configuration
+of :mod:`autotune.space`. See ``docs/runtime.md``.
+
+Import cost: this package imports torch only when :class:`Runtime` is used; the pure plan
+(:func:`make_plan`) and the errors import without it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ConfigError, RuntimeFault
+from .plan import Chunk, make_plan, summation_shares
+from .world import WorldInfo
+
+__all__ = ["Chunk", "ConfigError", "Runtime", "RuntimeFault", "WorldInfo", "make_plan",
+           "summation_shares"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Runtime":
+        from .core import Runtime
+        return Runtime
+    raise AttributeError(f"module 'autotune.runtime' has no attribute {name!r}")

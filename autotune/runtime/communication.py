@@ -1,0 +1,181 @@
+"""The Communication Service: a worker's side of averaging, one job per stream.
+
+A stream walks its chunks in plan order. A chunk leaves as soon as all its gradients are
+in (overlap with backward); the stream keeps :data:`~autotune.runtime.setup.SEND_DEPTH`
+chunks in flight, each a short pipeline of stages:
+
+============ ========================================= ===========================================
+intra        allreduce                                 pushpull
+============ ========================================= ===========================================
+flat         all-reduce among all workers              push to the owner, pull the sum
+root         reduce to the root; roots all-reduce      reduce to the root; the root pushes and
+             across machines; broadcast from the root  pulls; broadcast from the root
+scatter      reduce-scatter in the machine; local      reduce-scatter; local worker j pushes and
+             worker j all-reduces shard j across       pulls shard j; all-gather in the machine
+             machines; all-gather in the machine
+============ ========================================= ===========================================
+
+The flat buffers: ``inp`` holds the packed local gradients; results end in ``inp`` under
+``allreduce`` and in ``out`` under ``pushpull``. A chunk whose length does not divide by
+the local worker count uses one reduce and one broadcast per shard instead of
+reduce-scatter and all-gather (gloo needs equal shards). Every result is divided by the
+number of workers here, as soon as its chunk completes.
+
+Codec integration point (not wired yet; ``compression`` must be ``none``): encode ``src``
+in :meth:`CommunicationStream._exchange` before the push and decode the pulled payload
+into ``dst`` after it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Iterator
+
+import torch.distributed as dist
+
+from .compat import all_gather as _all_gather, reduce_scatter as _reduce_scatter
+
+from .engine import Iteration, Op
+from .groups import GroupCache
+from .plan import Chunk, shard_bounds
+from .setup import SEND_DEPTH, Setup
+
+
+def _peers(ranks: Any, me: int) -> tuple[int, ...]:
+    return tuple(r for r in ranks if r != me)
+
+
+class CommunicationStream:
+    """One stream's job on a worker for one iteration."""
+
+    def __init__(self, setup: Setup, it: Iteration, inp: dict, out: dict, groups: GroupCache,
+                 stream: int, timeout: float):
+        self.setup = setup
+        self.it = it
+        self.inp = inp
+        self.out = out
+        self.groups = groups
+        self.stream = stream
+        self.timeout = timeout
+        self.me = setup.info.rank
+
+    def run(self) -> None:
+        inflight: deque = deque()
+        for c in self.setup.stream_chunks[self.stream]:
+            self.it.wait_ready(c)
+            gen = self._stages(c)
+            inflight.append((gen, next(gen, None)))
+            while len(inflight) >= SEND_DEPTH:
+                self._finish(*inflight.popleft())
+        while inflight:
+            self._finish(*inflight.popleft())
+
+    def _finish(self, gen: Iterator, ops: list | None) -> None:
+        while ops is not None:
+            for op in ops:
+                op.wait(self.timeout)
+            ops = next(gen, None)
+        self.it.tick()
+
+    # ------------------------------------------------------------------ stages
+    def _g(self, *key: Any) -> Any:
+        return self.groups.get(key)
+
+    def _stages(self, c: Chunk) -> Iterator[list]:
+        st = self.setup
+        info, cfg, s, me = st.info, st.config, c.stream, self.me
+        tag = f"stream {s} chunk {c.index}"
+        inb = self.inp[c.dtype].narrow(0, c.offset, c.numel)
+        outb = self.out[c.dtype].narrow(0, c.offset, c.numel) if st.needs_out else None
+        intra, pp = cfg["intra"], st.pushpull
+
+        if intra == "flat":
+            if pp:
+                yield self._exchange(c, 0, inb, outb)
+                res = outb
+            else:
+                work = dist.all_reduce(inb, group=self._g("ar", s), async_op=True)
+                yield [Op(work, f"{tag}: all-reduce among workers", _peers(info.workers, me))]
+                res = inb
+        else:
+            m = info.machine_index_of(me)
+            local = info.machine_workers(info.worker_machines[m])
+            mg = self._g("mach", s, m)
+            lpeers = _peers(local, me)
+            if intra == "root":
+                r = int(cfg["reduce_root"])
+                root = local[r]
+                work = dist.reduce(inb, dst=root, group=mg, async_op=True)
+                yield [Op(work, f"{tag}: reduce to rank {root}", lpeers)]
+                if pp:
+                    if me == root:
+                        yield self._exchange(c, 0, inb, outb)
+                    res = outb
+                else:
+                    if me == root and info.n_machines > 1:
+                        cross = info.machine_workers
+                        peers = _peers((cross(mm)[r] for mm in info.worker_machines), me)
+                        work = dist.all_reduce(inb, group=self._g("cross", s, r), async_op=True)
+                        yield [Op(work, f"{tag}: all-reduce among roots", peers)]
+                    res = inb
+                work = dist.broadcast(res, src=root, group=mg, async_op=True)
+                yield [Op(work, f"{tag}: broadcast from rank {root}", lpeers)]
+            else:  # scatter
+                j = info.local_index
+                bounds = shard_bounds(c.numel, st.shards)
+                s0, n = bounds[j]
+                cpeers = _peers((info.machine_workers(mm)[j] for mm in info.worker_machines), me)
+                if c.numel % st.shards == 0:
+                    mine = outb.narrow(0, s0, n)
+                    work = _reduce_scatter(mine, inb, group=mg, async_op=True)
+                    yield [Op(work, f"{tag}: reduce-scatter", lpeers)]
+                    if pp:
+                        pulled = inb.narrow(0, s0, n)
+                        yield self._exchange(c, j, mine, pulled)
+                        work = _all_gather(outb, pulled, group=mg, async_op=True)
+                        res = outb
+                    else:
+                        if info.n_machines > 1:
+                            work = dist.all_reduce(mine, group=self._g("cross", s, j), async_op=True)
+                            yield [Op(work, f"{tag}: all-reduce of shard {j}", cpeers)]
+                        work = _all_gather(inb, mine, group=mg, async_op=True)
+                        res = inb
+                    yield [Op(work, f"{tag}: all-gather", lpeers)]
+                else:
+                    yield [
+                        Op(dist.reduce(inb.narrow(0, a, k), dst=local[i], group=mg, async_op=True),
+                           f"{tag}: reduce of shard {i}", lpeers)
+                        for i, (a, k) in enumerate(bounds) if k > 0
+                    ]
+                    mine = inb.narrow(0, s0, n)
+                    if pp:
+                        if n > 0:
+                            yield self._exchange(c, j, mine, outb.narrow(0, s0, n))
+                        res = outb
+                    else:
+                        if n > 0 and info.n_machines > 1:
+                            work = dist.all_reduce(mine, group=self._g("cross", s, j), async_op=True)
+                            yield [Op(work, f"{tag}: all-reduce of shard {j}", cpeers)]
+                        res = inb
+                    yield [
+                        Op(dist.broadcast(res.narrow(0, a, k), src=local[i], group=mg,
+                                          async_op=True),
+                           f"{tag}: broadcast of shard {i}", lpeers)
+                        for i, (a, k) in enumerate(bounds) if k > 0
+                    ]
+        res.div_(len(info.workers))
+
+    def _exchange(self, c: Chunk, shard: int, src: Any, dst: Any) -> list:
+        """Push ``src`` to the chunk's Summation Service and pull the sum into ``dst``."""
+        unit = c.index * self.setup.shards + shard
+        owner = c.owner
+        what = f"stream {c.stream} chunk {c.index}"
+        if owner == self.me:  # the Summation Service lives in this process
+            return [self.it.mailbox.put(unit, src, dst, f"{what}: local summation")]
+        g = self._g("pp", c.stream)
+        return [
+            Op(dist.isend(src, owner, group=g, tag=2 * unit), f"{what}: push to rank {owner}",
+               (owner,)),
+            Op(dist.irecv(dst, owner, group=g, tag=2 * unit + 1),
+               f"{what}: pull from rank {owner}", (owner,)),
+        ]

@@ -1,0 +1,618 @@
+"""The :class:`Runtime`: bootstrap, registration, the collective ``sync``, ``wait``/``retry``.
+
+Protocol, per iteration, on every rank of the ``torch.distributed`` world::
+
+    cfg = rt.sync(config)   # all ranks (servers too); the leader's config wins
+    loss.backward()         # workers: hooks pack gradients, chunks leave when ready
+    rt.wait()               # workers: .grad now holds the average over workers
+    # servers, meanwhile: rt.serve_iteration()  (autotune.server.serve loops over both)
+
+``sync`` is one all-reduce of a few int64 (the leader's encoded configuration, a stop
+flag, the leader's gradient-layout version). When the layout changed (a ``register`` or
+the ready order learnt on the first iteration) the leader's layout follows as one
+broadcast and every worker checks its own gradients against it. When the configuration or
+layout changed, every rank builds the new :class:`~autotune.runtime.setup.Setup` aside,
+all ranks vote, and only if all succeeded is it swapped in (creating any process group it
+needs for the first time); otherwise every rank raises the same error and keeps the old
+configuration. ``allreduce`` iterations may also run without a ``sync`` each (hooks arm
+the next iteration under the active configuration); ``pushpull`` needs one per iteration
+because servers serve exactly one iteration per ``sync``.
+
+Faults: see :class:`~autotune.runtime.errors.RuntimeFault` and
+:mod:`autotune.runtime.faults`. ``.grad`` is written only after every chunk of the
+iteration completed, so a failed ``wait`` leaves the local gradients intact; after a
+*recoverable* fault all ranks ``sync`` again (the leader with a known-good configuration)
+and workers call :meth:`Runtime.retry` to average the same gradients again.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from datetime import timedelta
+from typing import Any, Iterable, Mapping
+
+import torch
+import torch.distributed as dist
+
+from autotune.space import Config, ConfigError, SearchSpace
+
+from .communication import CommunicationStream
+from .compat import all_gather as _all_gather
+from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool
+from .errors import RuntimeFault
+from .faults import FaultInjector, Liveness
+from .groups import GroupCache, needed_groups
+from .plan import DTYPE_BYTES
+from .setup import Setup, build_setup
+from .summation import BufferPool, SummationStream
+from .world import WorldInfo, discover, local_machine, local_role
+
+DTYPES = tuple(DTYPE_BYTES)  # wire codes of gradient dtypes
+MAGIC = 0x4155_5401
+# control message slots (then one int per space parameter)
+_MAGIC, _STOP, _VERSION, _LENGTH, _DIRTY, _BADCFG, _H = 0, 1, 2, 3, 4, 5, 8
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+class Runtime:
+    """Gradient averaging under any configuration of :attr:`space` (see module docstring)."""
+
+    def __init__(self, info: WorldInfo, space: SearchSpace, control: Any, workers_group: Any,
+                 timeout: float, store: Any, heartbeat: float):
+        self.info = info
+        self.space = space
+        self.timeout = float(timeout)
+        self._control = control
+        self._workers_group = workers_group
+        self._store = store
+        self._groups = GroupCache(info, timeout)
+        self._faults = FaultInjector.from_env(info.rank)
+        self._liveness = Liveness(store, info.rank, heartbeat)
+        self._liveness.start()
+        self._pool = StreamPool(f"autotune-r{info.rank}")
+        self._lock = threading.RLock()
+
+        self.config: Config | None = None
+        self._setup: Setup | None = None
+        self._pools: list[BufferPool] = []
+        self._inp: dict[str, torch.Tensor] = {}
+        self._out: dict[str, torch.Tensor] = {}
+
+        # registration (workers)
+        self._params: list[torch.nn.Parameter] = []
+        self._hooks: list[Any] = []
+        self._order: list[int] = []           # registration indices in layout order
+        self._pos: dict[int, int] = {}        # registration index -> layout position
+        self._proposed: list[int] = []        # leader: the order it proposes at the next sync
+        self._version = 0                     # leader: bumped by register / learnt order
+        self._seen_version = -1               # the leader's version of the active layout
+        self._dirty = False                   # this rank registered since the last sync
+        self._learn = False
+
+        self._iter: Iteration | None = None
+        self._served = True                   # the iteration of the last sync has run
+        self._had_grad: list[bool] = []
+        self._stopped = False
+        self._broken: RuntimeFault | None = None
+        self._closed = False
+        self.iterations = 0
+
+    # ================================================================== bootstrap
+    @classmethod
+    def bootstrap(cls, timeout: float = 300.0, *, role: str | None = None, max_streams: int = 16,
+                  control_timeout: float = 7 * 24 * 3600.0, heartbeat: float = 0.5) -> "Runtime":
+        """Collective on an initialised ``torch.distributed`` world (every rank, servers
+        too): learn roles and machines, create the control and worker groups.
+
+        ``timeout``: seconds any communication wait may take (it includes waiting for a
+        slower peer's backward, so keep it above the longest backward pass).
+        ``control_timeout``: how long a rank may wait in ``sync`` for the others (servers
+        wait there while workers compute; default one week). ``role``: ``worker`` or
+        ``server`` (default ``AUTOTUNE_ROLE``, else worker). Servers adopt the leader's
+        ``timeout`` and ``max_streams``."""
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("Runtime.bootstrap needs an initialised torch.distributed world "
+                               "(torch.distributed.init_process_group)")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        role = local_role(role)
+        control = dist.new_group(list(range(world)), backend="gloo",
+                                 timeout=timedelta(seconds=control_timeout))
+        info = discover(rank, world, role, local_machine(), control)
+        def build(streams: int) -> SearchSpace:
+            return SearchSpace.build(k_max=len(info.servers),
+                                     workers_per_machine=info.workers_per_machine,
+                                     allow_lossy=True, max_streams=streams)
+
+        # The leader's timeout and stream count hold everywhere (servers start with defaults).
+        space = build(max_streams)
+        mine = torch.tensor([space.signature(), int(timeout * 1000), max_streams],
+                            dtype=torch.int64)
+        every = torch.zeros(world * 3, dtype=torch.int64)
+        _all_gather(every, mine, group=control)
+        rows = every.view(world, 3).tolist()
+        _, lead_ms, lead_streams = rows[info.leader]
+        timeout = lead_ms / 1000.0
+        if lead_streams != max_streams:
+            space = build(lead_streams)
+        if space.signature() != rows[info.leader][0]:
+            raise ConfigError(f"rank {rank} builds a different search space than the leader "
+                              "(same autotune version everywhere?)")
+        workers_group = dist.new_group(list(info.workers), backend="gloo",
+                                       timeout=timedelta(seconds=timeout))
+        store = None
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            store.set(f"autotune/pid/{rank}", f"{os.getpid()}")
+        except Exception:
+            store = None
+        return cls(info, space, control, workers_group, timeout, store, heartbeat)
+
+    # ================================================================== inspection
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    @property
+    def setup(self) -> Setup | None:
+        return self._setup
+
+    @property
+    def process_groups(self) -> int:
+        """Stream process groups created so far (each once)."""
+        return len(self._groups)
+
+    @property
+    def threads(self) -> int:
+        return self._pool.size
+
+    def describe(self, rank: int) -> str:
+        text = self.info.describe(rank)
+        if self._store is not None:
+            try:
+                text = text[:-1] + f", pid {self._store.get(f'autotune/pid/{rank}').decode()})"
+            except Exception:
+                pass
+        return text
+
+    def _check_alive(self) -> None:
+        if self._closed:
+            raise RuntimeError("the runtime was shut down")
+        if self._broken is not None:
+            raise RuntimeFault(f"the runtime is unusable after an earlier fault: {self._broken}",
+                               rank=self._broken.rank)
+
+    def _need_worker(self, what: str) -> None:
+        if not self.info.is_worker:
+            raise RuntimeError(f"{what} is for workers; this rank is a server")
+
+    # ================================================================== registration
+    def register(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Workers: the parameters whose gradients are averaged (those with
+        ``requires_grad``; duplicates once). Installs the gradient hooks. Takes effect at
+        the next ``sync``; the first iteration after it runs in reversed parameter order
+        and teaches the leader the real ready order (applied at the following ``sync``)."""
+        self._check_alive()
+        self._need_worker("register")
+        if self._iter is not None:
+            raise RuntimeError("register() during an iteration (between backward and wait)")
+        seen: set[int] = set()
+        plist = []
+        for p in params:
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"register() takes tensors/parameters, got {type(p).__name__}")
+            if p.requires_grad and id(p) not in seen:
+                if _dtype_name(p) not in DTYPE_BYTES:
+                    raise ConfigError(f"parameter of dtype {p.dtype} cannot be averaged")
+                seen.add(id(p))
+                plist.append(p)
+        for h in self._hooks:
+            h.remove()
+        self._params = plist
+        self._hooks = [p.register_post_accumulate_grad_hook(self._hook_for(i))
+                       for i, p in enumerate(plist)]
+        self._proposed = list(reversed(range(len(plist))))
+        self._version += 1
+        self._dirty = True
+        self._learn = True
+
+    def _hook_for(self, index: int) -> Any:
+        def hook(param: torch.Tensor) -> None:
+            self._on_grad(index, param)
+        return hook
+
+    # ================================================================== sync
+    def sync(self, config: Mapping[str, Any] | None = None, stop: bool = False) -> Config:
+        """Collective on ALL ranks at an iteration boundary; returns the active config.
+
+        The leader (``info.leader``, the first worker) passes the configuration to use
+        (``None``: keep the active one, or the default at first) and ``stop=True`` at the
+        end; the others pass nothing. Raises :class:`ConfigError` (bad configuration or
+        registrations disagreeing between workers) or a recoverable
+        :class:`RuntimeFault` (a rank could not apply it) identically on every rank,
+        keeping the previous configuration."""
+        self._check_alive()
+        if self._stopped:
+            raise RuntimeError("sync() after the job was stopped")
+        if self.info.is_worker:
+            self._finish_open_iteration()
+        leader = self.info.rank == self.info.leader
+        msg = torch.zeros(_H + len(self.space), dtype=torch.int64)
+        error: ConfigError | None = None
+        if leader:
+            msg[_MAGIC] = MAGIC
+            msg[_STOP] = int(bool(stop))
+            msg[_VERSION] = self._version
+            msg[_LENGTH] = len(self._proposed)
+            wanted = config if config is not None else (self.config or self.space.default())
+            try:
+                msg[_H:] = torch.tensor(self.space.encode(wanted), dtype=torch.int64)
+            except ConfigError as e:
+                error = e
+                msg[_BADCFG] = 1
+        elif config is not None or stop:  # raising here would leave the others waiting
+            warnings.warn(f"only the leader (rank {self.info.leader}) passes config/stop to "
+                          "sync(); ignored on this rank", RuntimeWarning, stacklevel=2)
+        if self.info.is_worker and self._dirty:
+            msg[_DIRTY] = 1
+        dist.all_reduce(msg, group=self._control)
+        if int(msg[_MAGIC]) != MAGIC:
+            raise RuntimeFault("garbled control message: is every rank running the same autotune?")
+        if msg[_BADCFG]:
+            raise error or ConfigError(f"the leader (rank {self.info.leader}) asked for a "
+                                       "configuration outside the space (see its error)")
+        if msg[_STOP]:
+            self._stopped = True
+            return dict(self.config or self.space.default())
+        new = self.space.decode(msg[_H:].tolist())
+        version = int(msg[_VERSION])
+        layout = None
+        if version != self._seen_version or int(msg[_DIRTY]) > 0:
+            layout = self._exchange_layout(int(msg[_LENGTH]))
+        if layout is not None or new != self.config:
+            self._apply(new, layout, version)
+        self._served = self._faults.refuses(self.config)
+        return dict(self.config)  # type: ignore[arg-type]
+
+    def _exchange_layout(self, n: int) -> list[list[int]]:
+        t = torch.zeros(n * 3, dtype=torch.int64)
+        if self.info.rank == self.info.leader:
+            rows = []
+            for i in self._proposed:
+                p = self._params[i]
+                rows += [i, p.numel(), DTYPES.index(_dtype_name(p))]
+            t[:] = torch.tensor(rows, dtype=torch.int64) if rows else t
+        dist.broadcast(t, src=self.info.leader, group=self._control)
+        return t.view(n, 3).tolist() if n else []
+
+    def _verify_layout(self, layout: list[list[int]]) -> list[int]:
+        """This worker's registration against the leader's layout; the order to use."""
+        mine = self._params
+        if len(layout) != len(mine):
+            raise ConfigError(f"rank {self.info.rank} registered {len(mine)} gradients, the leader "
+                              f"(rank {self.info.leader}) {len(layout)}")
+        order = [int(r[0]) for r in layout]
+        if sorted(order) != list(range(len(mine))):
+            raise ConfigError("malformed gradient layout from the leader")
+        for i, numel, code in layout:
+            p = mine[i]
+            if p.numel() != numel or _dtype_name(p) != DTYPES[code]:
+                raise ConfigError(
+                    f"rank {self.info.rank}: registered parameter {i} is {tuple(p.shape)} "
+                    f"{_dtype_name(p)}, the leader's is {numel} elements of {DTYPES[code]}")
+        return order
+
+    def _apply(self, config: Config, layout: list[list[int]] | None, version: int) -> None:
+        """Build the new Setup aside, vote, then create groups and swap it in."""
+        code, failure = 0, None
+        order = self._order
+        try:
+            if layout is not None:
+                sizes = [(int(n), DTYPES[int(c)]) for _, n, c in layout]
+                if self.info.is_worker:
+                    order = self._verify_layout(layout)
+            else:
+                sizes = list(self._setup.sizes) if self._setup else []
+            if self._faults.configure_fails(config):
+                raise RuntimeError("injected configure fault (AUTOTUNE_FAULT)")
+            setup = build_setup(config, sizes, self.info)
+            inp, out = self._buffers_for(setup)
+        except ConfigError as e:
+            code, failure = 1, e
+        except Exception as e:  # e.g. out of memory for the buffers
+            code, failure = 2, e
+        vote = torch.zeros(self.info.world_size, dtype=torch.int64)
+        vote[self.info.rank] = code
+        dist.all_reduce(vote, group=self._control)
+        bad = [r for r, v in enumerate(vote.tolist()) if v]
+        if bad:
+            where = ", ".join(self.describe(r) for r in bad)
+            detail = f": {failure}" if failure is not None else f" (see the log of rank {bad[0]})"
+            if any(v == 1 for v in vote.tolist()):
+                raise ConfigError(f"configuration {config} rejected by {where}{detail}")
+            raise RuntimeFault(f"configuration {config} could not be applied on {where}{detail}",
+                               rank=bad[0], recoverable=True)
+        self._groups.ensure(needed_groups(config, self.info))
+        self.config = dict(config)
+        self._setup = setup
+        self._inp, self._out = inp, out
+        self._pools = [BufferPool() for _ in range(setup.streams)]
+        if layout is not None:
+            self._order = order
+            self._pos = {r: pos for pos, r in enumerate(order)}
+            self._seen_version = version
+            self._dirty = False
+
+    def _buffers_for(self, setup: Setup) -> tuple[dict, dict]:
+        if not self.info.is_worker:
+            return {}, {}
+        totals = dict(setup.totals)
+        same = {d: t.numel() for d, t in self._inp.items()} == totals
+
+        def alloc(d: str, n: int) -> torch.Tensor:
+            return torch.zeros(n, dtype=getattr(torch, d))
+
+        inp = self._inp if same else {d: alloc(d, n) for d, n in totals.items()}
+        out: dict = {}
+        if setup.needs_out:
+            out = self._out if (same and self._out) else {d: alloc(d, n) for d, n in totals.items()}
+        return inp, out
+
+    # ================================================================== iterations
+    def _arm(self) -> Iteration:
+        """Start an iteration under the active configuration (workers)."""
+        with self._lock:
+            if self._iter is not None:
+                return self._iter
+            setup = self._setup
+            if setup is None:
+                raise RuntimeError("call rt.sync() on all ranks before the first iteration")
+            it = Iteration(setup.plan, setup.tensor_chunks, setup.streams,
+                           refused=self._faults.refuses(self.config))
+            self._had_grad = [True] * len(setup.sizes)
+            self._iter = it
+            if it.refused:
+                return it
+            if setup.pushpull and self._served:
+                it.error = RuntimeError("transport=pushpull needs rt.sync() on all ranks (servers "
+                                        "too) before every iteration")
+                it.done.set()
+                return it
+            jobs = []
+            for s in range(setup.streams):
+                if setup.stream_chunks[s]:
+                    jobs.append(CommunicationStream(setup, it, self._inp, self._out, self._groups,
+                                                    s, self.timeout).run)
+                if setup.units[s]:
+                    jobs.append(SummationStream(setup, it, it.mailbox, self._groups, s,
+                                                self.timeout, self._pools[s]).run)
+            self._submit(it, jobs)
+            return it
+
+    def _submit(self, it: Iteration, jobs: list) -> None:
+        stall = self._faults.stalls(self.config)
+        it.add_jobs(len(jobs))
+        for fn in jobs:
+            self._pool.submit(self._wrap(it, fn, stall))
+
+    def _wrap(self, it: Iteration, fn: Any, stall: bool) -> Any:
+        def run() -> None:
+            err: BaseException | None = None
+            try:
+                if stall:  # injected: go silent past the timeout
+                    deadline = time.monotonic() + self.timeout + 5
+                    while time.monotonic() < deadline and not it.aborted:
+                        time.sleep(0.2)
+                    raise OpError("injected stall (AUTOTUNE_FAULT)", (), "this rank stalled")
+                fn()
+            except BaseException as e:  # reported through the iteration
+                err = e
+            it.job_done(err)
+            if err is not None and not isinstance(err, Aborted):
+                it.abort()
+        return run
+
+    def _on_grad(self, index: int, param: torch.Tensor) -> None:
+        if self._setup is None or self._closed or self._broken is not None:
+            return
+        it = self._iter or self._arm()
+        pos = self._pos.get(index)
+        if pos is None:  # registered after the active layout: ignored until the next sync
+            return
+        if not it.refused and not it.fired[pos]:
+            self._pack(pos, param.grad)
+        it.mark_ready(pos)
+
+    def _pack(self, pos: int, grad: torch.Tensor | None) -> None:
+        setup = self._setup
+        numel, dtype = setup.sizes[pos]
+        if numel == 0:
+            return
+        view = self._inp[dtype].narrow(0, setup.offsets[pos], numel)
+        if grad is None:
+            view.zero_()
+        else:
+            view.view(grad.shape).copy_(grad)
+
+    def wait(self) -> None:
+        """Workers, after backward: return when every registered parameter's ``.grad``
+        holds the average over workers. Parameters whose gradient did not arrive by now
+        contribute their current ``.grad`` (zeros if ``None``); one that had no gradient
+        here gets one only if the average is non-zero. Raises :class:`RuntimeFault` on a
+        dead peer, a timeout or an injected fault, leaving ``.grad`` untouched."""
+        self._check_alive()
+        self._need_worker("wait")
+        it = self._iter or self._arm()
+        self._complete(it, repack_all=False)
+
+    def retry(self) -> None:
+        """Workers: average the current iteration's local gradients (still intact in
+        ``.grad`` after a recoverable fault) again, under the active configuration.
+
+        After a recoverable :class:`RuntimeFault` from :meth:`wait`: every rank calls
+        :meth:`sync` (the leader with a known-good configuration; servers do so in their
+        serving loop anyway), then every worker calls ``retry()`` instead of running
+        backward again. Returns like :meth:`wait`."""
+        self._check_alive()
+        self._need_worker("retry")
+        if self._iter is not None and any(self._iter.fired):
+            raise RuntimeError("retry() while an iteration is under way; call wait()")
+        it = self._iter or self._arm()
+        self._complete(it, repack_all=True)
+
+    def _complete(self, it: Iteration, repack_all: bool, write: bool = True) -> None:
+        params = self._params
+        for pos, reg in enumerate(self._order):
+            if repack_all or not it.fired[pos]:
+                g = params[reg].grad
+                if not write:
+                    pass
+                elif not it.refused:
+                    self._pack(pos, g)
+                self._had_grad[pos] = g is not None or not write
+                it.mark_ready(pos)
+        if it.refused:
+            self._iter = None
+            self._served = True
+            raise RuntimeFault(
+                f"injected fault for configuration {self.config} (AUTOTUNE_FAULT); the "
+                "gradients are intact: sync() and retry()", recoverable=True)
+        self._await(it)
+        self._iter = None
+        self._served = True
+        if it.error is not None:
+            if isinstance(it.error, RuntimeError) and not isinstance(it.error, OpError):
+                raise it.error
+            fault = self._fault_from(it.error)
+            self._broken = fault
+            raise fault
+        if it.twice:
+            raise RuntimeError("a parameter got its gradient twice in one iteration; call "
+                               "rt.wait() after every backward")
+        if write:
+            self._write_back()
+            self.iterations += 1
+            if self._learn and self.info.rank == self.info.leader and not repack_all:
+                learnt = [self._order[pos] for pos in it.order]
+                if learnt != self._order:
+                    self._proposed = learnt
+                    self._version += 1
+            self._learn = False
+
+    def _await(self, it: Iteration) -> None:
+        """Wait for the iteration's jobs; a stretch of ``timeout`` without progress fails."""
+        last, since = -1, time.monotonic()
+        while not it.done.wait(0.5):
+            if it.progress != last:
+                last, since = it.progress, time.monotonic()
+            elif time.monotonic() - since > self.timeout + 10:
+                it.abort()
+                others = [r for r in range(self.info.world_size) if r != self.info.rank]
+                dead = self._liveness.dead(others) or []
+                who = ", ".join(self.describe(r) for r in dead) or "none"
+                it.error = OpError(f"no progress for {self.timeout:.0f}s (ranks without heartbeat: "
+                                   f"{who})", dead, "timeout")
+                return
+
+    def _write_back(self) -> None:
+        setup = self._setup
+        res = self._out if setup.pushpull else self._inp
+        for pos, reg in enumerate(self._order):
+            numel, dtype = setup.sizes[pos]
+            p = self._params[reg]
+            view = res[dtype].narrow(0, setup.offsets[pos], numel).view(p.shape)
+            if p.grad is not None:
+                p.grad.copy_(view)
+            elif not self._had_grad[pos] and numel and bool(view.any()):
+                p.grad = view.clone(memory_format=torch.contiguous_format)
+
+    def _finish_open_iteration(self) -> None:
+        """Before a sync: complete an iteration left open, so the servers' round ends."""
+        it = self._iter
+        if it is None and (self._served or self._setup is None or not self._setup.pushpull):
+            return
+        warnings.warn("rt.sync() before rt.wait(): the open iteration is completed and its "
+                      "result discarded", RuntimeWarning, stacklevel=3)
+        if it is None:
+            it = self._arm()
+        try:
+            self._complete(it, repack_all=False, write=False)
+        except RuntimeFault as e:
+            if not e.recoverable:
+                raise
+
+    def _fault_from(self, err: BaseException) -> RuntimeFault:
+        if isinstance(err, RuntimeFault):
+            return err
+        if not isinstance(err, OpError):
+            return RuntimeFault(f"internal error in a communication stream: {err!r}")
+        peers = [p for p in err.peers if p != self.info.rank]
+        dead = self._liveness.dead(peers) if peers else None
+        if dead:
+            rank, state = dead[0], "stopped (no heartbeat: dead?)"
+        elif len(peers) == 1:
+            rank, state = peers[0], "failed to answer"
+        else:
+            rank, state = None, ""
+        if rank is not None:
+            text = f"{self.describe(rank)} {state} during {err.what}: {err.cause}"
+        else:
+            text = f"{err.what} failed: {err.cause}"
+        return RuntimeFault(text, rank=rank, recoverable=False)
+
+    # ================================================================== servers
+    def serve_iteration(self) -> None:
+        """Servers: sum this iteration's owned chunks under the active configuration."""
+        self._check_alive()
+        if self.info.is_worker:
+            raise RuntimeError("serve_iteration is for servers")
+        setup = self._setup
+        if setup is None or self._faults.refuses(self.config) or not setup.owns_units:
+            return
+        it = Iteration((), (), setup.streams)
+        jobs = [SummationStream(setup, it, Mailbox(), self._groups, s, self.timeout,
+                                self._pools[s]).run
+                for s in range(setup.streams) if setup.units[s]]
+        self._submit(it, jobs)
+        self._await(it)
+        if it.error is not None:
+            fault = self._fault_from(it.error)
+            self._broken = fault
+            raise fault
+        self.iterations += 1
+
+    # ================================================================== misc
+    def worker_max(self, x: float) -> float:
+        """All-reduce MAX of ``x`` over the workers (e.g. the slowest worker's time)."""
+        self._need_worker("worker_max")
+        t = torch.tensor([float(x)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._workers_group)
+        return float(t.item())
+
+    def shutdown(self) -> None:
+        """Idempotent: stop threads, remove hooks. Collective clean-up is the leader's
+        ``sync(stop=True)``, which lets the servers leave their loop."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._iter is not None:
+            self._iter.abort()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self._pool.shutdown(timeout=2.0 if self._broken else 10.0)
+        self._liveness.stop()
+        if self._broken is None:
+            self._groups.destroy()
+        self._inp, self._out, self._pools = {}, {}, []
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()

@@ -1,0 +1,244 @@
+"""The machinery the services run on: stream threads, chunk readiness, waits with timeouts.
+
+* :class:`StreamPool`: persistent daemon threads that run one job per stream (and role)
+  per iteration. It grows to the largest number of concurrent jobs seen and never
+  shrinks below it, so reconfiguring creates no new threads once warm; daemon threads
+  cannot keep a failed process alive.
+* :class:`Iteration`: the state of one averaging round on a worker: which gradients are
+  in, which chunks are ready (per-stream condition variables), progress, the first error.
+* :class:`Op`: a ``torch.distributed`` work handle with a description and its peers, so a
+  failure can name them. :class:`LocalWork` is the same for a hand-off inside a process.
+* :class:`Mailbox`: the hand-off between a worker's Communication Service and the
+  Summation Service colocated in the same process (no self-send in gloo).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+
+class Aborted(Exception):
+    """The iteration was abandoned (shutdown or another job failed)."""
+
+
+class OpError(Exception):
+    """A communication operation failed; ``peers`` are the ranks it involved."""
+
+    def __init__(self, what: str, peers: Sequence[int], cause: BaseException | str):
+        self.what = what
+        self.peers = tuple(peers)
+        self.cause = cause
+        super().__init__(f"{what}: {cause}")
+
+
+class Op:
+    """A pending ``torch.distributed`` operation."""
+
+    __slots__ = ("work", "what", "peers")
+
+    def __init__(self, work: Any, what: str, peers: Sequence[int]):
+        self.work = work
+        self.what = what
+        self.peers = peers
+
+    def wait(self, timeout: float) -> None:
+        try:
+            ok = self.work.wait(timedelta(seconds=timeout))
+        except Exception as e:  # gloo raises on timeout, closed connections, ...
+            raise OpError(self.what, self.peers, e) from e
+        if ok is False:
+            raise OpError(self.what, self.peers, f"timed out after {timeout:.0f}s")
+
+
+class LocalWork:
+    """Completion of a hand-off between threads of one process."""
+
+    __slots__ = ("event", "error", "what", "peers")
+
+    def __init__(self, what: str, peers: Sequence[int] = ()):
+        self.event = threading.Event()
+        self.error: BaseException | None = None
+        self.what = what
+        self.peers = peers
+
+    def set(self, error: BaseException | None = None) -> None:
+        self.error = error
+        self.event.set()
+
+    def wait(self, timeout: float) -> None:
+        if not self.event.wait(timeout):
+            raise OpError(self.what, self.peers, f"timed out after {timeout:.0f}s")
+        if self.error is not None:
+            raise OpError(self.what, self.peers, self.error)
+
+
+class Mailbox:
+    """Unit id -> (source view, destination view, completion) between two local threads."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: dict[int, tuple[Any, Any, LocalWork]] = {}
+        self._aborted = False
+
+    def put(self, unit: int, src: Any, dst: Any, what: str) -> LocalWork:
+        work = LocalWork(what)
+        with self._cond:
+            self._items[unit] = (src, dst, work)
+            self._cond.notify_all()
+        return work
+
+    def take(self, unit: int, timeout: float) -> tuple[Any, Any, LocalWork]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while unit not in self._items:
+                if self._aborted:
+                    raise Aborted()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise OpError("local hand-off", (), f"timed out after {timeout:.0f}s")
+                self._cond.wait(min(left, 0.5))
+            return self._items.pop(unit)
+
+    def abort(self) -> None:
+        with self._cond:
+            self._aborted = True
+            for _, _, work in self._items.values():
+                work.set(Aborted())
+            self._items.clear()
+            self._cond.notify_all()
+
+
+class StreamPool:
+    """Daemon threads running submitted jobs; one thread per concurrently running job."""
+
+    def __init__(self, name: str = "autotune-stream"):
+        self.name = name
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._unclaimed = 0
+        self._closed = False
+
+    @property
+    def size(self) -> int:
+        return len(self._threads)
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the runtime was shut down")
+            self._unclaimed += 1
+            spawn = self._idle < self._unclaimed
+            if spawn:
+                t = threading.Thread(target=self._run, name=f"{self.name}-{len(self._threads)}",
+                                     daemon=True)
+                self._threads.append(t)
+        self._q.put(fn)
+        if spawn:
+            t.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            fn = self._q.get()
+            with self._lock:
+                self._idle -= 1
+                self._unclaimed -= 1
+            if fn is None:
+                return
+            fn()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            threads = list(self._threads)
+        for _ in threads:
+            self._q.put(None)
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+class Iteration:
+    """One averaging round on a worker (see the module docstring).
+
+    ``pending[c]``: gradients chunk ``c`` still waits for. Jobs report through
+    :meth:`job_done`; :attr:`done` is set when all finished or one failed.
+    """
+
+    def __init__(self, plan: Sequence[Any], tensor_chunks: Sequence[Sequence[int]],
+                 streams: int, refused: bool = False):
+        self.plan = plan
+        self.tensor_chunks = tensor_chunks
+        self.refused = refused
+        self.fired = [False] * len(tensor_chunks)
+        self.order: list[int] = []  # layout positions in the order they became ready
+        self.pending = [len(set(c.tensors)) for c in plan]
+        self._lock = threading.Lock()
+        self._conds = [threading.Condition(self._lock) for _ in range(max(1, streams))]
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.jobs_left = 0
+        self.started = False
+        self.progress = 0  # completed chunks/units, to tell a slow round from a stuck one
+        self.aborted = False
+        self.mailbox = Mailbox()
+        self.twice: list[int] = []
+
+    # ------------------------------------------------------------------ readiness
+    def mark_ready(self, pos: int) -> None:
+        with self._lock:
+            if self.fired[pos]:
+                self.twice.append(pos)
+                return
+            self.fired[pos] = True
+            self.order.append(pos)
+            for c in self.tensor_chunks[pos]:
+                self.pending[c] -= 1
+                if self.pending[c] == 0:
+                    self._conds[self.plan[c].stream].notify_all()
+
+    def wait_ready(self, chunk: Any) -> None:
+        cond = self._conds[chunk.stream]
+        with self._lock:
+            while self.pending[chunk.index] > 0:
+                if self.aborted:
+                    raise Aborted()
+                cond.wait(0.5)
+            if self.aborted:
+                raise Aborted()
+
+    # ------------------------------------------------------------------ jobs
+    def add_jobs(self, n: int) -> None:
+        with self._lock:
+            self.jobs_left += n
+            self.started = True
+        if n == 0 and self.jobs_left == 0:
+            self.done.set()
+
+    def tick(self) -> None:
+        self.progress += 1
+
+    def job_done(self, error: BaseException | None = None) -> None:
+        with self._lock:
+            self.jobs_left -= 1
+            if error is not None and not isinstance(error, Aborted) and self.error is None:
+                self.error = error
+            finished = self.jobs_left <= 0 or self.error is not None
+        if finished:
+            self.done.set()
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            for c in self._conds:
+                c.notify_all()
+        self.mailbox.abort()

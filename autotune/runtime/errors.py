@@ -1,0 +1,31 @@
+"""Errors the runtime raises.
+
+``ConfigError`` (from :mod:`autotune.space`) means a configuration or a registration is
+wrong: it is raised identically on every rank, the previous configuration stays active.
+:class:`RuntimeFault` means communication failed: a peer died, an operation timed out, or
+an injected fault fired (see :mod:`autotune.runtime.faults`).
+"""
+
+from __future__ import annotations
+
+from autotune.space import ConfigError
+
+__all__ = ["ConfigError", "RuntimeFault"]
+
+
+class RuntimeFault(RuntimeError):
+    """Averaging or reconfiguring failed.
+
+    ``rank``: the rank held responsible (a dead or stuck peer, or the rank that refused a
+    configuration), or ``None`` when it could not be told. ``recoverable``: ``True`` when
+    the fault happened identically on every rank before any byte of the iteration moved
+    (an injected fault, a configuration every rank could not apply): the gradients in
+    ``.grad`` are intact and the iteration can be averaged again under another
+    configuration (``sync`` then ``retry``). ``False`` after a dead peer or a timeout: the
+    process groups may hold half-finished operations, the runtime refuses further work.
+    """
+
+    def __init__(self, message: str, *, rank: int | None = None, recoverable: bool = False):
+        super().__init__(message)
+        self.rank = rank
+        self.recoverable = recoverable

@@ -1,0 +1,160 @@
+"""Fault injection for tests, and telling which peer died.
+
+**Injection** (``AUTOTUNE_FAULT``, read at bootstrap; must be the same on every rank)::
+
+    AUTOTUNE_FAULT="transport=pushpull,streams=3"          # fail (default mode)
+    AUTOTUNE_FAULT="servers=2@configure:1"                 # rank 1 cannot apply it
+    AUTOTUNE_FAULT="chunk_bytes=65536@stall:2"             # rank 2 goes silent
+    AUTOTUNE_FAULT="streams=3;intra=root@fail"             # several rules, ';'-separated
+
+A rule is a pattern (``name=value`` pairs joined by ``,``; ``*`` matches every
+configuration) and a mode:
+
+* ``fail``: every iteration averaged under a matching configuration fails identically on
+  all ranks before any byte moves: ``wait()`` raises a *recoverable*
+  :class:`~autotune.runtime.errors.RuntimeFault`, servers skip the iteration. The
+  gradients stay intact, so the iteration can be averaged again (``sync`` + ``retry``).
+* ``configure:R``: rank ``R`` fails to apply a matching configuration; the vote in
+  ``sync`` makes every rank raise a recoverable ``RuntimeFault`` naming ``R`` and keep the
+  previous configuration.
+* ``stall:R``: rank ``R`` stops communicating for a matching iteration (its streams sleep
+  past the timeout): its peers time out and raise a non-recoverable ``RuntimeFault``.
+  This exercises the timeout path without killing a process.
+
+**Liveness.** Each rank bumps a counter in the rendezvous store every ``interval`` seconds.
+After a failed collective (whose error does not say which peer failed) the runtime reads
+the counters twice; ranks whose counter stood still are named as dead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+MODES = ("fail", "configure", "stall")
+ENV = "AUTOTUNE_FAULT"
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    pattern: tuple[tuple[str, str], ...]
+    mode: str
+    rank: int | None = None
+
+    def matches(self, config: Mapping[str, Any] | None) -> bool:
+        if config is None:
+            return False
+        return all(str(config.get(k)) == v for k, v in self.pattern)
+
+
+def parse_faults(text: str | None) -> list[FaultRule]:
+    """Rules from an ``AUTOTUNE_FAULT`` value (see the module docstring)."""
+    rules: list[FaultRule] = []
+    for part in (text or "").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        pat, _, mode = part.partition("@")
+        mode = mode.strip() or "fail"
+        name, _, arg = mode.partition(":")
+        if name not in MODES:
+            raise ValueError(f"{ENV}: unknown mode {name!r} in {part!r}; modes: {', '.join(MODES)}")
+        rank = None
+        if name in ("configure", "stall"):
+            if not arg.strip().isdigit():
+                raise ValueError(f"{ENV}: mode {name!r} needs a rank, e.g. {name}:1 (in {part!r})")
+            rank = int(arg)
+        pairs: list[tuple[str, str]] = []
+        pat = pat.strip()
+        if pat and pat != "*":
+            for kv in pat.split(","):
+                k, eq, v = kv.partition("=")
+                if not eq or not k.strip():
+                    raise ValueError(f"{ENV}: expected name=value, got {kv!r} in {part!r}")
+                pairs.append((k.strip(), v.strip()))
+        rules.append(FaultRule(tuple(pairs), name, rank))
+    return rules
+
+
+class FaultInjector:
+    """The rules of ``AUTOTUNE_FAULT`` as seen by one rank."""
+
+    def __init__(self, rules: Sequence[FaultRule], rank: int):
+        self.rules = list(rules)
+        self.rank = rank
+
+    @classmethod
+    def from_env(cls, rank: int) -> "FaultInjector":
+        return cls(parse_faults(os.environ.get(ENV)), rank)
+
+    def _hit(self, mode: str, config: Mapping[str, Any] | None) -> FaultRule | None:
+        for r in self.rules:
+            if r.mode == mode and r.matches(config):
+                return r
+        return None
+
+    def refuses(self, config: Mapping[str, Any] | None) -> bool:
+        """Mode ``fail``: the iteration fails on all ranks."""
+        return self._hit("fail", config) is not None
+
+    def configure_fails(self, config: Mapping[str, Any] | None) -> bool:
+        r = self._hit("configure", config)
+        return r is not None and r.rank == self.rank
+
+    def stalls(self, config: Mapping[str, Any] | None) -> bool:
+        r = self._hit("stall", config)
+        return r is not None and r.rank == self.rank
+
+
+class Liveness:
+    """Heartbeat counters in the rendezvous store (see the module docstring)."""
+
+    PREFIX = "autotune/alive/"
+
+    def __init__(self, store: Any, rank: int, interval: float = 0.5):
+        self.store = store
+        self.rank = rank
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.store is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="autotune-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        key = f"{self.PREFIX}{self.rank}"
+        while not self._stop.is_set():
+            try:
+                self.store.add(key, 1)
+            except Exception:  # the store is gone: nothing left to report to
+                return
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _read(self, ranks: Sequence[int]) -> list[int]:
+        return [int(self.store.add(f"{self.PREFIX}{r}", 0)) for r in ranks]
+
+    def dead(self, ranks: Sequence[int], wait: float | None = None) -> list[int] | None:
+        """Ranks among ``ranks`` whose heartbeat stood still for ``wait`` seconds
+        (default 4 intervals); ``None`` if the store cannot be read."""
+        ranks = [r for r in ranks if r != self.rank]
+        if self.store is None or not ranks:
+            return None if self.store is None else []
+        try:
+            before = self._read(ranks)
+            time.sleep(wait if wait is not None else 4 * self.interval)
+            after = self._read(ranks)
+        except Exception:
+            return None
+        return [r for r, a, b in zip(ranks, before, after) if a == b]

@@ -1,0 +1,103 @@
+"""The process groups of the streams, created once each, on first use.
+
+Every stream has its own groups, so concurrent streams are separate connections (AIACC's
+N communication links). Keys:
+
+* ``("ar", s)``: all workers (``allreduce``, ``intra=flat``);
+* ``("pp", s)``: all ranks, for the point-to-point push and pull of ``pushpull``;
+* ``("mach", s, m)``: the workers of worker machine ``m`` (intra-machine reduce/broadcast,
+  reduce-scatter/all-gather);
+* ``("cross", s, j)``: the workers with local index ``j`` on every machine (the
+  cross-machine all-reduce of ``intra=root``/``scatter``).
+
+``new_group`` is collective over the whole world, so groups are only created inside
+``Runtime.sync`` (where every rank is), in the deterministic order of
+:func:`needed_groups`; a configuration that needs no new group creates none. Groups are
+never re-created, so reconfiguring leaks nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Mapping
+
+from .world import WorldInfo
+
+Key = tuple
+
+
+def members(key: Key, info: WorldInfo) -> tuple[int, ...]:
+    kind = key[0]
+    if kind == "ar":
+        return info.workers
+    if kind == "pp":
+        return tuple(range(info.world_size))
+    if kind == "mach":
+        return info.machine_workers(info.worker_machines[key[2]])
+    if kind == "cross":
+        return tuple(info.machine_workers(m)[key[2]] for m in info.worker_machines)
+    raise ValueError(f"unknown group key {key!r}")
+
+
+def needed_groups(config: Mapping[str, Any], info: WorldInfo) -> list[Key]:
+    """The groups ``config`` uses, in creation order."""
+    keys: list[Key] = []
+    intra = config["intra"]
+    for s in range(int(config["streams"])):
+        if config["transport"] == "pushpull":
+            keys.append(("pp", s))
+        if intra == "flat":
+            if config["transport"] == "allreduce":
+                keys.append(("ar", s))
+            continue
+        keys += [("mach", s, m) for m in range(info.n_machines)]
+        if config["transport"] == "allreduce" and info.n_machines > 1:
+            if intra == "root":
+                keys.append(("cross", s, int(config["reduce_root"])))
+            else:
+                keys += [("cross", s, j) for j in range(info.workers_per_machine)]
+    return keys
+
+
+class GroupCache:
+    """Process groups by key; :meth:`ensure` creates the missing ones (collective)."""
+
+    def __init__(self, info: WorldInfo, timeout: float, backend: str = "gloo"):
+        self.info = info
+        self.timeout = timedelta(seconds=timeout)
+        self.backend = backend
+        self._groups: dict[Key, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def ensure(self, keys: list[Key]) -> int:
+        """Create the groups of ``keys`` not created yet; returns how many were created.
+        Every rank must call this with the same keys in the same order."""
+        import torch.distributed as dist
+
+        made = 0
+        for key in keys:
+            if key in self._groups:
+                continue
+            ranks = list(members(key, self.info))
+            self._groups[key] = dist.new_group(ranks, timeout=self.timeout, backend=self.backend)
+            made += 1
+        return made
+
+    def get(self, key: Key) -> Any:
+        try:
+            return self._groups[key]
+        except KeyError:
+            raise RuntimeError(f"process group {key} was not created (internal error)") from None
+
+    def destroy(self) -> None:
+        import torch.distributed as dist
+
+        for g in self._groups.values():
+            try:
+                if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
+                    dist.destroy_process_group(g)
+            except Exception:
+                pass
+        self._groups.clear()

@@ -1,0 +1,104 @@
+"""Everything a configuration fixes for one rank, computed once when it is applied.
+
+A :class:`Setup` is immutable and built away from the active one (``Runtime.sync`` builds
+it, votes, and only then swaps it in), so a configuration that cannot be applied leaves
+the previous one untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from autotune.space import ConfigError
+
+from .plan import (Chunk, Size, Unit, flat_layout, make_plan, shards_per_chunk,
+                   summation_units)
+from .world import WorldInfo
+
+# Chunks a stream keeps in flight (AIACC/BytePS pipelining), and the buffer budget per
+# Summation Service stream that bounds how many units it receives at once.
+SEND_DEPTH = 4
+SUM_DEPTH = 4
+SUM_INFLIGHT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Setup:
+    config: dict
+    info: WorldInfo
+    sizes: tuple[Size, ...]
+    offsets: tuple[int, ...]
+    totals: tuple[tuple[str, int], ...]
+    plan: tuple[Chunk, ...]
+    stream_chunks: tuple[tuple[Chunk, ...], ...]  # per stream, plan order
+    tensor_chunks: tuple[tuple[int, ...], ...]   # per gradient (layout position)
+    shards: int
+    units: tuple[tuple[Unit, ...], ...]          # units this rank sums, per stream
+    sum_depth: int
+
+    @property
+    def streams(self) -> int:
+        return int(self.config["streams"])
+
+    @property
+    def pushpull(self) -> bool:
+        return self.config["transport"] == "pushpull"
+
+    @property
+    def needs_out(self) -> bool:
+        """Whether results land in a second flat buffer (push/pull, reduce-scatter)."""
+        return self.pushpull or self.config["intra"] == "scatter"
+
+    @property
+    def owns_units(self) -> bool:
+        return any(self.units)
+
+
+def check_supported(config: Mapping[str, Any], info: WorldInfo) -> None:
+    """Raise :class:`ConfigError` for what this runtime cannot do (same on every rank)."""
+    if config["compression"] != "none":
+        # Codec integration point: a codec from autotune.runtime.codecs would be looked up
+        # here and applied per chunk (encode before push / decode+sum+re-encode in the
+        # Summation Service / decode after pull), see communication.py and summation.py.
+        raise ConfigError(
+            f"compression={config['compression']!r}: lossy codecs are not wired into the "
+            "runtime yet; only compression='none' can be applied"
+        )
+    if config["intra"] != "flat" and not info.uniform:
+        raise ConfigError(
+            f"intra={config['intra']!r} needs the same number of workers on every machine"
+        )
+    if config["transport"] == "pushpull" and int(config["servers"]) > len(info.servers):
+        raise ConfigError(f"servers={config['servers']} but the job has {len(info.servers)}")
+
+
+def build_setup(config: Mapping[str, Any], sizes: list[Size], info: WorldInfo) -> Setup:
+    """The :class:`Setup` of ``config`` for gradients of ``sizes`` (ready order)."""
+    config = dict(config)
+    check_supported(config, info)
+    offsets, totals = flat_layout(sizes)
+    plan = make_plan(sizes, config, info)
+    streams = int(config["streams"])
+    per_stream: list[list[Chunk]] = [[] for _ in range(streams)]
+    for c in plan:
+        per_stream[c.stream].append(c)
+    tensor_chunks: list[list[int]] = [[] for _ in sizes]
+    for c in plan:
+        for t in dict.fromkeys(c.tensors):
+            tensor_chunks[t].append(c.index)
+    units: list[list[Unit]] = [[] for _ in range(streams)]
+    if config["transport"] == "pushpull":
+        for u in summation_units(plan, config, info, info.rank):
+            units[u.chunk.stream].append(u)
+    shards = shards_per_chunk(config, info)
+    nparts = max(1, info.n_machines if config["intra"] != "flat" else len(info.workers))
+    unit_bytes = max(1, int(config["chunk_bytes"]) // shards)
+    sum_depth = max(1, min(SUM_DEPTH, SUM_INFLIGHT_BYTES // (unit_bytes * (nparts + 1))))
+    return Setup(
+        config=config, info=info, sizes=tuple(sizes), offsets=tuple(offsets),
+        totals=tuple(sorted(totals.items())), plan=tuple(plan),
+        stream_chunks=tuple(tuple(s) for s in per_stream),
+        tensor_chunks=tuple(tuple(t) for t in tensor_chunks), shards=shards,
+        units=tuple(tuple(u) for u in units), sum_depth=sum_depth,
+    )

@@ -1,0 +1,378 @@
+"""Shared pieces of the runtime tests, and the per-rank script they launch.
+
+Run under ``autotune launch`` (by the tests, through :func:`launch_group`)::
+
+    python tests/runtime_helpers.py sweep OUTDIR     # correctness sweep + error cases
+    python tests/runtime_helpers.py faults OUTDIR    # injected fault + retry, killed server
+    python tests/runtime_helpers.py stall OUTDIR     # a silent peer -> timeout
+
+Each worker writes ``OUTDIR/rank<r>.json`` with what it saw; the tests compare. Gradients
+are made by a real backward pass (``loss = sum(p * target)``, so ``p.grad == target``), the
+reference is ``torch.distributed.all_reduce`` of the same local gradients over a workers'
+group, divided by the number of workers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+KiB, MiB = 1024, 1024 * 1024
+STREAMS = (1, 2, 3, 4, 5, 8)          # 6 and 7 are reserved for the injected faults
+CHUNKS = (64 * KiB, 128 * KiB, 1 * MiB, 8 * MiB, 64 * MiB)  # 8 MiB > the largest tensor
+FAULT_ENV = "streams=7,transport=pushpull@fail;streams=6@configure:2"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def combos(servers: int = 2) -> list[tuple[str, int, str, int]]:
+    """(transport, servers, intra, reduce_root) for 2 workers per machine."""
+    intra = [("flat", 0), ("root", 0), ("root", 1), ("scatter", 0)]
+    out = [("allreduce", 0, i, r) for i, r in intra]
+    out += [("pushpull", k, i, r) for k in range(servers + 1) for i, r in intra]
+    return out
+
+
+def config_of(combo: tuple, streams: int, chunk: int) -> dict:
+    t, k, intra, root = combo
+    return {"streams": streams, "chunk_bytes": chunk, "transport": t,
+            "servers": k if t == "pushpull" else 0, "intra": intra,
+            "reduce_root": root if intra == "root" else 0, "compression": "none"}
+
+
+def sweep_cases(full: bool = False) -> list[tuple[str, dict]]:
+    """(shape set, config) in run order. Every combination of transport, k and intra mode
+    meets several stream counts and chunk sizes (all of them with ``full``)."""
+    cases: list[tuple[str, dict]] = []
+    cs = combos()
+    for i, c in enumerate(cs):
+        pairs = ([(s, ch) for s in STREAMS for ch in CHUNKS] if full else
+                 [(STREAMS[(i + a) % len(STREAMS)], CHUNKS[(i + 2 * a) % len(CHUNKS)])
+                  for a in range(3)])
+        cases += [("mixed", config_of(c, s, ch)) for s, ch in pairs]
+    for i, c in enumerate(cs):
+        cases.append(("tiny", config_of(c, STREAMS[i % 6], CHUNKS[i % 5])))
+    for i, c in enumerate(cs):
+        cases.append(("huge", config_of(c, STREAMS[(i + 3) % 6], CHUNKS[(i + 1) % 5])))
+    return cases
+
+
+# ---------------------------------------------------------------------- pytest side
+def launch_group(mode: str, out: Path, workers: int, servers: int, machines: int | None,
+                 extra_env: dict[str, str] | None = None, timeout: float = 240,
+                 args: tuple[str, ...] = ()) -> tuple[int, str]:
+    """Run this script under ``python -m autotune.launch``; (exit code, combined output)."""
+    cmd = [sys.executable, "-m", "autotune.launch", "-n", str(workers), "-k", str(servers),
+           "--grace", "30"]
+    if machines:
+        cmd += ["-m", str(machines)]
+    cmd += [str(Path(__file__).resolve()), mode, str(out), *args]
+    env = dict(os.environ, **(extra_env or {}))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def load_results(out: Path, workers: int) -> list[dict]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(workers)]
+
+
+# ---------------------------------------------------------------------- rank side
+def _shape_set(name: str, rank: int) -> tuple[list[Any], dict[int, str]]:
+    """Parameters of a shape set and, per index, how it is used (all/even/none/frozen)."""
+    import torch
+
+    torch.manual_seed(1234)
+    p = torch.nn.Parameter
+    shapes: list[tuple[tuple[int, ...], Any, str]] = []
+    f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
+    if name == "mixed":
+        shapes += [((64, 3, 7, 7), f32, "all"), ((64,), f32, "all"), ((300, 500), f32, "all"),
+                   ((1000,), f32, "all"), ((333, 77), f32, "all"), ((5,), f32, "none"),
+                   ((31, 17), f16, "all"), ((4097,), f16, "all"), ((129, 3), bf16, "all"),
+                   ((11,), f32, "even"), ((3, 3), f32, "frozen"), ((1,), f32, "all")]
+        shapes += [((1 + i % 7,), f32, "all") for i in range(60)]
+        shapes += [((70001,), f32, "all"), ((2, 64, 3, 3), f32, "channels_last")]
+    elif name == "tiny":
+        shapes += [((1 + (i * 7) % 40,), f32 if i % 5 else f16, "all") for i in range(300)]
+    elif name == "huge":
+        shapes += [((1536, 1024), f32, "all"), ((3,), f32, "all"), ((513,), bf16, "all")]
+    else:
+        raise ValueError(name)
+    params, use = [], {}
+    for i, (shape, dtype, how) in enumerate(shapes):
+        t = torch.randn(shape).to(dtype)
+        if how == "channels_last":
+            t = t.contiguous(memory_format=torch.channels_last)
+        q = p(t, requires_grad=how != "frozen")
+        params.append(q)
+        use[i] = how
+    return params, use
+
+
+def _used(how: str, rank: int) -> bool:
+    return how in ("all", "channels_last") or (how == "even" and rank % 2 == 0)
+
+
+def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | None,
+               zero_grads: bool) -> dict:
+    """One sync + backward + wait; compares with all_reduce. Returns a record."""
+    import torch
+    import torch.distributed as dist
+
+    t_start = time.perf_counter()
+    info = rt.info
+    rank, n = info.rank, len(info.workers)
+    active = rt.sync(cfg if rank == info.leader else None)
+    g = torch.Generator().manual_seed(1000 * it + rank)
+    targets = [torch.randn(q.shape, generator=g).to(q.dtype) for q in params]
+    for q in params:
+        if zero_grads and q.grad is not None:
+            q.grad.zero_()  # in-place path: .grad keeps its identity
+        else:
+            q.grad = None
+    terms = [(q * t).sum() for i, (q, t) in enumerate(zip(params, targets))
+             if use[i] not in ("frozen", "none") and _used(use[i], rank)]
+    torch.stack([x.float() for x in terms]).sum().backward()
+    ids = [id(q.grad) if q.grad is not None else None for q in params]
+    t_ref = time.perf_counter()
+    refs = _reference(params, use, wg, n)
+    t_ref = time.perf_counter() - t_ref
+    t0 = time.perf_counter()
+    rt.wait()
+    ms = (time.perf_counter() - t0) * 1000
+    worst, none_ok, ident_ok = 0.0, True, True
+    for i, q in enumerate(params):
+        if use[i] in ("frozen", "none"):  # never registered / never used anywhere
+            none_ok &= q.grad is None
+            continue
+        if q.grad is None:
+            none_ok = False
+            continue
+        ref = refs[i]
+        tol = 1e-5 if q.dtype == torch.float32 else 2e-2
+        err = ((q.grad.float() - ref.float()).abs() / (ref.float().abs() + 1)).max().item()
+        worst = max(worst, err / tol)
+        if zero_grads and ids[i] is not None and id(q.grad) != ids[i]:
+            ident_ok = False
+    return {"config": active, "ratio": worst, "none_ok": none_ok, "ident_ok": ident_ok,
+            "ms": round(ms, 2), "ref_ms": round(t_ref * 1000, 2),
+            "total_ms": round((time.perf_counter() - t_start) * 1000, 2)}
+
+
+def _reference(params: list, use: dict, wg: Any, n: int) -> list:
+    """torch.distributed.all_reduce's average of the local gradients (a missing one counts
+    as zeros); one all-reduce per dtype of the gradients laid end to end."""
+    import torch
+    import torch.distributed as dist
+
+    refs: list = [None] * len(params)
+    by_dtype: dict = {}
+    for i, q in enumerate(params):
+        if use[i] not in ("frozen", "none"):
+            by_dtype.setdefault(q.dtype, []).append(i)
+    for dtype, idx in by_dtype.items():
+        flat = torch.cat([(params[i].grad if params[i].grad is not None
+                           else torch.zeros_like(params[i])).detach().reshape(-1) for i in idx])
+        dist.all_reduce(flat, group=wg)
+        flat /= n
+        off = 0
+        for i in idx:
+            k = params[i].numel()
+            refs[i] = flat[off:off + k].view(params[i].shape)
+            off += k
+    return refs
+
+
+def _expect_error(fn: Any, kind: type) -> str:
+    try:
+        fn()
+    except kind as e:
+        return f"{type(e).__name__}: {e}"
+    except Exception as e:  # the wrong error type is a failure the test reports
+        return f"WRONG {type(e).__name__}: {e}"
+    return "NO ERROR"
+
+
+def run_sweep(out: Path, full: bool) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from autotune.runtime import ConfigError, Runtime, RuntimeFault
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rt = Runtime.bootstrap(timeout=120)
+    info = rt.info
+    rec: dict[str, Any] = {"info": info.as_dict(), "cases": [], "errors": {}}
+    wg = dist.new_group(list(info.workers), use_local_synchronization=True)
+    leader = info.rank == info.leader
+    current = None
+    params: list = []
+    use: dict = {}
+    baseline_threads = threading.active_count()
+    cases = sweep_cases(full)
+    for idx, (shape_set, cfg) in enumerate(cases):
+        if shape_set != current:
+            params, use = _shape_set(shape_set, info.rank)
+            rt.register(params)
+            current = shape_set
+        rec["cases"].append(_iteration(rt, wg, params, use, idx, cfg, zero_grads=idx % 3 == 0))
+    rec["threads"] = [baseline_threads, threading.active_count(), rt.threads]
+    rec["groups"] = rt.process_groups
+
+    # -------- errors, every rank alike, and the group stays usable after each
+    base = dict(sweep_cases()[0][1])
+    err = rec["errors"]
+    it = len(cases)
+    err["lossy"] = _expect_error(
+        lambda: rt.sync({**base, "compression": "fp16"} if leader else None), ConfigError)
+    err["outside"] = _expect_error(
+        lambda: rt.sync({**base, "streams": 99} if leader else None), ConfigError)
+    err["configure"] = _expect_error(  # AUTOTUNE_FAULT: rank 2 cannot apply streams=6
+        lambda: rt.sync({**base, "streams": 6} if leader else None), RuntimeFault)
+    # rank 1 registers a different shape -> every rank raises, nobody hangs
+    bad = [torch.nn.Parameter(torch.zeros(3 if info.rank == 1 else 4))]
+    rt.register(bad)
+    err["mismatch"] = _expect_error(lambda: rt.sync(base if leader else None), ConfigError)
+    rt.register(params)
+    rec["after_errors"] = _iteration(rt, wg, params, use, it, base, False)
+    # injected fault (streams=7, pushpull): wait() raises, .grad intact, retry() averages
+    faulty = {**base, "transport": "pushpull", "servers": 1, "streams": 7}
+    rt.sync(faulty if leader else None)
+    g = torch.Generator().manual_seed(777 + info.rank)
+    for q in params:
+        q.grad = None
+    targets = [torch.randn(q.shape, generator=g).to(q.dtype) for q in params]
+    terms = [(q * t).sum() for i, (q, t) in enumerate(zip(params, targets))
+             if use[i] not in ("frozen", "none") and _used(use[i], info.rank)]
+    torch.stack([x.float() for x in terms]).sum().backward()
+    before = [q.grad.clone() if q.grad is not None else None for q in params]
+    try:
+        rt.wait()
+        err["injected"] = "NO ERROR"
+    except RuntimeFault as e:
+        err["injected"] = f"recoverable={e.recoverable}: {e}"
+    err["intact"] = all((a is None and q.grad is None) or (a is not None and torch.equal(a, q.grad))
+                        for a, q in zip(before, params))
+    good = {**base, "transport": "pushpull", "servers": 2, "streams": 3, "intra": "scatter"}
+    rt.sync(good if leader else None)
+    refs = _reference(params, use, wg, len(info.workers))
+    rt.retry()
+    err["retry_ratio"] = max(
+        ((q.grad.float() - r.float()).abs() / (r.float().abs() + 1)).max().item()
+        / (1e-5 if q.dtype == torch.float32 else 2e-2)
+        for q, r in zip(params, refs) if r is not None)
+    rec["worker_max"] = rt.worker_max(float(info.rank) * 1.5)
+    rt.sync(stop=True) if leader else rt.sync()
+    rt.shutdown()
+    rec["stopped"] = rt.stopped
+    (out / f"rank{info.rank}.json").write_text(json.dumps(rec))
+    dist.destroy_process_group()
+
+
+def run_faults(out: Path) -> None:
+    """2 workers + 1 server: pushpull runs, then the leader kills the server mid-run."""
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    from autotune.runtime import Runtime, RuntimeFault
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    timeout = 20.0
+    rt = Runtime.bootstrap(timeout=timeout)
+    info = rt.info
+    leader = info.rank == info.leader
+    params = [torch.nn.Parameter(torch.randn(50_000)), torch.nn.Parameter(torch.randn(7))]
+    rt.register(params)
+    cfg = {"transport": "pushpull", "servers": 1, "streams": 2, "chunk_bytes": 64 * KiB}
+    rec: dict[str, Any] = {"ok_iterations": 0}
+    server = info.servers[0]
+    for it in range(6):
+        rt.sync(cfg if leader else None)
+        if it == 3 and leader:  # the server now waits for this iteration's chunks
+            store = dist.distributed_c10d._get_default_store()
+            os.kill(int(store.get(f"autotune/pid/{server}").decode()), signal.SIGKILL)
+            time.sleep(0.5)
+        for q in params:
+            q.grad = None
+        sum((q * (info.rank + 1)).sum() for q in params).backward()
+        t0 = time.monotonic()
+        try:
+            rt.wait()
+            rec["ok_iterations"] += 1
+        except RuntimeFault as e:
+            rec.update(fault=str(e), rank=e.rank, recoverable=e.recoverable,
+                       seconds=time.monotonic() - t0, iteration=it, timeout=timeout,
+                       server=server)
+            rec["intact"] = all(torch.equal(q.grad, torch.full_like(q, info.rank + 1))
+                                for q in params)
+            break
+    try:
+        rt.sync()
+        rec["after"] = "NO ERROR"
+    except RuntimeFault as e:
+        rec["after"] = f"RuntimeFault: {e}"
+    rt.shutdown()
+    (out / f"rank{info.rank}.json").write_text(json.dumps(rec))
+    os._exit(0)  # the world is broken (a member died): skip the collective tear-down
+
+
+def run_stall(out: Path) -> None:
+    """2 workers: rank 1 goes silent under streams=2 (AUTOTUNE_FAULT); rank 0 times out."""
+    import torch
+    import torch.distributed as dist
+
+    from autotune.runtime import Runtime, RuntimeFault
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    timeout = 4.0
+    rt = Runtime.bootstrap(timeout=timeout)
+    info = rt.info
+    params = [torch.nn.Parameter(torch.randn(1000))]
+    rt.register(params)
+    rec: dict[str, Any] = {}
+    rt.sync({"streams": 1} if info.rank == 0 else None)
+    params[0].grad = None
+    params[0].sum().backward()
+    rt.wait()
+    rec["first"] = "ok"
+    rt.sync({"streams": 2} if info.rank == 0 else None)
+    params[0].grad = None
+    params[0].sum().backward()
+    t0 = time.monotonic()
+    try:
+        rt.wait()
+        rec["fault"] = None
+    except RuntimeFault as e:
+        rec.update(fault=str(e), rank=e.rank, recoverable=e.recoverable)
+    rec["seconds"] = time.monotonic() - t0
+    rec["timeout"] = timeout
+    rt.shutdown()
+    (out / f"rank{info.rank}.json").write_text(json.dumps(rec))
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    mode, outdir = sys.argv[1], Path(sys.argv[2])
+    outdir.mkdir(parents=True, exist_ok=True)
+    if mode == "sweep":
+        run_sweep(outdir, full="--full" in sys.argv[3:])
+    elif mode == "faults":
+        run_faults(outdir)
+    elif mode == "stall":
+        run_stall(outdir)
+    else:
+        raise SystemExit(f"unknown mode {mode}")

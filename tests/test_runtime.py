@@ -1,0 +1,85 @@
+"""The runtime averages gradients exactly like all_reduce, under every kind of configuration.
+
+ONE job for the whole module: 4 workers as 2 emulated machines x 2, plus 2 servers, started
+with ``autotune launch``. The per-rank script (``tests/runtime_helpers.py sweep``) runs every
+case of :func:`runtime_helpers.sweep_cases` and the error cases in that job, and writes what
+each worker saw; the tests below check it, one test per case.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import runtime_helpers as rh
+
+WORKERS, SERVERS, MACHINES = 4, 2, 2
+CASES = rh.sweep_cases()
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    out = tmp_path_factory.mktemp("runtime_sweep")
+    code, log = rh.launch_group("sweep", out, WORKERS, SERVERS, MACHINES,
+                                extra_env={"AUTOTUNE_FAULT": rh.FAULT_ENV})
+    assert code == 0, log[-6000:]
+    return rh.load_results(out, WORKERS)
+
+
+def test_world_info(results: list[dict]) -> None:
+    for r, res in enumerate(results):
+        info = res["info"]
+        assert info["rank"] == r and info["role"] == "worker"
+        assert info["workers"] == [0, 1, 2, 3] and info["servers"] == [4, 5]
+        assert info["n_machines"] == 2 and info["workers_per_machine"] == 2
+        assert info["local_index"] == r % 2
+        assert info["machines"][:4] == ["node0", "node0", "node1", "node1"]
+
+
+@pytest.mark.parametrize("index", range(len(CASES)),
+                         ids=[f"{s}-{c['transport']}-k{c['servers']}-{c['intra']}{c['reduce_root']}"
+                              f"-s{c['streams']}-{c['chunk_bytes'] // 1024}K"
+                              for s, c in CASES])
+def test_average_matches_all_reduce(results: list[dict], index: int) -> None:
+    shape_set, cfg = CASES[index]
+    for r, res in enumerate(results):
+        case = res["cases"][index]
+        assert case["config"] == cfg, f"rank {r} ran another config"
+        # ratio: worst |ours - all_reduce| / (|ref| + 1), in units of the dtype's tolerance
+        assert case["ratio"] <= 1.0, f"rank {r}: {case}"
+        assert case["none_ok"], f"rank {r}: a gradient that nobody produced became non-None"
+        assert case["ident_ok"], f"rank {r}: an existing .grad tensor was replaced"
+
+
+def test_reconfiguring_leaks_no_threads_or_groups(results: list[dict]) -> None:
+    for res in results:
+        # 80 configurations later: only the stream pool's threads were added, and the pool
+        # holds at most one Communication and one Summation job per stream (8 streams max)
+        start, end, pool = res["threads"]
+        assert pool <= 2 * 8 and end - start == pool, res["threads"]
+        # groups: created once per (kind, stream, ...) key, never per configuration
+        assert 0 < res["groups"] <= 8 * (1 + 1 + 2 + 2)
+
+
+def test_bad_configs_and_registrations_raise_everywhere(results: list[dict]) -> None:
+    for r, res in enumerate(results):
+        err = res["errors"]
+        assert err["lossy"].startswith("ConfigError") and "compression" in err["lossy"]
+        assert err["outside"].startswith("ConfigError")
+        assert ("streams=99" if r == 0 else "leader (rank 0)") in err["outside"]
+        assert err["configure"].startswith("RuntimeFault") and "rank 2" in err["configure"]
+        assert err["mismatch"].startswith("ConfigError") and "rank 1" in err["mismatch"]
+        assert res["after_errors"]["ratio"] <= 1.0, "the job did not recover after the errors"
+
+
+def test_injected_fault_keeps_gradients_and_retry_averages(results: list[dict]) -> None:
+    for res in results:
+        err = res["errors"]
+        assert err["injected"].startswith("recoverable=True"), err["injected"]
+        assert err["intact"], ".grad changed although wait() failed"
+        assert err["retry_ratio"] <= 1.0
+
+
+def test_worker_max_and_stop(results: list[dict]) -> None:
+    for res in results:
+        assert res["worker_max"] == 4.5  # rank 3 * 1.5
+        assert res["stopped"]
