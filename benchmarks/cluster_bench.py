@@ -26,13 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from autotune.sim.formulas import allreduce_time  # 2(n-1)M/(nB)
+
 MARK = "BENCH "
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def allreduce_optimum_s(n: int, nbytes: float, bytes_per_s: float) -> float:
-    """Ring/optimal all-reduce time 2(n-1)M/(nB) (paper 000, §2)."""
-    return 2 * (n - 1) * nbytes / (n * bytes_per_s)
 
 
 # ---- rank program ---------------------------------------------------------------------
@@ -126,8 +123,7 @@ def run(a: argparse.Namespace) -> dict:
                 "--repeats", str(a.repeats), "--model", a.model]
         with con.status(f"all_reduce {a.mbytes} MB and DDP({a.model}) on {a.hosts} hosts"):
             job = c.launch(argv, workers=a.hosts, timeout_s=a.timeout).check()
-    lines = [ln for ln in job.output_of(0).splitlines() if ln.startswith(MARK)]
-    r = json.loads(lines[-1][len(MARK):])
+    r = job.last_json(MARK)
     n, B = a.hosts, one.best_bytes_per_s
     rows = []
     for key, label, nbytes in (("allreduce", f"all_reduce {a.mbytes} MB", r["allreduce_bytes"]),
@@ -135,10 +131,10 @@ def run(a: argparse.Namespace) -> dict:
                                        f"{r['ddp_tensors']} tensors)", r["ddp_bytes"])):
         times = r[f"{key}_s"]
         med = statistics.median(times)
-        opt = allreduce_optimum_s(n, nbytes, B)
+        opt = allreduce_time(n, nbytes, B)
         rows.append({"name": key, "label": label, "bytes": nbytes, "times_s": times,
                      "median_s": med, "optimum_s": opt, "ratio": opt / med,
-                     "optimum_duplex_B_s": allreduce_optimum_s(n, nbytes, duplex.best_bytes_per_s)})
+                     "optimum_duplex_B_s": allreduce_time(n, nbytes, duplex.best_bytes_per_s)})
     return {
         "benchmark": "cluster_bench", "phase": 1, "hosts": n, "rate": a.rate,
         "rate_bps": one.nominal_bytes_per_s * 8, "repeats": a.repeats,
@@ -165,7 +161,7 @@ def print_table(res: dict) -> None:
     for row in res["rows"]:
         t.add_row(row["label"], f"{row['median_s']:.3f} s", f"{row['optimum_s']:.3f} s",
                   f"{row['ratio']:.3f}")
-    Console().print(t)
+    Console(width=120).print(t)
     print("B rows: median (best) of the samples / NIC rate; payload over TCP/IP/Ethernet is at "
           "most 0.956 of it.\nOther rows: ratio = optimum / measured median time, optimum = "
           f"2(n-1)M/(nB) with B = best one-way sample = {res['B'] / 1e6:.2f} MB/s.")
@@ -190,7 +186,9 @@ def plot(res: dict, path: Path) -> None:
     ax.set_ylabel("seconds per exchange")
     ax.set_title(f"{res['hosts']} hosts at {res['rate']}, "
                  f"B = {res['B'] / 1e6:.1f} MB/s")
-    ax.legend()
+    top = max(max(r["times_s"] + [r["optimum_s"]]) for r in rows)
+    ax.set_ylim(0, top * 1.3)
+    ax.legend(loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

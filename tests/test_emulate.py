@@ -76,6 +76,21 @@ def test_cluster_refuses_bad_arguments():
         Cluster(hosts=2, rate="fast")
 
 
+def test_refuses_clearly_without_root(monkeypatch):
+    from autotune.emulate import netns
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    netns.unavailable_reason.cache_clear()
+    try:
+        assert "needs root" in netns.unavailable_reason()
+        c = Cluster(hosts=2)
+        with pytest.raises(EmulatorError, match="needs root"):
+            c.up()
+        assert not c.is_up
+    finally:
+        netns.unavailable_reason.cache_clear()
+
+
 # ---- launcher (plain processes, no namespaces) ----------------------------------------
 
 def _spec(rank: int, code: str) -> RankSpec:
@@ -85,11 +100,14 @@ def _spec(rank: int, code: str) -> RankSpec:
 
 def test_launcher_collects_output_and_exit_codes():
     lines: list[str] = []
-    res = run_ranks([_spec(0, "import os; print('hi', os.environ['MYRANK'])"),
+    res = run_ranks([_spec(0, "import os; print('hi', os.environ['MYRANK']); print('R: [1, 2]')"),
                      _spec(1, "import sys; print('bye'); sys.exit(3)")],
                     timeout_s=60, echo=lines.append, fail_grace_s=30)
     assert [r.returncode for r in res.ranks] == [0, 3]
-    assert res.ranks[0].output == "hi 0\n" and not res.ok
+    assert res.ranks[0].output == "hi 0\nR: [1, 2]\n" and not res.ok
+    assert res.last_json("R: ") == [1, 2]
+    with pytest.raises(EmulatorError, match="printed no"):
+        res.last_json("R: ", rank=1)
     assert "[w0@h0] hi 0\n" in lines and "[w1@h1] bye\n" in lines
     with pytest.raises(EmulatorError, match="rank 1"):
         res.check()

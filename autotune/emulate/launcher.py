@@ -9,6 +9,7 @@ including on KeyboardInterrupt.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
 
 from autotune.emulate.netns import EmulatorError, kill_pids
 
@@ -78,6 +79,15 @@ class JobResult:
 
     def output_of(self, rank: int) -> str:
         return next(r.output for r in self.ranks if r.rank == rank)
+
+    def last_json(self, mark: str, rank: int = 0) -> Any:
+        """The JSON after ``mark`` on the last line of ``rank``'s output that starts with
+        it: how rank programs hand a result back (``print(MARK + json.dumps(...))``)."""
+        lines = [ln for ln in self.output_of(rank).splitlines() if ln.startswith(mark)]
+        if not lines:
+            raise EmulatorError(f"rank {rank} printed no {mark.strip()!r} line:\n"
+                                f"{self.output_of(rank)[-2000:]}")
+        return json.loads(lines[-1][len(mark):])
 
 
 def run_ranks(specs: list[RankSpec], timeout_s: float = 300.0,

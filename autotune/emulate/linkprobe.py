@@ -13,7 +13,6 @@ This is the B that the analytic optima of the benchmarks use.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import asdict, dataclass
 
@@ -66,10 +65,7 @@ def measure_bandwidth(cluster, src: int = 0, dst: int = 1, nbytes: int = 8 << 20
     if duplex:
         argv.append("--duplex")
     job = cluster.launch(argv, workers=2, hosts=[src, dst], timeout_s=timeout_s, echo=echo).check()
-    lines = [ln for ln in job.output_of(0).splitlines() if ln.startswith(MARK)]
-    if not lines:
-        raise EmulatorError(f"link probe printed no result:\n{job.output_of(0)[-2000:]}")
-    res = json.loads(lines[-1][len(MARK):])
+    res = job.last_json(MARK)
     return LinkMeasurement(src=src, dst=dst, nbytes=res["bytes"], streams=streams, duplex=duplex,
                            samples_s=res["samples_s"],
                            nominal_bytes_per_s=cluster.link.rate_bps / 8.0)
