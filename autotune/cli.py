@@ -21,6 +21,7 @@ def cli() -> None:
 # @@COMMANDS@@
 from autotune.probes.command import probe; cli.add_command(probe)  # noqa: E402,E702
 from autotune.launch import launch; cli.add_command(launch)  # noqa: E402,E702
+from autotune.emulate.command import emulate; cli.add_command(emulate)  # noqa: E402,E702
 
 
 def main() -> None:
