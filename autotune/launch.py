@@ -166,6 +166,8 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
               f"{_describe_exit(code)}; its last output:\n")
     for line in failed.tail:
         err.write(f"  {failed.tag} {line}\n")
+    if not failed.tail:
+        err.write(f"  {failed.tag} (no output)\n")
     err.flush()
     return code if code > 0 else 1
 

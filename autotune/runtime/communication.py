@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from .compat import all_gather as _all_gather, reduce_scatter as _reduce_scatter
 
-from .engine import Iteration, Op
+from .engine import Iteration, issue
 from .groups import GroupCache
 from .plan import Chunk, shard_bounds
 from .setup import SEND_DEPTH, Setup
@@ -94,8 +94,8 @@ class CommunicationStream:
                 yield self._exchange(c, 0, inb, outb)
                 res = outb
             else:
-                work = dist.all_reduce(inb, group=self._g("ar", s), async_op=True)
-                yield [Op(work, f"{tag}: all-reduce among workers", _peers(info.workers, me))]
+                yield [issue(f"{tag}: all-reduce among workers", _peers(info.workers, me),
+                             dist.all_reduce, inb, group=self._g("ar", s), async_op=True)]
                 res = inb
         else:
             m = info.machine_index_of(me)
@@ -105,8 +105,8 @@ class CommunicationStream:
             if intra == "root":
                 r = int(cfg["reduce_root"])
                 root = local[r]
-                work = dist.reduce(inb, dst=root, group=mg, async_op=True)
-                yield [Op(work, f"{tag}: reduce to rank {root}", lpeers)]
+                yield [issue(f"{tag}: reduce to rank {root}", lpeers,
+                             dist.reduce, inb, dst=root, group=mg, async_op=True)]
                 if pp:
                     if me == root:
                         yield self._exchange(c, 0, inb, outb)
@@ -115,11 +115,11 @@ class CommunicationStream:
                     if me == root and info.n_machines > 1:
                         cross = info.machine_workers
                         peers = _peers((cross(mm)[r] for mm in info.worker_machines), me)
-                        work = dist.all_reduce(inb, group=self._g("cross", s, r), async_op=True)
-                        yield [Op(work, f"{tag}: all-reduce among roots", peers)]
+                        yield [issue(f"{tag}: all-reduce among roots", peers, dist.all_reduce,
+                                     inb, group=self._g("cross", s, r), async_op=True)]
                     res = inb
-                work = dist.broadcast(res, src=root, group=mg, async_op=True)
-                yield [Op(work, f"{tag}: broadcast from rank {root}", lpeers)]
+                yield [issue(f"{tag}: broadcast from rank {root}", lpeers,
+                             dist.broadcast, res, src=root, group=mg, async_op=True)]
             else:  # scatter
                 j = info.local_index
                 bounds = shard_bounds(c.numel, st.shards)
@@ -127,24 +127,25 @@ class CommunicationStream:
                 cpeers = _peers((info.machine_workers(mm)[j] for mm in info.worker_machines), me)
                 if c.numel % st.shards == 0:
                     mine = outb.narrow(0, s0, n)
-                    work = _reduce_scatter(mine, inb, group=mg, async_op=True)
-                    yield [Op(work, f"{tag}: reduce-scatter", lpeers)]
+                    yield [issue(f"{tag}: reduce-scatter", lpeers,
+                                 _reduce_scatter, mine, inb, group=mg, async_op=True)]
                     if pp:
                         pulled = inb.narrow(0, s0, n)
                         yield self._exchange(c, j, mine, pulled)
-                        work = _all_gather(outb, pulled, group=mg, async_op=True)
+                        gather = (outb, pulled)
                         res = outb
                     else:
                         if info.n_machines > 1:
-                            work = dist.all_reduce(mine, group=self._g("cross", s, j), async_op=True)
-                            yield [Op(work, f"{tag}: all-reduce of shard {j}", cpeers)]
-                        work = _all_gather(inb, mine, group=mg, async_op=True)
+                            yield [issue(f"{tag}: all-reduce of shard {j}", cpeers, dist.all_reduce,
+                                         mine, group=self._g("cross", s, j), async_op=True)]
+                        gather = (inb, mine)
                         res = inb
-                    yield [Op(work, f"{tag}: all-gather", lpeers)]
+                    yield [issue(f"{tag}: all-gather", lpeers, _all_gather, *gather, group=mg,
+                                 async_op=True)]
                 else:
                     yield [
-                        Op(dist.reduce(inb.narrow(0, a, k), dst=local[i], group=mg, async_op=True),
-                           f"{tag}: reduce of shard {i}", lpeers)
+                        issue(f"{tag}: reduce of shard {i}", lpeers, dist.reduce,
+                              inb.narrow(0, a, k), dst=local[i], group=mg, async_op=True)
                         for i, (a, k) in enumerate(bounds) if k > 0
                     ]
                     mine = inb.narrow(0, s0, n)
@@ -154,13 +155,12 @@ class CommunicationStream:
                         res = outb
                     else:
                         if n > 0 and info.n_machines > 1:
-                            work = dist.all_reduce(mine, group=self._g("cross", s, j), async_op=True)
-                            yield [Op(work, f"{tag}: all-reduce of shard {j}", cpeers)]
+                            yield [issue(f"{tag}: all-reduce of shard {j}", cpeers, dist.all_reduce,
+                                         mine, group=self._g("cross", s, j), async_op=True)]
                         res = inb
                     yield [
-                        Op(dist.broadcast(res.narrow(0, a, k), src=local[i], group=mg,
-                                          async_op=True),
-                           f"{tag}: broadcast of shard {i}", lpeers)
+                        issue(f"{tag}: broadcast of shard {i}", lpeers, dist.broadcast,
+                              res.narrow(0, a, k), src=local[i], group=mg, async_op=True)
                         for i, (a, k) in enumerate(bounds) if k > 0
                     ]
         res.div_(len(info.workers))
@@ -174,8 +174,8 @@ class CommunicationStream:
             return [self.it.mailbox.put(unit, src, dst, f"{what}: local summation")]
         g = self._g("pp", c.stream)
         return [
-            Op(dist.isend(src, owner, group=g, tag=2 * unit), f"{what}: push to rank {owner}",
-               (owner,)),
-            Op(dist.irecv(dst, owner, group=g, tag=2 * unit + 1),
-               f"{what}: pull from rank {owner}", (owner,)),
+            issue(f"{what}: push to rank {owner}", (owner,), dist.isend, src, owner, group=g,
+                  tag=2 * unit),
+            issue(f"{what}: pull from rank {owner}", (owner,), dist.irecv, dst, owner, group=g,
+                  tag=2 * unit + 1),
         ]

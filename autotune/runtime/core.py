@@ -41,7 +41,7 @@ from autotune.space import Config, ConfigError, SearchSpace
 
 from .communication import CommunicationStream
 from .compat import all_gather as _all_gather
-from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool
+from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool, UsageError
 from .errors import RuntimeFault
 from .faults import FaultInjector, Liveness
 from .groups import GroupCache, needed_groups
@@ -379,7 +379,7 @@ class Runtime:
             if it.refused:
                 return it
             if setup.pushpull and self._served:
-                it.error = RuntimeError("transport=pushpull needs rt.sync() on all ranks (servers "
+                it.error = UsageError("transport=pushpull needs rt.sync() on all ranks (servers "
                                         "too) before every iteration")
                 it.done.set()
                 return it
@@ -486,7 +486,7 @@ class Runtime:
         self._iter = None
         self._served = True
         if it.error is not None:
-            if isinstance(it.error, RuntimeError) and not isinstance(it.error, OpError):
+            if isinstance(it.error, UsageError):
                 raise it.error
             fault = self._fault_from(it.error)
             self._broken = fault

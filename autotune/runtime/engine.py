@@ -54,6 +54,21 @@ class Op:
             raise OpError(self.what, self.peers, f"timed out after {timeout:.0f}s")
 
 
+def issue(what: str, peers: Sequence[int], fn: Callable[..., Any], *args: Any,
+          **kwargs: Any) -> Op:
+    """Start ``fn(*args, **kwargs)`` (an async ``torch.distributed`` call) as an :class:`Op`;
+    an error while issuing (gloo may fail at once on a closed connection) is an OpError."""
+    try:
+        work = fn(*args, **kwargs)
+    except Exception as e:
+        raise OpError(what, peers, e) from e
+    return Op(work, what, peers)
+
+
+class UsageError(RuntimeError):
+    """The runtime was driven against its protocol (e.g. no sync before a pushpull round)."""
+
+
 class LocalWork:
     """Completion of a hand-off between threads of one process."""
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .engine import Iteration, Mailbox, Op
+from .engine import Iteration, Mailbox, issue
 from .groups import GroupCache
 from .plan import Unit
 from .setup import Setup
@@ -76,8 +76,8 @@ class SummationStream:
         remote = [p for p in u.pushers if p != self.me]
         bufs = [self.pool.take(u.numel, u.chunk.dtype) for _ in remote]
         ops = [
-            Op(dist.irecv(b, p, group=g, tag=2 * u.id),
-               f"stream {self.stream} chunk {u.chunk.index}: receive from rank {p}", (p,))
+            issue(f"stream {self.stream} chunk {u.chunk.index}: receive from rank {p}", (p,),
+                  dist.irecv, b, p, group=g, tag=2 * u.id)
             for b, p in zip(bufs, remote)
         ]
         return u, remote, bufs, ops
@@ -107,8 +107,8 @@ class SummationStream:
             self.pool.give(b)
         g = self.groups.get(("pp", self.stream)) if remote else None
         sends = [
-            Op(dist.isend(acc, p, group=g, tag=2 * u.id + 1),
-               f"stream {self.stream} chunk {u.chunk.index}: send sum to rank {p}", (p,))
+            issue(f"stream {self.stream} chunk {u.chunk.index}: send sum to rank {p}", (p,),
+                  dist.isend, acc, p, group=g, tag=2 * u.id + 1)
             for p in remote
         ]
         if local is not None:

@@ -1,0 +1,41 @@
+"""Faults: a Summation Service process killed mid-run, and a silent peer (timeout).
+
+Each scenario needs its own job (a dead process breaks the world), so each launches one:
+2 workers + 1 server for the kill, 2 workers for the stall (marked slow).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import runtime_helpers as rh
+
+
+def test_killed_server_raises_on_workers_within_timeout(tmp_path) -> None:
+    code, log = rh.launch_group("faults", tmp_path, workers=2, servers=1, machines=None)
+    # the launcher reports the killed server as the failing rank
+    assert code != 0 and "rank 2 (server) failed, killed by SIGKILL" in log, log[-3000:]
+    for r in range(2):
+        res = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert res["ok_iterations"] == 3 and res["iteration"] == 3, res
+        assert res["rank"] == res["server"] == 2, res["fault"]
+        assert "rank 2 (server" in res["fault"]
+        assert res["recoverable"] is False
+        assert res["seconds"] < res["timeout"], res
+        assert res["intact"], ".grad was written although the averaging failed"
+        assert res["after"].startswith("RuntimeFault"), "the broken runtime accepted more work"
+
+
+@pytest.mark.slow
+def test_silent_peer_times_out_naming_it(tmp_path) -> None:
+    code, log = rh.launch_group("stall", tmp_path, workers=2, servers=0, machines=None,
+                                extra_env={"AUTOTUNE_FAULT": "streams=2@stall:1"})
+    assert code == 0, log[-3000:]
+    res = json.loads((tmp_path / "rank0.json").read_text())
+    assert res["first"] == "ok"
+    assert res["rank"] == 1 and "rank 1 (worker" in res["fault"], res
+    assert res["timeout"] <= res["seconds"] < res["timeout"] + 15, res
+    stalled = json.loads((tmp_path / "rank1.json").read_text())
+    assert "injected stall" in stalled["fault"]
