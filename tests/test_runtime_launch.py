@@ -7,8 +7,7 @@ import time
 
 from click.testing import CliRunner
 
-from autotune.cli import cli
-from autotune.launch import plan_processes, run_job
+from autotune.launch import launch, plan_processes, run_job
 
 SCRIPT = """
 import os, sys, time
@@ -37,11 +36,11 @@ def test_plan_processes_roles_machines_and_env() -> None:
 
 
 def test_bad_arguments_are_clear(tmp_path) -> None:
-    res = CliRunner().invoke(cli, ["launch", "-n", "3", "-m", "2", str(tmp_path / "none.py")])
+    res = CliRunner().invoke(launch, ["-n", "3", "-m", "2", str(tmp_path / "none.py")])
     assert res.exit_code != 0 and "no such script" in res.output
     script = tmp_path / "s.py"
     script.write_text("")
-    res = CliRunner().invoke(cli, ["launch", "-n", "3", "-m", "2", str(script)])
+    res = CliRunner().invoke(launch, ["-n", "3", "-m", "2", str(script)])
     assert res.exit_code != 0 and "must divide" in res.output
 
 
