@@ -1,0 +1,157 @@
+"""Error feedback: what compression dropped is added to the next iteration's gradient.
+
+One :class:`ErrorFeedback` per flat gradient space of a worker (or of a Summation
+Service re-encoding sums). Residuals are NOT kept per chunk id: they live in one float32
+vector indexed by *global element offset* (the position of an element in the
+concatenation of all registered gradients, in registration order). A chunk says which
+elements it holds as ``segments``: ``((offset, length), ...)`` in that global space, in
+the chunk's own element order. Hence
+
+- a config switch that keeps the chunk layout finds each chunk's residual where it was;
+- a switch that changes the layout (other ``chunk_bytes``, another plan) just reads the
+  residual of the elements each new chunk holds: everything is folded back, nothing is
+  dropped;
+- a chunk that now travels uncompressed (``compression=none`` or below
+  ``compress_min_bytes``) goes through :meth:`ErrorFeedback.encode` with a lossless codec,
+  which sends gradient + residual and clears the residual;
+- if the flat space itself is re-laid out (another gradient order), :meth:`relayout`
+  moves each gradient's residual to its new offset.
+
+In the runtime the global space is one flat buffer per dtype (``autotune.runtime.plan``'s
+flat layout) and a chunk is one range of it: ``segments = whole(chunk.offset, chunk.numel)``.
+
+Invariant (per element, per step): ``sent + new residual = gradient + old residual``,
+where ``sent = codec.decode(payload)``. The residual vector is allocated on first lossy
+use, on the device of the first chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .base import Codec, Context, Payload
+
+Segments = Sequence[tuple[int, int]]
+"""((global offset, length), ...): the elements a chunk holds, in chunk order."""
+
+
+class ErrorFeedback:
+    """Residuals of one flat gradient space of ``numel`` elements; see the module docstring."""
+
+    def __init__(self, numel: int) -> None:
+        if numel < 1:
+            raise ValueError(f"ErrorFeedback needs a positive number of elements, got {numel}")
+        self.numel = int(numel)
+        self._residual: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ main use
+    def encode(
+        self, codec: Codec, chunk: torch.Tensor, segments: Segments, ctx: Context = Context()
+    ) -> Payload:
+        """Compensate ``chunk`` with its residual, encode it, and keep what the encoding
+        dropped as the new residual of those elements. Returns the payload."""
+        compensated = self.compensate(chunk, segments)
+        payload = codec.encode(compensated, ctx)
+        if codec.lossless:
+            self.clear(segments)
+        else:
+            sent = codec.decode(payload, compensated.numel(), ctx)
+            self.store(segments, compensated - sent)
+        return payload
+
+    def compensate(self, chunk: torch.Tensor, segments: Segments) -> torch.Tensor:
+        """``chunk`` (float32) plus the residual of its elements (a new tensor)."""
+        self._check(chunk, segments)
+        out = chunk.to(torch.float32)
+        if self._residual is None:
+            return out.clone() if out.data_ptr() == chunk.data_ptr() else out
+        return out + self.residual(segments).to(out.device)
+
+    # ------------------------------------------------------------------ residuals
+    def residual(self, segments: Segments) -> torch.Tensor:
+        """A float32 copy of the residual of ``segments``, in chunk order."""
+        length = self._check(None, segments)
+        if self._residual is None:
+            return torch.zeros(length, dtype=torch.float32)
+        parts = [self._residual[o:o + k] for o, k in segments]
+        return parts[0].clone() if len(parts) == 1 else torch.cat(parts)
+
+    def store(self, segments: Segments, values: torch.Tensor) -> None:
+        """Set the residual of ``segments`` to ``values`` (chunk order)."""
+        self._check(values, segments)
+        if self._residual is None:
+            self._residual = torch.zeros(self.numel, dtype=torch.float32, device=values.device)
+        values = values.to(device=self._residual.device, dtype=torch.float32)
+        pos = 0
+        for o, k in segments:
+            self._residual[o:o + k] = values[pos:pos + k]
+            pos += k
+
+    def clear(self, segments: Segments | None = None) -> None:
+        """Zero the residual of ``segments`` (all of it when ``None``)."""
+        if self._residual is None:
+            return
+        if segments is None:
+            self._residual.zero_()
+            return
+        self._check(None, segments)
+        for o, k in segments:
+            self._residual[o:o + k] = 0
+
+    def relayout(
+        self, old_offsets: Sequence[int], new_offsets: Sequence[int], sizes: Sequence[int],
+        numel: int | None = None,
+    ) -> None:
+        """Move every gradient's residual when the flat buffer itself is re-laid out
+        (gradient i of ``sizes[i]`` elements moves from ``old_offsets[i]`` to
+        ``new_offsets[i]``; the space becomes ``numel`` long, default unchanged)."""
+        if not len(old_offsets) == len(new_offsets) == len(sizes):
+            raise ValueError("old_offsets, new_offsets and sizes must have the same length")
+        numel = self.numel if numel is None else int(numel)
+        for o, k in zip(new_offsets, sizes):
+            if k and (o < 0 or o + k > numel):
+                raise ValueError(f"gradient at {o} of {k} elements outside 0..{numel}")
+        if self._residual is None:
+            self.numel = numel
+            return
+        moved = torch.zeros(numel, dtype=torch.float32, device=self._residual.device)
+        for old, new, k in zip(old_offsets, new_offsets, sizes):
+            if not 0 <= old <= old + k <= self.numel:
+                raise ValueError(f"gradient at {old} of {k} elements outside 0..{self.numel}")
+            moved[new:new + k] = self._residual[old:old + k]
+        self.numel = numel
+        self._residual = moved
+
+    def total(self) -> torch.Tensor:
+        """The whole residual vector (zeros if nothing was ever dropped); a copy."""
+        if self._residual is None:
+            return torch.zeros(self.numel, dtype=torch.float32)
+        return self._residual.clone()
+
+    def norm(self) -> float:
+        """L2 norm of everything still held back (0 when nothing is pending)."""
+        return 0.0 if self._residual is None else float(self._residual.norm())
+
+    # ------------------------------------------------------------------ checks
+    def _check(self, chunk: torch.Tensor | None, segments: Segments) -> int:
+        length = 0
+        for o, k in segments:
+            if k < 1 or o < 0 or o + k > self.numel:
+                raise ValueError(
+                    f"segment (offset={o}, length={k}) outside the gradient space 0..{self.numel}"
+                )
+            length += k
+        if length == 0:
+            raise ValueError("a chunk needs at least one segment")
+        if chunk is not None and (chunk.dim() != 1 or chunk.numel() != length):
+            raise ValueError(
+                f"chunk of shape {tuple(chunk.shape)} does not match its segments ({length} elements)"
+            )
+        return length
+
+
+def whole(offset: int, length: int) -> tuple[tuple[int, int], ...]:
+    """Segments of a chunk that is one contiguous range of the global space."""
+    return ((offset, length),)
