@@ -68,6 +68,8 @@ def test_bad_configs_and_registrations_raise_everywhere(results: list[dict]) -> 
         assert ("streams=99" if r == 0 else "leader (rank 0)") in err["outside"]
         assert err["configure"].startswith("RuntimeFault") and "rank 2" in err["configure"]
         assert err["mismatch"].startswith("ConfigError") and "rank 1" in err["mismatch"]
+        assert "register() takes effect at the next sync()" in err["register_no_sync"]
+        assert err["flush_warned"]
         assert res["after_errors"]["ratio"] <= 1.0, "the job did not recover after the errors"
 
 

@@ -418,8 +418,8 @@ class Runtime:
         return run
 
     def _on_grad(self, index: int, param: torch.Tensor) -> None:
-        if self._setup is None or self._closed or self._broken is not None:
-            return
+        if self._setup is None or self._dirty or self._closed or self._broken is not None:
+            return  # (wait() says why)
         it = self._iter or self._arm()
         pos = self._pos.get(index)
         if pos is None:  # registered after the active layout: ignored until the next sync
@@ -447,6 +447,7 @@ class Runtime:
         dead peer, a timeout or an injected fault, leaving ``.grad`` untouched."""
         self._check_alive()
         self._need_worker("wait")
+        self._check_registration()
         it = self._iter or self._arm()
         self._complete(it, repack_all=False)
 
@@ -460,21 +461,26 @@ class Runtime:
         backward again. Returns like :meth:`wait`."""
         self._check_alive()
         self._need_worker("retry")
+        self._check_registration()
         if self._iter is not None and any(self._iter.fired):
             raise RuntimeError("retry() while an iteration is under way; call wait()")
         it = self._iter or self._arm()
         self._complete(it, repack_all=True)
 
+    def _check_registration(self) -> None:
+        if self._dirty:
+            raise UsageError("register() takes effect at the next sync(): call rt.sync() on all "
+                             "ranks after register() and before backward")
+
     def _complete(self, it: Iteration, repack_all: bool, write: bool = True) -> None:
         params = self._params
         for pos, reg in enumerate(self._order):
             if repack_all or not it.fired[pos]:
-                g = params[reg].grad
-                if not write:
-                    pass
-                elif not it.refused:
-                    self._pack(pos, g)
-                self._had_grad[pos] = g is not None or not write
+                if write:  # (a discarded round sends whatever the buffers hold)
+                    g = params[reg].grad
+                    if not it.refused:
+                        self._pack(pos, g)
+                    self._had_grad[pos] = g is not None
                 it.mark_ready(pos)
         if it.refused:
             self._iter = None

@@ -1,0 +1,201 @@
+"""Time to average a model's gradients with the runtime, per configuration, against plain
+``torch.distributed.all_reduce`` of the same tensors, on this machine (loopback).
+
+    .venv/bin/python benchmarks/comm_bench.py                      # ResNet-50 + BERT-base
+    .venv/bin/python benchmarks/comm_bench.py --model resnet50 --workers 4 --servers 2 \
+        --machines 2 --repeats 5 --full
+
+It starts the job itself with ``autotune launch`` (N workers, K servers) and re-enters this
+file on every worker. Gradient shapes come from :mod:`autotune.zoo` (built on torch's meta
+device), in ready order. For each model, every configuration is timed ``--repeats`` times
+after one warm-up: ``sync`` to the configuration, then ``retry()`` averages the ``.grad``
+values as they stand (no backward, so no overlap: pure communication time); the time of a
+repeat is the slowest worker's. References, timed the same way in the same job:
+
+* ``allreduce/tensor``: one blocking ``all_reduce`` per gradient tensor;
+* ``allreduce/bucket``: DDP's way, 25 MiB flat buckets (pack, ``all_reduce``, unpack).
+
+Medians are printed with the ratio ``bucket reference time / config time`` (> 1: faster than
+the reference) and written to ``benchmarks/results/comm_bench.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+KiB, MiB = 1024, 1024 * 1024
+BUCKET = 25 * MiB
+
+
+def configs(full: bool, k_max: int, per_machine: int) -> list[dict]:
+    """The configurations to time (the defaults first)."""
+    out: list[dict] = []
+    chunks = (256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB) if full else (1 * MiB, 4 * MiB)
+    streams = (1, 2, 4, 8) if full else (1, 4)
+    for s in streams:
+        for c in chunks:
+            out.append({"transport": "allreduce", "streams": s, "chunk_bytes": c})
+    for k in range(k_max + 1):
+        for s in ((1, 4) if full else (4,)):
+            out.append({"transport": "pushpull", "servers": k, "streams": s,
+                        "chunk_bytes": 4 * MiB})
+    if per_machine > 1:
+        for intra in ("root", "scatter"):
+            out.append({"transport": "allreduce", "intra": intra, "streams": 4,
+                        "chunk_bytes": 4 * MiB})
+            if k_max:
+                out.append({"transport": "pushpull", "servers": k_max, "intra": intra,
+                            "streams": 4, "chunk_bytes": 4 * MiB})
+    return out
+
+
+def label(c: dict) -> str:
+    text = f"{c['transport']} s={c['streams']} chunk={c['chunk_bytes'] // KiB}K"
+    if c["transport"] == "pushpull":
+        text += f" k={c['servers']}"
+    if c.get("intra", "flat") != "flat":
+        text += f" intra={c['intra']}"
+    return text
+
+
+# ------------------------------------------------------------------ worker side
+def _worker(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from autotune import zoo
+    from autotune.runtime import Runtime
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rt = Runtime.bootstrap(timeout=600)
+    info = rt.info
+    leader = info.rank == info.leader
+    wg = dist.new_group(list(info.workers), use_local_synchronization=True)
+    results: dict[str, Any] = {"world": info.as_dict(), "models": {}}
+
+    def timed(fn: Any) -> list[float]:
+        times = []
+        for rep in range(args.repeats + 1):
+            rt.worker_max(0.0)  # line the workers up
+            t0 = time.perf_counter()
+            fn()
+            dt = rt.worker_max(time.perf_counter() - t0)
+            if rep:  # the first run warms up
+                times.append(dt)
+        return times
+
+    for model in args.model:
+        shapes = zoo.gradient_shapes(model)
+        gen = torch.Generator().manual_seed(info.rank)
+        params = [torch.nn.Parameter(torch.empty(s)) for _, s in shapes]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        grads = [p.grad for p in params]
+        nbytes = sum(p.numel() * 4 for p in params)
+
+        def per_tensor() -> None:
+            for g in grads:
+                dist.all_reduce(g, group=wg)
+
+        def bucketed() -> None:
+            bucket: list = []
+            size = 0
+            for g in grads + [None]:
+                if g is not None:
+                    bucket.append(g)
+                    size += g.numel() * 4
+                if bucket and (g is None or size >= BUCKET):
+                    flat = torch.cat([b.reshape(-1) for b in bucket])
+                    dist.all_reduce(flat, group=wg)
+                    flat /= len(info.workers)
+                    off = 0
+                    for b in bucket:
+                        b.copy_(flat[off:off + b.numel()].view_as(b))
+                        off += b.numel()
+                    bucket, size = [], 0
+
+        rows = [{"name": "allreduce/tensor", "times": timed(per_tensor)},
+                {"name": "allreduce/bucket", "times": timed(bucketed)}]
+        rt.register(params)
+        for cfg in configs(args.full, len(info.servers), info.workers_per_machine):
+            full_cfg = rt.space.validate(cfg)
+
+            def run() -> None:
+                rt.sync(full_cfg if leader else None)
+                rt.retry()
+            rows.append({"name": label(full_cfg), "config": full_cfg, "times": timed(run)})
+        for row in rows:
+            row["median_s"] = statistics.median(row["times"])
+        ref = rows[1]["median_s"]
+        for row in rows:
+            row["ratio_vs_bucket"] = ref / row["median_s"]
+            row["gbit_s"] = nbytes * 8 / row["median_s"] / 1e9
+        results["models"][model] = {"bytes": nbytes, "tensors": len(params), "rows": rows}
+        rt.register([])
+    rt.sync(stop=True) if leader else rt.sync()
+    rt.shutdown()
+    if leader:
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ driver
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", action="append", help="zoo model (repeatable); "
+                    "default resnet50 and bert-base")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--servers", type=int, default=1)
+    ap.add_argument("--machines", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--full", action="store_true", help="a larger grid of configurations")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "comm_bench.json"))
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.model = args.model or ["resnet50", "bert-base"]
+    if args.worker:
+        _worker(args)
+        return 0
+
+    sys.path.insert(0, str(ROOT))
+    from autotune.launch import run_job
+
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    cmd = [str(Path(__file__).resolve()), "--worker", "--repeats", str(args.repeats),
+           "--out", args.out] + [x for m in args.model for x in ("--model", m)]
+    if args.full:
+        cmd.append("--full")
+    os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    code = run_job(cmd, args.workers, args.servers, args.machines, out=open(os.devnull, "w"))
+    if code:
+        return code
+    res = json.loads(Path(args.out).read_text())
+    res["args"] = {k: v for k, v in vars(args).items() if k != "worker"}
+    res["host"] = {"cpus": os.cpu_count(), "load1": os.getloadavg()[0]}
+    Path(args.out).write_text(json.dumps(res, indent=1))
+    print(f"{args.workers} workers, {args.servers} servers, machines={args.machines or 1}, "
+          f"median of {args.repeats}; ratio = bucketed all_reduce time / this time")
+    for model, m in res["models"].items():
+        print(f"\n{model}: {m['tensors']} tensors, {m['bytes'] / MiB:.1f} MiB")
+        for row in m["rows"]:
+            print(f"  {row['name']:42s} {row['median_s'] * 1000:9.1f} ms "
+                  f"{row['gbit_s']:6.2f} Gbit/s  x{row['ratio_vs_bucket']:.2f}")
+    best = {mo: max(m["rows"][2:], key=lambda r: r["ratio_vs_bucket"])
+            for mo, m in res["models"].items()}
+    for mo, row in best.items():
+        print(f"best for {mo}: {row['name']} x{row['ratio_vs_bucket']:.2f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
