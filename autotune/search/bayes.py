@@ -1,0 +1,244 @@
+"""Bayesian optimisation on the encoded space: scikit-optimize's GP, or Optuna.
+
+:class:`BayesianSearch` models the score with scikit-optimize's Gaussian process
+(an ``skopt.Optimizer`` over one dimension per non-constant parameter: the index of
+its value, ``Integer`` for ordinal parameters, one-hot ``Categorical`` for the
+others; inactive parameters hold their default index, i.e. configurations are
+canonical). The GP is fitted on the *mean* score of each distinct configuration
+(noisy repeats are averaged, failures count as the worst score seen) and refitted
+only when something new was told. The next configuration maximises expected
+improvement over the canonical configurations not seen yet: all of them for spaces of
+up to ``max_candidates``, else a seeded random subset plus the unseen neighbours of
+the best few. So it never proposes an invalid or an already evaluated configuration
+while unseen ones remain. The first ``n_initial_points`` are random.
+
+:class:`OptunaSearch` puts Optuna's TPE (or GP) sampler behind the same interface:
+parameters are suggested define-by-run, so inactive ones are never sampled; foreign
+results enter the study with ``add_trial``; a proposal already seen is discarded
+(told as failed, which the samplers ignore) and redrawn.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+import numpy as np
+
+from autotune.search.base import Key, Searcher, canonical_table
+from autotune.space import Config, SearchSpace
+
+
+class BayesianSearch(Searcher):
+    name = "bayes"
+
+    def __init__(self, space: SearchSpace, seed: int = 0, n_initial_points: int = 5,
+                 max_candidates: int = 2000, xi: float = 0.01, gp_restarts: int = 0,
+                 refit_every: int = 5) -> None:
+        super().__init__(space, seed)
+        from skopt.space import Categorical, Integer
+
+        self.n_initial_points = max(2, n_initial_points)
+        self.max_candidates = max_candidates
+        self.xi = xi
+        self.gp_restarts = gp_restarts
+        self._vary = [i for i, p in enumerate(space.params) if len(p.values) > 1]
+        self._dims = [
+            Integer(0, len(p.values) - 1, name=p.name) if p.ordinal
+            else Categorical(list(range(len(p.values))), name=p.name)
+            for p in (space.params[i] for i in self._vary)
+        ]
+        self._radix = np.cumprod([1] + [len(p.values) for p in space.params[:-1]]).astype(np.int64)
+        self.refit_every = refit_every
+        self._opt: Any = None  # the skopt Optimizer fitted on the current data
+        self._kernel: Any = None  # last optimised kernel, reused between refits
+        self._kernel_n = 0
+        self._dirty = True
+
+    def _told(self, key: Key, score: float | None) -> None:
+        self._dirty = True
+
+    def _code(self, rows: np.ndarray) -> np.ndarray:
+        return rows @ self._radix
+
+    def _data(self) -> tuple[list[list[int]], list[float]]:
+        """GP training data: one point per distinct configuration, y = -mean score."""
+        scored = self.obs.scored()
+        X = [[k[i] for i in self._vary] for k, _ in scored]
+        y = [-st.mean for _, st in scored]
+        if y:
+            worst = max(y)
+            for k, st in self.obs.stats.items():
+                if st.count == 0:
+                    X.append([k[i] for i in self._vary])
+                    y.append(worst)
+        return X, y
+
+    def _fit(self) -> Any:
+        """The skopt Optimizer with a GP fitted on the current data (cached).
+
+        The GP's kernel hyperparameters are optimised when the data grew by a quarter
+        (at least ``refit_every`` points) since they last were, and reused otherwise,
+        which keeps ``ask`` fast at 100 observations."""
+        if self._opt is not None and not self._dirty:
+            return self._opt
+        from skopt import Optimizer
+        from skopt.utils import cook_estimator
+        from skopt.learning.gaussian_process.kernels import WhiteKernel
+        from threadpoolctl import threadpool_limits
+
+        X, y = self._data()
+        est = cook_estimator("GP", space=self._dims, random_state=self.seed,
+                             n_restarts_optimizer=self.gp_restarts)
+        reuse = self._kernel is not None and len(X) < max(
+            self._kernel_n + self.refit_every, int(1.25 * self._kernel_n))
+        if reuse:
+            est.set_params(kernel=copy.deepcopy(self._kernel), optimizer=None)
+        opt = Optimizer(self._dims, base_estimator=est, n_initial_points=1, acq_func="EI",
+                        acq_optimizer="sampling", acq_optimizer_kwargs={"n_points": 10},
+                        random_state=self.seed)
+        with warnings.catch_warnings(), threadpool_limits(1):
+            warnings.simplefilter("ignore")
+            opt.tell(X, y)
+        if not reuse:
+            model = opt.models[-1]
+            # fitted kernel = (constant * matern) + white; skopt zeroes the white part
+            # after fitting and keeps the learnt noise level in noise_
+            self._kernel = copy.deepcopy(model.kernel_.k1) + WhiteKernel(
+                float(model.noise_ or 1e-5), "fixed")
+            self._kernel_n = len(X)
+        self._opt, self._dirty = opt, False
+        return opt
+
+    def _candidates(self) -> np.ndarray:
+        table = canonical_table(self.space)
+        seen_keys = list(self.obs.stats) + list(self.pending)
+        seen = self._code(np.asarray(seen_keys, dtype=np.int64)) if seen_keys else np.empty(0, np.int64)
+        if len(table) > self.max_candidates:
+            gen = np.random.default_rng(self.rng.getrandbits(32))
+            sub = table[gen.choice(len(table), self.max_candidates, replace=False)]
+            near = [self.space.encode(n) for _, st in self.obs.ranked()[:3]
+                    for n in self.space.neighbours(st.config)]
+            table = np.concatenate([np.asarray(near, dtype=np.int64).reshape(-1, table.shape[1]), sub])
+            _, first = np.unique(self._code(table), return_index=True)
+            table = table[np.sort(first)]
+        return table[~np.isin(self._code(table), seen)]
+
+    def ask(self) -> Config | None:
+        if not self._vary:
+            d = self.space.default()
+            return None if self.seen(self.space.key(d)) else self._propose(d)
+        if len(self.obs.scored()) < self.n_initial_points:
+            c = self.random_unseen()
+            return None if c is None else self._propose(c)
+        cand = self._candidates()
+        if len(cand) == 0:
+            c = self.random_unseen()  # the subset was all seen; look everywhere
+            return None if c is None else self._propose(c)
+        from skopt.acquisition import gaussian_ei
+
+        from threadpoolctl import threadpool_limits
+
+        opt = self._fit()
+        Xt = opt.space.transform(cand[:, self._vary].tolist())
+        with warnings.catch_warnings(), threadpool_limits(1):
+            warnings.simplefilter("ignore")
+            ei = gaussian_ei(Xt, opt.models[-1], y_opt=float(np.min(opt.yi)), xi=self.xi)
+        return self._propose(self.space.decode(cand[int(np.argmax(ei))]))
+
+
+class OptunaSearch(Searcher):
+    """Optuna's TPE (``sampler="tpe"``) or GP (``sampler="gp"``) sampler, ask/tell."""
+
+    name = "tpe"
+
+    def __init__(self, space: SearchSpace, seed: int = 0, sampler: str = "tpe",
+                 n_startup_trials: int = 10, redraws: int = 20) -> None:
+        super().__init__(space, seed)
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        if sampler == "tpe":
+            smp = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials)
+        elif sampler == "gp":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                smp = optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
+        else:
+            raise ValueError(f"sampler must be 'tpe' or 'gp', got {sampler!r}")
+        self.name = "tpe" if sampler == "tpe" else "optuna-gp"
+        self._optuna = optuna
+        self.study = optuna.create_study(direction="maximize", sampler=smp)
+        self.redraws = redraws
+        self._dists = {
+            p.name: (optuna.distributions.IntDistribution(0, len(p.values) - 1) if p.ordinal
+                     else optuna.distributions.CategoricalDistribution(p.values))
+            for p in space.params if len(p.values) > 1
+        }
+        self._trials: dict[Key, list[Any]] = {}  # own proposals awaiting their score
+
+    def _suggest(self, trial: Any) -> Config:
+        c: Config = {}
+        for p in self.space.params:
+            if len(p.values) == 1 or not p.active(c):
+                c[p.name] = p.default
+            elif p.ordinal:
+                c[p.name] = p.values[trial.suggest_int(p.name, 0, len(p.values) - 1)]
+            else:
+                c[p.name] = trial.suggest_categorical(p.name, p.values)
+        return self.space.validate(c)
+
+    def _params(self, config: Config) -> tuple[dict, dict]:
+        params, dists = {}, {}
+        for p in self.space.active_params(config):
+            if p.name in self._dists:
+                params[p.name] = p.index(config[p.name]) if p.ordinal else config[p.name]
+                dists[p.name] = self._dists[p.name]
+        return params, dists
+
+    def ask(self) -> Config | None:
+        fail = self._optuna.trial.TrialState.FAIL
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(self.redraws):
+                trial = self.study.ask()
+                c = self._suggest(trial)
+                k = self.space.key(c)
+                if not self.seen(k):
+                    self._trials.setdefault(k, []).append(trial)
+                    return self._propose(c)
+                self.study.tell(trial, state=fail)  # a repeat: samplers ignore failures
+            c = self.random_unseen()
+            if c is None:
+                return None
+            params, _ = self._params(c)
+            self.study.enqueue_trial(params)
+            trial = self.study.ask()
+            c = self._suggest(trial)
+            self._trials.setdefault(self.space.key(c), []).append(trial)
+            return self._propose(c)
+
+    def tell(self, config: Config, score: float | None, weight: float = 1.0) -> None:
+        c = self.space.validate(config)
+        k = self.space.key(c)
+        super().tell(c, score, weight)
+        optuna = self._optuna
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            waiting = self._trials.get(k)
+            if waiting:
+                trial = waiting.pop(0)
+                if score is None:
+                    self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                else:
+                    self.study.tell(trial, float(score))
+                return
+            params, dists = self._params(c)
+            if score is None:
+                frozen = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
+                                                   params=params, distributions=dists)
+            else:
+                frozen = optuna.trial.create_trial(value=float(score), params=params,
+                                                   distributions=dists)
+            self.study.add_trial(frozen)

@@ -1,0 +1,254 @@
+"""The Tuner: an ensemble of searchers driven by the AUC bandit, with a budget.
+
+Paper 004 §VI: within a budget of training iterations (100 by default) the meta-solver
+hands trials to search techniques (grid, PBT, Bayesian optimisation, Hyperband), and
+afterwards the best configuration is kept. ``Tuner`` is used by the training session
+and by offline callers alike::
+
+    tuner = Tuner(space, budget=100, seed=0)
+    while (trial := tuner.ask()) is not None:
+        score = measure(trial.config, trial.iterations)   # e.g. samples/s; None = failed
+        tuner.tell(trial, score)
+    config, score = tuner.best
+
+- The budget counts training iterations: the sum of ``trial.iterations``. A trial lasts
+  ``trial_iterations`` by default, or what Hyperband asks for; the last trial is
+  shortened to fit, and a trial that would leave a remainder shorter than
+  ``min_iterations`` (too short to measure anything) absorbs it.
+- Warm-start configurations (e.g. the best of similar stored jobs) are projected into
+  the space, de-duplicated and tried first (technique ``"warm"``).
+- Every result is told to every technique, so each learns from all trials. The bandit
+  credits a technique when its trial made its configuration the new global best; its
+  sliding window counts training iterations (a trial of L iterations is L uses), so a
+  technique asking for long trials pays for them.
+- The last ``confirm`` fraction of the budget (default 15 %) re-measures the best few
+  configurations (technique ``"confirm"``), least-measured first, so that the one kept
+  after tuning is not just the luckiest sample. Budget left when every technique has
+  run out of configurations (tiny spaces) is spent the same way.
+- Scores are noisy, so a configuration's score is the mean of all its trials, weighted
+  by their iterations; ``best`` is the configuration with the best mean, never a single
+  lucky sample of a configuration measured several times. A failed trial
+  (``score=None``) is never best and its configuration is not proposed again.
+- Deterministic for a seed (given the same scores).
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from autotune.bandit.auc import AUCBandit
+from autotune.search import TECHNIQUES, make_searcher
+from autotune.search.base import Key, Observations, Searcher
+from autotune.space import Config, SearchSpace
+
+DEFAULT_TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
+WARM = "warm"  # technique name of warm-start trials
+CONFIRM = "confirm"  # technique name of re-measurements of the best candidates
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One configuration to run for ``iterations`` training iterations."""
+
+    index: int
+    config: Config
+    iterations: int
+    technique: str
+
+
+@dataclass
+class Record:
+    """One told trial, as kept in :attr:`Tuner.history`."""
+
+    trial: int
+    config: Config
+    technique: str
+    iterations: int
+    score: float | None
+    new_best: bool = False
+
+
+@dataclass
+class _Pending:
+    trial: Trial
+    key: Key = field(default=())
+
+
+class Tuner:
+    def __init__(
+        self,
+        space: SearchSpace,
+        budget: int = 100,
+        techniques: Sequence[str] = DEFAULT_TECHNIQUES,
+        seed: int = 0,
+        warm_start: Iterable[Mapping[str, Any]] = (),
+        trial_iterations: int = 4,
+        min_iterations: int = 2,
+        window: int = 30,
+        C: float = 0.2,
+        confirm: float = 0.15,
+        confirm_top: int = 3,
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        if budget < 1:
+            raise ValueError(f"budget must be >= 1 iteration, got {budget}")
+        if min_iterations < 1:
+            raise ValueError(f"min_iterations must be >= 1, got {min_iterations}")
+        if not 0 <= confirm < 1:
+            raise ValueError(f"confirm must be a fraction in [0, 1), got {confirm}")
+        if trial_iterations < min_iterations:
+            raise ValueError(
+                f"trial_iterations ({trial_iterations}) must be >= min_iterations ({min_iterations})"
+            )
+        techniques = tuple(techniques)
+        if not techniques:
+            raise ValueError("at least one technique is needed")
+        unknown = [t for t in techniques if t not in TECHNIQUES]
+        if unknown:
+            raise ValueError(f"unknown technique(s) {unknown}; choose from {', '.join(TECHNIQUES)}")
+        options = dict(options or {})
+        bad = sorted(set(options) - set(techniques))
+        if bad:
+            raise ValueError(f"options given for techniques not used: {bad}")
+        self.space = space
+        self.budget = int(budget)
+        self.seed = seed
+        self.trial_iterations = int(trial_iterations)
+        self.min_iterations = int(min_iterations)
+        self.confirm_budget = int(round(confirm * self.budget))
+        self.confirm_top = max(1, int(confirm_top))
+        self.techniques = techniques
+        self.searchers: dict[str, Searcher] = {}
+        for name in techniques:
+            opts = dict(options.get(name, {}))
+            if name == "hyperband":
+                opts.setdefault("min_iterations", self.min_iterations)
+                opts.setdefault("max_iterations", max(4 * self.min_iterations, 2 * self.trial_iterations))
+            sub_seed = (seed * 1_000_003 + zlib.crc32(name.encode())) % 2**31
+            self.searchers[name] = make_searcher(name, space, sub_seed, **opts)
+        self.bandit = AUCBandit(techniques, window=window, C=C)
+        self.obs = Observations(space)
+        self.history: list[Record] = []
+        self.spent = 0
+        self._exhausted: set[str] = set()
+        self._stalled = False  # nothing left to propose and nothing to re-measure
+        self._pending: dict[int, _Pending] = {}
+        self._next_index = 0
+        self._warm: list[Config] = []
+        keys: set[Key] = set()
+        for c in warm_start:
+            p = space.project(c)
+            if p is None:
+                continue
+            k = space.key(p)
+            if k not in keys:
+                keys.add(k)
+                self._warm.append(p)
+
+    # ---------------------------------------------------------------- state
+    @property
+    def remaining(self) -> int:
+        """Iterations of the budget not yet handed out."""
+        return self.budget - self.spent
+
+    @property
+    def done(self) -> bool:
+        """The budget is handed out (or nothing is left to try) and all trials told."""
+        return (self.remaining <= 0 or self._stalled) and not self._pending
+
+    @property
+    def best(self) -> tuple[Config, float] | None:
+        """``(config, mean score)`` of the best configuration so far, or ``None``."""
+        return self.obs.best()
+
+    def score_of(self, config: Mapping[str, Any]) -> float | None:
+        """Mean score of ``config`` over its trials (``None``: never scored)."""
+        return self.obs.mean(self.space.key(config))
+
+    # ------------------------------------------------------------- ask/tell
+    def _length(self, wanted: int | None) -> int:
+        it = max(self.min_iterations, wanted or self.trial_iterations)
+        left = self.remaining
+        it = min(it, left)
+        if 0 < left - it < self.min_iterations:
+            it = left
+        return it
+
+    def _issue(self, config: Config, technique: str, wanted: int | None) -> Trial:
+        trial = Trial(self._next_index, dict(config), self._length(wanted), technique)
+        self._next_index += 1
+        self.spent += trial.iterations
+        self._pending[trial.index] = _Pending(trial, self.space.key(config))
+        return trial
+
+    def ask(self) -> Trial | None:
+        """The next trial, or ``None`` once the budget is handed out.
+
+        Order: warm-start configurations; then techniques chosen by the bandit; the
+        last ``confirm`` fraction of the budget (and any budget left when every
+        technique has run out of configurations) re-measures the best candidates."""
+        if self.remaining <= 0 or self._stalled:
+            return None
+        if self._warm:
+            return self._issue(self._warm.pop(0), WARM, None)
+        if self.remaining > self.confirm_budget or not self.obs.scored():
+            while True:
+                available = [t for t in self.techniques if t not in self._exhausted]
+                if not available:
+                    break
+                name = self.bandit.select(available)
+                searcher = self.searchers[name]
+                config = searcher.ask()
+                if config is None:
+                    self._exhausted.add(name)
+                    continue
+                return self._issue(config, name, searcher.iterations())
+        config = self._confirm_candidate()
+        if config is None:
+            self._stalled = True
+            return None
+        return self._issue(config, CONFIRM, None)
+
+    def _confirm_candidate(self) -> Config | None:
+        """Of the ``confirm_top`` best configurations by mean, the least measured one
+        (ties: the better mean), so the final choice rests on more than one lucky
+        sample; ``None`` when nothing has a score yet."""
+        ranked = self.obs.ranked()[: self.confirm_top]
+        if not ranked:
+            return None
+        least = min(range(len(ranked)), key=lambda i: (ranked[i][1].weight, i))
+        return dict(ranked[least][1].config)
+
+    def tell(self, trial: Trial, score: float | None) -> Record:
+        """Report the score of ``trial`` (maximised; ``None`` for a failed trial)."""
+        pending = self._pending.pop(trial.index, None)
+        if pending is None or pending.trial != trial:
+            raise ValueError(f"trial {trial.index} was not asked for, or was already told")
+        before = self.obs.best()
+        before_key = None if before is None else self.space.key(before[0])
+        self.obs.add(trial.config, score, weight=trial.iterations)
+        for searcher in self.searchers.values():
+            searcher.tell(trial.config, score, weight=trial.iterations)
+        after = self.obs.best()
+        new_best = (
+            score is not None and after is not None
+            and self.space.key(after[0]) == pending.key and before_key != pending.key
+        )
+        if trial.technique in self.bandit.uses:
+            # the window counts training iterations, so a long trial weighs more
+            for _ in range(trial.iterations):
+                self.bandit.credit(trial.technique, new_best)
+        record = Record(trial.index, dict(trial.config), trial.technique, trial.iterations,
+                        None if score is None else float(score), new_best)
+        self.history.append(record)
+        return record
+
+    def run(self, evaluate: Callable[[Config, int], float | None]) -> tuple[Config, float] | None:
+        """Offline loop: ``evaluate(config, iterations) -> score`` until done; the best."""
+        while (trial := self.ask()) is not None:
+            self.tell(trial, evaluate(trial.config, trial.iterations))
+        return self.best

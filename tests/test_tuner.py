@@ -1,0 +1,157 @@
+"""Tests for the Tuner: budget accounting, warm start, sharing, failures, best."""
+
+import math
+
+import pytest
+
+from autotune.space import MiB, SearchSpace
+from autotune.tuner import CONFIRM, WARM, Tuner
+
+SPACE = SearchSpace.build(k_max=2, workers_per_machine=2)
+SMALL = SearchSpace.build(k_max=1, max_streams=4, min_chunk_bytes=1 * MiB, max_chunk_bytes=8 * MiB)
+FAST = {"bayes": {"n_initial_points": 3}}
+
+
+def objective(c, iterations=1):
+    v = 100.0 - 3 * (c["streams"] - 6) ** 2 - 5 * (math.log2(c["chunk_bytes"] / MiB) - 3) ** 2
+    return v + (10.0 * c["servers"] if c["transport"] == "pushpull" else 0.0)
+
+
+def opts(techniques):
+    return {k: v for k, v in FAST.items() if k in techniques}
+
+
+@pytest.mark.parametrize("budget,trial_iterations,techniques", [
+    (100, 3, ("grid", "pbt", "bayes", "hyperband")),
+    (37, 4, ("grid", "hyperband")),
+    (5, 2, ("pbt",)),
+    (1, 2, ("grid",)),
+    (23, 5, ("hyperband",)),
+])
+def test_budget_is_spent_exactly(budget, trial_iterations, techniques):
+    t = Tuner(SPACE, budget=budget, techniques=techniques, seed=1,
+              trial_iterations=trial_iterations, options=opts(techniques))
+    t.run(objective)
+    its = [r.iterations for r in t.history]
+    assert sum(its) == budget == t.spent
+    if budget >= 2:
+        assert min(its) >= 2  # never a trial too short to measure
+    assert t.done and t.ask() is None and t.remaining == 0
+
+
+def test_hyperband_sets_trial_length_others_use_the_default():
+    t = Tuner(SPACE, budget=60, techniques=("grid", "hyperband"), seed=0, trial_iterations=3,
+              confirm=0, options={"hyperband": {"min_iterations": 2, "max_iterations": 8}})
+    t.run(objective)
+    hb = [r.iterations for r in t.history if r.technique == "hyperband"]
+    grid = [r.iterations for r in t.history if r.technique == "grid"][:-1]  # last may be cut
+    assert set(grid) == {3}
+    assert hb[:4] == [2, 2, 2, 2]  # first rung of bracket s=2
+    assert set(hb) <= {2, 4, 8}
+
+
+def test_warm_start_first_projected_and_deduplicated():
+    other = SearchSpace.build(k_max=4, allow_lossy=True)
+    warm = [
+        {"streams": 4, "chunk_bytes": 16 * MiB},
+        {"streams": 4, "chunk_bytes": 16 * MiB},  # duplicate: dropped
+        {"compression": "onebit"},  # not in this space: dropped
+        other.validate({"transport": "pushpull", "servers": 4, "streams": 16}),
+        {"nonsense": 1},  # unknown names are ignored by project -> the default
+    ]
+    t = Tuner(SPACE, budget=30, seed=0, warm_start=warm, options=FAST)
+    trials = [t.ask() for _ in range(3)]
+    assert [tr.technique for tr in trials] == [WARM] * 3
+    assert trials[0].config == SPACE.validate({"streams": 4, "chunk_bytes": 16 * MiB})
+    assert trials[1].config["servers"] == 2  # projected: clipped to k_max = 2
+    assert trials[2].config == SPACE.default()
+    for tr in trials:
+        t.tell(tr, objective(tr.config))
+    nxt = t.ask()
+    assert nxt.technique in t.techniques
+    assert SPACE.key(nxt.config) not in {SPACE.key(tr.config) for tr in trials}
+
+
+def test_every_result_is_told_to_every_technique():
+    t = Tuner(SPACE, budget=40, seed=2, trial_iterations=2, options=FAST)
+    t.run(objective)
+    keys = {SPACE.key(r.config) for r in t.history}
+    for s in t.searchers.values():
+        assert set(s.obs.stats) == keys
+    # the bandit saw each technique's trials, one use per iteration
+    used = sum(r.iterations for r in t.history if r.technique in t.techniques)
+    assert sum(t.bandit.uses.values()) == min(used, t.bandit.window)
+
+
+def test_new_best_credit_and_best_is_the_true_best_seen():
+    t = Tuner(SPACE, budget=60, seed=3, trial_iterations=2, options=FAST)
+    t.run(objective)
+    best_cfg, best_score = t.best
+    assert best_score == max(objective(r.config) for r in t.history)
+    credited = [r for r in t.history if r.new_best]
+    assert credited and all(r.technique != CONFIRM for r in credited)
+    assert credited[-1].config == best_cfg or t.history[-1].technique == CONFIRM
+
+
+def test_failed_trials_are_never_best():
+    t = Tuner(SPACE, budget=40, seed=0, trial_iterations=2, options=FAST)
+    bad = lambda c, it: None if c["streams"] > 2 else objective(c)  # noqa: E731
+    t.run(bad)
+    assert t.best is not None and t.best[0]["streams"] <= 2
+    assert any(r.score is None for r in t.history)
+    assert not any(r.new_best for r in t.history if r.score is None)
+    # everything fails: no best, and the budget still ends
+    t2 = Tuner(SPACE, budget=20, seed=0, trial_iterations=2, options=FAST)
+    assert t2.run(lambda c, it: None) is None
+    assert t2.done and t2.best is None
+
+
+def test_best_is_the_best_mean_not_one_lucky_sample():
+    a = SMALL.validate({"streams": 2})
+    b = SMALL.validate({"streams": 3})
+    # confirm=0.5 of 6 iterations: after the two warm trials only re-measurements
+    t = Tuner(SMALL, budget=6, seed=0, trial_iterations=2, warm_start=[a, b], confirm=0.5)
+    ta, tb = t.ask(), t.ask()
+    t.tell(ta, 10.0)
+    t.tell(tb, 6.0)
+    assert t.best == (a, 10.0)
+    again = t.ask()
+    assert again.technique == CONFIRM and again.config == a  # tie on weight: better mean
+    t.tell(again, 0.0)
+    assert t.score_of(a) == pytest.approx(5.0)
+    assert t.best == (b, 6.0)
+
+
+def test_deterministic_for_a_seed():
+    def history(seed):
+        t = Tuner(SPACE, budget=50, seed=seed, trial_iterations=2, options=FAST)
+        t.run(objective)
+        return [(r.technique, r.config, r.iterations) for r in t.history]
+
+    assert history(5) == history(5)
+    assert history(5) != history(6)
+
+
+def test_tiny_space_spends_the_rest_on_remeasurement():
+    tiny = SearchSpace.build(max_streams=2, min_chunk_bytes=4 * MiB, max_chunk_bytes=4 * MiB)
+    t = Tuner(tiny, budget=30, seed=0, trial_iterations=2, techniques=("grid", "pbt"))
+    t.run(objective)
+    assert t.spent == 30
+    assert len({tiny.key(r.config) for r in t.history}) == tiny.size() == 4
+    assert t.history[-1].technique == CONFIRM
+
+
+def test_bad_arguments_and_tells():
+    with pytest.raises(ValueError, match="unknown technique"):
+        Tuner(SPACE, techniques=("grid", "annealing"))
+    with pytest.raises(ValueError, match="budget"):
+        Tuner(SPACE, budget=0)
+    with pytest.raises(ValueError, match="trial_iterations"):
+        Tuner(SPACE, trial_iterations=1)
+    with pytest.raises(ValueError, match="options given"):
+        Tuner(SPACE, techniques=("grid",), options={"bayes": {}})
+    t = Tuner(SPACE, budget=10, seed=0, techniques=("grid",))
+    tr = t.ask()
+    t.tell(tr, 1.0)
+    with pytest.raises(ValueError, match="already told"):
+        t.tell(tr, 1.0)
