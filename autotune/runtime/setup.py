@@ -47,8 +47,8 @@ class Setup:
 
     @property
     def needs_out(self) -> bool:
-        """Whether results land in a second flat buffer (push/pull, reduce-scatter)."""
-        return self.pushpull or self.config["intra"] == "scatter"
+        """Whether results land in a second flat buffer (push/pull: pull into ``out``)."""
+        return self.pushpull
 
     @property
     def owns_units(self) -> bool:
