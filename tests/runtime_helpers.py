@@ -123,7 +123,7 @@ def _used(how: str, rank: int) -> bool:
 
 
 def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | None,
-               zero_grads: bool) -> dict:
+               zero_grads: bool, check_overlap: bool = False) -> dict:
     """One sync + backward + wait; compares with all_reduce. Returns a record."""
     import torch
     import torch.distributed as dist
@@ -142,6 +142,12 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
     terms = [(q * t).sum() for i, (q, t) in enumerate(zip(params, targets))
              if use[i] not in ("frozen", "none") and _used(use[i], rank)]
     torch.stack([x.float() for x in terms]).sum().backward()
+    overlap = None
+    if check_overlap:  # chunks complete before wait() is called: they left during backward
+        deadline = time.monotonic() + 60
+        while rt.progress[0] < rt.progress[1] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        overlap = rt.progress
     ids = [id(q.grad) if q.grad is not None else None for q in params]
     t_ref = time.perf_counter()
     refs = _reference(params, use, wg, n)
@@ -164,7 +170,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
         if zero_grads and ids[i] is not None and id(q.grad) != ids[i]:
             ident_ok = False
     return {"config": active, "ratio": worst, "none_ok": none_ok, "ident_ok": ident_ok,
-            "ms": round(ms, 2), "ref_ms": round(t_ref * 1000, 2),
+            "overlap": overlap, "order": rt.gradient_order, "ms": round(ms, 2), "ref_ms": round(t_ref * 1000, 2),
             "total_ms": round((time.perf_counter() - t_start) * 1000, 2)}
 
 
@@ -225,7 +231,8 @@ def run_sweep(out: Path, full: bool) -> None:
             params, use = _shape_set(shape_set, info.rank)
             rt.register(params)
             current = shape_set
-        rec["cases"].append(_iteration(rt, wg, params, use, idx, cfg, zero_grads=idx % 3 == 0))
+        rec["cases"].append(_iteration(rt, wg, params, use, idx, cfg, zero_grads=idx % 3 == 0,
+                                       check_overlap=shape_set != "mixed" and idx % 2 == 0))
     rec["threads"] = [baseline_threads, threading.active_count(), rt.threads]
     rec["groups"] = rt.process_groups
 

@@ -50,6 +50,31 @@ def test_average_matches_all_reduce(results: list[dict], index: int) -> None:
         assert case["ident_ok"], f"rank {r}: an existing .grad tensor was replaced"
 
 
+def test_chunks_leave_during_backward(results: list[dict]) -> None:
+    """On the cases that checked it (shape sets where every rank uses every parameter),
+    every chunk was averaged before wait() was called."""
+    checked = 0
+    for r, res in enumerate(results):
+        for case in res["cases"]:
+            if case["overlap"] is None:
+                continue
+            done, total = case["overlap"]
+            assert total > 0 and done == total, (r, case["config"], case["overlap"])
+            checked += 1
+    assert checked >= 8
+
+
+def test_ready_order_is_learnt(results: list[dict]) -> None:
+    # mixed set: registration index 5 is used by nobody, so its hook never fires; after the
+    # first iteration the leader's observed order puts it last on every rank
+    for res in results:
+        mixed = [c for (s, _), c in zip(CASES, res["cases"]) if s == "mixed"]
+        first, later = mixed[0]["order"], mixed[2]["order"]
+        assert first == list(reversed(range(len(first))))
+        assert sorted(later) == sorted(first) and later[-1] == 5 and later != first
+        assert later == results[0]["cases"][2]["order"]
+
+
 def test_reconfiguring_leaks_no_threads_or_groups(results: list[dict]) -> None:
     for res in results:
         # 80 configurations later: only the stream pool's threads were added, and the pool

@@ -76,7 +76,7 @@ class CommunicationStream:
             for op in ops:
                 op.wait(self.timeout)
             ops = next(gen, None)
-        self.it.tick()
+        self.it.tick(chunk=True)
 
     # ------------------------------------------------------------------ stages
     def _g(self, *key: Any) -> Any:

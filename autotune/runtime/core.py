@@ -171,6 +171,20 @@ class Runtime:
     def threads(self) -> int:
         return self._pool.size
 
+    @property
+    def gradient_order(self) -> list[int]:
+        """Workers: registration indices of the gradients in the active layout order."""
+        return list(self._order)
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        """Workers: (chunks completed, chunks) of the iteration under way; (0, 0) if none.
+        Chunks complete while backward runs: this is how overlap shows."""
+        it = self._iter
+        if it is None or self._setup is None:
+            return (0, 0)
+        return (it.chunks_done, len(self._setup.plan))
+
     def describe(self, rank: int) -> str:
         text = self.info.describe(rank)
         if self._store is not None:

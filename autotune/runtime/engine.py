@@ -204,6 +204,7 @@ class Iteration:
         self.jobs_left = 0
         self.started = False
         self.progress = 0  # completed chunks/units, to tell a slow round from a stuck one
+        self.chunks_done = 0
         self.aborted = False
         self.mailbox = Mailbox()
         self.twice: list[int] = []
@@ -239,8 +240,11 @@ class Iteration:
         if n == 0 and self.jobs_left == 0:
             self.done.set()
 
-    def tick(self) -> None:
+    def tick(self, chunk: bool = False) -> None:
+        """A unit of work finished (``chunk``: one of this worker's chunks is averaged)."""
         self.progress += 1
+        if chunk:
+            self.chunks_done += 1
 
     def job_done(self, error: BaseException | None = None) -> None:
         with self._lock:
