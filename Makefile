@@ -9,14 +9,15 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt torch
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev,plot]'
+	$(BIN)/pip install -q -c constraints.txt torch 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,plot]' 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/python -c "import autotune, torch, optuna, skopt, networkx, sqlite_utils"
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python benchmarks/tuner_bench.py --quick
+	$(BIN)/autotune launch --workers 4 --servers 2 --machines 2 examples/train_transformer.py --steps 200 --budget 100
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

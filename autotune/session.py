@@ -6,7 +6,9 @@ user has not), bootstraps the communication runtime, and on rank 0 drives a
 iteration boundary is a ``Runtime.sync``: rank 0's configuration for the next iteration
 crosses the wire as an int64 tensor and every rank, servers included, applies it.
 
-A trial lasts ``trial.iterations`` iterations. The first iteration after a switch is not
+The first ``warmup`` iterations (default 3) run under the default configuration and are
+not trials: they pay for first allocations and connections, which would otherwise count
+against whichever configuration is tried first. A trial lasts ``trial.iterations`` iterations. The first iteration after a switch is not
 scored (it pays for the switch); the others are timed on every worker, each worker takes
 the median of its times and the slowest worker's median is the trial's time. The score
 is throughput: samples/s when ``samples_per_step`` is given, iterations/s otherwise.
@@ -94,6 +96,7 @@ class Session:
         drift_window: int = 50,
         timeout: float = 300.0,
         trial_iterations: int | None = None,
+        warmup: int = 3,
         job: str | None = None,
         store: bool = True,
     ) -> None:
@@ -115,6 +118,9 @@ class Session:
         self.verbose = verbose
         self.timeout = timeout
         self.trial_iterations = trial_iterations
+        if warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {warmup}")
+        self._warmup_left = warmup
         self.job = job
         self.use_store = store
         self._drift = _Drift(retune_on_drift, drift_window, max(10, budget // 5)) if retune_on_drift else None
@@ -184,7 +190,11 @@ class Session:
                 **({"trial_iterations": self.trial_iterations} if self.trial_iterations else {}),
             )
             self._start_progress()
-        self._apply(self._next_trial() if self.is_leader else None)
+        if self.is_leader:
+            first = self.space.default() if self._warmup_left else self._next_trial()
+            self._apply(first)
+        else:
+            self._apply(None)
         return self
 
     def _build_space(self) -> SearchSpace:
@@ -277,6 +287,11 @@ class Session:
     def _advance(self, slowest: float, failed: str | None) -> Config:
         if self._locked:
             return self._watch_drift(slowest)
+        if self._warmup_left > 0:
+            # Warm-up iterations (first allocations, caches, connections) train but are
+            # not trials: otherwise the first trial, usually the default, pays for them.
+            self._warmup_left -= 1
+            return self._next_trial() if self._warmup_left == 0 else self.config
         trial = self._trial
         self.tuning_iterations += 1
         self._trial_left -= 1

@@ -1,0 +1,90 @@
+"""Per-rank script for tests/test_session.py, run under `autotune launch`.
+
+Runs several scenarios in ONE process group (starting torch processes is slow) and writes
+what each rank saw to ``$OUT/rank<r>.json`` for the test to compare across ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import autotune
+
+RANK = int(os.environ.get("RANK", 0))
+LR = 0.1
+
+
+def make_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
+
+
+def batches(seed: int, rank: int, steps: int):
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    w = torch.linspace(-1, 1, 16)
+    out = []
+    for _ in range(steps):
+        x = torch.randn(32, 16, generator=g)
+        out.append((x, torch.tanh(x @ w / 2).unsqueeze(1)))
+    return out
+
+
+def flat(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def train_ddp(seed: int, steps: int) -> torch.Tensor:
+    model = make_model(seed)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for x, y in batches(seed, RANK, steps):
+        nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    return flat(model)
+
+
+def train_session(data_seed: int, steps: int, **kw):
+    model = make_model(data_seed)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    losses, sums, configs = [], [], []
+    with autotune.session(model, **kw) as tuner:
+        for x, y in batches(data_seed, RANK, steps):
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            tuner.step()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+            sums.append(hashlib.sha256(flat(model).numpy().tobytes()).hexdigest())
+            configs.append(dict(tuner.config))
+    hist = [dict(index=r.index, technique=r.technique, config=r.config, iterations=r.iterations,
+                 score=r.score, error=r.error) for r in tuner.history]
+    return model, dict(losses=losses, sums=sums, configs=configs, history=hist,
+                       best=tuner.best, tuning_iterations=tuner.tuning_iterations)
+
+
+def main(out: str) -> None:
+    torch.set_num_threads(1)
+    result: dict = {}
+    steps = int(os.environ.get("SESSION_STEPS", "60"))
+    budget = int(os.environ.get("SESSION_BUDGET", "40"))
+    if os.environ.get("SESSION_DDP") == "1":
+        dist.init_process_group("gloo")  # the session joins this world as it is
+        result["ddp"] = train_ddp(1, steps).tolist()
+    model, result["session"] = train_session(1, steps, budget=budget, db=os.path.join(out, "t.db"),
+                                             seed=3, verbose=RANK == 0, timeout=60)
+    result["session"]["final"] = flat(model).tolist()
+    with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

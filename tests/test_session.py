@@ -1,0 +1,129 @@
+"""autotune.session() with real processes under `autotune launch` (gloo).
+
+Two process groups, each started once and running a whole training job:
+
+* 2 workers + 1 Summation Service server: the session trains, parameters are identical on
+  both workers after every step, exactly ``budget`` iterations are tuning iterations and
+  then the configuration stays fixed, and the final parameters equal a single-process
+  computation of synchronous SGD on the averaged gradients, although the tuner switched
+  configurations (both transports) many times.
+* 2 workers, no servers, with faults injected into two configurations: a plain DDP run of
+  the same seed and data ends with the same parameters as the session, and the failed
+  trials are reported while training goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import session_worker as sw
+
+STEPS, BUDGET = 60, 40
+pytestmark = pytest.mark.slow
+
+
+def launch(tmp: Path, workers: int, servers: int, env: dict[str, str]) -> list[dict]:
+    cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", str(workers),
+           "--servers", str(servers), str(Path(sw.__file__)), str(tmp)]
+    full = {**os.environ, "SESSION_STEPS": str(STEPS), "SESSION_BUDGET": str(BUDGET),
+            "OMP_NUM_THREADS": "1", **env}
+    proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (tmp / "launch.log").write_text(proc.stdout + proc.stderr)
+    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(workers)]
+
+
+def reference(workers: int) -> torch.Tensor:
+    """Synchronous SGD on the average of every worker's gradient, in one process."""
+    model = sw.make_model(1)
+    opt = torch.optim.SGD(model.parameters(), lr=sw.LR)
+    data = [sw.batches(1, r, STEPS) for r in range(workers)]
+    for step in range(STEPS):
+        grads = []
+        for r in range(workers):
+            model.zero_grad()
+            x, y = data[r][step]
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for i, p in enumerate(model.parameters()):
+            p.grad = sum(g[i] for g in grads) / workers
+        opt.step()
+    return sw.flat(model)
+
+
+@pytest.fixture(scope="module")
+def with_server(tmp_path_factory) -> tuple[list[dict], Path]:
+    tmp = tmp_path_factory.mktemp("session_server")
+    return launch(tmp, 2, 1, {}), tmp
+
+
+@pytest.fixture(scope="module")
+def with_faults(tmp_path_factory) -> list[dict]:
+    tmp = tmp_path_factory.mktemp("session_faults")
+    faults = "streams=2@fail;chunk_bytes=2097152@configure:1"
+    return launch(tmp, 2, 0, {"SESSION_DDP": "1", "AUTOTUNE_FAULT": faults})
+
+
+def test_trains_and_workers_stay_identical(with_server):
+    ranks, _ = with_server
+    s0, s1 = ranks[0]["session"], ranks[1]["session"]
+    assert len(s0["sums"]) == STEPS
+    assert s0["sums"] == s1["sums"]  # bit-identical parameters after every step
+    first, last = sum(s0["losses"][:10]) / 10, sum(s0["losses"][-10:]) / 10
+    assert last < 0.8 * first
+
+
+def test_exactly_budget_tuning_iterations_then_fixed(with_server):
+    ranks, _ = with_server
+    s0 = ranks[0]["session"]
+    assert s0["tuning_iterations"] == BUDGET
+    assert sum(h["iterations"] for h in s0["history"]) == BUDGET
+    # configs[i] is the configuration applied after step i, i.e. for iteration i + 1
+    w = 3  # the session's default warm-up iterations come first
+    tuning = {json.dumps(c, sort_keys=True) for c in s0["configs"][w - 1: w + BUDGET - 1]}
+    kept = {json.dumps(c, sort_keys=True) for c in s0["configs"][w + BUDGET - 1:]}
+    assert len(tuning) >= 4, "the tuner should have tried several configurations"
+    assert s0["configs"][: w - 1] == [s0["configs"][0]] * (w - 1)
+    assert len(kept) == 1
+    assert json.loads(kept.pop()) == s0["best"]
+    assert ranks[1]["session"]["configs"] == s0["configs"]  # every rank applied the same
+
+
+def test_equals_synchronous_sgd_across_config_switches(with_server):
+    ranks, _ = with_server
+    transports = {c["transport"] for c in ranks[0]["session"]["configs"]}
+    assert transports == {"allreduce", "pushpull"}
+    ref = reference(2)
+    for r in ranks:
+        torch.testing.assert_close(torch.tensor(r["session"]["final"]), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_run_is_recorded_in_the_store(with_server):
+    from autotune.store import Store
+
+    _, tmp = with_server
+    store = Store(tmp / "t.db")
+    (run,) = store.runs()
+    assert run["status"] == "finished"
+    assert len(store.trials(run["id"])) == len(json.loads(json.dumps(with_server[0][0]["session"]["history"])))
+
+
+def test_matches_ddp_and_survives_faults(with_faults):
+    ranks = with_faults
+    for r in ranks:
+        torch.testing.assert_close(torch.tensor(r["session"]["final"]), torch.tensor(r["ddp"]),
+                                   rtol=1e-5, atol=1e-6)
+    hist = ranks[0]["session"]["history"]
+    failed = [h for h in hist if h["error"]]
+    assert failed, "the injected faults should have failed at least one trial"
+    assert all(h["score"] is None for h in failed)
+    assert all(h["config"]["streams"] == 2 or h["config"]["chunk_bytes"] == 2097152 for h in failed)
+    assert len(ranks[0]["session"]["losses"]) == STEPS
+    assert ranks[0]["session"]["sums"] == ranks[1]["session"]["sums"]
