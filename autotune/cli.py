@@ -19,9 +19,12 @@ def cli() -> None:
 
 # Subcommands register below, one line each (keep this list sorted):
 # @@COMMANDS@@
+from autotune.offline.command import tune; cli.add_command(tune)  # noqa: E402,E702
 from autotune.probes.command import probe; cli.add_command(probe)  # noqa: E402,E702
 from autotune.launch import launch; cli.add_command(launch)  # noqa: E402,E702
 from autotune.emulate.command import emulate; cli.add_command(emulate)  # noqa: E402,E702
+from autotune.store.command import db; cli.add_command(db)  # noqa: E402,E702
+from autotune.store.report import report; cli.add_command(report)  # noqa: E402,E702
 
 
 def main() -> None:
