@@ -170,7 +170,8 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
         if zero_grads and ids[i] is not None and id(q.grad) != ids[i]:
             ident_ok = False
     return {"config": active, "ratio": worst, "none_ok": none_ok, "ident_ok": ident_ok,
-            "overlap": overlap, "order": rt.gradient_order, "ms": round(ms, 2), "ref_ms": round(t_ref * 1000, 2),
+            "overlap": overlap, "order": rt.gradient_order, "ms": round(ms, 2),
+            "ref_ms": round(t_ref * 1000, 2),
             "total_ms": round((time.perf_counter() - t_start) * 1000, 2)}
 
 
