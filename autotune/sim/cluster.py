@@ -112,7 +112,7 @@ class Cluster:
         known = [f.name for f in dataclasses.fields(cls) if f.init]
         for key in data:
             if key not in known:
-                hint = difflib.get_close_matches(str(key), known, n=1)
+                hint = difflib.get_close_matches(str(key), known + ["gpus_per_machine"], n=1)
                 extra = f" (did you mean {hint[0]!r}?)" if hint else ""
                 raise ClusterError(
                     f"{source}: unknown field {key!r}{extra}; known fields: {', '.join(known)}")

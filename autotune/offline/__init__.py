@@ -1,0 +1,12 @@
+"""Offline tuning (``autotune tune``): tune before the real job, so it starts warm.
+
+* :mod:`autotune.offline.synthetic`: a model's real gradients with emulated compute
+  (:class:`SyntheticJob`).
+* :mod:`autotune.offline.worker`: the rank program that runs it inside
+  :func:`autotune.session` (or under DDP, the reference).
+* :mod:`autotune.offline.local`: the driver on local processes or the emulated cluster.
+* :mod:`autotune.offline.simulated`: the same Tuner against the cluster simulator.
+* :mod:`autotune.offline.command`: the ``autotune tune`` command.
+
+See ``docs/tune.md``. Importing this package does not import torch.
+"""

@@ -1,0 +1,363 @@
+"""The ``autotune tune`` command: tune before the real job, so it starts warm.
+
+    autotune tune --model resnet50 --workers 2 --servers 1 [--machines 2] [--budget 100]
+    autotune tune --model resnet50 --workers 4 --emulate 200mbit        # root: shaped links
+    autotune tune --model bert-large --simulate cluster.json            # any size, simulated
+
+See ``docs/tune.md``. Heavy imports (torch) happen inside the command.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+import click
+
+TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
+
+
+def _compute_ms(value: str) -> float | str:
+    text = str(value).strip().lower()
+    if text == "measure":
+        return "measure"
+    try:
+        ms = float(text)
+    except ValueError:
+        raise click.BadParameter(f"give milliseconds (e.g. 120) or 'measure', got {value!r}",
+                                 param_hint="--compute-ms") from None
+    if not math.isfinite(ms) or ms < 0:
+        raise click.BadParameter(f"must be >= 0 ms, got {value!r}", param_hint="--compute-ms")
+    return ms
+
+
+def _techniques(value: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in value.split(",") if t.strip())
+    bad = [t for t in names if t not in TECHNIQUES]
+    if not names or bad:
+        raise click.BadParameter(f"choose from {', '.join(TECHNIQUES)} (comma-separated), got {value!r}",
+                                 param_hint="--techniques")
+    return names
+
+
+def _resolve_model(model: str) -> str:
+    """The canonical zoo name, or the factory string after checking that it imports."""
+    import os
+
+    from autotune import zoo
+
+    try:
+        if zoo.is_factory_spec(model):
+            if os.getcwd() not in sys.path:  # factories are looked up from here, like the ranks do
+                sys.path.insert(0, os.getcwd())
+            zoo.load_factory(model)
+            return model
+        return zoo.resolve(model)
+    except zoo.ZooError as exc:
+        raise click.BadParameter(str(exc), param_hint="--model") from None
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"
+
+
+def _fmt_config(cfg: dict | None) -> str:
+    if not cfg:
+        return "-"
+    parts = []
+    for k, v in cfg.items():
+        if k == "chunk_bytes":
+            v = _fmt_bytes(int(v))
+        parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+@click.command("tune")
+@click.option("--model", "-m", "model", required=True, metavar="NAME|module:attr",
+              help="A zoo model (resnet50, bert-large, ...) or a factory 'package.module:attr'.")
+@click.option("--workers", "-n", type=int, default=None, help="Worker processes (not with --simulate).")
+@click.option("--servers", "-k", type=int, default=0, show_default=True,
+              help="Summation Service processes.")
+@click.option("--machines", type=int, default=None,
+              help="Split the workers into this many (emulated) machines; must divide --workers.")
+@click.option("--budget", type=int, default=100, show_default=True, help="Tuning iterations.")
+@click.option("--db", type=click.Path(dir_okay=False), default=None,
+              help="Results store (default: $AUTOTUNE_DB or ./autotune.db).")
+@click.option("--compute-ms", "compute_ms", default="0", show_default=True, metavar="MS|measure",
+              help="Forward+backward time per iteration to emulate, or 'measure' (zoo models: "
+                   "a few real steps on this CPU).")
+@click.option("--backward-fraction", type=click.FloatRange(0, 1), default=2 / 3,
+              show_default="2/3", help="Share of the compute that is the backward pass.")
+@click.option("--emulate", metavar="RATE", default=None,
+              help="Run on the emulated cluster, one host per machine at RATE (e.g. 200mbit); root only.")
+@click.option("--simulate", "simulate", metavar="CLUSTER.json", default=None,
+              help="Tune against the simulator for the described cluster instead of real processes.")
+@click.option("--compare-ddp", is_flag=True, help="Also time PyTorch DDP on the same job.")
+@click.option("--trial-iterations", type=click.IntRange(2, None), default=None,
+              help="Iterations per trial (default: the Tuner's).")
+@click.option("--verify-iterations", type=click.IntRange(1, None), default=8, show_default=True,
+              help="Iterations timed under the kept configuration after the budget.")
+@click.option("--techniques", default=",".join(TECHNIQUES), show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--allow-lossy", is_flag=True, help="Let compression codecs into the space.")
+@click.option("--noise", type=click.FloatRange(0, 0.5), default=0.03, show_default=True,
+              help="--simulate: relative measurement noise of one iteration.")
+@click.option("--batch", type=click.IntRange(1, None), default=32, show_default=True,
+              help="--simulate: samples per worker per iteration (scores are samples/s).")
+@click.option("--max-memory", type=click.FloatRange(0, None, min_open=True), default=None,
+              metavar="GiB", help="Refuse local jobs needing more (default: half the free memory).")
+@click.option("--timeout", type=click.FloatRange(1, None), default=3600.0, show_default=True,
+              help="Seconds the whole local job may take.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def tune(model: str, workers: int | None, servers: int, machines: int | None, budget: int,
+         db: str | None, compute_ms: str, backward_fraction: float, emulate: str | None,
+         simulate: str | None, compare_ddp: bool, trial_iterations: int | None,
+         verify_iterations: int, techniques: str, seed: int, allow_lossy: bool, noise: float,
+         batch: int, max_memory: float | None, timeout: float, as_json: bool) -> None:
+    """Tune the gradient communication of a model before the real job runs.
+
+    Runs a synthetic job with the model's real gradient shapes through the same session
+    the training loop uses (on local processes, or on the emulated cluster), or the same
+    Tuner against the cluster simulator, and stores the run so that a later
+    autotune.session() with this model and world starts from its best configuration.
+    """
+    from autotune.store.db import StoreError, default_path
+
+    techs = _techniques(techniques)
+    cms = _compute_ms(compute_ms)
+    if budget < 1:
+        raise click.BadParameter(f"must be >= 1 iteration, got {budget}", param_hint="--budget")
+    db_path = str(db) if db is not None else str(default_path())
+    sim_cluster = None
+    if simulate is not None:
+        given = [n for n, v in (("--workers", workers), ("--machines", machines),
+                                ("--emulate", emulate)) if v is not None]
+        if servers:
+            given.append("--servers")
+        if given:
+            raise click.UsageError(f"--simulate takes the world from the cluster file; drop "
+                                   f"{', '.join(given)} (set machines, workers_per_machine and "
+                                   f"server_machines in the JSON)")
+        from autotune.sim import Cluster, ClusterError
+
+        try:
+            sim_cluster = Cluster.from_json(simulate)
+        except ClusterError as exc:
+            raise click.BadParameter(str(exc), param_hint="--simulate") from None
+    else:
+        if workers is None:
+            raise click.UsageError("give --workers N (local processes), or --simulate cluster.json")
+        if workers < 1:
+            raise click.BadParameter(f"must be >= 1, got {workers}", param_hint="--workers")
+        if servers < 0:
+            raise click.BadParameter(f"must be >= 0, got {servers}", param_hint="--servers")
+        if machines is not None and (machines < 1 or workers % machines):
+            raise click.BadParameter(f"{machines} must divide --workers {workers} (same workers "
+                                     "per machine)", param_hint="--machines")
+        if emulate is not None:
+            from autotune.emulate import ShapingError, parse_rate, unavailable_reason
+
+            try:
+                parse_rate(emulate)
+            except ShapingError as exc:
+                raise click.BadParameter(str(exc), param_hint="--emulate") from None
+            reason = unavailable_reason()
+            if reason is not None:
+                raise click.UsageError(f"--emulate cannot run here: {reason}. Drop --emulate to "
+                                       "tune on local processes, or use --simulate.")
+    name = _resolve_model(model)
+    if cms == "measure":
+        if ":" in name:
+            raise click.BadParameter("'measure' needs a zoo model; give milliseconds for a "
+                                     "factory", param_hint="--compute-ms")
+        from autotune.offline.synthetic import measure_compute_ms
+
+        with _status(as_json, f"measuring {name}'s compute on this CPU"):
+            cms = measure_compute_ms(name)
+
+    try:
+        if simulate is not None:
+            report = _simulated(name, simulate, sim_cluster, budget, db_path, float(cms), backward_fraction,
+                                batch, seed, techs, trial_iterations, noise, allow_lossy,
+                                compare_ddp, as_json)
+        else:
+            report = _local(name, workers, servers, machines, budget, db_path, float(cms),
+                            backward_fraction, seed, techs, trial_iterations, allow_lossy,
+                            emulate, compare_ddp, verify_iterations, max_memory, timeout, as_json)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report, indent=1, default=str))
+    else:
+        _print_summary(report)
+
+
+# ------------------------------------------------------------------------------ running
+class _status:
+    """A rich spinner on stderr (nothing with --json)."""
+
+    def __init__(self, quiet: bool, text: str) -> None:
+        self.quiet, self.text, self._ctx = quiet, text, None
+
+    def __enter__(self) -> None:
+        if not self.quiet:
+            from rich.console import Console
+
+            self._ctx = Console(stderr=True).status(self.text)
+            self._ctx.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+
+
+class _Bar:
+    """The progress bar: one task per phase (tune, ddp), fed by progress events."""
+
+    def __init__(self, quiet: bool) -> None:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+
+        self.progress = Progress(TextColumn("[bold]{task.fields[phase]}[/]"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("{task.description}"),
+                                 TimeElapsedColumn(), console=Console(stderr=True),
+                                 disable=quiet, transient=False)
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "_Bar":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    def starting(self, phase: str, text: str) -> None:
+        self.tasks[phase] = self.progress.add_task(text, total=None, phase=phase)
+
+    def update(self, data: dict, phase: str | None = None) -> None:
+        phase = data.get("phase", phase or "tune")
+        task = self.tasks.get(phase)
+        if task is None:
+            task = self.tasks[phase] = self.progress.add_task("", total=None, phase=phase)
+        best = data.get("best")
+        text = f"trial {data['trials']}  best {best:.3g}/s" if "trials" in data and best else ""
+        self.progress.update(task, completed=data["iteration"], total=data["budget"], description=text)
+
+
+def _local(name: str, workers: int, servers: int, machines: int | None, budget: int, db: str,
+           compute_ms: float, backward_fraction: float, seed: int, techs: tuple[str, ...],
+           trial_iterations: int | None, allow_lossy: bool, emulate: str | None,
+           compare_ddp: bool, verify_iterations: int, max_memory: float | None, timeout: float,
+           quiet: bool) -> dict:
+    from autotune import zoo
+    from autotune.offline.local import LocalPlan, TuneError, memory_check, tune_local
+    from autotune.offline.synthetic import gradient_bytes
+
+    try:
+        grad_bytes = gradient_bytes(zoo.build(name, device="meta"))
+        memory_check(name, grad_bytes, workers, servers,
+                     int(max_memory * (1 << 30)) if max_memory else None)
+    except (TuneError, zoo.ZooError) as exc:
+        raise click.UsageError(str(exc)) from None
+    plan = LocalPlan(model=name, workers=workers, servers=servers, machines=machines, budget=budget,
+                     db=db, compute_ms=compute_ms, backward_fraction=backward_fraction, seed=seed,
+                     techniques=techs, trial_iterations=trial_iterations, allow_lossy=allow_lossy,
+                     timeout=timeout, emulate=emulate, job=f"tune:{name}",
+                     verify_iterations=verify_iterations, compare_ddp=compare_ddp)
+    where = f"emulated cluster at {emulate}" if emulate else "this machine"
+    with _Bar(quiet) as bar:
+        bar.starting("tune", f"starting {workers} worker(s) + {servers} server(s) on {where}")
+        try:
+            res = tune_local(plan, on_progress=bar.update)
+        except TuneError as exc:
+            raise click.ClickException(str(exc)) from None
+    run = res["run"]
+    ddp_score = res["ddp"]["score"] if res.get("ddp") else None
+    failed = sum(1 for t in res["trials"] if t["score"] is None)
+    return {
+        "mode": "emulated" if emulate else "local", "model": name, "gradient_bytes": grad_bytes,
+        "world": res["world"], "emulate_rate": emulate, "compute_ms": compute_ms,
+        "budget": budget, "unit": "it/s",
+        "best": res["best"], "best_score": res["best_score"], "default_score": res["default_score"],
+        "speedup_over_default": _ratio(res["best_score"], res["default_score"]),
+        "kept": res["kept"], "kept_score": res["verified_score"],
+        "ddp_score": ddp_score, "speedup_over_ddp": _ratio(res["verified_score"], ddp_score),
+        "trials": len(res["trials"]), "failed_trials": failed,
+        "run_id": run["id"], "db": db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
+        "simulated": False, "wall_s": res["wall_s"], "history": res["history"],
+    }
+
+
+def _simulated(name: str, source: str, cluster: Any, budget: int, db: str, compute_ms: float,
+               backward_fraction: float, batch: int, seed: int, techs: tuple[str, ...],
+               trial_iterations: int | None, noise: float, allow_lossy: bool, compare_ddp: bool,
+               quiet: bool) -> dict:
+    from autotune.offline.simulated import tune_simulated
+
+    with _Bar(quiet) as bar:
+        bar.starting("simulate", f"tuning {name} on the simulated cluster {source}")
+        res = tune_simulated(name, cluster, budget=budget, db=db, compute_ms=compute_ms,
+                             backward_fraction=backward_fraction, batch_per_worker=batch,
+                             seed=seed, techniques=techs, trial_iterations=trial_iterations,
+                             noise=noise, allow_lossy=allow_lossy,
+                             on_progress=lambda d: bar.update(d, "simulate"))
+    run, pred = res["run"], res["predicted"]
+    ddp = pred["ddp_like"]["throughput"] if compare_ddp else None
+    return {
+        "mode": "simulated", "model": name, "world": res["world"], "compute_ms": compute_ms,
+        "budget": budget, "unit": "samples/s",
+        "best": res["best"], "best_score": res["best_score"], "default_score": res["default_score"],
+        "speedup_over_default": _ratio(pred["best"]["throughput"], pred["default"]["throughput"]),
+        "kept": res["best"], "kept_score": pred["best"]["throughput"],
+        "ddp_score": ddp, "speedup_over_ddp": _ratio(pred["best"]["throughput"], ddp),
+        "predicted": pred, "warm_start": res["warm_start"],
+        "trials": len(res["trials"]), "failed_trials": 0,
+        "run_id": run["id"], "db": db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
+        "simulated": True,
+    }
+
+
+# ------------------------------------------------------------------------------ output
+def _print_summary(r: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    w = r["world"]
+    where = {"local": "local processes", "emulated": f"emulated cluster at {r.get('emulate_rate')}",
+             "simulated": "simulated cluster (predicted)"}[r["mode"]]
+    title = (f"autotune tune: {r['model']} on {w['workers']} worker(s) + {w['servers']} server(s), "
+             f"{w['machines']} machine(s), {where}")
+    unit = r["unit"]
+    t = Table(title=title)
+    t.add_column("")
+    t.add_column("value")
+    for k, v in (r["best"] or {}).items():
+        t.add_row(k, _fmt_bytes(int(v)) if k == "chunk_bytes" else str(v))
+    sim = r["mode"] == "simulated"
+    t.add_row("best (tuning trials)", f"{r['best_score']:.3f} {unit}" if r["best_score"] else "-")
+    t.add_row("default (tuning trials)", f"{r['default_score']:.3f} {unit}" if r["default_score"] else "-")
+    sp = r["speedup_over_default"]
+    t.add_row("speed-up over the default" + (" (noise-free)" if sim else ""), f"{sp:.2f}x" if sp else "-")
+    if not sim:
+        t.add_row("kept config, re-timed", f"{r['kept_score']:.3f} {unit}")
+    if r["ddp_score"] is not None:
+        t.add_row("DDP" + ("-like (simulated)" if sim else " (gloo, default buckets)"),
+                  f"{r['ddp_score']:.3f} {unit}")
+        t.add_row("speed-up over DDP", f"{r['speedup_over_ddp']:.2f}x" if r["speedup_over_ddp"] else "-")
+    if sim:
+        p = r["predicted"]["best"]
+        t.add_row("predicted step", f"{p['step_s'] * 1e3:.1f} ms, bottleneck {p['bottleneck']}")
+    t.add_row("trials", f"{r['trials']} ({r['failed_trials']} failed)")
+    t.add_row("stored", f"run {r['run_id']} in {r['db']}" + (" (simulated)" if sim else ""))
+    t.add_row("fingerprints", f"model {r['model_fp'][:12]}, topology {r['topology_fp'][:12]}")
+    Console().print(t)

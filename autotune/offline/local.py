@@ -1,0 +1,240 @@
+"""``autotune tune`` on real processes: the synthetic job through the session machinery.
+
+:func:`tune_local` writes a spec, starts the job's ranks (workers run
+:mod:`autotune.offline.worker`, servers ``python -m autotune.server``) either on this
+machine through ``autotune launch``'s machinery (:func:`autotune.launch.run_job`) or on
+the emulated cluster (:mod:`autotune.emulate`, root only), follows rank 0's progress
+lines, and returns what rank 0 reported together with the run the session stored. With
+``compare_ddp`` the same synthetic job also runs under PyTorch DDP on the same workers.
+
+Each worker holds the model's parameters, their gradients and the runtime's buffers
+(about :data:`COPIES` copies of the gradient bytes), so big models on many local workers
+are refused above a memory bound (:func:`memory_check`) rather than swapping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from autotune.offline.worker import PROGRESS, RESULT
+
+#: Copies of the gradient bytes one worker holds: parameters, gradients, the runtime's
+#: packed input and output buffers, and the Summation Service's working buffers.
+COPIES = 5
+#: Fixed memory of one rank (Python, torch, gloo), bytes.
+RANK_OVERHEAD = 400 << 20
+
+_LINE = re.compile(r"^\[w0(?:@h\d+)?\] (PROGRESS|RESULT) (.*)$")
+
+
+class TuneError(RuntimeError):
+    """The offline job could not run or failed; the message says why."""
+
+
+@dataclass
+class LocalPlan:
+    """Everything one offline job needs (built and checked by the command)."""
+
+    model: str
+    workers: int
+    servers: int = 0
+    machines: int | None = None
+    budget: int = 100
+    db: str = "autotune.db"
+    compute_ms: float = 0.0
+    backward_fraction: float = 2 / 3
+    seed: int = 0
+    techniques: tuple[str, ...] = ("grid", "pbt", "bayes", "hyperband")
+    trial_iterations: int | None = None
+    allow_lossy: bool = False
+    timeout: float = 3600.0
+    emulate: str | None = None
+    job: str = ""
+    verify_iterations: int = 8
+    ddp_iterations: int = 8
+    ddp_warmup: int = 2
+    compare_ddp: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def spec(self, mode: str) -> dict[str, Any]:
+        return {
+            "mode": mode, "ddp_in_job": self.compare_ddp and self.servers == 0,
+            "model": self.model, "budget": self.budget,
+            "db": str(Path(self.db).resolve()), "compute_ms": self.compute_ms,
+            "backward_fraction": self.backward_fraction, "seed": self.seed,
+            "techniques": list(self.techniques), "trial_iterations": self.trial_iterations,
+            "allow_lossy": self.allow_lossy, "timeout": min(self.timeout, 600.0),
+            "job": self.job, "verify_iterations": self.verify_iterations,
+            "ddp_iterations": self.ddp_iterations, "ddp_warmup": self.ddp_warmup,
+        }
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def memory_needed(grad_bytes: int, workers: int, servers: int) -> int:
+    """Bytes a local job of these ranks needs, roughly (see :data:`COPIES`)."""
+    return workers * (COPIES * grad_bytes + RANK_OVERHEAD) + servers * (grad_bytes + RANK_OVERHEAD)
+
+
+def memory_check(model: str, grad_bytes: int, workers: int, servers: int,
+                 limit_bytes: int | None) -> None:
+    """Raise :class:`TuneError` when the job would need more than ``limit_bytes`` (default:
+    half of the available memory)."""
+    need = memory_needed(grad_bytes, workers, servers)
+    if limit_bytes is None:
+        avail = available_memory()
+        if avail is None:
+            return
+        limit_bytes = avail // 2
+    if need > limit_bytes:
+        gib = 1 << 30
+        raise TuneError(
+            f"{model} has {grad_bytes / 2**20:.0f} MiB of gradients; {workers} local worker(s) "
+            f"and {servers} server(s) would need about {need / gib:.1f} GiB (each worker holds "
+            f"~{COPIES} copies: parameters, gradients, communication buffers), more than the "
+            f"limit of {limit_bytes / gib:.1f} GiB. Use fewer --workers, tune on a simulated "
+            f"cluster (--simulate cluster.json), or raise --max-memory (GiB).")
+
+
+class _Follower:
+    """Reads the ranks' prefixed output: rank 0's PROGRESS/RESULT lines, and a tail of
+    everything for error messages. Usable as a stream (``write``) or a callable."""
+
+    def __init__(self, on_progress: Callable[[dict], None] | None) -> None:
+        self.on_progress = on_progress
+        self.result: dict | None = None
+        self.tail: list[str] = []
+        self._buf = ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._buf += text
+            *lines, self._buf = self._buf.split("\n")
+        for line in lines:
+            self._line(line)
+        return len(text)
+
+    def __call__(self, text: str) -> None:
+        self.write(text if text.endswith("\n") else text + "\n")
+
+    def flush(self) -> None:
+        pass
+
+    def _line(self, line: str) -> None:
+        m = _LINE.match(line)
+        if m is None:
+            self.tail = (self.tail + [line])[-40:]
+            return
+        data = json.loads(m.group(2))
+        if m.group(1) == RESULT.strip():
+            self.result = data
+        elif self.on_progress is not None:
+            self.on_progress(data)
+
+
+def _env(plan: LocalPlan) -> dict[str, str]:
+    # A factory "pkg.module:attr" must import in the ranks as it did here.
+    paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "OMP_NUM_THREADS": "1",
+            "AUTOTUNE_TIMEOUT": str(min(plan.timeout, 600.0)), **plan.extra_env}
+
+
+def _run(plan: LocalPlan, mode: str, workers: int, servers: int,
+         on_progress: Callable[[dict], None] | None) -> dict:
+    """One job (``mode`` tune or ddp) on ``workers`` + ``servers`` ranks; rank 0's RESULT."""
+    follower = _Follower(on_progress)
+    with tempfile.TemporaryDirectory(prefix="autotune-tune-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(plan.spec(mode)))
+        argv = [sys.executable, "-m", "autotune.offline.worker", str(spec_path)]
+        if plan.emulate:
+            failure = _run_emulated(plan, argv, workers, servers, follower)
+        else:
+            failure = _run_loopback(plan, argv, workers, servers, follower)
+    if failure is not None or follower.result is None:
+        tail = "\n".join(follower.tail[-25:])
+        raise TuneError(f"the {mode} job failed{': ' + failure if failure else ''}\n{tail}")
+    return follower.result
+
+
+def _run_loopback(plan: LocalPlan, argv: list[str], workers: int, servers: int,
+                  follower: _Follower) -> str | None:
+    import io
+
+    from autotune.launch import run_job
+
+    err = io.StringIO()
+    saved = {k: os.environ.get(k) for k in _env(plan)}
+    os.environ.update(_env(plan))  # run_job hands this process's environment to the ranks
+    try:
+        code = run_job(argv[1:], workers, servers, plan.machines, grace=10.0, out=follower, err=err)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if code != 0:
+        return err.getvalue().strip() or f"exit code {code}"
+    return None
+
+
+def _run_emulated(plan: LocalPlan, argv: list[str], workers: int, servers: int,
+                  follower: _Follower) -> str | None:
+    from autotune.emulate import Cluster, EmulatorError
+
+    machines = plan.machines or workers
+    per = workers // machines
+    hosts = [r // per for r in range(workers)] + [machines + s for s in range(servers)]
+    try:
+        with Cluster(hosts=machines + servers, rate=plan.emulate) as cluster:
+            job = cluster.launch(argv, workers=workers, servers=servers,
+                                 server_argv=[sys.executable, "-m", "autotune.server"],
+                                 timeout_s=plan.timeout, env=_env(plan), echo=follower,
+                                 hosts=hosts)
+    except EmulatorError as exc:
+        return str(exc)
+    if not job.ok:
+        bad = [r for r in job.ranks if not r.ok]
+        what = "timed out" if job.timed_out else f"rank {bad[0].rank} exit {bad[0].returncode}"
+        return what + "\n" + (bad[0].tail() if bad else "")
+    return None
+
+
+def tune_local(plan: LocalPlan, on_progress: Callable[[dict], None] | None = None) -> dict:
+    """Run the offline tuning job (and, with ``plan.compare_ddp``, the DDP reference: in
+    the same world without servers, else as a second job on the workers); return rank
+    0's report with the stored run (``run``, ``trials``) and the DDP result (``ddp``)."""
+    from autotune.store import Store
+
+    with Store(plan.db) as store:
+        before = max((r["id"] for r in store.runs(limit=1)), default=0)
+    result = _run(plan, "tune", plan.workers, plan.servers, on_progress)
+    with Store(plan.db) as store:
+        runs = [r for r in store.runs(job=plan.job) if r["id"] > before]
+        if not runs:
+            raise TuneError(f"the job ran but no run was recorded in {plan.db}")
+        result["run"] = runs[0]
+        result["trials"] = store.trials(runs[0]["id"])
+    if plan.compare_ddp and result.get("ddp") is None:
+        result["ddp"] = _run(plan, "ddp", plan.workers, 0, on_progress)
+    return result

@@ -1,0 +1,137 @@
+"""``autotune tune --simulate cluster.json``: the Tuner against the cluster simulator.
+
+The same :class:`~autotune.tuner.Tuner` a training session uses asks for configurations;
+:class:`~autotune.sim.SimulatedObjective` answers with the predicted (noisy) throughput
+of the model's gradients on the described cluster, for clusters of any size. The run is
+recorded like a session's (warm start from the nearest stored runs first, the default
+configuration among the first trials, every trial stored) but marked ``simulated``, under
+the model's fingerprint (the real zoo module built on the meta device: no memory) and a
+topology graph made by the session's own code (:meth:`Session._cluster_graph`) for the
+simulated world, so a later real job on such a cluster finds it.
+
+Scores are samples/s over all workers (``Job.batch_per_worker`` samples per worker per
+iteration); a trial's ``wall_time`` is its predicted duration (iterations x step time).
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any, Callable, Sequence
+
+#: DDP's default: 25 MiB buckets, one all-reduce at a time, every worker in one ring.
+DDP_LIKE = {"transport": "allreduce", "streams": 1, "chunk_bytes": 25 << 20, "servers": 0,
+            "intra": "flat", "reduce_root": 0, "compression": "none"}
+
+
+def world_info(machines: int, workers_per_machine: int, servers: int):
+    """A :class:`~autotune.runtime.WorldInfo` for a described world (seen from rank 0):
+    ranks of machine ``i`` run on ``node<i>``, server ``j`` on ``server<j>``, as
+    ``autotune launch --machines`` names them."""
+    from autotune.runtime import WorldInfo
+
+    w = machines * workers_per_machine
+    roles = ("worker",) * w + ("server",) * servers
+    names = tuple(f"node{r // workers_per_machine}" for r in range(w)) + \
+        tuple(f"server{j}" for j in range(servers))
+    return WorldInfo(rank=0, world_size=w + servers, roles=roles, machines=names)
+
+
+#: The :class:`WorldInfo` facts ``Session._cluster_graph`` reads.
+_GRAPH_FACTS = ("rank", "world_size", "roles", "machines", "workers", "servers",
+                "worker_machines", "n_machines", "workers_per_machine")
+
+
+def cluster_graph(machines: int, workers_per_machine: int, servers: int):
+    """The topology graph a session on such a world records (the session's own code, fed
+    a snapshot of the world's facts: ``WorldInfo`` recomputes them on every access, which
+    is quadratic at a thousand workers)."""
+    from autotune.session import Session
+
+    info = world_info(machines, workers_per_machine, servers)
+    facts = SimpleNamespace(**{name: getattr(info, name) for name in _GRAPH_FACTS})
+    return Session._cluster_graph(SimpleNamespace(rt=SimpleNamespace(info=facts)))
+
+
+def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
+                   db: str | os.PathLike | None = None, compute_ms: float = 0.0,
+                   backward_fraction: float = 2 / 3, batch_per_worker: int = 32,
+                   seed: int = 0, techniques: Sequence[str] = ("grid", "pbt", "bayes", "hyperband"),
+                   trial_iterations: int | None = None, noise: float = 0.03,
+                   allow_lossy: bool = False, job: str | None = None,
+                   on_progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Tune ``model`` on the simulated cluster ``cluster_src`` (a :class:`~autotune.sim.Cluster`,
+    or a JSON path, text or dict); record the run (``simulated=True``) in ``db``; return a
+    report (see ``docs/tune.md``)."""
+    from autotune import zoo
+    from autotune.sim import Cluster, Job, SimulatedObjective, simulate
+    from autotune.store import Store
+    from autotune.store.fingerprint import model_graph
+    from autotune.tuner import Tuner
+
+    cluster = cluster_src if isinstance(cluster_src, Cluster) else Cluster.from_json(cluster_src)
+    module = zoo.build(model, device="meta")  # shapes only, no memory
+    sim_job = Job.from_shapes(zoo.module_gradient_shapes(module), compute_s=compute_ms / 1e3,
+                              backward_fraction=backward_fraction,
+                              batch_per_worker=batch_per_worker, name=model)
+    objective = SimulatedObjective(sim_job, cluster, noise=noise, seed=seed, allow_lossy=allow_lossy)
+    space = objective.space
+    mg = model_graph(module)
+    tg = cluster_graph(cluster.machines, cluster.workers_per_machine, cluster.server_machines)
+    default = space.default()
+    world = {"workers": cluster.workers, "servers": cluster.server_machines,
+             "machines": cluster.machines, "workers_per_machine": cluster.workers_per_machine,
+             "cluster": {k: v for k, v in cluster.to_dict().items() if k != "topology"}}
+    with Store(db) as store:
+        warm = store.warm_start_configs(mg, tg, space)
+        warm_from_store = list(warm)
+        if default not in warm:
+            warm.append(default)
+        run_id = store.start_run(job=job or f"tune-sim:{model}", world=world, backend="simulated",
+                                 model_graph=mg, topology_graph=tg, space_facts=dict(space.facts),
+                                 simulated=True)
+        tuner = Tuner(space, budget=budget, techniques=techniques, seed=seed, warm_start=warm,
+                      **({"trial_iterations": trial_iterations} if trial_iterations else {}))
+        default_score = None
+        spent = 0
+        try:
+            while (trial := tuner.ask()) is not None:
+                score = objective(trial.config, trial.iterations)
+                tuner.tell(trial, score)
+                if trial.config == default and default_score is None:
+                    default_score = score
+                step = objective.estimate(trial.config).step_s
+                store.add_trial(run_id, index=trial.index, technique=trial.technique,
+                                config=trial.config, iterations=trial.iterations, score=score,
+                                wall_time=trial.iterations * step)
+                spent += trial.iterations
+                if on_progress is not None:
+                    best = tuner.best
+                    on_progress({"iteration": spent, "budget": budget,
+                                 "trials": len(tuner.history), "best": best[1] if best else None})
+        except BaseException:
+            store.finish_run(run_id, status="failed", best_config=None, best_score=None)
+            raise
+        best = tuner.best
+        store.finish_run(run_id, status="finished", best_config=best[0] if best else None,
+                         best_score=best[1] if best else None, default_score=default_score)
+        run = store.run(run_id)
+        trials = store.trials(run_id)
+    best_cfg = best[0] if best else default
+    est_best, est_default = objective.estimate(best_cfg), objective.estimate(default)
+    ddp = simulate(sim_job, cluster, DDP_LIKE)
+    return {
+        "mode": "simulated", "best": best_cfg, "best_score": best[1] if best else None,
+        "default_score": default_score,
+        "predicted": {
+            "best": _estimate_dict(est_best), "default": _estimate_dict(est_default),
+            "ddp_like": _estimate_dict(ddp),
+        },
+        "warm_start": warm_from_store, "world": world, "run": run, "trials": trials,
+    }
+
+
+def _estimate_dict(est: Any) -> dict[str, Any]:
+    return {"step_s": est.step_s, "throughput": est.throughput, "comm_s": est.comm_s,
+            "exposed_comm_s": est.exposed_comm_s, "bottleneck": est.bottleneck,
+            "nic_bytes": est.nic_bytes}

@@ -1,0 +1,168 @@
+"""``autotune tune``: offline tuning on local processes and on the simulator.
+
+* On loopback (real processes, gloo): ``autotune tune`` on a small factory model stores
+  a finished run whose best configuration a later, ordinary ``autotune.session()`` job
+  with the same model and world finds (same fingerprints) and tries first.
+* On the simulator: a 1024-GPU cluster run is stored marked simulated, under the topology
+  graph a real session on that world would record; a second run warm-starts from it.
+* Bad arguments are refused with messages that say what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.store import Store
+from autotune.store.fingerprint import fingerprint, normalize
+
+TESTS = Path(__file__).resolve().parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+       "OMP_NUM_THREADS": "1"}
+BUDGET = 12
+
+
+def tune(*args: str, **kw) -> "CliRunner.Result":
+    return CliRunner().invoke(cli, ["tune", *args], catch_exceptions=False, **kw)
+
+
+# ---------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("args, message", [
+    (["--model", "resnet-9000", "--workers", "2"], "unknown model 'resnet-9000'"),
+    (["--model", "no_such_module_xyz:make", "--workers", "2"], "cannot import module"),
+    (["--model", "tune_helpers:nothing_here", "--workers", "2"], "has no attribute"),
+    (["--model", "resnet50", "--workers", "0"], "--workers"),
+    (["--model", "resnet50"], "give --workers N"),
+    (["--model", "resnet50", "--workers", "3", "--machines", "2"], "must divide --workers 3"),
+    (["--model", "resnet50", "--workers", "2", "--servers", "-1"], "--servers"),
+    (["--model", "resnet50", "--workers", "2", "--budget", "0"], "--budget"),
+    (["--model", "resnet50", "--workers", "2", "--compute-ms", "soon"], "'measure'"),
+    (["--model", "resnet50", "--workers", "2", "--techniques", "grid,magic"], "--techniques"),
+    (["--model", "resnet50", "--workers", "2", "--emulate", "fast"], "--emulate"),
+    (["--model", "resnet50", "--workers", "2", "--simulate", "c.json"], "drop --workers"),
+    (["--model", "tune_helpers:tiny", "--workers", "1", "--compute-ms", "measure"], "needs a zoo model"),
+    (["--model", "vgg16", "--workers", "4", "--max-memory", "1"], "more than the limit of 1.0 GiB"),
+])
+def test_bad_arguments_are_refused_clearly(args, message, monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(TESTS))
+    res = tune(*args, "--db", str(tmp_path / "x.db"))
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert not (tmp_path / "x.db").exists()  # nothing ran, nothing stored
+
+
+def test_bad_cluster_file_is_refused(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text('{"machines": 4, "gpus_per_machin": 8}')
+    res = tune("--model", "resnet50", "--simulate", str(bad), "--db", str(tmp_path / "x.db"))
+    assert res.exit_code == 2
+    assert "unknown field 'gpus_per_machin'" in res.output and "gpus_per_machine" in res.output
+    res = tune("--model", "resnet50", "--simulate", str(tmp_path / "none.json"),
+               "--db", str(tmp_path / "x.db"))
+    assert res.exit_code == 2 and "cannot read cluster file" in res.output
+
+
+def test_emulate_without_root_is_refused(monkeypatch, tmp_path):
+    from autotune.emulate import netns
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    netns.unavailable_reason.cache_clear()
+    try:
+        res = tune("--model", "resnet50", "--workers", "2", "--emulate", "100mbit",
+                   "--db", str(tmp_path / "x.db"))
+    finally:
+        netns.unavailable_reason.cache_clear()
+    assert res.exit_code == 2
+    assert "--emulate cannot run here" in res.output and "needs root" in res.output
+
+
+# ------------------------------------------------------------------------- simulator
+def test_simulated_runs_are_stored_and_warm_start(tmp_path):
+    from autotune.offline.simulated import cluster_graph
+
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"machines": 128, "gpus_per_machine": 8, "nic_gbps": 100,
+                                   "server_machines": 16, "gpus_per_switch": 2, "nic_switch": 0}))
+    db = tmp_path / "sim.db"
+    args = ["--model", "resnet50", "--simulate", str(cluster), "--budget", "40",
+            "--compute-ms", "150", "--db", str(db), "--compare-ddp", "--json"]
+    first = json.loads(tune(*args).output)
+    assert first["simulated"] and first["world"]["workers"] == 1024
+    assert first["speedup_over_default"] >= 1.0 and first["ddp_score"] > 0
+    with Store(db) as store:
+        run = store.run(first["run_id"])
+        trials = store.trials(run["id"])
+        assert run["simulated"] is True and run["status"] == "finished"
+        assert run["backend"] == "simulated" and run["workers"] == 1024 and run["servers"] == 16
+        assert run["best_config"] == first["best"]
+        assert sum(t["iterations"] for t in trials) == 40
+        assert all(t["score"] > 0 for t in trials)
+        # the topology a real session on 128 machines x 8 workers + 16 servers records
+        assert run["topology_fp"] == fingerprint(normalize(cluster_graph(128, 8, 16)))
+        assert store.graph(run["topology_fp"]).number_of_nodes() == 128 + 16
+    second = json.loads(tune(*args[:-1], "--seed", "1", "--json").output)
+    with Store(db) as store:
+        t0 = store.trials(second["run_id"])[0]
+    assert second["warm_start"][0] == first["best"]
+    assert (t0["technique"], t0["config"]) == ("warm", first["best"])
+
+
+# -------------------------------------------------------------------------- loopback
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory) -> tuple[dict, Path]:
+    tmp = tmp_path_factory.mktemp("tune")
+    db = tmp / "t.db"
+    cmd = [sys.executable, "-m", "autotune.cli", "tune", "--model", "tune_helpers:tiny",
+           "--workers", "2", "--budget", str(BUDGET), "--db", str(db), "--compare-ddp",
+           "--verify-iterations", "2", "--json"]
+    proc = subprocess.run(cmd, env=ENV, cwd=tmp, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout), db
+
+
+@pytest.mark.slow
+def test_tune_on_loopback_stores_a_run(tuned):
+    report, db = tuned
+    assert report["mode"] == "local" and not report["simulated"]
+    assert report["world"] == {"workers": 2, "servers": 0, "machines": 1, "workers_per_machine": 2}
+    assert report["trials"] >= 2 and report["failed_trials"] == 0
+    assert report["best_score"] > 0 and report["default_score"] > 0 and report["ddp_score"] > 0
+    assert report["kept"] == report["best"]
+    with Store(db) as store:
+        run = store.run(report["run_id"])
+        trials = store.trials(run["id"])
+    assert run["status"] == "finished" and run["simulated"] is False
+    assert run["best_config"] == report["best"] and run["job"] == "tune:tune_helpers:tiny"
+    assert sum(t["iterations"] for t in trials) == BUDGET
+    assert trials[0]["technique"] == "warm"  # the default, first
+
+
+@pytest.mark.slow
+def test_a_later_session_starts_from_the_tuned_best(tuned, tmp_path):
+    from autotune.offline.simulated import cluster_graph
+
+    report, db = tuned
+    out = tmp_path / "history.json"
+    cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
+           str(TESTS / "tune_helpers.py"), str(db), str(out), "8"]
+    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with Store(db) as store:
+        tuned_run = store.run(report["run_id"])
+        later = store.runs(job="user-job")[0]
+        first_trial = store.trials(later["id"])[0]
+    # the plain training job fingerprints the same model and world ...
+    assert (later["model_fp"], later["topology_fp"]) == (tuned_run["model_fp"], tuned_run["topology_fp"])
+    # ... and tries the offline run's best configuration first
+    assert first_trial["technique"] == "warm"
+    assert first_trial["config"] == tuned_run["best_config"]
+    assert json.loads(out.read_text())[0]["config"] == tuned_run["best_config"]
+    # and the simulator path describes that world the same way
+    assert tuned_run["topology_fp"] == fingerprint(normalize(cluster_graph(1, 2, 0)))
