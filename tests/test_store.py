@@ -30,7 +30,7 @@ def test_new_file_gets_the_current_schema(tmp_path):
     meta = dict(con.execute("select key, value from meta"))
     assert meta == {"application": "autotune", "schema_version": str(schema.SCHEMA_VERSION)}
     indexes = {r[0] for r in con.execute("select name from sqlite_master where type='index'")}
-    assert {"runs_lookup", "runs_created", "trials_run_index"} <= indexes
+    assert {"runs_created", "runs_finished", "trials_run_index"} <= indexes
     assert con.execute("pragma journal_mode").fetchone()[0] == "wal"
     con.close()
 
@@ -94,7 +94,7 @@ def test_migrates_a_v1_file_forward_keeping_its_rows(tmp_path):
         assert rid == 8 and [r["id"] for r in s.best(model=fp)] == [8, 7]
     con = sqlite3.connect(path)
     assert dict(con.execute("select key, value from meta"))["schema_version"] == str(schema.SCHEMA_VERSION)
-    assert "runs_lookup" in {r[0] for r in con.execute("select name from sqlite_master where type='index'")}
+    assert "runs_finished" in {r[0] for r in con.execute("select name from sqlite_master where type='index'")}
     con.close()
     with Store(path) as s:  # opening again is a no-op
         assert s.schema_version == schema.SCHEMA_VERSION and len(s.runs()) == 2
@@ -230,16 +230,23 @@ def test_a_foreign_sqlite_database_is_refused_and_left_alone(tmp_path):
     con.close()
 
 
-@pytest.mark.parametrize("damage", ["truncate", "scribble"])
-def test_a_corrupt_store_is_refused_and_left_alone(tmp_path, damage):
-    path = tmp_path / "broken.db"
+@pytest.fixture(scope="module")
+def healthy_bytes(tmp_path_factory):
+    """The bytes of a store with enough rows to span many pages (built once)."""
+    path = tmp_path_factory.mktemp("healthy") / "h.db"
     with Store(path) as s:
-        for i in range(40):
-            rid = add_run(s, model(CNN if i % 2 else TRANSFORMER), cluster(2 + i % 4), {"streams": i % 16 + 1})
-            for j in range(10):
-                s.add_trial(rid, index=j, technique="grid", config={"streams": j + 1, "pad": "x" * 200},
+        for i in range(12):
+            rid = add_run(s, model(CNN if i % 2 else TRANSFORMER), cluster(2 + i % 4), {"streams": i + 1})
+            for j in range(3):
+                s.add_trial(rid, index=j, technique="grid", config={"streams": j + 1, "pad": "x" * 3000},
                             iterations=2, score=float(j))
-    data = path.read_bytes()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "scribble"])
+def test_a_corrupt_store_is_refused_and_left_alone(tmp_path, healthy_bytes, damage):
+    path = tmp_path / "broken.db"
+    data = healthy_bytes
     assert len(data) > 8 * 4096
     if damage == "truncate":
         path.write_bytes(data[: len(data) // 2])

@@ -13,7 +13,8 @@ from torch import nn
 from autotune.space import SearchSpace
 from autotune.store import Store
 from autotune.store.fingerprint import MAX_NODES, fingerprint, layers_graph, model_graph
-from autotune.store.similarity import Candidate, Matcher, Summary, edit_distance, job_distance, lower_bound
+from autotune.store.similarity import (Candidate, Matcher, Summary, assignment_bound, edit_distance,
+                                       job_distance, lower_bound)
 from store_helpers import CNN, TRANSFORMER, add_run, cluster, model
 
 SLOW_OK = {"timeout": 5.0, "budget": None}  # the machine is shared: no time pressure here
@@ -102,17 +103,33 @@ def test_fingerprint_ignores_node_names_but_not_labels():
 
 
 # ------------------------------------------------------------- distances
-def test_lower_bound_never_exceeds_the_edit_distance():
-    rng = random.Random(5)
+def _random_dag(rng: random.Random) -> Summary:
     kinds = ["Linear", "Conv2d", "LayerNorm"]
-    for _ in range(25):
-        def rand_graph():
-            layers = [(rng.choice(kinds), rng.choice([100, 1000, 5000])) for _ in range(rng.randint(1, 6))]
-            return Summary.of(layers_graph(layers))
-        a, b = rand_graph(), rand_graph()
+    layers = [(rng.choice(kinds), rng.choice([100, 1000, 5000])) for _ in range(rng.randint(1, 5))]
+    n = len(layers)
+    edges = {(i, i + 1) for i in range(n - 1)} | {(i, j) for i in range(n) for j in range(i + 2, n)
+                                                  if rng.random() < 0.2}
+    return Summary.of(layers_graph(layers, edges))
+
+
+def _random_cluster(rng: random.Random) -> Summary:
+    g = cluster(rng.randint(1, 4), gpus=rng.choice([4, 8]))
+    for u, v in list(g.edges):
+        if rng.random() < 0.3:
+            g.remove_edge(u, v)
+        elif rng.random() < 0.3:
+            g.edges[u, v]["label"] = "net:100G"
+    return Summary.of(g)
+
+
+@pytest.mark.parametrize("make", [_random_dag, _random_cluster])
+def test_bounds_bracket_the_exact_edit_distance(make):
+    rng = random.Random(5)
+    for _ in range(20):
+        a, b = make(rng), make(rng)
         cost, complete = edit_distance(a, b, timeout=5.0)
         assert complete
-        assert lower_bound(a, b) <= cost + 1e-9
+        assert lower_bound(a, b) - 1e-9 <= cost <= assignment_bound(a, b) + 1e-9
 
 
 def test_identical_is_zero_one_layer_changed_is_near_and_another_architecture_far():

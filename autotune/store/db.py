@@ -243,6 +243,9 @@ class Store:
             return [dict(zip(names, row)) for row in cur.fetchall()]
         return self._retry(go)
 
+    def _tuples(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
+        return self._retry(lambda: self.conn.execute(sql, list(params)).fetchall())
+
     # --------------------------------------------------------------- writing
     def _put_graph(self, db: sqlite_utils.Database, g: "nx.Graph", fp: str, kind: str) -> None:
         db["graphs"].insert(
@@ -450,7 +453,8 @@ class Store:
                 f"select fingerprint, graph from graphs where fingerprint in ({','.join('?' * len(part))})",
                 part)
             for r in rows:
-                self._summaries[r["fingerprint"]] = Summary.of(from_json(r["graph"]), r["fingerprint"])
+                self._summaries[r["fingerprint"]] = Summary.of(
+                    from_json(r["graph"]), r["fingerprint"], normalized=True)
         return self._summaries
 
     def nearest(
@@ -476,14 +480,12 @@ class Store:
         if exclude is not None:
             where += " and id != ?"
             params.append(int(exclude))
-        groups = self._read(
-            "select model_fp, topology_fp, count(*) n from runs" + where +
+        groups = self._tuples(
+            "select model_fp, topology_fp, count(*) from runs" + where +
             " group by model_fp, topology_fp", params)
-        summaries = self._summaries_for(
-            [g["model_fp"] for g in groups] + [g["topology_fp"] for g in groups])
-        cands = [Candidate((g["model_fp"], g["topology_fp"]), summaries[g["model_fp"]],
-                           summaries[g["topology_fp"]], g["n"])
-                 for g in groups if g["model_fp"] in summaries and g["topology_fp"] in summaries]
+        summaries = self._summaries_for({fp for g in groups for fp in g[:2]})
+        cands = [Candidate((m, t), summaries[m], summaries[t], n)
+                 for m, t, n in groups if m in summaries and t in summaries]
         ranked = Matcher(self._distances).rank(qm, qt, cands, k, timeout=timeout, budget=budget)
         out: list[tuple[dict, float]] = []
         for cand, d in ranked:

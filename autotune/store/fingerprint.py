@@ -312,4 +312,13 @@ def to_json(g: nx.Graph) -> str:
 
 
 def from_json(text: str) -> nx.Graph:
-    return nx.node_link_graph(json.loads(text), edges="edges")
+    """Inverse of :func:`to_json` (for its own output: builds the graph in bulk, which is
+    several times faster than ``nx.node_link_graph``)."""
+    data = json.loads(text)
+    g = nx.DiGraph() if data.get("directed") else nx.Graph()
+    g.graph.update(data.get("graph", {}))
+    g.add_nodes_from((d["id"], {k: v for k, v in d.items() if k != "id"}) for d in data["nodes"])
+    g.add_edges_from((d["source"], d["target"], {k: v for k, v in d.items()
+                                                 if k not in ("source", "target")})
+                     for d in data["edges"])
+    return g

@@ -24,7 +24,7 @@ from typing import Callable
 import sqlite_utils
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _v0_to_v1(db: sqlite_utils.Database) -> None:
@@ -86,9 +86,20 @@ def _v1_to_v2(db: sqlite_utils.Database) -> None:
     runs.create_index(["job"], index_name="runs_job")
 
 
+def _v2_to_v3(db: sqlite_utils.Database) -> None:
+    """A partial covering index for the nearest-run look-up: the finished runs with a
+    best configuration, by graph pair, with the best score. It replaces v2's
+    ``runs_lookup``, which the planner preferred although it does not cover the query."""
+    db.execute("drop index if exists runs_lookup")
+    db.execute(
+        "create index if not exists runs_finished on runs (model_fp, topology_fp, best_score) "
+        "where status = 'finished' and best_config is not null")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
+    2: _v2_to_v3,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 
