@@ -144,7 +144,11 @@ class _Follower:
         if m is None:
             self.tail = (self.tail + [line])[-40:]
             return
-        data = json.loads(m.group(2))
+        try:
+            data = json.loads(m.group(2))
+        except ValueError:  # a garbled line must not stop the reader (the rank would block)
+            self.tail = (self.tail + [line])[-40:]
+            return
         if m.group(1) == RESULT.strip():
             self.result = data
         elif self.on_progress is not None:
