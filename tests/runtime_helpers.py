@@ -70,7 +70,7 @@ def launch_group(mode: str, out: Path, workers: int, servers: int, machines: int
                  args: tuple[str, ...] = ()) -> tuple[int, str]:
     """Run this script under ``python -m autotune.launch``; (exit code, combined output)."""
     cmd = [sys.executable, "-m", "autotune.launch", "-n", str(workers), "-k", str(servers),
-           "--grace", "30"]
+           "--grace", "60"]
     if machines:
         cmd += ["-m", str(machines)]
     cmd += [str(Path(__file__).resolve()), mode, str(out), *args]
@@ -320,10 +320,15 @@ def run_faults(out: Path) -> None:
     server = info.servers[0]
     for it in range(6):
         rt.sync(cfg if leader else None)
-        if it == 3 and leader:  # the server now waits for this iteration's chunks
-            store = dist.distributed_c10d._get_default_store()
-            os.kill(int(store.get(f"autotune/pid/{server}").decode()), signal.SIGKILL)
-            time.sleep(0.5)
+        if it == 3:
+            # the server serves this round (its sync ended well within 1 s) and waits for
+            # both workers' chunks; rank 1 holds its chunks back until the server is dead
+            time.sleep(1.0)
+            if leader:
+                store = dist.distributed_c10d._get_default_store()
+                os.kill(int(store.get(f"autotune/pid/{server}").decode()), signal.SIGKILL)
+            else:
+                time.sleep(1.0)
         for q in params:
             q.grad = None
         sum((q * (info.rank + 1)).sum() for q in params).backward()
@@ -343,8 +348,10 @@ def run_faults(out: Path) -> None:
         rec["after"] = "NO ERROR"
     except RuntimeFault as e:
         rec["after"] = f"RuntimeFault: {e}"
-    rt.shutdown()
     (out / f"rank{info.rank}.json").write_text(json.dumps(rec))
+    t0 = time.monotonic()
+    rt.shutdown()
+    print(f"shutdown took {time.monotonic() - t0:.1f}s", flush=True)
     # (no destroy_process_group: a member died; the process still exits cleanly)
 
 

@@ -274,7 +274,7 @@ class Runtime:
                           "sync(); ignored on this rank", RuntimeWarning, stacklevel=2)
         if self.info.is_worker and self._dirty:
             msg[_DIRTY] = 1
-        dist.all_reduce(msg, group=self._control)
+        self._control_op("sync", dist.all_reduce, msg, group=self._control)
         if int(msg[_MAGIC]) != MAGIC:
             raise RuntimeFault("garbled control message: is every rank running the same autotune?")
         if msg[_BADCFG]:
@@ -293,6 +293,17 @@ class Runtime:
         self._served = self._faults.refuses(self.config)
         return dict(self.config)  # type: ignore[arg-type]
 
+    def _control_op(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A blocking collective of the control plane; a failure (a peer died) becomes a
+        non-recoverable RuntimeFault naming the dead rank, and breaks the runtime."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            peers = [r for r in range(self.info.world_size) if r != self.info.rank]
+            fault = self._fault_from(OpError(what, peers, e))
+            self._broken = fault
+            raise fault from e
+
     def _exchange_layout(self, n: int) -> list[list[int]]:
         t = torch.zeros(n * 3, dtype=torch.int64)
         if self.info.rank == self.info.leader:
@@ -301,7 +312,8 @@ class Runtime:
                 p = self._params[i]
                 rows += [i, p.numel(), DTYPES.index(_dtype_name(p))]
             t[:] = torch.tensor(rows, dtype=torch.int64) if rows else t
-        dist.broadcast(t, src=self.info.leader, group=self._control)
+        self._control_op("layout broadcast", dist.broadcast, t, src=self.info.leader,
+                         group=self._control)
         return t.view(n, 3).tolist() if n else []
 
     def _verify_layout(self, layout: list[list[int]]) -> list[int]:
@@ -342,7 +354,7 @@ class Runtime:
             code, failure = 2, e
         vote = torch.zeros(self.info.world_size, dtype=torch.int64)
         vote[self.info.rank] = code
-        dist.all_reduce(vote, group=self._control)
+        self._control_op("configuration vote", dist.all_reduce, vote, group=self._control)
         bad = [r for r, v in enumerate(vote.tolist()) if v]
         if bad:
             where = ", ".join(self.describe(r) for r in bad)
@@ -351,7 +363,8 @@ class Runtime:
                 raise ConfigError(f"configuration {config} rejected by {where}{detail}")
             raise RuntimeFault(f"configuration {config} could not be applied on {where}{detail}",
                                rank=bad[0], recoverable=True)
-        self._groups.ensure(needed_groups(config, self.info))
+        self._control_op("process group creation", self._groups.ensure,
+                         needed_groups(config, self.info))
         self.config = dict(config)
         self._setup = setup
         self._inp, self._out = inp, out
@@ -611,7 +624,9 @@ class Runtime:
         """All-reduce MAX of ``x`` over the workers (e.g. the slowest worker's time)."""
         self._need_worker("worker_max")
         t = torch.tensor([float(x)], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._workers_group)
+        self._check_alive()
+        self._control_op("worker_max", dist.all_reduce, t, op=dist.ReduceOp.MAX,
+                         group=self._workers_group)
         return float(t.item())
 
     def shutdown(self) -> None:
