@@ -240,3 +240,21 @@ def test_warm_start_deduplicates(store):
         add_run(store, model(CNN), cluster(2), {"streams": s}, float(s))
     assert store.warm_start_configs(model(CNN), cluster(2), space, k=3, **SLOW_OK) == [
         space.validate({"streams": 4})]
+
+
+def test_big_clusters_are_compared_coarsened():
+    def big(machines: int, servers: int) -> nx.Graph:
+        g = cluster(machines, gpus=8)
+        for s in range(servers):
+            g.add_node(f"s{s}", kind="server", label="server")
+            g.add_edges_from((f"s{s}", f"m{i}", {"kind": "net", "label": "net:10G"}) for i in range(machines))
+        return g
+
+    a, b, c = Summary.of(big(100, 8)), Summary.of(big(120, 9)), Summary.of(big(300, 8))
+    assert a.fp == b.fp  # same size buckets: alike
+    assert (a.nodes, a.edges) == (2, 2)  # machines x7 with a self-loop, servers x4, one link
+    m = Matcher()
+    assert m.graph_distance(a, c, timeout=5.0) > 0.0
+    t0 = time.perf_counter()
+    assert job_distance(model(CNN), big(60, 2), model(CNN), big(200, 2)) > 0
+    assert time.perf_counter() - t0 < 30

@@ -19,8 +19,9 @@ alike (paper 004 §VI). Both are described as small labelled networkx graphs:
 
 :func:`normalize` gives every node and edge a string ``kind`` and ``label`` (a missing
 label defaults to the kind) and renumbers nodes 0..n-1 (the original name is kept in
-``name``). :func:`fingerprint` is the sha256 of a canonical form that does not depend
-on node names: the labelled Weisfeiler-Lehman hash plus the sorted node and edge label
+``name``). :func:`coarsen` shrinks graphs of more than ``max_nodes`` nodes (big clusters)
+by merging same-labelled nodes. :func:`fingerprint` is the sha256 of a canonical form of
+the coarsened graph that does not depend on node names: the labelled Weisfeiler-Lehman hash plus the sorted node and edge label
 multisets. Equal fingerprints short-circuit the edit distance to 0. (Graphs that
 4-round WL cannot tell apart share a fingerprint; for layer chains and cluster graphs
 that is as good as isomorphic.)
@@ -250,6 +251,43 @@ def _merge_segments(seq: list[Layer], max_nodes: int) -> list[Layer]:
     return out
 
 
+# ------------------------------------------------------- coarsening big graphs
+def coarsen(g: nx.Graph, max_nodes: int = MAX_NODES) -> nx.Graph:
+    """A normalized graph with more than ``max_nodes`` nodes, made small for edit
+    distance: nodes with the same label become one node (label ``<label>x<log2 bucket
+    of how many>``, ``count`` attribute), edges between groups become one edge (a
+    self-loop inside a group) labelled with the labels they carried. If that still
+    leaves too many nodes, nodes are grouped by kind instead. Smaller graphs are
+    returned as they are. (A cluster of 128 identical machines becomes one node.)"""
+    if g.number_of_nodes() <= max_nodes:
+        return g
+    for attr in ("label", "kind"):
+        groups: dict[tuple[str, str], list] = {}
+        for n, d in g.nodes(data=True):
+            groups.setdefault((d["kind"], d[attr]), []).append(n)
+        if len(groups) <= max_nodes:
+            break
+    q = nx.DiGraph() if g.is_directed() else nx.Graph()
+    q.graph.update(g.graph)
+    q.graph["coarsened_from"] = g.number_of_nodes()
+    owner = {}
+    for j, ((kind, name), members) in enumerate(sorted(groups.items())):
+        q.add_node(j, kind=kind, label=f"{name}x{bucket(len(members))}", count=len(members),
+                   name=name)
+        owner.update((m, j) for m in members)
+    labels: dict[tuple[int, int], set[str]] = {}
+    kinds: dict[tuple[int, int], set[str]] = {}
+    for u, v, d in g.edges(data=True):
+        a, b = owner[u], owner[v]
+        if not g.is_directed() and a > b:
+            a, b = b, a
+        labels.setdefault((a, b), set()).add(d["label"])
+        kinds.setdefault((a, b), set()).add(d["kind"])
+    for (a, b), ls in labels.items():
+        q.add_edge(a, b, kind="|".join(sorted(kinds[(a, b)])), label="|".join(sorted(ls)))
+    return q
+
+
 # -------------------------------------------------------- normal form, hashing
 def normalize(g: nx.Graph | None) -> nx.Graph:
     """A copy with nodes renumbered 0..n-1 (in the graph's node order; the old name in
@@ -299,8 +337,9 @@ def _canonical(g: nx.Graph) -> dict:
 
 
 def fingerprint(g: nx.Graph | None) -> str:
-    """sha256 (hex) of the graph's node-name-free canonical form."""
-    g = normalize(g)
+    """sha256 (hex) of the node-name-free canonical form of the :func:`coarsen`-ed
+    graph (so clusters of 128 and 130 identical machines share a fingerprint)."""
+    g = coarsen(normalize(g))
     text = json.dumps(_canonical(g), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 

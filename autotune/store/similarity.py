@@ -33,9 +33,12 @@ from typing import Hashable, Iterable
 import networkx as nx
 import numpy as np
 
-from autotune.store.fingerprint import fingerprint, normalize
+from autotune.store.fingerprint import coarsen, fingerprint, normalize
 
 TIMEOUT_S = 0.05  # per graph comparison
+# networkx builds an (edges x edges) cost matrix before its time limit applies: above
+# this product the bounds alone decide
+MAX_EDGE_PAIRS = 40_000
 BUDGET_S = 0.25  # per ranking, all exact GED searches together
 
 
@@ -70,11 +73,14 @@ class Summary:
 
     @classmethod
     def of(cls, g: nx.Graph | None, fp: str | None = None, *, normalized: bool = False) -> "Summary":
-        """``normalized=True`` skips :func:`normalize` (graphs read back from the store)."""
+        """``normalized=True`` skips :func:`normalize` (graphs read back from the store).
+        Big graphs are :func:`~autotune.store.fingerprint.coarsen`-ed first."""
         if not normalized or g is None:
             g = normalize(g)
+        g = coarsen(g)
+        fp = fp or fingerprint(g)
         return cls(
-            fp=fp or fingerprint(g),
+            fp=fp,
             graph=g,
             nodes=g.number_of_nodes(),
             edges=g.number_of_edges(),
@@ -269,6 +275,9 @@ class Matcher:
         """Search for a cheaper edit path than the upper bound; settle the pair."""
         b = self.bounds(q, c)
         if b[2]:
+            return
+        if (q.edges + q.nodes) * (c.edges + c.nodes) > MAX_EDGE_PAIRS:
+            b[2] = True  # too big for the exact search: the assignment bound stands
             return
         n = norm(q, c)
         self.comparisons += 1
