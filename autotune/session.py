@@ -445,20 +445,22 @@ class Session:
         )
 
     def _cluster_graph(self):
+        """The job's cluster as a small labelled graph for similarity look-ups: worker
+        machines and servers as nodes, joined through one network switch node (O(n)
+        edges, so large jobs stay cheap to compare)."""
         import networkx as nx
 
         info = self.rt.info
+        per_machine = info.workers_per_machine  # computed once: WorldInfo derives it
         g = nx.Graph()
+        g.add_node("net", kind="switch", label="switch")
         machines = sorted({info.machines[r] for r in info.workers})
-        for i, m in enumerate(machines):
-            g.add_node(f"m{i}", kind="machine", label=f"machine:{info.workers_per_machine}w")
         for i in range(len(machines)):
-            for j in range(i + 1, len(machines)):
-                g.add_edge(f"m{i}", f"m{j}", kind="net", label="net")
+            g.add_node(f"m{i}", kind="machine", label=f"machine:{per_machine}w")
+            g.add_edge("net", f"m{i}", kind="net", label="net")
         for s in range(len(info.servers)):
             g.add_node(f"s{s}", kind="server", label="server")
-            for i in range(len(machines)):
-                g.add_edge(f"s{s}", f"m{i}", kind="net", label="net")
+            g.add_edge("net", f"s{s}", kind="net", label="net")
         return g
 
     def _warm_start(self) -> list[Config]:
