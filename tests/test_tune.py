@@ -106,7 +106,7 @@ def test_simulated_runs_are_stored_and_warm_start(tmp_path):
         assert all(t["score"] > 0 for t in trials)
         # the topology a real session on 128 machines x 8 workers + 16 servers records
         assert run["topology_fp"] == fingerprint(normalize(cluster_graph(128, 8, 16)))
-        assert store.graph(run["topology_fp"]).number_of_nodes() == 128 + 16
+        assert store.graph(run["topology_fp"]).number_of_nodes() == 128 + 16 + 1  # + the network switch
     second = json.loads(tune(*args[:-1], "--seed", "1", "--json").output)
     with Store(db) as store:
         t0 = store.trials(second["run_id"])[0]
