@@ -1,0 +1,153 @@
+"""Shared pieces of the emulated-cluster benchmarks (goodput, e2e, tuning).
+
+Driver side: :func:`emulated` checks root and brings a :class:`~autotune.emulate.Cluster`
+up, :func:`measure_B` measures the link, :func:`save` writes the JSON next to the PNG,
+:func:`machine` records what the numbers were measured on (load included: the machine is
+shared). Rank side: :func:`rank_env` reads the launcher's environment, :func:`emit` prints
+the ``MARK {json}`` line the driver reads with ``JobResult.last_json``.
+
+Benchmarks run as ``sudo .venv/bin/python benchmarks/<name>.py``; each file is also its
+own rank program (``--job``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MARK = "BENCH "
+RESULTS = Path(__file__).resolve().parent / "results"
+MiB = 1 << 20
+
+
+def machine() -> dict[str, Any]:
+    """CPU count, kernel and load when the run ended (the box is shared)."""
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = []
+    return {"cpus": os.cpu_count(), "kernel": os.uname().release, "loadavg": load,
+            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def require_emulator(prog: str) -> None:
+    from autotune.emulate import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        sys.exit(f"{prog}: {reason}")
+
+
+def measure_B(cluster: Any, repeats: int = 3, nbytes: int = 16 * MiB) -> dict[str, Any]:
+    """One-way host 0 -> 1 payload bytes/s; ``B`` is the best sample (a busy CPU only ever
+    slows a sample, so the best one is the link's capacity)."""
+    from autotune.emulate import measure_bandwidth
+
+    m = measure_bandwidth(cluster, 0, 1, nbytes=nbytes, repeats=repeats)
+    d = m.to_dict()
+    d["B"] = m.best_bytes_per_s
+    return d
+
+
+def save(res: dict, json_path: Path) -> None:
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(res, indent=2))
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def emit(obj: dict) -> None:
+    print(MARK + json.dumps(obj), flush=True)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def patch_depths(depths: str | None) -> None:
+    """Diagnosis only: override the runtime's pipelining depths ``SEND_DEPTH,SUM_DEPTH``
+    (chunks a Communication Service stream keeps in flight, units a Summation Service
+    stream keeps posted) in this process, and lift the Summation Service's byte budget.
+    Module constants of autotune.runtime, read when a configuration is applied."""
+    if not depths:
+        return
+    from autotune.runtime import communication, setup
+
+    communication.SEND_DEPTH, setup.SUM_DEPTH = (int(x) for x in depths.split(","))
+    setup.SUM_INFLIGHT_BYTES = 1 << 40
+
+
+def fmt_cfg(cfg: dict) -> str:
+    """A configuration in a few characters: ``pp k=2 s4 c4M`` / ``ar s1 c4M``."""
+    c = cfg.get("chunk_bytes", 0)
+    size = f"{c // MiB}M" if c >= MiB else f"{c // 1024}K"
+    head = f"pp k={cfg.get('servers', 0)}" if cfg.get("transport") == "pushpull" else "ar"
+    return f"{head} s{cfg.get('streams', 1)} c{size}"
+
+
+# ---- rank side ------------------------------------------------------------------------
+
+def model_shapes(name: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Gradient shapes in ready order of a zoo model; ``resnet50/16`` is ResNet-50 with
+    base width 16 (a quarter of the channels: the same 161 tensors, 7.6 MiB)."""
+    from autotune import zoo
+
+    base, _, width = name.partition("/")
+    return zoo.gradient_shapes(base, **({"base_width": int(width)} if width else {}))
+
+
+def sleepy_model(shapes: list[tuple[str, tuple[int, ...]]], fwd_s: float, bwd_s: float,
+                 value: float):
+    """An ``nn.Module`` with real parameters of ``shapes`` (ready order) whose forward
+    sleeps ``fwd_s`` and whose backward produces the gradients one by one in ready order,
+    sleeping ``bwd_s / len(shapes)`` before each (emulated compute that communication can
+    overlap, as in a real backward). Every gradient is ``value`` everywhere, so the
+    average over workers is known exactly. Call it with any tensor; it returns a scalar."""
+    import time
+
+    import torch
+    from torch import nn
+
+    step = bwd_s / max(1, len(shapes))
+
+    class Layer(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, p, g):  # noqa: D401 - autograd API
+            ctx.g = g
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            time.sleep(step)
+            return grad_out, ctx.g, None
+
+    class Sleepy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            # registered in forward order = reverse ready order, like a real network
+            self.params = nn.ParameterList(nn.Parameter(torch.zeros(s))
+                                           for _, s in reversed(shapes))
+            self.grads = [torch.full(s, float(value)) for _, s in reversed(shapes)]
+            for p in self.params:  # accumulate into .grad; never alias self.grads
+                p.grad = torch.zeros_like(p)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            time.sleep(fwd_s)
+            y = x.sum().reshape(1)
+            for p, g in zip(self.params, self.grads):
+                y = Layer.apply(y, p, g)
+            return y.sum()
+
+    return Sleepy()

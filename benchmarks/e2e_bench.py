@@ -1,0 +1,290 @@
+"""End to end: autotune.session vs PyTorch DDP on a communication-bound job (root only).
+
+``--workers`` (n) emulated worker hosts at ``--rate``. Each worker trains a model with
+the real parameters of a zoo model's gradient shapes (``--model``: resnet50, vgg16,
+bert-base; shapes from code) and an emulated compute time: the forward sleeps
+``--fwd-ms``, the backward produces the gradients one by one in ready order, sleeping
+``--bwd-ms`` in all between them (so communication can overlap it, as in a real job).
+Measured, each on the same hosts and gradients (throughput = 1 / median iteration time
+of the slowest worker; every iteration's averaged gradients are checked exactly):
+
+1. DDP, gloo, default buckets (25 MB);
+2. DDP with each of ``--buckets`` (MB): the best is "DDP best bucket";
+3. ``autotune.session`` with no server hosts (k_max = 0): ``--budget`` tuning
+   iterations, then ``--measure`` iterations with the configuration it kept;
+4. the same with n server hosts (k_max = n), servers running ``python -m autotune.server``'s
+   loop through the session.
+
+Prints the throughputs and ratios to DDP, writes JSON and a PNG:
+
+    sudo .venv/bin/python benchmarks/e2e_bench.py --model resnet50            # ~8 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from benchlib import MARK, RESULTS, emit, fmt_cfg, machine, measure_B, median, model_shapes, \
+    patch_depths, pyplot, require_emulator, save, sleepy_model  # noqa: E402
+
+from autotune.sim.formulas import allreduce_time, byteps_time  # noqa: E402
+
+
+# ---- rank programs --------------------------------------------------------------------
+
+def _check(model, want: float, what: str) -> None:
+    bad = [i for i, p in enumerate(model.params) if not bool((p.grad == want).all())]
+    if bad:
+        raise AssertionError(f"{what}: wrong averaged gradients in {len(bad)} tensors")
+
+
+def ddp_main(a: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    shapes = model_shapes(a.model)
+    x = torch.ones(1)
+    rows = []
+    for mb in [float(b) for b in a.buckets.split(",")]:
+        model = sleepy_model(shapes, a.fwd_ms / 1e3, a.bwd_ms / 1e3, rank + 1)
+        ddp = DDP(model, bucket_cap_mb=mb, init_sync=False)
+        times = []
+        for i in range(a.warmup + a.repeats):
+            model.zero_grad(set_to_none=False)
+            dist.barrier()
+            t0 = time.perf_counter()
+            ddp(x).backward()
+            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            if i >= a.warmup:
+                times.append(float(t))
+        _check(model, (n + 1) / 2, f"DDP bucket {mb} MB")
+        rows.append({"bucket_mb": mb, "times_s": times})
+        if rank == 0:
+            print(f"DDP bucket {mb:g} MB: {median(times):.3f} s {times}", flush=True)
+        del ddp, model
+    if rank == 0:
+        emit({"ddp": rows, "bytes": sum(4 * _numel(s) for _, s in shapes),
+              "tensors": len(shapes)})
+    dist.destroy_process_group()
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def session_main(a: argparse.Namespace) -> None:
+    import torch
+
+    import autotune
+
+    torch.set_num_threads(1)
+    patch_depths(a.depths)
+    if os.environ.get("AUTOTUNE_ROLE") == "server":
+        with autotune.session(torch.nn.Linear(1, 1), store=False):  # serves, then exits
+            pass
+        return
+    rank = int(os.environ["RANK"])
+    n = a.workers
+    model = sleepy_model(model_shapes(a.model), a.fwd_ms / 1e3, a.bwd_ms / 1e3, rank + 1)
+    x = torch.ones(1)
+    times, configs = [], []
+    with autotune.session(model, budget=a.budget, samples_per_step=1, store=False,
+                          trial_iterations=a.trial_iterations, seed=a.seed,
+                          verbose=rank == 0, timeout=600) as tuner:
+        for i in range(a.budget + a.measure):
+            t0 = time.perf_counter()
+            model.zero_grad(set_to_none=False)
+            model(x).backward()
+            tuner.step()
+            times.append(time.perf_counter() - t0)
+            configs.append(dict(tuner.config))
+            if i % 5 == 4 or i >= a.budget:  # exact average (outside the timed window)
+                _check(model, (n + 1) / 2, f"session under {tuner.config}")
+        best = tuner.best
+        history = [{"config": r.config, "iterations": r.iterations, "score": r.score,
+                    "technique": r.technique, "error": r.error} for r in tuner.history]
+    if rank == 0:
+        kept = times[a.budget + 1:]  # after the budget; the first iteration pays the switch
+        emit({"times_s": times, "configs": configs, "kept_times_s": kept, "best": best,
+              "history": history, "tuning_s": sum(times[:a.budget])})
+
+
+# ---- driver ---------------------------------------------------------------------------
+
+def run(a: argparse.Namespace) -> dict:
+    from rich.console import Console
+
+    from autotune.emulate import Cluster
+
+    con = Console(stderr=True)
+    n = a.workers
+    common = ["--workers", str(n), "--model", a.model, "--fwd-ms", str(a.fwd_ms),
+              "--bwd-ms", str(a.bwd_ms)]
+    me = [sys.executable, os.path.abspath(__file__)]
+    echo = sys.stderr if a.verbose else None
+    started = time.time()
+    out: dict = {}
+    ks = [int(k) for k in a.servers.split(",")]
+    with Cluster(hosts=n + max(ks), rate=a.rate) as c:
+        con.print(f"[bold]cluster[/] {c.describe()}")
+        with con.status("measuring B"):
+            out["link"] = measure_B(c, repeats=3)
+        with con.status(f"DDP, buckets {a.buckets} MB"):
+            job = c.launch(me + ["--job", "ddp", "--buckets", a.buckets, "--repeats",
+                                 str(a.repeats), "--warmup", str(a.warmup)] + common,
+                           workers=n, timeout_s=a.timeout, echo=echo).check()
+        out["ddp"] = job.last_json(MARK)
+        for k in ks:
+            con.print(f"autotune.session with {k} server hosts: {a.budget} tuning iterations "
+                      f"+ {a.measure}")
+            argv = me + ["--job", "session", "--budget", str(a.budget), "--measure",
+                         str(a.measure), "--trial-iterations", str(a.trial_iterations),
+                         "--seed", str(a.seed)] + common
+            if a.depths:
+                argv += ["--depths", a.depths]
+            job = c.launch(argv, workers=n, servers=k, timeout_s=a.timeout,
+                           echo=echo).check()
+            out[f"session_k{k}"] = job.last_json(MARK)
+    return summarize(a, out, ks, time.time() - started)
+
+
+def summarize(a: argparse.Namespace, out: dict, ks: list[int], wall: float) -> dict:
+    n, M, B = a.workers, out["ddp"]["bytes"], out["link"]["B"]
+    ddp = [{"bucket_mb": r["bucket_mb"], "times_s": r["times_s"],
+            "median_s": median(r["times_s"])} for r in out["ddp"]["ddp"]]
+    default = next(r for r in ddp if r["bucket_mb"] == 25.0)
+    best = min(ddp, key=lambda r: r["median_s"])
+    ref = default["median_s"]
+    rows = [{"name": "DDP (25 MB buckets)", "median_s": ref, "times_s": default["times_s"]},
+            {"name": f"DDP best bucket ({best['bucket_mb']:g} MB)", "median_s": best["median_s"],
+             "times_s": best["times_s"]}]
+    sessions = {}
+    for k in ks:
+        s = out[f"session_k{k}"]
+        med = median(s["kept_times_s"])
+        rows.append({"name": f"autotune, {k} server hosts", "median_s": med,
+                     "times_s": s["kept_times_s"], "config": s["best"], "k": k})
+        sessions[k] = s
+    for r in rows:
+        r["ratio_vs_ddp"] = ref / r["median_s"]
+        r["ratio_vs_best_ddp"] = best["median_s"] / r["median_s"]
+    compute = (a.fwd_ms + a.bwd_ms) / 1e3
+    return {
+        "benchmark": "e2e_bench", "model": a.model, "bytes": M,
+        "tensors": out["ddp"]["tensors"], "workers": n, "servers": ks, "rate": a.rate,
+        "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms, "budget": a.budget, "measure": a.measure,
+        "trial_iterations": a.trial_iterations, "depths": a.depths, "B": B, "link": out["link"],
+        "optimum_s": {"allreduce": allreduce_time(n, M, B) + a.fwd_ms / 1e3,
+                      **{f"byteps_k{k}": byteps_time(n, k, M, B) + a.fwd_ms / 1e3 for k in ks}},
+        "compute_s": compute, "ddp": ddp, "rows": rows, "sessions": sessions,
+        "wall_s": wall, "command": "benchmarks/e2e_bench.py " + " ".join(sys.argv[1:]),
+        "machine": machine(),
+    }
+
+
+def print_table(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{res['model']} ({res['bytes'] / 2**20:.0f} MiB, {res['tensors']} tensors) "
+                    f"on {res['workers']} workers at {res['rate']}, compute "
+                    f"{res['fwd_ms']:g}+{res['bwd_ms']:g} ms/iteration")
+    for col in ("what", "s / iteration", "it/s", "vs DDP", "vs best DDP", "configuration"):
+        t.add_column(col, justify="left" if col in ("what", "configuration") else "right")
+    for r in res["rows"]:
+        t.add_row(r["name"], f"{r['median_s']:.3f}", f"{1 / r['median_s']:.3f}",
+                  f"{r['ratio_vs_ddp']:.2f}x", f"{r['ratio_vs_best_ddp']:.2f}x",
+                  fmt_cfg(r["config"]) if r.get("config") else "")
+    Console(width=140).print(t)
+    opt = res["optimum_s"]
+    print(f"B = {res['B'] / 1e6:.2f} MB/s. Optimum (communication + forward, backward fully "
+          "overlapped): all-reduce " + f"{opt['allreduce']:.3f} s, " + ", ".join(
+              f"BytePS k={k} {opt[f'byteps_k{k}']:.3f} s" for k in res["servers"]) +
+          f". Load average at the end: {', '.join(f'{x:.1f}' for x in res['machine']['loadavg'])}.")
+    for r in res["ddp"]:
+        print(f"  DDP bucket {r['bucket_mb']:g} MB: {r['median_s']:.3f} s  {r['times_s']}")
+    for k, s in res["sessions"].items():
+        tried = ", ".join(f"{fmt_cfg(h['config'])}={h['score']:.3f}" if h["score"] else
+                          f"{fmt_cfg(h['config'])}=failed" for h in s["history"])
+        print(f"  session k_max={k}: tuning {s['tuning_s']:.1f} s; trials (it/s): {tried}")
+
+
+def plot(res: dict, path: Path) -> None:
+    plt = pyplot()
+    rows = res["rows"]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    xs = list(range(len(rows)))
+    colors = ["#999", "#777"] + ["#4c72b0", "#55a868", "#c44e52"][: len(rows) - 2]
+    ax.bar(xs, [1 / r["median_s"] for r in rows], 0.6, color=colors)
+    for x, r in zip(xs, rows):
+        ax.text(x, 1 / r["median_s"] * 1.01, f"{r['ratio_vs_ddp']:.2f}x", ha="center")
+    ax.set_xticks(xs, [r["name"].replace(" (", "\n(").replace(", ", "\n") for r in rows],
+                  fontsize=8)
+    ax.set_ylabel("iterations / s")
+    ax.set_title(f"{res['model']} on {res['workers']} workers at {res['rate']} "
+                 f"(ratio vs DDP, 25 MB buckets)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet50", help="zoo model (resnet50, vgg16, bert-base)")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--servers", default="0,4", help="server hosts per session run")
+    ap.add_argument("--rate", default="200mbit")
+    ap.add_argument("--fwd-ms", type=float, default=100.0, help="emulated forward time")
+    ap.add_argument("--bwd-ms", type=float, default=300.0, help="emulated backward time")
+    ap.add_argument("--buckets", default="5,25,100", help="DDP bucket_cap_mb values (25 = default)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--budget", type=int, default=30, help="session tuning iterations")
+    ap.add_argument("--trial-iterations", type=int, default=2)
+    ap.add_argument("--measure", type=int, default=4, help="iterations timed after tuning")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--depths", default=None,
+                    help="diagnosis: override the runtime's SEND_DEPTH,SUM_DEPTH (e.g. 32,32)")
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument("--job", choices=("ddp", "session"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.job == "ddp":
+        ddp_main(a)
+        return
+    if a.job == "session":
+        session_main(a)
+        return
+    if "25" not in [f"{float(b):g}" for b in a.buckets.split(",")]:
+        ap.error("--buckets must include 25 (DDP's default, the reference)")
+    require_emulator("e2e_bench")
+    tag = a.model.replace("/", "w")
+    a.json = a.json or RESULTS / f"e2e_bench_{tag}.json"
+    a.plot = a.plot or RESULTS / f"e2e_bench_{tag}.png"
+    res = run(a)
+    print_table(res)
+    save(res, a.json)
+    plot(res, a.plot)
+    print(f"wrote {a.json} and {a.plot}")
+
+
+if __name__ == "__main__":
+    main()
