@@ -33,7 +33,19 @@ MiB = 1024 * KiB
 
 TRANSPORTS = ("allreduce", "pushpull")
 INTRA_MODES = ("flat", "root", "scatter")
-LOSSY_CODECS = ("fp16", "bf16", "topk", "randomk", "onebit")
+LOSSY_CODECS = ("fp16", "bf16", "topk", "randomk", "onebit", "powersgd")
+
+# Codec parameters (conditional dimensions, in the space only with ``allow_lossy``).
+# Random-k gets its own, larger ratios: with error feedback an element waits ~1/ratio
+# iterations to be sent, and at 1% it does not converge (docs/compression.md).
+TOPK_RATIOS = (0.001, 0.01, 0.1)
+DEFAULT_TOPK_RATIO = 0.01
+RANDOMK_RATIOS = (0.05, 0.1, 0.25)
+DEFAULT_RANDOMK_RATIO = 0.1
+POWERSGD_RANKS = (1, 2, 4, 8)
+DEFAULT_POWERSGD_RANK = 4
+COMPRESS_MIN_BYTES = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
+DEFAULT_COMPRESS_MIN_BYTES = 1 * MiB
 
 DEFAULT_CHUNK_BYTES = 4 * MiB
 MIN_CHUNK_BYTES = 64 * KiB
@@ -172,7 +184,7 @@ class SearchSpace:
             Param("reduce_root", roots, roots[0], when=(("intra", ("root",)),),
                   doc="local worker that reduces for its machine under intra=root"),
             Param("compression", compression, "none", doc="gradient codec"),
-        )
+        ) + codec_params(compression)
         facts = (
             ("k_max", k_max),
             ("workers_per_machine", workers_per_machine),
@@ -385,8 +397,7 @@ class SearchSpace:
         default = self.default()
         seen: set[tuple[int, ...]] = set()
         scored: list[tuple[tuple[int, int, tuple[int, ...]], Config]] = []
-        for combo in itertools.product(*coarse.values()):
-            c = self.canonical(dict(zip(coarse, combo)))
+        for c in self._walk(coarse):
             k = self.key(c)
             if k in seen:
                 continue
@@ -405,12 +416,67 @@ class SearchSpace:
     def all_configs(self) -> Iterator[Config]:
         """Every canonical configuration once (for exhaustive evaluation of small spaces)."""
         seen: set[tuple[int, ...]] = set()
-        for combo in itertools.product(*(p.values for p in self.params)):
-            c = self.canonical(dict(zip(self.names, combo)))
+        for c in self._walk({p.name: p.values for p in self.params}):
             k = self.key(c)
             if k not in seen:
                 seen.add(k)
                 yield c
 
+    def _walk(self, choices: Mapping[str, Sequence]) -> Iterator[Config]:
+        """Canonical configurations over ``choices`` (values per parameter), in product
+        order, with each inactive parameter pinned to its default instead of iterated
+        (conditional codec parameters would otherwise multiply the product). Falls back
+        to filtering the full product when a condition refers to a later parameter."""
+        order = {p.name: i for i, p in enumerate(self.params)}
+        if not all(order.get(parent, len(order)) < order[p.name]
+                   for p in self.params for parent, _ in p.when):
+            for combo in itertools.product(*(choices[p.name] for p in self.params)):
+                yield self.canonical(dict(zip(self.names, combo)))
+            return
+        partial: Config = {}
+
+        def walk(i: int) -> Iterator[Config]:
+            if i == len(self.params):
+                yield dict(partial)
+                return
+            p = self.params[i]
+            for v in (choices[p.name] if p.active(partial) else (p.default,)):
+                partial[p.name] = v
+                yield from walk(i + 1)
+            del partial[p.name]
+
+        yield from walk(0)
+
     def describe(self) -> str:
         return "\n".join(f"{p.name:12s} {p.describe()} (default {p.default!r})" for p in self.params)
+
+
+def codec_params(compression_values: Sequence[str] = ("none",) + LOSSY_CODECS) -> tuple[Param, ...]:
+    """The codec parameters as conditional dimensions, for the codecs in
+    ``compression_values`` (the domain of ``compression``): ``topk_ratio`` (topk),
+    ``randomk_ratio`` (randomk), ``powersgd_rank`` (powersgd), ``compress_min_bytes``
+    (every lossy codec; HiPress's selective compression). A parameter none of whose
+    codecs is in the domain is left out; with no lossy codec, ``()``."""
+    values = tuple(compression_values)
+    unknown = [v for v in values if v != "none" and v not in LOSSY_CODECS]
+    if unknown:
+        raise ValueError(f"unknown codec(s) {unknown}; known: none, {', '.join(LOSSY_CODECS)}")
+    out: list[Param] = []
+    if "topk" in values:
+        out.append(Param("topk_ratio", TOPK_RATIOS, DEFAULT_TOPK_RATIO, ordinal=True, log=True,
+                         when=(("compression", ("topk",)),),
+                         doc="fraction of a chunk's elements that topk sends"))
+    if "randomk" in values:
+        out.append(Param("randomk_ratio", RANDOMK_RATIOS, DEFAULT_RANDOMK_RATIO, ordinal=True,
+                         log=True, when=(("compression", ("randomk",)),),
+                         doc="fraction of a chunk's elements that randomk sends"))
+    if "powersgd" in values:
+        out.append(Param("powersgd_rank", POWERSGD_RANKS, DEFAULT_POWERSGD_RANK, ordinal=True,
+                         log=True, when=(("compression", ("powersgd",)),),
+                         doc="rank of PowerSGD's low-rank approximation"))
+    lossy = tuple(v for v in values if v != "none")
+    if lossy:
+        out.append(Param("compress_min_bytes", COMPRESS_MIN_BYTES, DEFAULT_COMPRESS_MIN_BYTES,
+                         ordinal=True, log=True, when=(("compression", lossy),),
+                         doc="chunks smaller than this travel uncompressed (HiPress)"))
+    return tuple(out)

@@ -16,7 +16,7 @@ from autotune.runtime.codecs import (
 from autotune.runtime.codecs.selective import (
     break_even_bytes, sync_steps, t_sync_cpr, t_sync_orig, worth_compressing,
 )
-from autotune.space import MiB, SearchSpace
+from autotune.space import ConfigError, MiB, SearchSpace
 
 ALL = [
     ("none", {}), ("fp16", {}), ("bf16", {}), ("topk", {"ratio": 0.01}),
@@ -396,7 +396,7 @@ def test_registry_builds_every_codec():
         make_codec("onebit", ratio=0.1)
     with pytest.raises(ValueError, match="ratio"):
         make_codec("topk", ratio=0.0)
-    c = codec_from_config({"compression": "randomk", "topk_ratio": 0.1}, world_size=4, seed=7)
+    c = codec_from_config({"compression": "randomk", "randomk_ratio": 0.1}, world_size=4, seed=7)
     assert isinstance(c, RandomKCodec) and c.ratio_kept == 0.1 and c.seed == 7
     assert codec_from_config({"compression": "powersgd", "powersgd_rank": 2}).rank == 2
     assert isinstance(codec_from_config({}), IdentityCodec)
@@ -405,10 +405,12 @@ def test_registry_builds_every_codec():
 
 def test_codec_params_are_conditional_dimensions_of_the_space():
     assert codec_params(("none",)) == ()
-    space = SearchSpace.build(allow_lossy=True)
-    full = space.with_params(*codec_params(space["compression"].values))
-    assert {"topk_ratio", "compress_min_bytes"} <= set(full.names)
-    assert "powersgd_rank" not in full.names  # powersgd is not in the space's codec domain
+    assert "compress_min_bytes" not in SearchSpace.build(allow_lossy=False).names
+    full = SearchSpace.build(allow_lossy=True)  # the codec parameters are in the space
+    assert set(full["compression"].values) == set(CODECS)  # every codec, powersgd too
+    assert full.names[-4:] == ("topk_ratio", "randomk_ratio", "powersgd_rank",
+                               "compress_min_bytes")
+    assert full.params[-4:] == codec_params(full["compression"].values)
     d = full.validate({"compression": "none", "topk_ratio": 0.1})
     assert d["topk_ratio"] == 0.01 and d["compress_min_bytes"] == MiB  # inactive: defaults
     c = full.validate({"compression": "topk", "topk_ratio": 0.1, "compress_min_bytes": 4 * MiB})
@@ -416,6 +418,15 @@ def test_codec_params_are_conditional_dimensions_of_the_space():
     assert full.validate({"compression": "onebit", "topk_ratio": 0.1})["topk_ratio"] == 0.01
     assert full.decode(full.encode(c)) == c
     assert codec_from_config(c).ratio_kept == 0.1
+    # random-k has its own ratio, without the 1% that does not converge
+    assert min(full["randomk_ratio"].values) >= 0.05
+    r = full.validate({"compression": "randomk", "randomk_ratio": 0.25, "topk_ratio": 0.001})
+    assert r["randomk_ratio"] == 0.25 and r["topk_ratio"] == 0.01
+    assert codec_from_config(r).ratio_kept == 0.25
+    with pytest.raises(ConfigError, match="randomk_ratio=0.01"):
+        full.validate({"compression": "randomk", "randomk_ratio": 0.01})
+    p = full.validate({"compression": "powersgd", "powersgd_rank": 2})
+    assert codec_from_config(p).rank == 2
     with_psgd = codec_params(("none", "fp16", "powersgd"))
     assert [p.name for p in with_psgd] == ["powersgd_rank", "compress_min_bytes"]
     with pytest.raises(ValueError, match="unknown codec"):

@@ -23,9 +23,19 @@ it) and the all-gather one broadcast per shard: gloo runs these faster than its
 ``reduce_scatter`` (about 2x with two local workers here) and they take uneven shards.
 Every result is divided by the number of workers here, as soon as its chunk completes.
 
-Codec integration point (not wired yet; ``compression`` must be ``none``): encode ``src``
-in :meth:`CommunicationStream._exchange` before the push and decode the pulled payload
-into ``dst`` after it.
+Compression (a lossy ``compression`` and a chunk of at least ``compress_min_bytes``)
+applies to the cross-machine step only: the all-reduce among workers (``flat``) or roots
+(``root``) or of shard ``j`` (``scatter``), and the push/pull. The rank that sends a
+(partial) sum encodes it with error feedback (its residual of those elements is added
+first and what the codec dropped is kept, :class:`~autotune.runtime.codecs.ErrorFeedback`);
+summable codecs (fp16, bf16, random-k, PowerSGD) are all-reduced as packed payloads and
+decoded once, the others (top-k, one-bit) all-gathered and each payload decoded and
+summed; a push sends the packed payload and the pull brings the Summation Service's
+packed sum (summable) or re-encoded sum, which is decoded. ``codec.after_sum`` sees every
+aggregated payload (PowerSGD's basis). Every rank that does not encode a chunk itself
+first folds any residual it still holds for it into the gradient it sends (after a switch
+of configuration), so nothing is dropped. Under ``compression=none`` with no residual
+left, a chunk takes exactly the uncompressed path.
 """
 
 from __future__ import annotations
@@ -33,9 +43,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterator
 
+import torch
 import torch.distributed as dist
 
-
+from .codecs import Context, decode_sum, whole
+from .compat import all_gather
+from .compression import Residuals
 from .engine import Iteration, issue
 from .groups import GroupCache
 from .plan import Chunk, shard_bounds
@@ -50,8 +63,9 @@ class CommunicationStream:
     """One stream's job on a worker for one iteration."""
 
     def __init__(self, setup: Setup, it: Iteration, inp: dict, out: dict, groups: GroupCache,
-                 stream: int, timeout: float):
+                 stream: int, timeout: float, residuals: Residuals):
         self.setup = setup
+        self.residuals = residuals
         self.it = it
         self.inp = inp
         self.out = out
@@ -89,14 +103,24 @@ class CommunicationStream:
         inb = self.inp[c.dtype].narrow(0, c.offset, c.numel)
         outb = self.out[c.dtype].narrow(0, c.offset, c.numel) if st.needs_out else None
         intra, pp = cfg["intra"], st.pushpull
+        lossy = st.compression.compresses(c)
+        if self.residuals.dirty and not (lossy and intra == "flat"):
+            # this rank does not encode the chunk as it stands: residual left from an
+            # earlier configuration goes out with the gradient
+            ef = self.residuals.worker.get(c.dtype)
+            if ef is not None:
+                ef.fold(inb, whole(c.offset, c.numel))
 
         if intra == "flat":
             if pp:
-                yield self._exchange(c, 0, inb, outb)
+                yield from self._pushpull(c, 0, 0, inb, outb, lossy)
                 res = outb
             else:
-                yield [issue(f"{tag}: all-reduce among workers", _peers(info.workers, me),
-                             dist.all_reduce, inb, group=self._g("ar", s), async_op=True)]
+                if lossy:
+                    yield from self._allreduce_lossy(c, 0, 0, inb, ("ar", s), info.workers)
+                else:
+                    yield [issue(f"{tag}: all-reduce among workers", _peers(info.workers, me),
+                                 dist.all_reduce, inb, group=self._g("ar", s), async_op=True)]
                 res = inb
         else:
             m = info.machine_index_of(me)
@@ -110,14 +134,18 @@ class CommunicationStream:
                              dist.reduce, inb, dst=root, group=mg, async_op=True)]
                 if pp:
                     if me == root:
-                        yield self._exchange(c, 0, inb, outb)
+                        yield from self._pushpull(c, 0, 0, inb, outb, lossy)
                     res = outb
                 else:
                     if me == root and info.n_machines > 1:
                         cross = info.machine_workers
-                        peers = _peers((cross(mm)[r] for mm in info.worker_machines), me)
-                        yield [issue(f"{tag}: all-reduce among roots", peers, dist.all_reduce,
-                                     inb, group=self._g("cross", s, r), async_op=True)]
+                        roots = tuple(cross(mm)[r] for mm in info.worker_machines)
+                        if lossy:
+                            yield from self._allreduce_lossy(c, 0, 0, inb, ("cross", s, r), roots)
+                        else:
+                            yield [issue(f"{tag}: all-reduce among roots", _peers(roots, me),
+                                         dist.all_reduce, inb, group=self._g("cross", s, r),
+                                         async_op=True)]
                     res = inb
                 yield [issue(f"{tag}: broadcast from rank {root}", lpeers,
                              dist.broadcast, res, src=root, group=mg, async_op=True)]
@@ -125,7 +153,7 @@ class CommunicationStream:
                 j = info.local_index
                 bounds = shard_bounds(c.numel, st.shards)
                 s0, n = bounds[j]
-                cpeers = _peers((info.machine_workers(mm)[j] for mm in info.worker_machines), me)
+                column = tuple(info.machine_workers(mm)[j] for mm in info.worker_machines)
                 yield [
                     issue(f"{tag}: reduce of shard {i}", lpeers, dist.reduce,
                           inb.narrow(0, a, k), dst=local[i], group=mg, async_op=True)
@@ -134,12 +162,17 @@ class CommunicationStream:
                 mine = inb.narrow(0, s0, n)
                 if pp:
                     if n > 0:
-                        yield self._exchange(c, j, mine, outb.narrow(0, s0, n))
+                        yield from self._pushpull(c, j, s0, mine, outb.narrow(0, s0, n), lossy)
                     res = outb
                 else:
                     if n > 0 and info.n_machines > 1:
-                        yield [issue(f"{tag}: all-reduce of shard {j}", cpeers, dist.all_reduce,
-                                     mine, group=self._g("cross", s, j), async_op=True)]
+                        if lossy:
+                            yield from self._allreduce_lossy(c, j, s0, mine, ("cross", s, j),
+                                                             column)
+                        else:
+                            yield [issue(f"{tag}: all-reduce of shard {j}", _peers(column, me),
+                                         dist.all_reduce, mine, group=self._g("cross", s, j),
+                                         async_op=True)]
                     res = inb
                 yield [
                     issue(f"{tag}: broadcast of shard {i}", lpeers, dist.broadcast,
@@ -147,6 +180,56 @@ class CommunicationStream:
                     for i, (a, k) in enumerate(bounds) if k > 0
                 ]
         res.div_(len(info.workers))
+
+    # ------------------------------------------------------------- compression
+    def _encode(self, c: Chunk, start: int, data: Any, ctx: Context) -> torch.Tensor:
+        """The packed payload of ``data`` (elements ``start..`` of chunk ``c``), encoded
+        with this rank's error feedback."""
+        codec = self.setup.compression.codec
+        ef = self.residuals.worker_ef(c.dtype)
+        payload = ef.encode(codec, data, whole(c.offset + start, data.numel()), ctx)
+        self.it.stored = True
+        return codec.pack(payload)
+
+    def _allreduce_lossy(self, c: Chunk, shard: int, start: int, data: Any, key: tuple,
+                         members: tuple[int, ...]) -> Iterator[list]:
+        """Compressed all-reduce of ``data`` among ``members`` (group ``key``); the decoded
+        sum lands in ``data``."""
+        codec = self.setup.compression.codec
+        n = data.numel()
+        ctx = Context(self.it.round, c.index * self.setup.shards + shard)
+        buf = self._encode(c, start, data, ctx)
+        what = f"stream {c.stream} chunk {c.index}"
+        peers = _peers(members, self.me)
+        if codec.summable:
+            yield [issue(f"{what}: compressed all-reduce", peers, dist.all_reduce, buf,
+                         group=self._g(*key), async_op=True)]
+            payload = codec.unpack(buf, n)
+            total = codec.decode(payload, n, ctx)
+            codec.after_sum(payload, n, ctx)
+        else:
+            gathered = torch.empty(len(members) * buf.numel(), dtype=buf.dtype)
+            yield [issue(f"{what}: all-gather of payloads", peers, all_gather, gathered, buf,
+                         group=self._g(*key), async_op=True)]
+            total = decode_sum(codec, list(gathered.view(len(members), -1)), n, ctx)
+        data.copy_(total)
+
+    def _pushpull(self, c: Chunk, shard: int, start: int, src: Any, dst: Any,
+                  lossy: bool) -> Iterator[list]:
+        """Push ``src`` to the chunk's Summation Service and pull the sum into ``dst``,
+        as packed payloads when the chunk is compressed."""
+        if not lossy:
+            yield self._exchange(c, shard, src, dst)
+            return
+        codec = self.setup.compression.codec
+        n = src.numel()
+        ctx = Context(self.it.round, c.index * self.setup.shards + shard)
+        buf = self._encode(c, start, src, ctx)
+        pulled = codec.empty_packed(n)
+        yield self._exchange(c, shard, buf, pulled)
+        payload = codec.unpack(pulled, n)
+        dst.copy_(codec.decode(payload, n, ctx))
+        codec.after_sum(payload, n, ctx)
 
     def _exchange(self, c: Chunk, shard: int, src: Any, dst: Any) -> list:
         """Push ``src`` to the chunk's Summation Service and pull the sum into ``dst``."""

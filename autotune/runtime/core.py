@@ -37,10 +37,11 @@ from typing import Any, Iterable, Mapping
 import torch
 import torch.distributed as dist
 
-from autotune.space import Config, ConfigError, SearchSpace
+from autotune.space import Config, ConfigError, SearchSpace, codec_params
 
 from .communication import CommunicationStream
 from .compat import all_gather as _all_gather
+from .compression import Residuals, summation_key
 from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool, UsageError
 from .errors import RuntimeFault
 from .faults import FaultInjector, Liveness
@@ -53,7 +54,8 @@ from .world import WorldInfo, discover, local_machine, local_role
 DTYPES = tuple(DTYPE_BYTES)  # wire codes of gradient dtypes
 MAGIC = 0x4155_5401
 # control message slots (then one int per space parameter)
-_MAGIC, _STOP, _VERSION, _LENGTH, _DIRTY, _BADCFG, _H = 0, 1, 2, 3, 4, 5, 8
+_MAGIC, _STOP, _VERSION, _LENGTH, _DIRTY, _BADCFG, _CODEC_KEYS, _H = 0, 1, 2, 3, 4, 5, 6, 8
+CODEC_PARAMS = frozenset(p.name for p in codec_params())
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -79,8 +81,11 @@ class Runtime:
         self._lock = threading.RLock()
 
         self.config: Config | None = None
+        self._codec_keys = True               # sync() shows the codec parameters
         self._setup: Setup | None = None
         self._pools: list[BufferPool] = []
+        self._residuals = Residuals()         # error feedback, kept across configurations
+        self._round = 0                       # averaging rounds started (codecs' iteration)
         self._inp: dict[str, torch.Tensor] = {}
         self._out: dict[str, torch.Tensor] = {}
 
@@ -177,6 +182,21 @@ class Runtime:
         return list(self._order)
 
     @property
+    def round(self) -> int:
+        """Averaging rounds started so far on this rank: the ``Context.iteration`` the
+        codecs use for the next round (workers count the same everywhere)."""
+        return self._round
+
+    @property
+    def residual_norms(self) -> dict[str, float]:
+        """L2 norm of what error feedback holds back on this rank, per flat dtype buffer
+        (``worker``: its own encodings; ``summation``: its Summation Service's)."""
+        r = self._residuals
+        return {f"{kind}:{d}": ef.norm() for kind, efs in (("worker", r.worker),
+                                                          ("summation", r.summation))
+                for d, ef in sorted(efs.items())}
+
+    @property
     def progress(self) -> tuple[int, int]:
         """Workers: (chunks completed, chunks) of the iteration under way; (0, 0) if none.
         Chunks complete while backward runs: this is how overlap shows."""
@@ -264,6 +284,7 @@ class Runtime:
             msg[_VERSION] = self._version
             msg[_LENGTH] = len(self._proposed)
             wanted = config if config is not None else (self.config or self.space.default())
+            msg[_CODEC_KEYS] = int(self._codec_keys if config is None else _names_codec(config))
             try:
                 msg[_H:] = torch.tensor(self.space.encode(wanted), dtype=torch.int64)
             except ConfigError as e:
@@ -282,16 +303,26 @@ class Runtime:
                                        "configuration outside the space (see its error)")
         if msg[_STOP]:
             self._stopped = True
-            return dict(self.config or self.space.default())
+            return self._shown(self.config or self.space.default())
         new = self.space.decode(msg[_H:].tolist())
         version = int(msg[_VERSION])
         layout = None
         if version != self._seen_version or int(msg[_DIRTY]) > 0:
             layout = self._exchange_layout(int(msg[_LENGTH]))
         if layout is not None or new != self.config:
-            self._apply(new, layout, version)
+            self._apply(new, layout, version, reregistered=int(msg[_DIRTY]) > 0)
         self._served = self._faults.refuses(self.config)
-        return dict(self.config)  # type: ignore[arg-type]
+        self._codec_keys = bool(msg[_CODEC_KEYS])
+        return self._shown(self.config)  # type: ignore[arg-type]
+
+    def _shown(self, config: Config) -> Config:
+        """The active configuration as ``sync`` returns it: complete, except that the codec
+        parameters (``topk_ratio``, ``compress_min_bytes``, ...) are left out when the
+        leader's configuration named none of them and no lossy codec, so a caller whose
+        space has no lossy codecs gets back exactly its own parameters."""
+        if self._codec_keys:
+            return dict(config)
+        return {k: v for k, v in config.items() if k not in CODEC_PARAMS}
 
     def _control_op(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """A blocking collective of the control plane; a failure (a peer died) becomes a
@@ -333,38 +364,50 @@ class Runtime:
                     f"{_dtype_name(p)}, the leader's is {numel} elements of {DTYPES[code]}")
         return order
 
-    def _apply(self, config: Config, layout: list[list[int]] | None, version: int) -> None:
-        """Build the new Setup aside, vote, then create groups and swap it in."""
+    def _apply(self, config: Config, layout: list[list[int]] | None, version: int,
+               reregistered: bool = False) -> None:
+        """Build the new Setup aside, vote, then create groups and swap it in; then move
+        the error-feedback residuals along (see :mod:`autotune.runtime.compression`)."""
         code, failure = 0, None
         order = self._order
+        give_back = False
         try:
             if layout is not None:
                 sizes = [(int(n), DTYPES[int(c)]) for _, n, c in layout]
                 if self.info.is_worker:
                     order = self._verify_layout(layout)
+                else:
+                    order = [int(r[0]) for r in layout]
             else:
                 sizes = list(self._setup.sizes) if self._setup else []
             if self._faults.configure_fails(config):
                 raise RuntimeError("injected configure fault (AUTOTUNE_FAULT)")
             setup = build_setup(config, sizes, self.info)
             inp, out = self._buffers_for(setup)
+            give_back = (not reregistered and self._residuals.summation_pending()
+                         and (layout is not None
+                              or summation_key(setup) != self._residuals.summation_key))
         except ConfigError as e:
             code, failure = 1, e
         except Exception as e:  # e.g. out of memory for the buffers
             code, failure = 2, e
-        vote = torch.zeros(self.info.world_size, dtype=torch.int64)
+        world = self.info.world_size
+        vote = torch.zeros(2 * world, dtype=torch.int64)
         vote[self.info.rank] = code
+        vote[world + self.info.rank] = int(give_back and not self.info.is_worker)
         self._control_op("configuration vote", dist.all_reduce, vote, group=self._control)
-        bad = [r for r, v in enumerate(vote.tolist()) if v]
+        codes = vote[:world].tolist()
+        bad = [r for r, v in enumerate(codes) if v]
         if bad:
             where = ", ".join(self.describe(r) for r in bad)
             detail = f": {failure}" if failure is not None else f" (see the log of rank {bad[0]})"
-            if any(v == 1 for v in vote.tolist()):
+            if any(v == 1 for v in codes):
                 raise ConfigError(f"configuration {config} rejected by {where}{detail}")
             raise RuntimeFault(f"configuration {config} could not be applied on {where}{detail}",
                                rank=bad[0], recoverable=True)
         self._control_op("process group creation", self._groups.ensure,
                          needed_groups(config, self.info))
+        old_setup, old_order = self._setup, self._order
         self.config = dict(config)
         self._setup = setup
         self._inp, self._out = inp, out
@@ -374,6 +417,45 @@ class Runtime:
             self._pos = {r: pos for pos, r in enumerate(order)}
             self._seen_version = version
             self._dirty = False
+        senders = [r for r in range(world) if vote[world + r]]
+        self._move_residuals(old_setup, old_order, layout is not None, reregistered, give_back,
+                             senders)
+
+    def _move_residuals(self, old: Setup | None, old_order: list[int], relaid: bool,
+                        reregistered: bool, give_back: bool, senders: list[int]) -> None:
+        """After a switch: re-lay out or reset the residuals, hand a Summation Service's
+        residual back to a worker when it no longer re-encodes the same units (locally on
+        a worker machine; dedicated servers in ``senders`` send it to the leader), and
+        allocate what the new configuration writes from several threads."""
+        res, setup = self._residuals, self._setup
+        assert setup is not None
+        if relaid:
+            if reregistered or old is None:
+                res.reset()
+            else:
+                res.relayout(_moves(old, old_order, setup, self._order))
+        if give_back and self.info.is_worker:
+            for dtype, values in res.take_summation().items():
+                res.absorb(dtype, values)
+        me, leader = self.info.rank, self.info.leader
+        for r in senders:
+            taken = res.take_summation() if me == r else {}
+            for dtype, n in setup.totals:
+                if me == r:
+                    t = taken.get(dtype, torch.zeros(n, dtype=torch.float32))
+                    self._control_op("residual hand-back", dist.send, t, leader,
+                                     group=self._control)
+                elif me == leader:
+                    t = torch.empty(n, dtype=torch.float32)
+                    self._control_op("residual hand-back", dist.recv, t, r, group=self._control)
+                    res.absorb(dtype, t)
+        comp = setup.compression
+        totals = dict(setup.totals)
+        res.prepare(totals, worker=self.info.is_worker and comp.lossy,
+                    summation=bool(summation_key(setup)))
+        res.summation_key = summation_key(setup)
+        if relaid or give_back or senders:
+            res.refresh_dirty()
 
     def _buffers_for(self, setup: Setup) -> tuple[dict, dict]:
         if not self.info.is_worker:
@@ -401,6 +483,8 @@ class Runtime:
                 raise RuntimeError("call rt.sync() on all ranks before the first iteration")
             it = Iteration(setup.plan, setup.tensor_chunks, setup.streams,
                            refused=self._faults.refuses(self.config))
+            it.round = self._round
+            self._round += 1
             self._had_grad = [True] * len(setup.sizes)
             self._iter = it
             if it.refused:
@@ -414,10 +498,11 @@ class Runtime:
             for s in range(setup.streams):
                 if setup.stream_chunks[s]:
                     jobs.append(CommunicationStream(setup, it, self._inp, self._out, self._groups,
-                                                    s, self.timeout).run)
+                                                    s, self.timeout, self._residuals).run)
                 if setup.units[s]:
                     jobs.append(SummationStream(setup, it, it.mailbox, self._groups, s,
-                                                self.timeout, self._pools[s]).run)
+                                                self.timeout, self._pools[s],
+                                                self._residuals).run)
             self._submit(it, jobs)
             return it
 
@@ -518,6 +603,9 @@ class Runtime:
         self._await(it)
         self._iter = None
         self._served = True
+        if it.error is None and it.started:
+            # every chunk either folded its residual or encoded and kept a new one
+            self._residuals.dirty = it.stored
         if it.error is not None:
             if isinstance(it.error, UsageError):
                 raise it.error
@@ -608,8 +696,10 @@ class Runtime:
         if setup is None or self._faults.refuses(self.config) or not setup.owns_units:
             return
         it = Iteration((), (), setup.streams)
+        it.round = self._round
+        self._round += 1
         jobs = [SummationStream(setup, it, Mailbox(), self._groups, s, self.timeout,
-                                self._pools[s]).run
+                                self._pools[s], self._residuals).run
                 for s in range(setup.streams) if setup.units[s]]
         self._submit(it, jobs)
         self._await(it)
@@ -651,3 +741,27 @@ class Runtime:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _names_codec(config: Mapping[str, Any]) -> bool:
+    """Whether a configuration speaks of compression beyond ``compression="none"``."""
+    return config.get("compression", "none") != "none" or any(k in CODEC_PARAMS for k in config)
+
+
+def _moves(old: Setup, old_order: list[int], new: Setup, new_order: list[int]
+           ) -> dict[str, tuple[list[int], list[int], list[int], int]]:
+    """Per dtype, where each gradient's elements were and are in the flat buffers, for
+    :meth:`Residuals.relayout` (a new gradient order, the same registration)."""
+    old_pos = {r: p for p, r in enumerate(old_order)}
+    out: dict[str, tuple[list[int], list[int], list[int], int]] = {
+        d: ([], [], [], n) for d, n in new.totals}
+    for pos, r in enumerate(new_order):
+        numel, dtype = new.sizes[pos]
+        op = old_pos.get(r)
+        if op is None or old.sizes[op] != (numel, dtype) or dtype not in out:
+            continue
+        olds, news, sizes, _ = out[dtype]
+        olds.append(old.offsets[op])
+        news.append(new.offsets[pos])
+        sizes.append(numel)
+    return out

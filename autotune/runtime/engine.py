@@ -208,6 +208,8 @@ class Iteration:
         self.aborted = False
         self.mailbox = Mailbox()
         self.twice: list[int] = []
+        self.round = 0        # Context.iteration of the codecs (the same on every worker)
+        self.stored = False   # this rank kept an error-feedback residual this round
 
     # ------------------------------------------------------------------ readiness
     def mark_ready(self, pos: int) -> None:

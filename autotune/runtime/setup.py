@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from autotune.space import ConfigError
 
+from .compression import Compression
 from .plan import (Chunk, Size, Unit, flat_layout, make_plan, shards_per_chunk,
                    summation_units)
 from .world import WorldInfo
@@ -36,6 +37,7 @@ class Setup:
     shards: int
     units: tuple[tuple[Unit, ...], ...]          # units this rank sums, per stream
     sum_depth: int
+    compression: Compression                     # the codec (built once per configuration)
 
     @property
     def streams(self) -> int:
@@ -55,28 +57,25 @@ class Setup:
         return any(self.units)
 
 
-def check_supported(config: Mapping[str, Any], info: WorldInfo) -> None:
-    """Raise :class:`ConfigError` for what this runtime cannot do (same on every rank)."""
-    if config["compression"] != "none":
-        # Codec integration point: a codec from autotune.runtime.codecs would be looked up
-        # here and applied per chunk (encode before push / decode+sum+re-encode in the
-        # Summation Service / decode after pull), see communication.py and summation.py.
-        raise ConfigError(
-            f"compression={config['compression']!r}: lossy codecs are not wired into the "
-            "runtime yet; only compression='none' can be applied"
-        )
+def check_supported(config: Mapping[str, Any], info: WorldInfo) -> Compression:
+    """Raise :class:`ConfigError` for what this runtime cannot do (same on every rank);
+    returns the configuration's :class:`Compression` (its codec, built here)."""
     if config["intra"] != "flat" and not info.uniform:
         raise ConfigError(
             f"intra={config['intra']!r} needs the same number of workers on every machine"
         )
     if config["transport"] == "pushpull" and int(config["servers"]) > len(info.servers):
         raise ConfigError(f"servers={config['servers']} but the job has {len(info.servers)}")
+    try:
+        return Compression.of(config, info)
+    except ValueError as e:
+        raise ConfigError(f"compression={config.get('compression')!r}: {e}") from None
 
 
 def build_setup(config: Mapping[str, Any], sizes: list[Size], info: WorldInfo) -> Setup:
     """The :class:`Setup` of ``config`` for gradients of ``sizes`` (ready order)."""
     config = dict(config)
-    check_supported(config, info)
+    compression = check_supported(config, info)
     offsets, totals = flat_layout(sizes)
     plan = make_plan(sizes, config, info)
     streams = int(config["streams"])
@@ -100,5 +99,5 @@ def build_setup(config: Mapping[str, Any], sizes: list[Size], info: WorldInfo) -
         totals=tuple(sorted(totals.items())), plan=tuple(plan),
         stream_chunks=tuple(tuple(s) for s in per_stream),
         tensor_chunks=tuple(tuple(t) for t in tensor_chunks), shards=shards,
-        units=tuple(tuple(u) for u in units), sum_depth=sum_depth,
+        units=tuple(tuple(u) for u in units), sum_depth=sum_depth, compression=compression,
     )

@@ -81,13 +81,47 @@ class ErrorFeedback:
     def store(self, segments: Segments, values: torch.Tensor) -> None:
         """Set the residual of ``segments`` to ``values`` (chunk order)."""
         self._check(values, segments)
-        if self._residual is None:
-            self._residual = torch.zeros(self.numel, dtype=torch.float32, device=values.device)
+        self.allocate(values.device)
         values = values.to(device=self._residual.device, dtype=torch.float32)
         pos = 0
         for o, k in segments:
             self._residual[o:o + k] = values[pos:pos + k]
             pos += k
+
+    def fold(self, view: torch.Tensor, segments: Segments) -> None:
+        """Add the residual of ``segments`` into ``view`` in place (in ``view``'s dtype)
+        and clear it: how a chunk that is not encoded here hands its residual on."""
+        if self._residual is None:
+            return
+        self._check(view, segments)
+        pos = 0
+        for o, k in segments:
+            r = self._residual[o:o + k]
+            view[pos:pos + k].add_(r.to(view.device))
+            r.zero_()
+            pos += k
+
+    def add(self, segments: Segments, values: torch.Tensor) -> None:
+        """Add ``values`` (chunk order) to the residual of ``segments``: residual handed
+        over from elsewhere (e.g. a Summation Service's) to be sent later."""
+        self._check(values, segments)
+        self.allocate(values.device)
+        values = values.to(device=self._residual.device, dtype=torch.float32)
+        pos = 0
+        for o, k in segments:
+            self._residual[o:o + k] += values[pos:pos + k]
+            pos += k
+
+    def allocate(self, device: torch.device | str = "cpu") -> None:
+        """Allocate the (zero) residual vector now, e.g. before several threads encode
+        disjoint chunks at once (the lazy allocation is not thread-safe)."""
+        if self._residual is None:
+            self._residual = torch.zeros(self.numel, dtype=torch.float32, device=device)
+
+    @property
+    def allocated(self) -> bool:
+        """Whether anything may be held back (the vector exists)."""
+        return self._residual is not None
 
     def clear(self, segments: Segments | None = None) -> None:
         """Zero the residual of ``segments`` (all of it when ``None``)."""

@@ -1,19 +1,22 @@
-"""Codec names, their parameters, and their conditional dimensions of the search space.
+"""Codec names, their parameters, and how a configuration names a codec.
 
 ``make_codec("topk", ratio=0.01, world_size=4)`` builds one codec; ``codec_from_config``
-builds the codec a configuration asks for. ``codec_params(values)`` gives the codec
-parameters as :class:`autotune.space.Param` objects, each active only under the codecs
-that use it, for ``space.with_params(*codec_params(space["compression"].values))``.
+builds the codec a configuration asks for. The codec parameters' domains live in
+:mod:`autotune.space` (searchers know nothing of torch); ``codec_params(values)`` is
+:func:`autotune.space.codec_params` after checking the names against :data:`CODECS`.
 
-Configuration keys read here: ``compression``, ``topk_ratio`` (topk, randomk),
-``powersgd_rank`` (powersgd), ``compress_min_bytes`` (every lossy codec).
+Configuration keys read here: ``compression``, ``topk_ratio`` (topk), ``randomk_ratio``
+(randomk), ``powersgd_rank`` (powersgd), ``compress_min_bytes`` (every lossy codec).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from autotune.space import KiB, LOSSY_CODECS, MiB, Param
+from autotune import space as _space
+from autotune.space import (COMPRESS_MIN_BYTES, DEFAULT_POWERSGD_RANK, DEFAULT_RANDOMK_RATIO,
+                            DEFAULT_TOPK_RATIO, LOSSY_CODECS, POWERSGD_RANKS, RANDOMK_RATIOS,
+                            TOPK_RATIOS, Param)
 
 from .base import Codec, IdentityCodec
 from .fp16 import BF16Codec, FP16Codec
@@ -32,12 +35,6 @@ CODECS: dict[str, type[Codec]] = {
     "onebit": OneBitCodec,
     "powersgd": PowerSGDCodec,
 }
-
-TOPK_RATIOS = (0.001, 0.01, 0.1)
-DEFAULT_TOPK_RATIO = 0.01
-POWERSGD_RANKS = (1, 2, 4, 8)
-DEFAULT_POWERSGD_RANK = 4
-COMPRESS_MIN_BYTES = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
 
 SPARSE_CODECS = ("topk", "randomk")
 
@@ -60,8 +57,10 @@ def codec_from_config(config: Mapping[str, Any], *, world_size: int = 1, seed: i
     (defaults for missing ones)."""
     name = config.get("compression", "none")
     params: dict[str, Any] = {}
-    if name in SPARSE_CODECS:
+    if name == "topk":
         params["ratio"] = config.get("topk_ratio", DEFAULT_TOPK_RATIO)
+    elif name == "randomk":
+        params["ratio"] = config.get("randomk_ratio", DEFAULT_RANDOMK_RATIO)
     elif name == "powersgd":
         params["rank"] = config.get("powersgd_rank", DEFAULT_POWERSGD_RANK)
     return make_codec(name, world_size=world_size, seed=seed, **params)
@@ -73,32 +72,15 @@ def compress_min_bytes(config: Mapping[str, Any]) -> int:
 
 
 def codec_params(compression_values: Sequence[str] = ("none",) + LOSSY_CODECS) -> tuple[Param, ...]:
-    """The codec parameters as conditional dimensions, for the codecs in
-    ``compression_values`` (the domain of ``compression`` in the space). A parameter
-    none of whose codecs is in the domain is left out; with no lossy codec, ``()``."""
+    """The codec parameters as conditional dimensions of the space for the codecs in
+    ``compression_values`` (see :func:`autotune.space.codec_params`; ``SearchSpace.build``
+    with ``allow_lossy=True`` already includes them)."""
     values = tuple(compression_values)
     unknown = [v for v in values if v not in CODECS]
     if unknown:
         raise ValueError(f"unknown codec(s) {unknown}; known: {', '.join(CODECS)}")
-    lossy = tuple(v for v in values if v != "none")
-    out: list[Param] = []
-    sparse = tuple(v for v in values if v in SPARSE_CODECS)
-    if sparse:
-        out.append(Param(
-            "topk_ratio", TOPK_RATIOS, DEFAULT_TOPK_RATIO, ordinal=True, log=True,
-            when=(("compression", sparse),),
-            doc="fraction of a chunk's elements that topk/randomk send",
-        ))
-    if "powersgd" in values:
-        out.append(Param(
-            "powersgd_rank", POWERSGD_RANKS, DEFAULT_POWERSGD_RANK, ordinal=True, log=True,
-            when=(("compression", ("powersgd",)),),
-            doc="rank of PowerSGD's low-rank approximation",
-        ))
-    if lossy:
-        out.append(Param(
-            "compress_min_bytes", COMPRESS_MIN_BYTES, DEFAULT_COMPRESS_MIN_BYTES,
-            ordinal=True, log=True, when=(("compression", lossy),),
-            doc="chunks smaller than this travel uncompressed (HiPress selective compression)",
-        ))
-    return tuple(out)
+    return _space.codec_params(values)
+
+
+__all__ = ["CODECS", "COMPRESS_MIN_BYTES", "POWERSGD_RANKS", "RANDOMK_RATIOS", "SPARSE_CODECS",
+           "TOPK_RATIOS", "codec_from_config", "codec_params", "compress_min_bytes", "make_codec"]

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .base import Codec, IdentityCodec
+from autotune.space import DEFAULT_COMPRESS_MIN_BYTES  # the domain lives in the space
 
-DEFAULT_COMPRESS_MIN_BYTES = 1 << 20
+from .base import Codec, IdentityCodec
 
 CostFn = Callable[[float], float]
 
