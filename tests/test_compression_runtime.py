@@ -81,6 +81,8 @@ def schedule() -> list[tuple[str, dict, int]]:
         ("keep/a", config(compression="topk"), 2),
         ("keep/b", config(compression="topk", streams=2), 1),
         ("layout", config(compression="topk", streams=2, chunk_bytes=128 * KiB), 1),
+        # a 26,343-element chunk: one-bit payloads of 3,297 bytes, all-gathered back to back
+        ("odd", config(compression="onebit", streams=2, chunk_bytes=128 * KiB), 1),
         ("server", config(compression="onebit", transport="pushpull", servers=1,
                           chunk_bytes=128 * KiB), 2),
         ("final", config(streams=2), 1),

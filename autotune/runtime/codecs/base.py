@@ -129,7 +129,9 @@ class Codec(ABC):
         return torch.cat([parts[i].contiguous().view(torch.uint8) for i in order])
 
     def unpack(self, buf: torch.Tensor, n: int) -> Payload:
-        """Inverse of :meth:`pack` for an n-element chunk (parts are views of ``buf``)."""
+        """Inverse of :meth:`pack` for an n-element chunk. Parts are views of ``buf``, except
+        a field whose start in memory is not aligned to its itemsize (``buf`` a row of
+        all-gathered payloads of an odd byte length), which is copied."""
         spec = self.layout(n)
         wire = self.wire_dtype
         if buf.dim() != 1 or buf.dtype != wire or buf.numel() != self.payload_numel(n):
@@ -147,7 +149,10 @@ class Codec(ABC):
             for i in _pack_order(spec):
                 dtype, k = spec[i]
                 nbytes = k * _itemsize(dtype)
-                out[i] = buf[offset:offset + nbytes].view(dtype)
+                part = buf[offset:offset + nbytes]
+                if part.storage_offset() % _itemsize(dtype):
+                    part = part.clone()
+                out[i] = part.view(dtype)
                 offset += nbytes
         return tuple(out)  # type: ignore[arg-type]
 
