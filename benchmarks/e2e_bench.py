@@ -87,6 +87,65 @@ def _numel(shape: tuple[int, ...]) -> int:
     return out
 
 
+def parse_fixed(text: str) -> list[dict]:
+    """``"ar:1x4M,pp4:1x64K"`` -> runtime configurations (transport[k]:streams x chunk)."""
+    from goodput_bench import parse_settings
+
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        head, _, setting = item.partition(":")
+        (streams, chunk), = parse_settings(setting)
+        cfg = {"transport": "allreduce" if head == "ar" else "pushpull", "streams": streams,
+               "chunk_bytes": chunk}
+        if head.startswith("pp"):
+            cfg["servers"] = int(head[2:] or 0)
+        out.append(cfg)
+    return out
+
+
+def fixed_main(a: argparse.Namespace) -> None:
+    """Each of ``--fixed`` run through the runtime directly, the same loop as a session."""
+    import torch
+    import torch.distributed as dist
+
+    from autotune.runtime import Runtime
+    from autotune.server import serve
+
+    torch.set_num_threads(1)
+    patch_depths(a.depths)
+    dist.init_process_group("gloo")
+    rt = Runtime.bootstrap(timeout=600)
+    if not rt.info.is_worker:
+        serve(rt)
+        rt.shutdown()
+        return
+    rank, n = rt.info.rank, a.workers
+    model = sleepy_model(model_shapes(a.model), a.fwd_ms / 1e3, a.bwd_ms / 1e3, rank + 1)
+    rt.register(model.parameters())
+    leader = rank == rt.info.leader
+    x = torch.ones(1)
+    rows = []
+    for cfg in parse_fixed(a.fixed):
+        times = []
+        for i in range(a.warmup + a.repeats):
+            rt.sync(cfg if leader else None)
+            t0 = time.perf_counter()
+            model.zero_grad(set_to_none=False)
+            model(x).backward()
+            rt.wait()
+            t = rt.worker_max(time.perf_counter() - t0)
+            if i >= a.warmup:
+                times.append(t)
+        _check(model, (n + 1) / 2, f"fixed {cfg}")
+        rows.append({"config": dict(rt.config), "times_s": times})
+        if leader:
+            print(f"fixed {fmt_cfg(cfg)}: {median(times):.3f} s {times}", flush=True)
+    rt.sync(stop=True) if leader else rt.sync()
+    rt.shutdown()
+    if leader:
+        emit({"fixed": rows})
+
+
 def session_main(a: argparse.Namespace) -> None:
     import torch
 
@@ -139,8 +198,10 @@ def run(a: argparse.Namespace) -> dict:
     echo = sys.stderr if a.verbose else None
     started = time.time()
     out: dict = {}
-    ks = [int(k) for k in a.servers.split(",")]
-    with Cluster(hosts=n + max(ks), rate=a.rate) as c:
+    ks = [int(k) for k in a.servers.split(",") if k.strip()]
+    fixed = parse_fixed(a.fixed or "")
+    kf = max([c.get("servers", 0) for c in fixed] or [0])
+    with Cluster(hosts=n + max(ks + [kf]), rate=a.rate) as c:
         con.print(f"[bold]cluster[/] {c.describe()}")
         with con.status("measuring B"):
             out["link"] = measure_B(c, repeats=3)
@@ -149,6 +210,14 @@ def run(a: argparse.Namespace) -> dict:
                                  str(a.repeats), "--warmup", str(a.warmup)] + common,
                            workers=n, timeout_s=a.timeout, echo=echo).check()
         out["ddp"] = job.last_json(MARK)
+        if fixed:
+            with con.status(f"autotune runtime, fixed configurations {a.fixed}"):
+                argv = me + ["--job", "fixed", "--fixed", a.fixed, "--repeats", str(a.repeats),
+                             "--warmup", str(a.warmup)] + common
+                argv += ["--depths", a.depths] if a.depths else []
+                job = c.launch(argv, workers=n, servers=kf, timeout_s=a.timeout,
+                               echo=echo).check()
+            out["fixed"] = job.last_json(MARK)["fixed"]
         for k in ks:
             con.print(f"autotune.session with {k} server hosts: {a.budget} tuning iterations "
                       f"+ {a.measure}")
@@ -173,6 +242,10 @@ def summarize(a: argparse.Namespace, out: dict, ks: list[int], wall: float) -> d
     rows = [{"name": "DDP (25 MB buckets)", "median_s": ref, "times_s": default["times_s"]},
             {"name": f"DDP best bucket ({best['bucket_mb']:g} MB)", "median_s": best["median_s"],
              "times_s": best["times_s"]}]
+    for f in out.get("fixed", []):
+        rows.append({"name": f"autotune runtime, fixed {fmt_cfg(f['config'])}",
+                     "median_s": median(f["times_s"]), "times_s": f["times_s"],
+                     "config": f["config"], "fixed": True})
     sessions = {}
     for k in ks:
         s = out[f"session_k{k}"]
@@ -190,7 +263,8 @@ def summarize(a: argparse.Namespace, out: dict, ks: list[int], wall: float) -> d
         "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms, "budget": a.budget, "measure": a.measure,
         "trial_iterations": a.trial_iterations, "depths": a.depths, "B": B, "link": out["link"],
         "optimum_s": {"allreduce": allreduce_time(n, M, B) + a.fwd_ms / 1e3,
-                      **{f"byteps_k{k}": byteps_time(n, k, M, B) + a.fwd_ms / 1e3 for k in ks}},
+                      **{f"byteps_k{k}": byteps_time(n, k, M, B) + a.fwd_ms / 1e3
+                         for k in sorted(set(ks) | {4})}},
         "compute_s": compute, "ddp": ddp, "rows": rows, "sessions": sessions,
         "wall_s": wall, "command": "benchmarks/e2e_bench.py " + " ".join(sys.argv[1:]),
         "machine": machine(),
@@ -214,7 +288,7 @@ def print_table(res: dict) -> None:
     opt = res["optimum_s"]
     print(f"B = {res['B'] / 1e6:.2f} MB/s. Optimum (communication + forward, backward fully "
           "overlapped): all-reduce " + f"{opt['allreduce']:.3f} s, " + ", ".join(
-              f"BytePS k={k} {opt[f'byteps_k{k}']:.3f} s" for k in res["servers"]) +
+              f"BytePS k={k[8:]} {v:.3f} s" for k, v in opt.items() if k.startswith("byteps")) +
           f". Load average at the end: {', '.join(f'{x:.1f}' for x in res['machine']['loadavg'])}.")
     for r in res["ddp"]:
         print(f"  DDP bucket {r['bucket_mb']:g} MB: {r['median_s']:.3f} s  {r['times_s']}")
@@ -229,7 +303,7 @@ def plot(res: dict, path: Path) -> None:
     rows = res["rows"]
     fig, ax = plt.subplots(figsize=(8, 4.2))
     xs = list(range(len(rows)))
-    colors = ["#999", "#777"] + ["#4c72b0", "#55a868", "#c44e52"][: len(rows) - 2]
+    colors = ["#999", "#777"] + ["#8172b2" if r.get("fixed") else "#4c72b0" for r in rows[2:]]
     ax.bar(xs, [1 / r["median_s"] for r in rows], 0.6, color=colors)
     for x, r in zip(xs, rows):
         ax.text(x, 1 / r["median_s"] * 1.01, f"{r['ratio_vs_ddp']:.2f}x", ha="center")
@@ -248,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet50", help="zoo model (resnet50, vgg16, bert-base)")
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--servers", default="0,4", help="server hosts per session run")
+    ap.add_argument("--servers", default="0,4",
+                    help="server hosts per session run ('' for no session runs)")
     ap.add_argument("--rate", default="200mbit")
     ap.add_argument("--fwd-ms", type=float, default=100.0, help="emulated forward time")
     ap.add_argument("--bwd-ms", type=float, default=300.0, help="emulated backward time")
@@ -259,19 +334,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trial-iterations", type=int, default=2)
     ap.add_argument("--measure", type=int, default=4, help="iterations timed after tuning")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fixed", default="",
+                    help="also time these runtime configurations fixed (no tuning), e.g. "
+                         "'ar:1x4M,pp4:1x64K' (transport[servers]:streams x chunk)")
     ap.add_argument("--depths", default=None,
                     help="diagnosis: override the runtime's SEND_DEPTH,SUM_DEPTH (e.g. 32,32)")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
-    ap.add_argument("--job", choices=("ddp", "session"), help=argparse.SUPPRESS)
+    ap.add_argument("--job", choices=("ddp", "session", "fixed"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.job == "ddp":
         ddp_main(a)
         return
     if a.job == "session":
         session_main(a)
+        return
+    if a.job == "fixed":
+        fixed_main(a)
         return
     if "25" not in [f"{float(b):g}" for b in a.buckets.split(",")]:
         ap.error("--buckets must include 25 (DDP's default, the reference)")
