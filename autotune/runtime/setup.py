@@ -2,7 +2,8 @@
 
 A :class:`Setup` is immutable and built away from the active one (``Runtime.sync`` builds
 it, votes, and only then swaps it in), so a configuration that cannot be applied leaves
-the previous one untouched.
+the previous one untouched. (Its codec object may hold state across iterations, e.g.
+PowerSGD's bases; that state starts afresh with every Setup.)
 """
 
 from __future__ import annotations
