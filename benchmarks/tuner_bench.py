@@ -1,0 +1,172 @@
+"""Tuning quality at equal budget: the Tuner against each technique alone and baselines.
+
+On every objective of ``benchmarks/objectives.py`` (an analytic step-time model of
+data-parallel training with 2-5 % measurement noise) each method gets the same budget
+of training iterations (100, as in paper 004) through the same :class:`Tuner` loop:
+
+- ``tuner``: the ensemble (grid, PBT, Bayes, Hyperband) under the AUC bandit;
+- ``grid``, ``pbt``, ``bayes``, ``hyperband``: each technique alone;
+- ``random``: random search; ``tpe``: Optuna's TPE alone.
+
+The figure of merit is the normalised regret of the configuration a method keeps,
+``1 - throughput(kept) / throughput(optimum)`` on the noise-free model, the optimum
+found by evaluating every configuration. The table shows per objective the median over
+seeds; the summary the median over all runs (objectives x seeds) and ratios against
+Optuna's TPE and the best single technique. Results go to
+``benchmarks/results/tuner_bench.json``.
+
+    python benchmarks/tuner_bench.py            # full: 10 seeds
+    python benchmarks/tuner_bench.py --quick    # 2 seeds, for the demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from objectives import SCENARIOS, Scenario  # noqa: E402
+
+from autotune.tuner import DEFAULT_TECHNIQUES, Tuner  # noqa: E402
+
+SINGLE = tuple(DEFAULT_TECHNIQUES)
+METHODS: dict[str, tuple[str, ...]] = {
+    "tuner": DEFAULT_TECHNIQUES,
+    **{t: (t,) for t in SINGLE},
+    "random": ("random",),
+    "tpe": ("tpe",),
+}
+RESULTS = Path(__file__).resolve().parent / "results" / "tuner_bench.json"
+
+
+def _optimum(si: int) -> tuple[int, dict, float]:
+    config, value = SCENARIOS[si].optimum
+    return si, config, value
+
+
+def _run(si: int, method: str, seed: int, budget: int, optimum: float) -> dict:
+    sc: Scenario = SCENARIOS[si]
+    rng = np.random.default_rng([seed, si])  # same noise stream for every method
+    t0 = time.process_time()
+    tuner = Tuner(sc.space, budget=budget, techniques=METHODS[method], seed=seed)
+    best = tuner.run(lambda c, it: sc.measure(c, it, rng))
+    regret = 1.0 - sc.throughput(best[0]) / optimum if best else 1.0
+    return {
+        "scenario": sc.name, "method": method, "seed": seed, "regret": regret,
+        "trials": len(tuner.history), "cpu_s": time.process_time() - t0, "best": best[0] if best else None,
+    }
+
+
+def _ratio(a: float, b: float) -> float:
+    if b == 0:
+        return 1.0 if a == 0 else float("inf")
+    return a / b
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 seeds (about 1-3 minutes)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per objective (default 10, quick 2)")
+    ap.add_argument("--budget", type=int, default=100, help="training iterations per method")
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    seeds = args.seeds or (2 if args.quick else 10)
+    methods = [m for m in args.methods.split(",") if m]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        ap.error(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}")
+
+    console = Console()
+    console.print(
+        f"[bold]Tuner benchmark[/]: {len(SCENARIOS)} noisy step-time objectives x {seeds} seeds, "
+        f"budget {args.budget} iterations, methods {', '.join(methods)}"
+    )
+    t_start = time.time()
+    runs: list[dict] = []
+    optima: dict[int, float] = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with ProcessPoolExecutor(args.workers) as pool, Progress(*columns, console=console) as progress:
+        task = progress.add_task("exhaustive optima", total=len(SCENARIOS))
+        for fut in as_completed([pool.submit(_optimum, si) for si in range(len(SCENARIOS))]):
+            si, _, value = fut.result()
+            optima[si] = value
+            progress.advance(task)
+        jobs = [(si, m, s) for s in range(seeds) for si in range(len(SCENARIOS)) for m in methods]
+        progress.update(task, description="tuning runs", completed=0, total=len(jobs))
+        futures = [pool.submit(_run, si, m, s, args.budget, optima[si]) for si, m, s in jobs]
+        for fut in as_completed(futures):
+            runs.append(fut.result())
+            progress.advance(task)
+    wall = time.time() - t_start
+
+    by = {(r["scenario"], r["method"]): [] for r in runs}
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        by[(r["scenario"], r["method"])].append(r["regret"])
+    per_scenario = {sc.name: {m: statistics.median(by[(sc.name, m)]) for m in methods} for sc in SCENARIOS}
+    overall = {m: statistics.median([r["regret"] for r in runs if r["method"] == m]) for m in methods}
+    mean_of_medians = {m: statistics.fmean(per_scenario[s][m] for s in per_scenario) for m in methods}
+    cpu = {m: statistics.fmean(r["cpu_s"] for r in runs if r["method"] == m) for m in methods}
+
+    table = Table(title=f"median normalised regret over {seeds} seeds (lower is better), %")
+    table.add_column("objective")
+    for m in methods:
+        table.add_column(m, justify="right", style="bold" if m == "tuner" else None)
+    for name, row in per_scenario.items():
+        low = min(row.values())
+        table.add_row(name, *[f"[green]{v * 100:.2f}[/]" if v == low else f"{v * 100:.2f}" for v in (row[m] for m in methods)])
+    table.add_section()
+    table.add_row("median of all runs", *[f"{overall[m] * 100:.2f}" for m in methods], style="bold")
+    table.add_row("mean of medians", *[f"{mean_of_medians[m] * 100:.2f}" for m in methods])
+    table.add_row("CPU s per run", *[f"{cpu[m]:.2f}" for m in methods], style="dim")
+    console.print(table)
+
+    summary: dict[str, object] = {}
+    if "tuner" in methods:
+        singles = [m for m in SINGLE if m in methods]
+        if singles:
+            best_single = min(singles, key=lambda m: overall[m])
+            r = _ratio(overall["tuner"], overall[best_single])
+            summary.update(best_single=best_single, ratio_vs_best_single=r, target_vs_best_single=r <= 1.1)
+            mark = "[green]met[/]" if r <= 1.1 else "[red]missed[/]"
+            console.print(f"tuner / best single technique ({best_single}): {r:.2f}x  (target <= 1.1x: {mark})")
+        if "tpe" in methods:
+            r = _ratio(overall["tuner"], overall["tpe"])
+            summary.update(ratio_vs_tpe=r, target_vs_tpe=overall["tuner"] < overall["tpe"])
+            mark = "[green]met[/]" if overall["tuner"] < overall["tpe"] else "[red]missed[/]"
+            console.print(f"tuner / Optuna TPE: {r:.2f}x  (target < 1: {mark})")
+        if "random" in methods:
+            console.print(f"tuner / random search: {_ratio(overall['tuner'], overall['random']):.2f}x")
+    console.print(f"{len(runs)} runs in {wall:.0f} s wall ({args.workers} processes)")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "tuner_bench",
+        "quick": args.quick, "seeds": seeds, "budget": args.budget, "methods": methods,
+        "objectives": [sc.name for sc in SCENARIOS],
+        "median_regret_overall": overall, "mean_of_median_regret": mean_of_medians,
+        "median_regret_per_objective": per_scenario, "summary": summary,
+        "cpu_s_per_run": cpu, "wall_s": wall, "host": platform.node(), "python": platform.python_version(),
+        "runs": runs,
+    }, indent=1, default=str))
+    console.print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
