@@ -17,10 +17,20 @@ from autotune.search.pbt import PopulationBasedSearch
 from autotune.search.random import RandomSearch
 from autotune.space import SearchSpace
 
+def _bayes(space: SearchSpace, seed: int = 0, sampler: str = "gp", **options: Any) -> Searcher:
+    """The ``bayes`` technique: scikit-optimize's GP (``sampler="gp"``), or Optuna's
+    TPE (``"tpe"``) or GP (``"optuna-gp"``) sampler behind the same interface."""
+    if sampler == "gp":
+        return BayesianSearch(space, seed, **options)
+    if sampler in ("tpe", "optuna-gp"):
+        return OptunaSearch(space, seed, sampler="tpe" if sampler == "tpe" else "gp", **options)
+    raise ValueError(f"bayes sampler must be 'gp', 'tpe' or 'optuna-gp', got {sampler!r}")
+
+
 TECHNIQUES: dict[str, Any] = {
     "grid": GridSearch,
     "pbt": PopulationBasedSearch,
-    "bayes": BayesianSearch,
+    "bayes": _bayes,
     "hyperband": Hyperband,
     "random": RandomSearch,
     "tpe": lambda space, seed=0, **kw: OptunaSearch(space, seed, sampler="tpe", **kw),

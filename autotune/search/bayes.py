@@ -4,8 +4,8 @@
 (an ``skopt.Optimizer`` over one dimension per non-constant parameter: the index of
 its value, ``Integer`` for ordinal parameters, one-hot ``Categorical`` for the
 others; inactive parameters hold their default index, i.e. configurations are
-canonical). The GP is fitted on the *mean* score of each distinct configuration
-(noisy repeats are averaged, failures count as the worst score seen) and refitted
+canonical). The GP is fitted on the log of the *mean* score of each distinct
+configuration (noisy repeats are averaged, failures count as the worst score seen) and refitted
 only when something new was told. The next configuration maximises expected
 improvement over the canonical configurations not seen yet: all of them for spaces of
 up to ``max_candidates``, else a seeded random subset plus the unseen neighbours of
@@ -21,6 +21,7 @@ results enter the study with ``add_trial``; a proposal already seen is discarded
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from typing import Any
 
@@ -35,7 +36,7 @@ class BayesianSearch(Searcher):
 
     def __init__(self, space: SearchSpace, seed: int = 0, n_initial_points: int = 5,
                  max_candidates: int = 2000, xi: float = 0.01, gp_restarts: int = 0,
-                 refit_every: int = 5) -> None:
+                 refit_every: int = 5, categorical: str = "onehot") -> None:
         super().__init__(space, seed)
         from skopt.space import Categorical, Integer
 
@@ -44,8 +45,10 @@ class BayesianSearch(Searcher):
         self.xi = xi
         self.gp_restarts = gp_restarts
         self._vary = [i for i, p in enumerate(space.params) if len(p.values) > 1]
+        if categorical not in ("onehot", "ordinal"):
+            raise ValueError(f"categorical must be 'onehot' or 'ordinal', got {categorical!r}")
         self._dims = [
-            Integer(0, len(p.values) - 1, name=p.name) if p.ordinal
+            Integer(0, len(p.values) - 1, name=p.name) if p.ordinal or categorical == "ordinal"
             else Categorical(list(range(len(p.values))), name=p.name)
             for p in (space.params[i] for i in self._vary)
         ]
@@ -63,10 +66,13 @@ class BayesianSearch(Searcher):
         return rows @ self._radix
 
     def _data(self) -> tuple[list[list[int]], list[float]]:
-        """GP training data: one point per distinct configuration, y = -mean score."""
+        """GP training data: one point per distinct configuration, y = -log(mean
+        score) (scores are throughputs: parameters act multiplicatively on them), or
+        -mean where some score is not positive."""
         scored = self.obs.scored()
         X = [[k[i] for i in self._vary] for k, _ in scored]
-        y = [-st.mean for _, st in scored]
+        means = [st.mean for _, st in scored]
+        y = [-math.log(m) for m in means] if all(m > 0 for m in means) else [-m for m in means]
         if y:
             worst = max(y)
             for k, st in self.obs.stats.items():

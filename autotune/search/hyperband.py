@@ -9,6 +9,11 @@ those again ``eta`` times longer, until one survivor gets ``R`` iterations. Brac
 ``s_max, s_max-1, ..., 0`` and then start over. ``R = max_iterations``;
 ``s_max = floor(log_eta(R / min_iterations))``.
 
+New configurations are drawn at random (Li et al.), or — with ``sampler="tpe"`` —
+from Optuna's TPE fitted on every result told, as in BOHB (Falkner et al., 2018), so
+that in a small budget the many short trials are not spent on hopeless corners.
+They are drawn one at a time, when asked for, so the model sees the latest results.
+
 :meth:`iterations` tells the caller how long the trial of the config just asked for
 must be. A rung whose trials are still pending when the next one is needed is
 promoted with what is known (an untold config ranks last), so ``ask`` never blocks.
@@ -26,8 +31,16 @@ class Hyperband(Searcher):
     name = "hyperband"
 
     def __init__(self, space: SearchSpace, seed: int = 0, min_iterations: int = 2,
-                 max_iterations: int = 8, eta: int = 2) -> None:
+                 max_iterations: int = 8, eta: int = 2, sampler: str = "random") -> None:
         super().__init__(space, seed)
+        if sampler not in ("random", "tpe"):
+            raise ValueError(f"sampler must be 'random' or 'tpe', got {sampler!r}")
+        self.sampler = sampler
+        self._model: Searcher | None = None
+        if sampler == "tpe":  # BOHB-style: new configs from a model of all results
+            from autotune.search.bayes import OptunaSearch
+
+            self._model = OptunaSearch(space, seed, sampler="tpe")
         if min_iterations < 1 or max_iterations < min_iterations:
             raise ValueError(
                 f"need 1 <= min_iterations <= max_iterations, got {min_iterations}, {max_iterations}"
@@ -43,7 +56,8 @@ class Hyperband(Searcher):
         self._i = 0  # current rung in the bracket
         self._n = 0  # configs the bracket started with
         self._rung: list[Key] = []  # configs of the current rung
-        self._queue: list[Config] = []  # of the current rung, not yet asked
+        # of the current rung, not yet asked; None: a new config, drawn when asked
+        self._queue: list[Config | None] = []
         self._rung_iterations = min_iterations
         self._last_iterations: int | None = None
 
@@ -60,22 +74,23 @@ class Hyperband(Searcher):
         return plan
 
     def _start_bracket(self) -> bool:
+        if self._model is None and self.random_unseen() is None:
+            return False  # every configuration seen: nothing new to start with
         s = self._next_s
         self._next_s = self.s_max if s == 0 else s - 1
         n, r = self.bracket_plan(s)[0]
-        configs: list[Config] = []
-        for _ in range(n):
-            c = self.random_unseen()
-            if c is None:
-                break
-            configs.append(self._propose(c))
-        if not configs:
-            return False
         self._s, self._i, self._n = s, 0, n
-        self._rung = [self.space.key(c) for c in configs]
-        self._queue = configs
+        self._rung = []
+        self._queue = [None] * n  # drawn one at a time, so a model sees the latest data
         self._rung_iterations = r
         return True
+
+    def _new_config(self) -> Config | None:
+        if self._model is not None:
+            c = self._model.ask()
+            if c is not None and not self.seen(self.space.key(c)):
+                return c
+        return self.random_unseen()
 
     def _promote(self) -> bool:
         """Move the survivors of the current rung to the next one; False at the end."""
@@ -101,7 +116,13 @@ class Hyperband(Searcher):
         for _ in range(2 * (self.s_max + 2)):
             while self._queue:
                 c = self._queue.pop(0)
-                if self.obs.failed(self.space.key(c)):
+                if c is None:
+                    c = self._new_config()
+                    if c is None:
+                        self._queue.clear()
+                        break
+                    self._rung.append(self.space.key(self._propose(c)))
+                elif self.obs.failed(self.space.key(c)):
                     continue
                 self._last_iterations = self._rung_iterations
                 return c
@@ -112,3 +133,8 @@ class Hyperband(Searcher):
 
     def iterations(self) -> int | None:
         return self._last_iterations
+
+    def tell(self, config: Config, score: float | None, weight: float = 1.0) -> None:
+        super().tell(config, score, weight)
+        if self._model is not None:
+            self._model.tell(config, score, weight)
