@@ -11,7 +11,8 @@ In one job:
    each (after one warm-up); the best median is the reference throughput.
 2. **Fixed**: ``--iterations`` (N) training iterations with that best configuration fixed
    from the start (same per-iteration protocol as the session: sync, backward, wait,
-   slowest worker's time).
+   slowest worker's time), in two halves, one before and one after the tuned run, so a
+   drifting load on this shared machine weighs on both alike.
 3. **Tuned**: N iterations under ``autotune.session(budget=--budget)``, which searches
    the full space and then keeps its best.
 
@@ -72,10 +73,16 @@ def rank_main(a: argparse.Namespace) -> None:
     rank = dist.get_rank()
     if os.environ.get("AUTOTUNE_ROLE") == "server":
         rt = Runtime.bootstrap(timeout=600)
-        serve(rt)  # phases 1 and 2: the sweep and the fixed run
+        serve(rt)  # the sweep and the first half of the fixed run
         rt.shutdown()
-        with autotune.session(torch.nn.Linear(1, 1), store=False):  # phase 3; exits
+        try:
+            with autotune.session(torch.nn.Linear(1, 1), store=False):  # serves, then exits
+                pass
+        except SystemExit:
             pass
+        rt = Runtime.bootstrap(timeout=600)
+        serve(rt)  # the second half of the fixed run
+        rt.shutdown()
         return
 
     n = a.workers
@@ -87,42 +94,51 @@ def rank_main(a: argparse.Namespace) -> None:
         if not all(bool((p.grad == want).all()) for p in model.params):
             raise AssertionError(f"rank {rank}: wrong averaged gradients ({what})")
 
-    # ---- phases 1 and 2: the runtime directly
-    rt = Runtime.bootstrap(timeout=600)
-    rt.register(model.parameters())
-    leader = rank == rt.info.leader
+    # ---- the runtime directly: the sweep, then the fixed run in two halves that
+    # bracket the session in time (the machine is shared: load drifts)
+    leader = rank == 0
+    fixed: list[float] = []
 
-    def iteration(cfg: dict | None) -> float:
-        """One training iteration under ``cfg`` (leader's), like session.step() does it."""
-        rt.sync(cfg if leader else None)
-        t0 = time.perf_counter()
-        model.zero_grad(set_to_none=False)
-        model(x).backward()
-        rt.wait()
-        return rt.worker_max(time.perf_counter() - t0)
+    def runtime_phase(configs: list[dict], fixed_iterations: int, best: dict | None):
+        rt = Runtime.bootstrap(timeout=600)
+        rt.register(model.parameters())
 
-    sweep = []
-    for cfg in json.loads(a.configs):
-        times = [iteration(cfg) for _ in range(1 + a.repeats)][1:]
-        check(fmt_cfg(cfg))
-        sweep.append({"config": dict(rt.config), "times_s": times, "median_s": median(times)})
-        if leader:
-            print(f"sweep {fmt_cfg(cfg):18s} {median(times):.3f} s", flush=True)
-    best = min(sweep, key=lambda r: r["median_s"])["config"]
-    fixed = []
-    t_start = time.perf_counter()
-    for i in range(a.iterations):
-        t0 = time.perf_counter()
-        iteration(best)
-        fixed.append(time.perf_counter() - t0)
-    fixed_total = time.perf_counter() - t_start
-    check("fixed run")
-    rt.sync(stop=True) if leader else rt.sync()
-    rt.shutdown()
-    for p in model.params:
-        p.grad.zero_()
+        def iteration(cfg: dict) -> float:
+            """One training iteration under ``cfg``, the same protocol as session.step():
+            sync, backward, wait, slowest worker's time (timed here: the whole step)."""
+            rt.sync(cfg if leader else None)
+            t0 = time.perf_counter()
+            model.zero_grad(set_to_none=False)
+            model(x).backward()
+            rt.wait()
+            return rt.worker_max(time.perf_counter() - t0)
 
-    # ---- phase 3: the session
+        sweep = []
+        for cfg in configs:
+            times = [iteration(cfg) for _ in range(1 + a.repeats)][1:]
+            check(fmt_cfg(cfg))
+            sweep.append({"config": dict(rt.config), "times_s": times,
+                          "median_s": median(times)})
+            if leader:
+                print(f"sweep {fmt_cfg(cfg):18s} {median(times):.3f} s", flush=True)
+        best = best or min(sweep, key=lambda r: r["median_s"])["config"]
+        t_start = time.perf_counter()
+        for i in range(fixed_iterations):
+            t0 = time.perf_counter()
+            iteration(best)
+            fixed.append(time.perf_counter() - t0)
+        total = time.perf_counter() - t_start
+        check("fixed run")
+        rt.sync(stop=True) if leader else rt.sync()
+        rt.shutdown()
+        for p in model.params:
+            p.grad.zero_()
+        return sweep, best, total
+
+    first = a.iterations // 2
+    sweep, best, fixed_total = runtime_phase(json.loads(a.configs), first, None)
+
+    # ---- the session
     tuned, configs = [], []
     with autotune.session(model, budget=a.budget, samples_per_step=1, store=False,
                           seed=a.seed, verbose=leader, timeout=600,
@@ -141,6 +157,8 @@ def rank_main(a: argparse.Namespace) -> None:
         history = [{"config": r.config, "iterations": r.iterations, "score": r.score,
                     "technique": r.technique, "error": r.error} for r in tuner.history]
         kept = tuner.best
+    _, _, second = runtime_phase([], a.iterations - first, best)
+    fixed_total += second
     if leader:
         emit({"sweep": sweep, "best": best, "fixed_s": fixed, "fixed_total_s": fixed_total,
               "tuned_s": tuned, "tuned_total_s": tuned_total, "configs": configs,
