@@ -470,9 +470,7 @@ class Session:
                 warm = self._store.warm_start_configs(self._model_graph, self._topology_graph, self.space)
             except Exception as exc:
                 warnings.warn(f"warm start from {self.db or 'autotune.db'} failed: {exc}")
-        default = self.space.default()
-        if default not in warm:
-            warm.append(default)
+        warm += [c for c in self.space.seeds() if c not in warm]
         return warm
 
     def _store_call(self, name: str, *args, **kwargs) -> None:

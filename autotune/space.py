@@ -222,6 +222,17 @@ class SearchSpace:
     def default(self) -> Config:
         return {p.name: p.default for p in self.params}
 
+    def seeds(self) -> list[Config]:
+        """Configurations worth a trial in any job, tried first after a warm start: the
+        default and, when servers were launched, push/pull through all of them (BytePS,
+        paper 000 section 4.1: more Summation Services put fewer bytes on each NIC)."""
+        default = self.default()
+        out = [default]
+        k_max = int(dict(self.facts).get("k_max", 0))
+        if k_max > 0:
+            out.append(self.validate({**default, "transport": "pushpull", "servers": k_max}))
+        return out
+
     def signature(self) -> int:
         """A 63-bit integer identifying the domains, so ranks can check they agree."""
         text = json.dumps([[p.name, list(p.values), p.default] for p in self.params])

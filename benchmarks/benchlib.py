@@ -76,16 +76,19 @@ def pyplot():
     return plt
 
 
-def patch_depths(depths: str | None) -> None:
-    """Diagnosis only: override the runtime's pipelining depths ``SEND_DEPTH,SUM_DEPTH``
-    (chunks a Communication Service stream keeps in flight, units a Summation Service
-    stream keeps posted) in this process, and lift the Summation Service's byte budget.
-    Module constants of autotune.runtime, read when a configuration is applied."""
-    if not depths:
+def patch_depth(depth: str | None) -> None:
+    """Diagnosis only: set the runtime's pipelining depths in this process, read when a
+    configuration is applied: ``SEND[,TAIL[,SUM]]`` = chunks a stream keeps on their way
+    out, chunks it keeps in flight in all, units a Summation Service stream keeps posted
+    (with no byte budget); see autotune/runtime/setup.py."""
+    if not depth:
         return
-    from autotune.runtime import communication, setup
+    from autotune.runtime import setup
 
-    communication.SEND_DEPTH, setup.SUM_DEPTH = (int(x) for x in depths.split(","))
+    vals = [int(x) for x in depth.split(",")]
+    setup.SEND_DEPTH = vals[0]
+    setup.TAIL_DEPTH = vals[1] if len(vals) > 1 else max(vals[0], setup.TAIL_DEPTH)
+    setup.SUM_DEPTH = vals[2] if len(vals) > 2 else max(vals[0], setup.SUM_DEPTH)
     setup.SUM_INFLIGHT_BYTES = 1 << 40
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import MARK, RESULTS, emit, fmt_cfg, machine, measure_B, median, model_shapes, \
-    patch_depths, pyplot, require_emulator, save, sleepy_model  # noqa: E402
+    patch_depth, pyplot, require_emulator, save, sleepy_model  # noqa: E402
 
 from autotune.sim.formulas import allreduce_time, byteps_time  # noqa: E402
 
@@ -112,7 +112,7 @@ def fixed_main(a: argparse.Namespace) -> None:
     from autotune.server import serve
 
     torch.set_num_threads(1)
-    patch_depths(a.depths)
+    patch_depth(a.depth)
     dist.init_process_group("gloo")
     rt = Runtime.bootstrap(timeout=600)
     if not rt.info.is_worker:
@@ -152,7 +152,7 @@ def session_main(a: argparse.Namespace) -> None:
     import autotune
 
     torch.set_num_threads(1)
-    patch_depths(a.depths)
+    patch_depth(a.depth)
     if os.environ.get("AUTOTUNE_ROLE") == "server":
         with autotune.session(torch.nn.Linear(1, 1), store=False):  # serves, then exits
             pass
@@ -214,7 +214,7 @@ def run(a: argparse.Namespace) -> dict:
             with con.status(f"autotune runtime, fixed configurations {a.fixed}"):
                 argv = me + ["--job", "fixed", "--fixed", a.fixed, "--repeats", str(a.repeats),
                              "--warmup", str(a.warmup)] + common
-                argv += ["--depths", a.depths] if a.depths else []
+                argv += ["--depth", a.depth] if a.depth else []
                 job = c.launch(argv, workers=n, servers=kf, timeout_s=a.timeout,
                                echo=echo).check()
             out["fixed"] = job.last_json(MARK)["fixed"]
@@ -224,8 +224,8 @@ def run(a: argparse.Namespace) -> dict:
             argv = me + ["--job", "session", "--budget", str(a.budget), "--measure",
                          str(a.measure), "--trial-iterations", str(a.trial_iterations),
                          "--seed", str(a.seed)] + common
-            if a.depths:
-                argv += ["--depths", a.depths]
+            if a.depth:
+                argv += ["--depth", a.depth]
             job = c.launch(argv, workers=n, servers=k, timeout_s=a.timeout,
                            echo=echo).check()
             out[f"session_k{k}"] = job.last_json(MARK)
@@ -261,7 +261,7 @@ def summarize(a: argparse.Namespace, out: dict, ks: list[int], wall: float) -> d
         "benchmark": "e2e_bench", "model": a.model, "bytes": M,
         "tensors": out["ddp"]["tensors"], "workers": n, "servers": ks, "rate": a.rate,
         "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms, "budget": a.budget, "measure": a.measure,
-        "trial_iterations": a.trial_iterations, "depths": a.depths, "B": B, "link": out["link"],
+        "trial_iterations": a.trial_iterations, "depth": a.depth, "B": B, "link": out["link"],
         "optimum_s": {"allreduce": allreduce_time(n, M, B) + a.fwd_ms / 1e3,
                       **{f"byteps_k{k}": byteps_time(n, k, M, B) + a.fwd_ms / 1e3
                          for k in sorted(set(ks) | {4})}},
@@ -337,8 +337,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fixed", default="",
                     help="also time these runtime configurations fixed (no tuning), e.g. "
                          "'ar:1x4M,pp4:1x64K' (transport[servers]:streams x chunk)")
-    ap.add_argument("--depths", default=None,
-                    help="diagnosis: override the runtime's SEND_DEPTH,SUM_DEPTH (e.g. 32,32)")
+    ap.add_argument("--depth", default=None,
+                    help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--json", type=Path, default=None)

@@ -18,7 +18,7 @@ reference for what gloo alone reaches. Every iteration's average is checked exac
 Prints a table (ratio = optimum / measured median: 1.0 is the optimum), writes JSON and
 a PNG:
 
-    sudo .venv/bin/python benchmarks/goodput_bench.py                       # ~7 min
+    sudo .venv/bin/python benchmarks/goodput_bench.py                       # ~8 min
     sudo .venv/bin/python benchmarks/goodput_bench.py --settings 1x4M,4x4M --servers 0,4
 """
 
@@ -34,11 +34,11 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import MARK, MiB, RESULTS, emit, fmt_cfg, machine, measure_B, median, \
-    patch_depths, pyplot, require_emulator, save  # noqa: E402
+    patch_depth, pyplot, require_emulator, save  # noqa: E402
 
 from autotune.sim.formulas import allreduce_time, byteps_time  # noqa: E402
 
-DEFAULT_SETTINGS = "1x4M,1x256K,4x1M"
+DEFAULT_SETTINGS = "1x4M,1x1M,1x256K,1x64K"
 
 
 def parse_settings(text: str) -> list[tuple[int, int]]:
@@ -76,7 +76,7 @@ def rank_main(a: argparse.Namespace) -> None:
     from autotune.server import serve
 
     torch.set_num_threads(1)
-    patch_depths(a.depths)  # diagnosis only (--depths)
+    patch_depth(a.depth)  # diagnosis only (--depth)
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), a.workers
     workers = dist.new_group(list(range(n)))  # every rank, before the runtime's groups
@@ -161,7 +161,7 @@ def run(a: argparse.Namespace) -> dict:
         argv = [sys.executable, os.path.abspath(__file__), "--job", "--workers", str(n),
                 "--mbytes", str(a.mbytes), "--tensors", str(a.tensors),
                 "--repeats", str(a.repeats), "--warmup", str(a.warmup),
-                "--configs", json.dumps(cfgs)] + (["--depths", a.depths] if a.depths else [])
+                "--configs", json.dumps(cfgs)] + (["--depth", a.depth] if a.depth else [])
         con.print(f"timing {len(cfgs)} configurations x {a.warmup}+{a.repeats} iterations")
         job = c.launch(argv, workers=n, servers=kmax, timeout_s=a.timeout,
                        echo=sys.stderr if a.verbose else None).check()
@@ -187,7 +187,7 @@ def run(a: argparse.Namespace) -> dict:
     ref = r["gloo_allreduce_s"]
     return {
         "benchmark": "goodput_bench", "workers": n, "servers": a.server_counts,
-        "rate": a.rate, "depths": a.depths, "mbytes": a.mbytes, "bytes": M, "tensors": a.tensors,
+        "rate": a.rate, "depth": a.depth, "mbytes": a.mbytes, "bytes": M, "tensors": a.tensors,
         "repeats": a.repeats, "warmup": a.warmup, "B": B, "link": link,
         "gloo_allreduce": {"times_s": ref, "median_s": median(ref),
                            "optimum_s": allreduce_time(n, M, B),
@@ -283,8 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--verbose", action="store_true", help="echo the ranks' output")
     ap.add_argument("--json", type=Path, default=RESULTS / "goodput_bench.json")
     ap.add_argument("--plot", type=Path, default=RESULTS / "goodput_bench.png")
-    ap.add_argument("--depths", default=None,
-                    help="diagnosis: override the runtime's SEND_DEPTH,SUM_DEPTH (e.g. 16,16)")
+    ap.add_argument("--depth", default=None,
+                    help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
     ap.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--configs", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

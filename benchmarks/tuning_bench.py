@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import MARK, MiB, RESULTS, emit, fmt_cfg, machine, measure_B, median, model_shapes, \
-    patch_depths, pyplot, require_emulator, save, sleepy_model  # noqa: E402
+    patch_depth, pyplot, require_emulator, save, sleepy_model  # noqa: E402
 
 
 def parse_size(text: str) -> int:
@@ -68,7 +68,7 @@ def rank_main(a: argparse.Namespace) -> None:
     from autotune.server import serve
 
     torch.set_num_threads(1)
-    patch_depths(a.depths)
+    patch_depth(a.depth)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     if os.environ.get("AUTOTUNE_ROLE") == "server":
@@ -184,8 +184,8 @@ def run(a: argparse.Namespace) -> dict:
                 "--repeats", str(a.repeats), "--iterations", str(a.iterations),
                 "--budget", str(a.budget), "--seed", str(a.seed),
                 "--trial-iterations", str(a.trial_iterations), "--configs", json.dumps(cfgs)]
-        if a.depths:
-            argv += ["--depths", a.depths]
+        if a.depth:
+            argv += ["--depth", a.depth]
         con.print(f"sweep of {len(cfgs)} configurations, then {a.iterations} iterations fixed "
                   f"and {a.iterations} tuned (budget {a.budget})")
         job = c.launch(argv, workers=a.workers, servers=a.servers, timeout_s=a.timeout,
@@ -218,7 +218,7 @@ def summarize(a: argparse.Namespace, r: dict, link: dict, wall: float) -> dict:
         "benchmark": "tuning_bench", "model": a.model, "workers": a.workers,
         "servers": a.servers, "rate": a.rate, "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms,
         "iterations": a.iterations, "budget": budget, "trial_iterations": a.trial_iterations,
-        "depths": a.depths, "B": link["B"], "link": link, "sweep": r["sweep"],
+        "depth": a.depth, "B": link["B"], "link": link, "sweep": r["sweep"],
         "sweep_best": {"config": r["best"], "median_s": best_t, "throughput": best_tp},
         "session": {"history": r["history"], "curve": curve, "kept": r["kept"],
                     "iterations_to_95": reach, "tuning_s": tuning_s, "kept_median_s": kept_t,
@@ -310,8 +310,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=int, default=100, help="session tuning iterations")
     ap.add_argument("--trial-iterations", type=int, default=0, help="0: the tuner's default")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--depths", default=None,
-                    help="diagnosis: override the runtime's SEND_DEPTH,SUM_DEPTH (e.g. 32,32)")
+    ap.add_argument("--depth", default=None,
+                    help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--json", type=Path, default=RESULTS / "tuning_bench.json")

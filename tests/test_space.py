@@ -24,6 +24,14 @@ def test_default_is_the_safe_baseline():
     }
 
 
+def test_seeds_are_the_default_then_pushpull_through_every_server():
+    assert SearchSpace.build().seeds() == [SearchSpace.build().default()]
+    space = SearchSpace.build(k_max=3, workers_per_machine=2)
+    default, byteps = space.seeds()
+    assert default == space.default()
+    assert byteps == space.validate({**default, "transport": "pushpull", "servers": 3})
+
+
 @settings(max_examples=60, deadline=None)
 @given(spaces, st.integers(0, 2**31))
 def test_encode_decode_round_trip(space, seed):

@@ -85,8 +85,7 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     with Store(db) as store:
         warm = store.warm_start_configs(mg, tg, space)
         warm_from_store = list(warm)
-        if default not in warm:
-            warm.append(default)
+        warm += [c for c in space.seeds() if c not in warm]
         run_id = store.start_run(job=job or f"tune-sim:{model}", world=world, backend="simulated",
                                  model_graph=mg, topology_graph=tg, space_facts=dict(space.facts),
                                  simulated=True)

@@ -1,8 +1,9 @@
 """The Communication Service: a worker's side of averaging, one job per stream.
 
 A stream walks its chunks in plan order. A chunk leaves as soon as all its gradients are
-in (overlap with backward); the stream keeps :data:`~autotune.runtime.setup.SEND_DEPTH`
-chunks in flight, each a short pipeline of stages:
+in (overlap with backward); the stream keeps ``Setup.send_depth`` chunks on their way out
+and ``Setup.tail_depth`` in flight in all (see :class:`Tail`), each a short pipeline of
+stages:
 
 ============ ========================================= ===========================================
 intra        allreduce                                 pushpull
@@ -52,7 +53,16 @@ from .compression import Residuals
 from .engine import Iteration, issue
 from .groups import GroupCache
 from .plan import Chunk, shard_bounds
-from .setup import SEND_DEPTH, Setup
+from .setup import Setup
+
+
+class Tail(list):
+    """A stage that waits for a chunk's result once it has left (the pull of ``pushpull``,
+    or, on a worker that does not push, nothing: the wait for its machine's push).
+    Chunks in their tail no longer count against ``Setup.send_depth``, only against
+    ``Setup.tail_depth``, so a stream keeps pushing while earlier chunks are summed and
+    pulled. Every worker of a machine yields exactly one Tail per chunk (intra ``root`` and
+    ``scatter``), so they issue their machine's collectives in the same order."""
 
 
 def _peers(ranks: Any, me: int) -> tuple[int, ...]:
@@ -75,15 +85,35 @@ class CommunicationStream:
         self.me = setup.info.rank
 
     def run(self) -> None:
-        inflight: deque = deque()
-        for c in self.setup.stream_chunks[self.stream]:
+        sending: deque = deque()  # (stages, ops) of chunks still on their way out
+        tail: deque = deque()     # (stages, ops) of chunks waiting for their result
+        st = self.setup
+        for c in st.stream_chunks[self.stream]:
             self.it.wait_ready(c)
             gen = self._stages(c)
-            inflight.append((gen, next(gen, None)))
-            while len(inflight) >= SEND_DEPTH:
-                self._finish(*inflight.popleft())
-        while inflight:
-            self._finish(*inflight.popleft())
+            self._place(gen, next(gen, None), tail, sending)
+            while len(sending) >= st.send_depth:
+                self._send_out(*sending.popleft(), tail)
+            while tail and len(sending) + len(tail) >= st.tail_depth:
+                self._finish(*tail.popleft())
+        while sending:
+            self._send_out(*sending.popleft(), tail)
+        while tail:
+            self._finish(*tail.popleft())
+
+    def _place(self, gen: Iterator, ops: list | None, tail: deque, sending: deque) -> None:
+        if ops is None:
+            self.it.tick(chunk=True)
+        else:
+            (tail if isinstance(ops, Tail) else sending).append((gen, ops))
+
+    def _send_out(self, gen: Iterator, ops: list | None, tail: deque) -> None:
+        """Run a chunk's stages up to its :class:`Tail` (or its end)."""
+        while ops is not None and not isinstance(ops, Tail):
+            for op in ops:
+                op.wait(self.timeout)
+            ops = next(gen, None)
+        self._place(gen, ops, tail, tail)
 
     def _finish(self, gen: Iterator, ops: list | None) -> None:
         while ops is not None:
@@ -135,6 +165,8 @@ class CommunicationStream:
                 if pp:
                     if me == root:
                         yield from self._pushpull(c, 0, 0, inb, outb, lossy)
+                    else:
+                        yield Tail()
                     res = outb
                 else:
                     if me == root and info.n_machines > 1:
@@ -163,6 +195,8 @@ class CommunicationStream:
                 if pp:
                     if n > 0:
                         yield from self._pushpull(c, j, s0, mine, outb.narrow(0, s0, n), lossy)
+                    else:
+                        yield Tail()
                     res = outb
                 else:
                     if n > 0 and info.n_machines > 1:
@@ -217,31 +251,33 @@ class CommunicationStream:
     def _pushpull(self, c: Chunk, shard: int, start: int, src: Any, dst: Any,
                   lossy: bool) -> Iterator[list]:
         """Push ``src`` to the chunk's Summation Service and pull the sum into ``dst``,
-        as packed payloads when the chunk is compressed."""
+        as packed payloads when the chunk is compressed: the push, then the pull as a
+        :class:`Tail` (both are posted at once)."""
         if not lossy:
-            yield self._exchange(c, shard, src, dst)
+            yield from self._exchange(c, shard, src, dst)
             return
         codec = self.setup.compression.codec
         n = src.numel()
         ctx = Context(self.it.round, c.index * self.setup.shards + shard)
         buf = self._encode(c, start, src, ctx)
         pulled = codec.empty_packed(n)
-        yield self._exchange(c, shard, buf, pulled)
+        yield from self._exchange(c, shard, buf, pulled)
         payload = codec.unpack(pulled, n)
         dst.copy_(codec.decode(payload, n, ctx))
         codec.after_sum(payload, n, ctx)
 
-    def _exchange(self, c: Chunk, shard: int, src: Any, dst: Any) -> list:
+    def _exchange(self, c: Chunk, shard: int, src: Any, dst: Any) -> Iterator[list]:
         """Push ``src`` to the chunk's Summation Service and pull the sum into ``dst``."""
         unit = c.index * self.setup.shards + shard
         owner = c.owner
         what = f"stream {c.stream} chunk {c.index}"
         if owner == self.me:  # the Summation Service lives in this process
-            return [self.it.mailbox.put(unit, src, dst, f"{what}: local summation")]
+            yield Tail([self.it.mailbox.put(unit, src, dst, f"{what}: local summation")])
+            return
         g = self._g("pp", c.stream)
-        return [
-            issue(f"{what}: push to rank {owner}", (owner,), dist.isend, src, owner, group=g,
-                  tag=2 * unit),
-            issue(f"{what}: pull from rank {owner}", (owner,), dist.irecv, dst, owner, group=g,
-                  tag=2 * unit + 1),
-        ]
+        pull = issue(f"{what}: pull from rank {owner}", (owner,), dist.irecv, dst, owner,
+                     group=g, tag=2 * unit + 1)
+        push = issue(f"{what}: push to rank {owner}", (owner,), dist.isend, src, owner,
+                     group=g, tag=2 * unit)
+        yield [push]
+        yield Tail([pull])

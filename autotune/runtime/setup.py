@@ -18,9 +18,15 @@ from .plan import (Chunk, Size, Unit, flat_layout, make_plan, shards_per_chunk,
                    summation_units)
 from .world import WorldInfo
 
-# Chunks a stream keeps in flight (AIACC/BytePS pipelining), and the buffer budget per
-# Summation Service stream that bounds how many units it receives at once.
+# Pipelining (AIACC-Training, BytePS): a stream keeps SEND_DEPTH chunks on their way
+# out, and up to TAIL_DEPTH chunks in flight in all, counting those whose push is done
+# and whose sum is not yet pulled (``pushpull``). A Summation Service sums a unit once
+# every part is in, so a chunk's pull cannot start before its push ends; letting later
+# pushes go out meanwhile keeps both directions of every NIC busy (benchmarks/RESULTS.md,
+# "Goodput"). A Summation Service stream keeps SUM_DEPTH units posted, within
+# SUM_INFLIGHT_BYTES of receive buffers.
 SEND_DEPTH = 4
+TAIL_DEPTH = 32
 SUM_DEPTH = 4
 SUM_INFLIGHT_BYTES = 64 * 1024 * 1024
 
@@ -37,7 +43,9 @@ class Setup:
     tensor_chunks: tuple[tuple[int, ...], ...]   # per gradient (layout position)
     shards: int
     units: tuple[tuple[Unit, ...], ...]          # units this rank sums, per stream
-    sum_depth: int
+    send_depth: int                              # chunks a stream keeps on their way out
+    tail_depth: int                              # chunks a stream keeps in flight in all
+    sum_depth: int                               # units a Summation Service stream posts
     compression: Compression                     # the codec (built once per configuration)
 
     @property
@@ -100,5 +108,6 @@ def build_setup(config: Mapping[str, Any], sizes: list[Size], info: WorldInfo) -
         totals=tuple(sorted(totals.items())), plan=tuple(plan),
         stream_chunks=tuple(tuple(s) for s in per_stream),
         tensor_chunks=tuple(tuple(t) for t in tensor_chunks), shards=shards,
-        units=tuple(tuple(u) for u in units), sum_depth=sum_depth, compression=compression,
+        units=tuple(tuple(u) for u in units), send_depth=SEND_DEPTH,
+        tail_depth=TAIL_DEPTH, sum_depth=sum_depth, compression=compression,
     )
