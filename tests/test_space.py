@@ -29,7 +29,8 @@ def test_seeds_are_the_default_then_pushpull_through_every_server():
     space = SearchSpace.build(k_max=3, workers_per_machine=2)
     default, byteps = space.seeds()
     assert default == space.default()
-    assert byteps == space.validate({**default, "transport": "pushpull", "servers": 3})
+    assert byteps == space.validate({**default, "transport": "pushpull", "servers": 3,
+                                     "chunk_bytes": 256 * 1024})
 
 
 @settings(max_examples=60, deadline=None)

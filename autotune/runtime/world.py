@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 ROLES = ("worker", "server")
@@ -40,7 +41,7 @@ class WorldInfo:
     worker's rank; ``n_machines`` is their number. ``workers_per_machine`` is the number of
     workers on every worker machine when that number is the same everywhere, else 1 (then
     only ``intra=flat`` is offered). ``local_index``: this worker's index among the workers
-    of its machine (-1 on a server).
+    of its machine (-1 on a server). Derived facts are computed once, on first use.
     """
 
     rank: int
@@ -62,11 +63,11 @@ class WorldInfo:
         return self.role == "worker"
 
     # ---------------------------------------------------------------- derived
-    @property
+    @cached_property
     def workers(self) -> tuple[int, ...]:
         return tuple(r for r, role in enumerate(self.roles) if role == "worker")
 
-    @property
+    @cached_property
     def servers(self) -> tuple[int, ...]:
         return tuple(r for r, role in enumerate(self.roles) if role == "server")
 
@@ -75,23 +76,30 @@ class WorldInfo:
         """The worker whose configuration and gradient order everyone follows."""
         return self.workers[0]
 
-    @property
+    @cached_property
     def worker_machines(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.machines[r] for r in self.workers))
 
-    @property
+    @cached_property
     def n_machines(self) -> int:
         return len(self.worker_machines)
 
-    def machine_workers(self, machine: str) -> tuple[int, ...]:
-        return tuple(r for r in self.workers if self.machines[r] == machine)
+    @cached_property
+    def _machine_workers(self) -> dict[str, tuple[int, ...]]:
+        out: dict[str, list[int]] = {}
+        for r in self.workers:
+            out.setdefault(self.machines[r], []).append(r)
+        return {m: tuple(rs) for m, rs in out.items()}
 
-    @property
+    def machine_workers(self, machine: str) -> tuple[int, ...]:
+        return self._machine_workers.get(machine, ())
+
+    @cached_property
     def uniform(self) -> bool:
         counts = {len(self.machine_workers(m)) for m in self.worker_machines}
         return len(counts) == 1
 
-    @property
+    @cached_property
     def workers_per_machine(self) -> int:
         if not self.uniform:
             return 1
@@ -113,7 +121,7 @@ class WorldInfo:
         except ValueError:
             return -1
 
-    @property
+    @cached_property
     def summation_hosts(self) -> tuple[int, ...]:
         """Per worker machine, the worker that hosts its colocated Summation Service
         (the machine's first worker)."""

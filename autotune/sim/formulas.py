@@ -8,6 +8,8 @@ typo: a server machine receives its share from all n workers, so its time is
 
 from __future__ import annotations
 
+from autotune.runtime.plan import summation_shares
+
 
 def allreduce_time(n: int, M: float, B: float) -> float:
     """Ring all-reduce among n endpoints: ``2(n-1)M / (nB)``."""
@@ -19,19 +21,13 @@ def allreduce_time(n: int, M: float, B: float) -> float:
 def byteps_shares(n: int, k: int) -> tuple[float, float]:
     """(share of the bytes each of k servers sums, share each worker machine's colocated
     Summation Service sums): Eq. 1 and 2, ``2(n-1)/(n^2+kn-2k)`` and
-    ``(n-k)/(n^2+kn-2k)``. Outside 1 <= k <= n, n >= 2 the trivial optima: k = 0 is
-    colocated PS (1/n each); k >= n is non-colocated PS (1/k per server); a single
-    worker machine keeps everything local."""
-    if n < 1 or k < 0:
-        raise ValueError(f"need n >= 1 and k >= 0, got n={n}, k={k}")
-    if n == 1:
+    ``(n-k)/(n^2+kn-2k)``, with the fallbacks outside 1 <= k < n (k = 0: colocated PS,
+    1/n each; k >= n: non-colocated PS, 1/k per server): the runtime's own split
+    (:func:`autotune.runtime.plan.summation_shares`). A single worker machine keeps
+    everything local."""
+    if n == 1 and k >= 0:
         return 0.0, 1.0
-    if k == 0:
-        return 0.0, 1.0 / n
-    if k >= n:
-        return 1.0 / k, 0.0
-    d = n * n + k * n - 2 * k
-    return 2 * (n - 1) / d, (n - k) / d
+    return summation_shares(n, k)
 
 
 def byteps_time(n: int, k: int, M: float, B: float, server_B: float | None = None) -> float:
