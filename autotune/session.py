@@ -8,10 +8,13 @@ crosses the wire as an int64 tensor and every rank, servers included, applies it
 
 The first ``warmup`` iterations (default 3) run under the default configuration and are
 not trials: they pay for first allocations and connections, which would otherwise count
-against whichever configuration is tried first. A trial lasts ``trial.iterations`` iterations. The first iteration after a switch is not
-scored (it pays for the switch); the others are timed on every worker, each worker takes
-the median of its times and the slowest worker's median is the trial's time. The score
-is throughput: samples/s when ``samples_per_step`` is given, iterations/s otherwise.
+against whichever configuration is tried first. A trial lasts ``trial.iterations``
+iterations. The first iteration after a switch is not scored (it pays for the switch);
+the others are timed on every worker, and the median of the slowest worker's times is the
+trial's time. The score is throughput: samples/s when ``samples_per_step`` is given,
+iterations/s otherwise. A trial whose first scored iteration reaches less than
+``cut_short`` (default 0.5) of the best score so far ends there, and its remaining
+iterations go back to the budget: bad configurations cost little training time.
 Tuning iterations train the model like any other: no step is wasted. After ``budget``
 iterations the best configuration is kept for the rest of the run (and re-tuned briefly
 if ``retune_on_drift`` is set and throughput drops).
@@ -97,6 +100,7 @@ class Session:
         timeout: float = 300.0,
         trial_iterations: int | None = None,
         warmup: int = 3,
+        cut_short: float | None = 0.5,
         job: str | None = None,
         store: bool = True,
     ) -> None:
@@ -120,7 +124,10 @@ class Session:
         self.trial_iterations = trial_iterations
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {warmup}")
+        if cut_short is not None and not 0 < cut_short < 1:
+            raise ValueError(f"cut_short is a fraction in (0, 1) or None, got {cut_short}")
         self._warmup_left = warmup
+        self.cut_short = cut_short
         self.job = job
         self.use_store = store
         self._drift = _Drift(retune_on_drift, drift_window, max(10, budget // 5)) if retune_on_drift else None
@@ -303,11 +310,19 @@ class Session:
             self._trial_times.append(slowest)
         if self._progress is not None:
             self._progress.advance(self._task)
-        if self._trial_left > 0:
+        if self._trial_left > 0 and not self._clearly_slow(slowest):
             return trial.config
         times = self._trial_times or [slowest]
         self._finish_trial(self._throughput(statistics.median(times)), None)
         return self._next_trial()
+
+    def _clearly_slow(self, slowest: float) -> bool:
+        """Whether the trial's first scored iteration reached less than ``cut_short`` of
+        the best score so far: then the trial ends there and its remaining iterations go
+        back to the budget (a trial of a bad configuration costs 2 iterations, not 4)."""
+        best = self.tuner.best
+        return (self.cut_short is not None and len(self._trial_times) == 1 and best is not None
+                and self._throughput(slowest) < self.cut_short * best[1])
 
     def _throughput(self, seconds: float) -> float:
         per_step = self.samples_per_step or 1
@@ -318,12 +333,14 @@ class Session:
         if score is None and self._progress is not None:
             self._progress.advance(self._task, self._trial_left)
         # A failed trial still used its iterations so far; the tuner's budget counts all.
-        self.tuner.tell(trial, score)
+        # One cut short (clearly slow) gives the rest back to the budget.
+        used = trial.iterations - self._trial_left
+        self.tuner.tell(trial, score, iterations=None if score is None else used)
         rec = TrialRecord(
             index=self._trial_index,
             technique=trial.technique,
             config=dict(trial.config),
-            iterations=trial.iterations - (self._trial_left if score is None else 0),
+            iterations=used,
             score=score,
             error=error,
             wall_time=time.perf_counter() - self._trial_start,

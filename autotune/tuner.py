@@ -223,16 +223,25 @@ class Tuner:
         least = min(range(len(ranked)), key=lambda i: (ranked[i][1].weight, i))
         return dict(ranked[least][1].config)
 
-    def tell(self, trial: Trial, score: float | None) -> Record:
-        """Report the score of ``trial`` (maximised; ``None`` for a failed trial)."""
+    def tell(self, trial: Trial, score: float | None, iterations: int | None = None) -> Record:
+        """Report the score of ``trial`` (maximised; ``None`` for a failed trial).
+
+        ``iterations``: how many of its iterations the trial ran, when it was cut short
+        (e.g. clearly slower than the best so far); the rest go back to the budget and
+        the score weighs that much less. Default: all of them."""
+        used = trial.iterations if iterations is None else int(iterations)
+        if not 1 <= used <= trial.iterations:
+            raise ValueError(f"trial {trial.index} ran 1..{trial.iterations} iterations, "
+                             f"not {iterations}")
         pending = self._pending.pop(trial.index, None)
         if pending is None or pending.trial != trial:
             raise ValueError(f"trial {trial.index} was not asked for, or was already told")
+        self.spent -= trial.iterations - used
         before = self.obs.best()
         before_key = None if before is None else self.space.key(before[0])
-        self.obs.add(trial.config, score, weight=trial.iterations)
+        self.obs.add(trial.config, score, weight=used)
         for searcher in self.searchers.values():
-            searcher.tell(trial.config, score, weight=trial.iterations)
+            searcher.tell(trial.config, score, weight=used)
         after = self.obs.best()
         new_best = (
             score is not None and after is not None
@@ -240,9 +249,9 @@ class Tuner:
         )
         if trial.technique in self.bandit.uses:
             # the window counts training iterations, so a long trial weighs more
-            for _ in range(trial.iterations):
+            for _ in range(used):
                 self.bandit.credit(trial.technique, new_best)
-        record = Record(trial.index, dict(trial.config), trial.technique, trial.iterations,
+        record = Record(trial.index, dict(trial.config), trial.technique, used,
                         None if score is None else float(score), new_best)
         self.history.append(record)
         return record

@@ -41,3 +41,19 @@ def test_silent_peer_times_out_naming_it(tmp_path) -> None:
     assert res["timeout"] <= res["seconds"] < res["timeout"] + 15, res
     stalled = json.loads((tmp_path / "rank1.json").read_text())
     assert "injected stall" in stalled["fault"]
+
+
+def test_fault_rules_parse_and_match() -> None:
+    from autotune.runtime.faults import FaultInjector, parse_faults
+
+    rules = parse_faults("transport=pushpull,servers=1@delay:0.25; streams=2@stall:1; *")
+    inj = FaultInjector(rules, rank=1)
+    assert inj.delay({"transport": "pushpull", "servers": 1}) == 0.25
+    assert inj.delay({"transport": "pushpull", "servers": 2}) == 0.0
+    assert inj.stalls({"streams": 2}) and not FaultInjector(rules, rank=0).stalls({"streams": 2})
+    assert inj.refuses({"streams": 5})  # '*' with the default mode, fail
+    for bad, match in [("x=1@delay", "seconds >= 0"), ("x=1@delay:-1", "seconds >= 0"),
+                       ("x=1@stall", "needs a rank"), ("x=1@melt", "unknown mode"),
+                       ("x@fail", "name=value")]:
+        with pytest.raises(ValueError, match=match):
+            parse_faults(bad)

@@ -6,7 +6,8 @@ Two process groups, each started once and running a whole training job:
   both workers after every step, exactly ``budget`` iterations are tuning iterations and
   then the configuration stays fixed, and the final parameters equal a single-process
   computation of synchronous SGD on the averaged gradients, although the tuner switched
-  configurations (both transports) many times.
+  configurations (both transports) many times. The push/pull seed is made slow
+  (``AUTOTUNE_FAULT`` delay), so its trial is cut short.
 * 2 workers, no servers, with faults injected into two configurations: a plain DDP run of
   the same seed and data ends with the same parameters as the session, and the failed
   trials are reported while training goes on.
@@ -58,10 +59,14 @@ def reference(workers: int) -> torch.Tensor:
     return sw.flat(model)
 
 
+SLOW = {"transport": "pushpull", "servers": 1, "chunk_bytes": 262144, "streams": 1}
+
+
 @pytest.fixture(scope="module")
 def with_server(tmp_path_factory) -> tuple[list[dict], Path]:
     tmp = tmp_path_factory.mktemp("session_server")
-    return launch(tmp, 2, 1, {}), tmp
+    slow = ",".join(f"{k}={v}" for k, v in SLOW.items()) + "@delay:0.3"
+    return launch(tmp, 2, 1, {"AUTOTUNE_FAULT": slow}), tmp
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +99,16 @@ def test_exactly_budget_tuning_iterations_then_fixed(with_server):
     assert len(kept) == 1
     assert json.loads(kept.pop()) == s0["best"]
     assert ranks[1]["session"]["configs"] == s0["configs"]  # every rank applied the same
+
+
+def test_a_clearly_slow_trial_is_cut_short(with_server):
+    ranks, _ = with_server
+    default, seed = ranks[0]["session"]["history"][:2]
+    # the default runs its full length; the push/pull seed (space.seeds) is slow on purpose
+    assert (default["technique"], default["iterations"]) == ("warm", 4)
+    assert seed["technique"] == "warm"
+    assert {k: seed["config"][k] for k in SLOW} == SLOW
+    assert seed["iterations"] == 2 and seed["score"] < 0.5 * default["score"]
 
 
 def test_equals_synchronous_sgd_across_config_switches(with_server):

@@ -39,6 +39,24 @@ def test_budget_is_spent_exactly(budget, trial_iterations, techniques):
     assert t.done and t.ask() is None and t.remaining == 0
 
 
+def test_a_trial_cut_short_gives_its_iterations_back():
+    t = Tuner(SPACE, budget=20, techniques=("grid", "pbt"), seed=0, trial_iterations=4)
+    first = t.ask()
+    rec = t.tell(first, 1.0, iterations=2)
+    assert (rec.iterations, t.spent, t.remaining) == (2, 2, 18)
+    with pytest.raises(ValueError, match="ran 1..4 iterations"):
+        t.tell(t.ask(), 1.0, iterations=5)
+    cut = 0
+    while (tr := t.ask()) is not None:  # the pending trial above was never told: re-ask
+        used = 2 if cut < 3 and tr.iterations == 4 else None
+        cut += used is not None
+        t.tell(tr, objective(tr.config), iterations=used)
+    assert cut == 3
+    # the told iterations add up to the budget, the one untold trial aside
+    assert sum(r.iterations for r in t.history) + 4 == 20 == t.spent
+    assert t.score_of(first.config) == 1.0
+
+
 def test_hyperband_sets_trial_length_others_use_the_default():
     t = Tuner(SPACE, budget=60, techniques=("grid", "hyperband"), seed=0, trial_iterations=3,
               confirm=0, options={"hyperband": {"min_iterations": 2, "max_iterations": 8}})

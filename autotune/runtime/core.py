@@ -508,14 +508,17 @@ class Runtime:
 
     def _submit(self, it: Iteration, jobs: list) -> None:
         stall = self._faults.stalls(self.config)
+        delay = self._faults.delay(self.config)
         it.add_jobs(len(jobs))
         for fn in jobs:
-            self._pool.submit(self._wrap(it, fn, stall))
+            self._pool.submit(self._wrap(it, fn, stall, delay))
 
-    def _wrap(self, it: Iteration, fn: Any, stall: bool) -> Any:
+    def _wrap(self, it: Iteration, fn: Any, stall: bool, delay: float = 0.0) -> Any:
         def run() -> None:
             err: BaseException | None = None
             try:
+                if delay:  # injected slowness (AUTOTUNE_FAULT)
+                    time.sleep(delay)
                 if stall:  # injected: go silent past the timeout
                     deadline = time.monotonic() + self.timeout + 5
                     while time.monotonic() < deadline and not it.aborted:

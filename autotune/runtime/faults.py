@@ -5,6 +5,7 @@
     AUTOTUNE_FAULT="transport=pushpull,streams=3"          # fail (default mode)
     AUTOTUNE_FAULT="servers=2@configure:1"                 # rank 1 cannot apply it
     AUTOTUNE_FAULT="chunk_bytes=65536@stall:2"             # rank 2 goes silent
+    AUTOTUNE_FAULT="transport=pushpull@delay:0.5"          # 0.5 s slower, every rank
     AUTOTUNE_FAULT="streams=3;intra=root@fail"             # several rules, ';'-separated
 
 A rule is a pattern (``name=value`` pairs joined by ``,``; ``*`` matches every
@@ -20,6 +21,9 @@ configuration) and a mode:
 * ``stall:R``: rank ``R`` stops communicating for a matching iteration (its streams sleep
   past the timeout): its peers time out and raise a non-recoverable ``RuntimeFault``.
   This exercises the timeout path without killing a process.
+* ``delay:S``: every stream job of every rank waits ``S`` seconds before it starts, in each
+  iteration under a matching configuration: a configuration that works, only slowly
+  (for testing how the tuner treats a slow trial).
 
 **Liveness.** Each rank bumps a counter in the rendezvous store every ``interval`` seconds.
 After a failed collective (whose error does not say which peer failed) the runtime reads
@@ -34,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-MODES = ("fail", "configure", "stall")
+MODES = ("fail", "configure", "stall", "delay")
 ENV = "AUTOTUNE_FAULT"
 
 
@@ -43,6 +47,7 @@ class FaultRule:
     pattern: tuple[tuple[str, str], ...]
     mode: str
     rank: int | None = None
+    seconds: float = 0.0
 
     def matches(self, config: Mapping[str, Any] | None) -> bool:
         if config is None:
@@ -62,11 +67,19 @@ def parse_faults(text: str | None) -> list[FaultRule]:
         name, _, arg = mode.partition(":")
         if name not in MODES:
             raise ValueError(f"{ENV}: unknown mode {name!r} in {part!r}; modes: {', '.join(MODES)}")
-        rank = None
+        rank, seconds = None, 0.0
         if name in ("configure", "stall"):
             if not arg.strip().isdigit():
                 raise ValueError(f"{ENV}: mode {name!r} needs a rank, e.g. {name}:1 (in {part!r})")
             rank = int(arg)
+        if name == "delay":
+            try:
+                seconds = float(arg)
+            except ValueError:
+                seconds = -1.0
+            if not seconds >= 0:
+                raise ValueError(f"{ENV}: mode 'delay' needs seconds >= 0, e.g. delay:0.5 "
+                                 f"(in {part!r})")
         pairs: list[tuple[str, str]] = []
         pat = pat.strip()
         if pat and pat != "*":
@@ -75,7 +88,7 @@ def parse_faults(text: str | None) -> list[FaultRule]:
                 if not eq or not k.strip():
                     raise ValueError(f"{ENV}: expected name=value, got {kv!r} in {part!r}")
                 pairs.append((k.strip(), v.strip()))
-        rules.append(FaultRule(tuple(pairs), name, rank))
+        rules.append(FaultRule(tuple(pairs), name, rank, seconds))
     return rules
 
 
@@ -107,6 +120,11 @@ class FaultInjector:
     def stalls(self, config: Mapping[str, Any] | None) -> bool:
         r = self._hit("stall", config)
         return r is not None and r.rank == self.rank
+
+    def delay(self, config: Mapping[str, Any] | None) -> float:
+        """Mode ``delay``: seconds each stream job waits before it starts (0: none)."""
+        r = self._hit("delay", config)
+        return r.seconds if r is not None else 0.0
 
 
 class Liveness:
