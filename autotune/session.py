@@ -26,12 +26,11 @@ and training goes on; the failure is reported on rank 0 and recorded.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 

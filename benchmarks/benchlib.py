@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 MARK = "BENCH "
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -57,6 +57,29 @@ def measure_B(cluster: Any, repeats: int = 3, nbytes: int = 16 * MiB) -> dict[st
 def save(res: dict, json_path: Path) -> None:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(res, indent=2))
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay ``fig`` out, write it as a PNG at ``path`` and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report(res: dict, table: Callable[[dict], None], json_path: Path,
+           plot: Callable[[dict, Path], None] | None = None,
+           plot_path: Path | None = None) -> None:
+    """A benchmark's ending: print its table, write its JSON (and its PNG plot)."""
+    table(res)
+    save(res, json_path)
+    written = [json_path]
+    if plot is not None and plot_path is not None:
+        plot(res, plot_path)
+        written.append(plot_path)
+    print("wrote " + " and ".join(str(w) for w in written))
 
 
 def median(xs: list[float]) -> float:

@@ -19,17 +19,17 @@ The same file is the rank program (``--job``); the emulator starts one per host.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from autotune.sim.formulas import allreduce_time  # 2(n-1)M/(nB)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-MARK = "BENCH "
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchlib import MARK, RESULTS, emit, pyplot, report, require_emulator, save_figure  # noqa: E402
+
+from autotune.sim.formulas import allreduce_time  # noqa: E402  2(n-1)M/(nB)
 
 
 # ---- rank program ---------------------------------------------------------------------
@@ -101,7 +101,7 @@ def rank_main(a: argparse.Namespace) -> None:
     want = sum(range(1, n + 1)) / n  # d loss / dp = x = rank + 1, averaged by DDP
     assert all(bool((p.grad == want).all()) for p in params), "DDP gradients are wrong"
     if rank == 0:
-        print(MARK + json.dumps(res), flush=True)
+        emit(res)
     dist.destroy_process_group()
 
 
@@ -168,11 +168,7 @@ def print_table(res: dict) -> None:
 
 
 def plot(res: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = res["rows"]
     fig, ax = plt.subplots(figsize=(7, 4))
     xs = range(len(rows))
@@ -189,10 +185,7 @@ def plot(res: dict, path: Path) -> None:
     top = max(max(r["times_s"] + [r["optimum_s"]]) for r in rows)
     ax.set_ylim(0, top * 1.3)
     ax.legend(loc="upper left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -210,17 +203,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.job:
         rank_main(a)
         return
-    from autotune.emulate import unavailable_reason
-
-    reason = unavailable_reason()
-    if reason:
-        sys.exit(f"cluster_bench: {reason}")
-    res = run(a)
-    print_table(res)
-    a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps(res, indent=2))
-    plot(res, a.plot)
-    print(f"wrote {a.json} and {a.plot}")
+    require_emulator("cluster_bench")
+    report(run(a), print_table, a.json, plot, a.plot)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ Prints the throughputs and ratios to DDP, writes JSON and a PNG:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import MARK, RESULTS, emit, fmt_cfg, machine, measure_B, median, model_shapes, \
-    patch_depth, pyplot, require_emulator, save, sleepy_model  # noqa: E402
+    patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
 
 from autotune.sim.formulas import allreduce_time, byteps_time  # noqa: E402
 
@@ -312,10 +311,7 @@ def plot(res: dict, path: Path) -> None:
     ax.set_ylabel("iterations / s")
     ax.set_title(f"{res['model']} on {res['workers']} workers at {res['rate']} "
                  f"(ratio vs DDP, 25 MB buckets)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -361,10 +357,7 @@ def main(argv: list[str] | None = None) -> None:
     a.json = a.json or RESULTS / f"e2e_bench_{tag}.json"
     a.plot = a.plot or RESULTS / f"e2e_bench_{tag}.png"
     res = run(a)
-    print_table(res)
-    save(res, a.json)
-    plot(res, a.plot)
-    print(f"wrote {a.json} and {a.plot}")
+    report(res, print_table, a.json, plot, a.plot)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import MARK, MiB, RESULTS, emit, fmt_cfg, machine, measure_B, median, \
-    patch_depth, pyplot, require_emulator, save  # noqa: E402
+    patch_depth, pyplot, report, require_emulator, save_figure  # noqa: E402
 
 from autotune.sim.formulas import allreduce_time, byteps_time  # noqa: E402
 
@@ -262,10 +262,7 @@ def plot(res: dict, path: Path) -> None:
     ax.set_title(f"{res['workers']} workers at {res['rate']}, {res['mbytes']} MiB; "
                  f"ratio = optimum / measured")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -295,10 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     a.setting_list = parse_settings(a.settings)
     require_emulator("goodput_bench")
     res = run(a)
-    print_table(res)
-    save(res, a.json)
-    plot(res, a.plot)
-    print(f"wrote {a.json} and {a.plot}")
+    report(res, print_table, a.json, plot, a.plot)
 
 
 if __name__ == "__main__":

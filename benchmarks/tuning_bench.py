@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import MARK, MiB, RESULTS, emit, fmt_cfg, machine, measure_B, median, model_shapes, \
-    patch_depth, pyplot, require_emulator, save, sleepy_model  # noqa: E402
+    patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
 
 
 def parse_size(text: str) -> int:
@@ -288,10 +288,7 @@ def plot(res: dict, path: Path) -> None:
     ax2.set_ylabel("best-so-far / sweep best")
     ax2.legend(fontsize=8)
     ax2.set_title("tuning progress")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -324,10 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     require_emulator("tuning_bench")
     res = run(a)
-    print_table(res)
-    save(res, a.json)
-    plot(res, a.plot)
-    print(f"wrote {a.json} and {a.plot}")
+    report(res, print_table, a.json, plot, a.plot)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ group, divided by the number of workers.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -133,7 +132,6 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
                zero_grads: bool, check_overlap: bool = False) -> dict:
     """One sync + backward + wait; compares with all_reduce. Returns a record."""
     import torch
-    import torch.distributed as dist
 
     t_start = time.perf_counter()
     info = rt.info

@@ -395,8 +395,6 @@ def _gradients(rnd: int, worker: int) -> list:
 
 
 def _rel(a: list, b: list, dtype: str) -> float:
-    import torch
-
     pairs = [(x, y) for x, y in zip(a, b) if str(y.dtype).endswith(dtype)]
     diff = max(float((x.float().reshape(-1) - y.float().reshape(-1)).abs().max()) for x, y in pairs)
     scale = max(float(y.float().abs().max()) for _, y in pairs)

@@ -21,7 +21,6 @@ summed, and the sum is re-encoded with the Summation Service's own error feedbac
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 import torch
 import torch.distributed as dist

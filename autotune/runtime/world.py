@@ -158,7 +158,6 @@ def decode_identity(row: list[int]) -> tuple[str, str]:
 def discover(rank: int, world_size: int, role: str, machine: str, group: Any) -> WorldInfo:
     """All-gather every rank's role and machine over ``group`` (all ranks, gloo)."""
     import torch
-    import torch.distributed as dist
 
     from .compat import all_gather as _all_gather
 

@@ -24,7 +24,6 @@ Everything here works on :class:`Summary` objects and knows nothing of SQLite.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
