@@ -38,6 +38,8 @@ from autotune.sim.formulas import allreduce_time, byteps_time  # noqa: E402
 
 # ---- rank programs --------------------------------------------------------------------
 
+WARMUP = 3  # the session's warm-up iterations (its default), before the budget
+
 def _check(model, want: float, what: str) -> None:
     bad = [i for i, p in enumerate(model.params) if not bool((p.grad == want).all())]
     if bad:
@@ -160,26 +162,30 @@ def session_main(a: argparse.Namespace) -> None:
     n = a.workers
     model = sleepy_model(model_shapes(a.model), a.fwd_ms / 1e3, a.bwd_ms / 1e3, rank + 1)
     x = torch.ones(1)
-    times, configs = [], []
+    times, configs, tuning = [], [], []
     with autotune.session(model, budget=a.budget, samples_per_step=1, store=False,
-                          trial_iterations=a.trial_iterations, seed=a.seed,
+                          trial_iterations=a.trial_iterations, seed=a.seed, warmup=WARMUP,
                           verbose=rank == 0, timeout=600) as tuner:
-        for i in range(a.budget + a.measure):
+        # the same count on every rank: warm-up, budget, then the kept configuration
+        for i in range(WARMUP + a.budget + a.measure):
+            tuning.append(tuner.tuning)  # rank 0 knows
             t0 = time.perf_counter()
             model.zero_grad(set_to_none=False)
             model(x).backward()
             tuner.step()
             times.append(time.perf_counter() - t0)
             configs.append(dict(tuner.config))
-            if i % 5 == 4 or i >= a.budget:  # exact average (outside the timed window)
+            if i % 5 == 4 or not tuning[-1]:  # exact average (outside the timed window)
                 _check(model, (n + 1) / 2, f"session under {tuner.config}")
         best = tuner.best
         history = [{"config": r.config, "iterations": r.iterations, "score": r.score,
                     "technique": r.technique, "error": r.error} for r in tuner.history]
     if rank == 0:
-        kept = times[a.budget + 1:]  # after the budget; the first iteration pays the switch
-        emit({"times_s": times, "configs": configs, "kept_times_s": kept, "best": best,
-              "history": history, "tuning_s": sum(times[:a.budget])})
+        # under the kept configuration; its first iteration pays the switch
+        kept = [t for t, busy in zip(times, tuning) if not busy][1:]
+        emit({"times_s": times, "configs": configs, "tuning": tuning, "kept_times_s": kept,
+              "best": best, "history": history,
+              "tuning_s": sum(t for t, busy in zip(times, tuning) if busy)})
 
 
 # ---- driver ---------------------------------------------------------------------------
@@ -328,7 +334,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--budget", type=int, default=30, help="session tuning iterations")
     ap.add_argument("--trial-iterations", type=int, default=2)
-    ap.add_argument("--measure", type=int, default=4, help="iterations timed after tuning")
+    ap.add_argument("--measure", type=int, default=5,
+                    help="iterations after tuning (the first pays the switch and is not timed)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fixed", default="",
                     help="also time these runtime configurations fixed (no tuning), e.g. "
