@@ -318,7 +318,7 @@ class Session:
     def _clearly_slow(self, slowest: float) -> bool:
         """Whether the trial's first scored iteration reached less than ``cut_short`` of
         the best score so far: then the trial ends there and its remaining iterations go
-        back to the budget (a trial of a bad configuration costs 2 iterations, not 4)."""
+        back to the budget (with ``trial_iterations=4`` a bad configuration costs 2, not 4)."""
         best = self.tuner.best
         return (self.cut_short is not None and len(self._trial_times) == 1 and best is not None
                 and self._throughput(slowest) < self.cut_short * best[1])

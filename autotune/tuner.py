@@ -86,7 +86,7 @@ class Tuner:
         techniques: Sequence[str] = DEFAULT_TECHNIQUES,
         seed: int = 0,
         warm_start: Iterable[Mapping[str, Any]] = (),
-        trial_iterations: int = 4,
+        trial_iterations: int = 2,
         min_iterations: int = 2,
         window: int = 30,
         C: float = 0.2,

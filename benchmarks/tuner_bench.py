@@ -17,6 +17,7 @@ Optuna's TPE and the best single technique. Results go to
 
     python benchmarks/tuner_bench.py            # full: 10 seeds
     python benchmarks/tuner_bench.py --quick    # 2 seeds, for the demo
+    python benchmarks/tuner_bench.py --methods tuner,tpe --tuner-options '{"window": 100}'
 """
 
 from __future__ import annotations
@@ -58,11 +59,11 @@ def _optimum(si: int) -> tuple[int, dict, float]:
     return si, config, value
 
 
-def _run(si: int, method: str, seed: int, budget: int, optimum: float) -> dict:
+def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: dict) -> dict:
     sc: Scenario = SCENARIOS[si]
     rng = np.random.default_rng([seed, si])  # same noise stream for every method
     t0 = time.process_time()
-    tuner = Tuner(sc.space, budget=budget, techniques=METHODS[method], seed=seed)
+    tuner = Tuner(sc.space, budget=budget, **{"techniques": METHODS[method], "seed": seed, **kwargs})
     best = tuner.run(lambda c, it: sc.measure(c, it, rng))
     regret = 1.0 - sc.throughput(best[0]) / optimum if best else 1.0
     return {
@@ -84,8 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=100, help="training iterations per method")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset")
+    ap.add_argument("--trial-iterations", type=int, default=None,
+                    help="iterations per trial for every method (default: the Tuner's)")
+    ap.add_argument("--tuner-options", type=json.loads, default={}, metavar="JSON",
+                    help='extra Tuner arguments for the "tuner" method, e.g. \'{"window": 100, "C": 0.05}\' '
+                         'or \'{"techniques": ["grid", "pbt", "tpe", "hyperband"]}\'')
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
+    if not isinstance(args.tuner_options, dict):
+        ap.error("--tuner-options must be a JSON object")
+    common = {} if args.trial_iterations is None else {"trial_iterations": args.trial_iterations}
     seeds = args.seeds or (2 if args.quick else 10)
     methods = [m for m in args.methods.split(",") if m]
     bad = [m for m in methods if m not in METHODS]
@@ -96,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"[bold]Tuner benchmark[/]: {len(SCENARIOS)} noisy step-time objectives x {seeds} seeds, "
         f"budget {args.budget} iterations, methods {', '.join(methods)}"
+        + (f", trial_iterations {args.trial_iterations}" if common else "")
+        + (f", tuner options {json.dumps(args.tuner_options)}" if args.tuner_options else "")
     )
     t_start = time.time()
     runs: list[dict] = []
@@ -109,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             progress.advance(task)
         jobs = [(si, m, s) for s in range(seeds) for si in range(len(SCENARIOS)) for m in methods]
         progress.update(task, description="tuning runs", completed=0, total=len(jobs))
-        futures = [pool.submit(_run, si, m, s, args.budget, optima[si]) for si, m, s in jobs]
+        futures = [pool.submit(_run, si, m, s, args.budget, optima[si],
+                               {**common, **(args.tuner_options if m == "tuner" else {})})
+                   for si, m, s in jobs]
         for fut in as_completed(futures):
             runs.append(fut.result())
             progress.advance(task)
@@ -158,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({
         "benchmark": "tuner_bench",
         "quick": args.quick, "seeds": seeds, "budget": args.budget, "methods": methods,
+        "trial_iterations": args.trial_iterations, "tuner_options": args.tuner_options,
         "objectives": [sc.name for sc in SCENARIOS],
         "median_regret_overall": overall, "mean_of_median_regret": mean_of_medians,
         "median_regret_per_objective": per_scenario, "summary": summary,
