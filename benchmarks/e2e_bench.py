@@ -17,7 +17,8 @@ of the slowest worker; every iteration's averaged gradients are checked exactly)
 
 Prints the throughputs and ratios to DDP, writes JSON and a PNG:
 
-    sudo .venv/bin/python benchmarks/e2e_bench.py --model resnet50            # ~8 min
+    sudo .venv/bin/python benchmarks/e2e_bench.py --model resnet50            # ~11 min
+    sudo .venv/bin/python benchmarks/e2e_bench.py --model vgg16 --rate 400mbit --budget 16 --measure 4 --repeats 2
 """
 
 from __future__ import annotations
