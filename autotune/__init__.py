@@ -34,5 +34,9 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module = importlib.import_module(_EXPORTS[name])
-        return getattr(module, name)
+        value = getattr(module, name)
+        # Importing ``autotune.session`` binds the submodule as ``autotune.session``;
+        # the function must win, or a second ``autotune.session(...)`` calls a module.
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

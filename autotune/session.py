@@ -19,6 +19,12 @@ Tuning iterations train the model like any other: no step is wasted. After ``bud
 iterations the best configuration is kept for the rest of the run (and re-tuned briefly
 if ``retune_on_drift`` is set and throughput drops).
 
+It keeps DDP's semantics (docs/ddp.md): the leader's parameters and buffers at the
+start, the leader's buffers before each training forward (``broadcast_buffers``),
+``no_sync()`` for gradient accumulation, and a clear :class:`UsageError` for two backward
+passes in one iteration or a parameter added after the start. The leader is the
+runtime's: the first worker, whichever ranks are servers.
+
 A configuration that fails (an exception or a timeout in the runtime) is scored as
 failed, the iteration's gradients are averaged again under the last good configuration,
 and training goes on; the failure is reported on rank 0 and recorded.
@@ -26,17 +32,19 @@ and training goes on; the failure is reported on rank 0 and recorded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 
+from autotune.runtime.errors import UsageError
 from autotune.space import Config, SearchSpace
 from autotune.tuner import Trial, Tuner
 
@@ -102,7 +110,13 @@ class Session:
         cut_short: float | None = 0.5,
         job: str | None = None,
         store: bool = True,
+        broadcast_buffers: bool = True,
     ) -> None:
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            raise TypeError(
+                f"session() got a model wrapped in {type(model).__name__}: the session does "
+                "DDP's work itself. Pass the module: autotune.session(model.module, ...), or "
+                "build the model without the wrapper")
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"session() needs an nn.Module, got {type(model).__name__}")
         if budget < 0:
@@ -129,6 +143,7 @@ class Session:
         self.cut_short = cut_short
         self.job = job
         self.use_store = store
+        self.broadcast_buffers = broadcast_buffers
         self._drift = _Drift(retune_on_drift, drift_window, max(10, budget // 5)) if retune_on_drift else None
 
         self.history: list[TrialRecord] = []
@@ -154,6 +169,9 @@ class Session:
         self._task = None
         self._store = None
         self._run_id = None
+        self._registered: set[int] = set()
+        self._model_hooks: list[Any] = []
+        self._buffers_next = True   # DDP's require_forward_param_sync
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -162,7 +180,9 @@ class Session:
 
     @property
     def is_leader(self) -> bool:
-        return self.rank == 0
+        """Whether this rank is the runtime's leader: the first *worker*, whichever ranks
+        are servers. It tunes, records to the store, shows progress and sends the stop."""
+        return self.rt is not None and self.rt.info.rank == self.rt.info.leader
 
     def __enter__(self) -> "Session":
         from autotune.runtime import Runtime
@@ -176,7 +196,21 @@ class Session:
             serve(self.rt)
             self.rt.shutdown()
             raise SystemExit(0)
-        self.rt.register([p for p in self.model.parameters()])
+        try:
+            self._start()
+        except BaseException:
+            # e.g. the workers' models differ: release the runtime, let the error out.
+            self._stop_progress()
+            self.rt.shutdown()
+            raise
+        return self
+
+    def _start(self) -> None:
+        """Workers: register, start like DDP, build the space, apply the first config."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.rt.register(params)
+        self._registered = {id(p) for p in params}
+        self._start_like_ddp()
         self.space = self._build_space()
         if self.is_leader:
             self._open_store()
@@ -186,7 +220,7 @@ class Session:
                 self._locked = True
                 self._best = None
                 self._apply(warm[0])
-                return self
+                return
             self.tuner = Tuner(
                 self.space,
                 budget=self.budget,
@@ -201,7 +235,6 @@ class Session:
             self._apply(first)
         else:
             self._apply(None)
-        return self
 
     def _build_space(self) -> SearchSpace:
         info = self.rt.info
@@ -230,6 +263,9 @@ class Session:
         """
         from autotune.runtime import RuntimeFault
 
+        if self.rt.accumulating:
+            raise UsageError("tuner.step() inside tuner.no_sync(): leave the block for the "
+                             "last micro-batch's backward, then call step()")
         failed: str | None = None
         try:
             self.rt.wait()
@@ -241,6 +277,7 @@ class Session:
             failed = str(exc)
             self._apply(self._fallback() if self.is_leader else None, retrying=True)
             self.rt.retry()
+        self._check_model()
         elapsed = time.perf_counter() - self._t_last
         # The slowest worker's time; a failure anywhere shows up as infinity.
         slowest = self.rt.worker_max(float("inf") if failed else elapsed)
@@ -249,6 +286,57 @@ class Session:
             self._last_good = dict(self.config)
         nxt = self._advance(slowest, failed) if self.is_leader else None
         self._apply(nxt)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """As DDP's ``no_sync``: backward passes inside only accumulate into ``.grad``
+        locally; the next backward outside it communicates the accumulated gradient and
+        ``step()`` returns its average::
+
+            with tuner.no_sync():
+                loss_fn(model(x1), y1).backward()
+            loss_fn(model(x2), y2).backward()
+            tuner.step()
+        """
+        with self.rt.no_sync():
+            yield
+
+    # ------------------------------------------------------- DDP's semantics
+    def _start_like_ddp(self) -> None:
+        """As DDP's constructor: every parameter (and with ``broadcast_buffers`` every
+        buffer) takes the leader's value, after checking that the workers' models have the
+        same shapes; with ``broadcast_buffers`` the leader's buffers also reach every
+        worker before each training forward, as under DDP."""
+        buffers = list(self.model.buffers()) if self.broadcast_buffers else []
+        self.rt.broadcast_from_leader([*self.model.parameters(), *buffers],
+                                      "parameters and buffers", check=True)
+        if buffers:
+            self._model_hooks = [self.model.register_forward_pre_hook(self._pre_forward),
+                                 self.model.register_forward_hook(self._post_forward)]
+
+    def _pre_forward(self, module: torch.nn.Module, args: Any) -> None:
+        # DDP syncs buffers before a forward that follows a synchronising forward. Forwards
+        # without autograd (evaluation) neither sync nor change that, so a leader-only
+        # evaluation cannot hang the workers.
+        if self._buffers_next and torch.is_grad_enabled():
+            self.rt.broadcast_from_leader(list(module.buffers()), "buffers")
+
+    def _post_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if torch.is_grad_enabled():
+            self._buffers_next = not self.rt.accumulating
+
+    def _check_model(self) -> None:
+        """A parameter that needs a gradient but was not registered at the start (added,
+        replaced or unfrozen since) would silently train apart on each worker."""
+        for p in self.model.parameters():
+            if p.requires_grad and id(p) not in self._registered:
+                name = next((n for n, q in self.model.named_parameters() if q is p), "?")
+                raise UsageError(
+                    f"parameter {name!r} {tuple(p.shape)} was added, replaced or unfrozen "
+                    "after the session started, so its gradient is not averaged and the "
+                    "workers would train different models. Build the model completely "
+                    "(and set requires_grad) before autotune.session(); to change it, "
+                    "leave the session and start a new one")
 
     def _fallback(self) -> Config:
         return self._last_good or self.space.default()
@@ -411,6 +499,9 @@ class Session:
         return not self._locked
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        for h in self._model_hooks:
+            h.remove()
+        self._model_hooks = []
         if exc_type is not None:
             # Another rank may be waiting in a collective: don't join one, just release.
             self._stop_progress()

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ConfigError, RuntimeFault
+from .errors import ConfigError, RuntimeFault, UsageError
 from .plan import Chunk, make_plan, summation_shares
 from .world import WorldInfo
 
-__all__ = ["Chunk", "ConfigError", "Runtime", "RuntimeFault", "WorldInfo", "make_plan",
+__all__ = ["Chunk", "ConfigError", "Runtime", "RuntimeFault", "UsageError", "WorldInfo", "make_plan",
            "summation_shares"]
 
 

@@ -27,12 +27,14 @@ and workers call :meth:`Runtime.retry` to average the same gradients again.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import threading
 import time
 import warnings
 from datetime import timedelta
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -42,8 +44,8 @@ from autotune.space import Config, ConfigError, SearchSpace, codec_params
 from .communication import CommunicationStream
 from .compat import all_gather as _all_gather
 from .compression import Residuals, summation_key
-from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool, UsageError
-from .errors import RuntimeFault
+from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool
+from .errors import RuntimeFault, UsageError
 from .faults import FaultInjector, Liveness
 from .groups import GroupCache, needed_groups
 from .plan import DTYPE_BYTES
@@ -103,6 +105,7 @@ class Runtime:
         self._iter: Iteration | None = None
         self._served = True                   # the iteration of the last sync has run
         self._had_grad: list[bool] = []
+        self._accumulating = False            # inside no_sync(): hooks leave .grad alone
         self._stopped = False
         self._broken: RuntimeFault | None = None
         self._closed = False
@@ -533,6 +536,8 @@ class Runtime:
         return run
 
     def _on_grad(self, index: int, param: torch.Tensor) -> None:
+        if self._accumulating:
+            return  # no_sync(): the gradient only accumulates into .grad
         if self._setup is None or self._dirty or self._closed or self._broken is not None:
             return  # (wait() says why)
         it = self._iter or self._arm()
@@ -562,9 +567,68 @@ class Runtime:
         dead peer, a timeout or an injected fault, leaving ``.grad`` untouched."""
         self._check_alive()
         self._need_worker("wait")
+        if self._accumulating:
+            raise UsageError("wait() inside no_sync(): leave the no_sync() block for the last "
+                             "backward pass of the iteration, then wait()")
         self._check_registration()
         it = self._iter or self._arm()
         self._complete(it, repack_all=False)
+
+    # ================================================================== DDP habits
+    @property
+    def accumulating(self) -> bool:
+        """Whether this worker is inside :meth:`no_sync`."""
+        return self._accumulating
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Workers: backward passes inside only accumulate into ``.grad`` locally (as
+        DDP's ``no_sync``); the next backward outside it sends the accumulated ``.grad``,
+        and :meth:`wait` returns its average. Enter it before the iteration's first
+        backward; every worker accumulates the same number of micro-batches."""
+        self._need_worker("no_sync")
+        if self._iter is not None and any(self._iter.fired):
+            raise UsageError("no_sync() entered after a backward pass that already sent its "
+                             "gradients: run the accumulating backward passes first, inside "
+                             "no_sync(), and the last one outside it")
+        outer = self._accumulating
+        self._accumulating = True
+        try:
+            yield
+        finally:
+            self._accumulating = outer
+
+    def broadcast_from_leader(self, tensors: Sequence[torch.Tensor], what: str = "tensors",
+                              check: bool = False) -> None:
+        """Workers, collectively: overwrite ``tensors`` in place with the leader's values
+        (coalesced per dtype over the workers' group, as DDP, bounded by ``timeout``). Every
+        worker passes tensors of the same shapes in the same order; ``check=True`` first
+        verifies that (one small all-reduce) and raises :class:`ConfigError` naming the
+        first differing rank instead of a garbled broadcast."""
+        self._check_alive()
+        self._need_worker("broadcast_from_leader")
+        tensors = [t.detach() for t in tensors]
+        if check:
+            self._check_same_shapes(tensors, what)
+        # DDP's own coalesced broadcast: one flat buffer per dtype, copied back in place.
+        self._control_op(f"broadcast of the leader's {what}", dist._broadcast_coalesced,
+                         self._workers_group, tensors, 256 << 20, self.info.leader)
+
+    def _check_same_shapes(self, tensors: Sequence[torch.Tensor], what: str) -> None:
+        """Raise :class:`ConfigError` on every worker if the workers' tensors differ."""
+        shapes = tuple((tuple(t.shape), str(t.dtype)) for t in tensors)
+        digest = int.from_bytes(hashlib.sha256(repr(shapes).encode()).digest()[:7], "big")
+        workers = self.info.workers
+        rows = torch.zeros(len(workers), 2, dtype=torch.int64)
+        rows[workers.index(self.info.rank)] = torch.tensor([len(tensors), digest])
+        self._control_op(f"check of the {what}", dist.all_reduce, rows,
+                         group=self._workers_group)
+        lead = rows[workers.index(self.info.leader)]
+        bad = [w for w, r in zip(workers, rows) if not torch.equal(r, lead)]
+        if bad:
+            raise ConfigError(f"the workers' {what} differ: {self.describe(bad[0])} has other "
+                              f"shapes or dtypes than the leader (rank {self.info.leader}); "
+                              "every worker must build the same model")
 
     def retry(self) -> None:
         """Workers: average the current iteration's local gradients (still intact in
@@ -616,8 +680,13 @@ class Runtime:
             self._broken = fault
             raise fault
         if it.twice:
-            raise RuntimeError("a parameter got its gradient twice in one iteration; call "
-                               "rt.wait() after every backward")
+            reg = self._order[it.twice[0]]
+            p = self._params[reg]
+            raise UsageError(
+                f"registered parameter {reg} ({tuple(p.shape)}) got a gradient from two "
+                "backward passes in one iteration, and the first was already sent. For "
+                "gradient accumulation run every backward but the last inside "
+                "`with tuner.no_sync():` (Runtime.no_sync()), as with DDP")
         if write:
             self._write_back()
             self.iterations += 1

@@ -65,10 +65,6 @@ def issue(what: str, peers: Sequence[int], fn: Callable[..., Any], *args: Any,
     return Op(work, what, peers)
 
 
-class UsageError(RuntimeError):
-    """The runtime was driven against its protocol (e.g. no sync before a pushpull round)."""
-
-
 class LocalWork:
     """Completion of a hand-off between threads of one process."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from autotune.space import ConfigError
 
-__all__ = ["ConfigError", "RuntimeFault"]
+__all__ = ["ConfigError", "RuntimeFault", "UsageError"]
 
 
 class RuntimeFault(RuntimeError):
@@ -29,3 +29,10 @@ class RuntimeFault(RuntimeError):
         super().__init__(message)
         self.rank = rank
         self.recoverable = recoverable
+
+
+class UsageError(RuntimeError):
+    """The runtime or the session was driven against its protocol: two backward passes in
+    one iteration without ``no_sync()``, ``step()`` inside ``no_sync()``, a parameter added
+    after the start, no ``sync`` before a push/pull round. Raised on the rank that did it;
+    nothing was averaged wrongly."""

@@ -1,0 +1,149 @@
+"""Per-rank script for tests/test_ddp_parity.py: the same training under real DDP and under
+``autotune.session()``, in ONE process group (starting torch processes is slow).
+
+    autotune launch --workers 2 tests/ddp_worker.py parity OUTDIR
+    torchrun --nproc-per-node 3 tests/ddp_worker.py server0 OUTDIR   # rank 0 is a server
+
+``parity``: every scenario runs first under DDP, then under a session that tunes (several
+configuration switches) on the same per-rank initialisation and data; then the misuse
+cases. Each worker writes ``OUTDIR/rank<r>.json``.
+``server0``: rank 0 becomes a Summation Service server (``AUTOTUNE_ROLE``), the workers are
+ranks 1 and 2, so the leader is rank 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+RANK = int(os.environ.get("RANK", 0))
+STEPS = 30
+LR = 0.05
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+
+
+def bn_net() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def data(rank: int, steps: int, micro: int = 1) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    g = torch.Generator().manual_seed(7 + rank)
+    w = torch.linspace(-1, 1, 8)
+    out = []
+    for _ in range(steps):
+        mb = []
+        for _ in range(micro):
+            x = torch.randn(16, 8, generator=g) * (1 + rank)  # ranks see different statistics
+            mb.append((x, torch.tanh(x @ w).unsqueeze(1)))
+        out.append(mb)
+    return out
+
+
+def state(model: nn.Module) -> dict[str, list[float]]:
+    return {k: v.detach().double().reshape(-1).tolist() for k, v in model.state_dict().items()}
+
+
+def train(build: Callable[[], nn.Module], micro: int, wrap: str, **kw: Any) -> dict:
+    """Unseeded start: each rank initialises its own model differently."""
+    torch.manual_seed(1000 + RANK)
+    model = build()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    batches = data(RANK, STEPS, micro)
+    loss = nn.functional.mse_loss
+    if wrap == "ddp":
+        ddp = nn.parallel.DistributedDataParallel(model)
+        for mb in batches:
+            for x, y in mb[:-1]:
+                with ddp.no_sync():
+                    loss(ddp(x), y).backward()
+            x, y = mb[-1]
+            loss(ddp(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        return state(model)
+    import autotune
+
+    configs = set()
+    with autotune.session(model, budget=12, store=False, verbose=False, timeout=60, **kw) as tuner:
+        for mb in batches:
+            for x, y in mb[:-1]:
+                with tuner.no_sync():
+                    loss(model(x), y).backward()
+            x, y = mb[-1]
+            loss(model(x), y).backward()
+            tuner.step()
+            opt.step()
+            opt.zero_grad()
+            configs.add(json.dumps(tuner.config, sort_keys=True))
+    return dict(state(model), _configs=len(configs))
+
+
+def misuse(kind: str) -> str:
+    """Run a session the wrong way; the error message (or '' if none)."""
+    import autotune
+
+    torch.manual_seed(5)
+    model = mlp()
+    x, y = data(RANK, 1)[0][0]
+    if kind == "wrapped":
+        model = nn.parallel.DistributedDataParallel(model)
+    if kind == "different":
+        model = nn.Sequential(nn.Linear(8, 32 + RANK), nn.Tanh(), nn.Linear(32 + RANK, 1))
+    try:
+        with autotune.session(model, budget=0, store=False, verbose=False, timeout=60) as tuner:
+            for _ in range(3):
+                nn.functional.mse_loss(model(x), y).backward()
+                if kind == "twice":
+                    nn.functional.mse_loss(model(x), y).backward()
+                tuner.step()
+                if kind == "replaced":
+                    model[2] = nn.Linear(32, 1)
+        return ""
+    except Exception as e:  # noqa: BLE001 - the message is what the test checks
+        return f"{type(e).__name__}: {e}"
+
+
+def parity(out: str) -> None:
+    dist.init_process_group("gloo")
+    result = {}
+    for name, build, micro in (("unseeded", mlp, 1), ("batchnorm", bn_net, 1),
+                               ("no_sync", bn_net, 2)):
+        result[name] = {"ddp": train(build, micro, "ddp"), "session": train(build, micro, "session")}
+    result["misuse"] = {k: misuse(k) for k in ("twice", "replaced", "wrapped", "different")}
+    with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
+        json.dump(result, f)
+
+
+def server0(out: str) -> None:
+    import autotune
+
+    if RANK == 0:
+        os.environ["AUTOTUNE_ROLE"] = "server"
+    torch.manual_seed(1000 + RANK)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    with autotune.session(model, budget=8, db=os.path.join(out, "t.db"), verbose=False,
+                          timeout=60) as tuner:
+        for mb in data(RANK, STEPS):
+            x, y = mb[0]
+            nn.functional.mse_loss(model(x), y).backward()
+            tuner.step()
+            opt.step()
+            opt.zero_grad()
+    with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
+        json.dump({"leader": tuner.is_leader, "history": len(tuner.history),
+                   "tuning_iterations": tuner.tuning_iterations, "state": state(model)}, f)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    {"parity": parity, "server0": server0}[sys.argv[1]](sys.argv[2])

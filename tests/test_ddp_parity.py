@@ -1,0 +1,110 @@
+"""``autotune.session()`` as a drop-in for DDP, against real DDP in the same processes.
+
+One group of 2 workers (``autotune launch``) runs each scenario under
+``DistributedDataParallel`` and then under a session that tunes (and so switches
+configurations) on the same unseeded, per-rank initialisation and per-rank data
+(tests/ddp_worker.py). A ``torchrun`` world whose rank 0 is a server checks that the leader
+is the first worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime_helpers import ROOT, launch_group, load_results
+
+pytestmark = pytest.mark.slow
+WORKER = Path(__file__).with_name("ddp_worker.py")
+
+
+@pytest.fixture(scope="module")
+def parity(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("ddp_parity")
+    code, log = launch_group("parity", out, 2, 0, None, script=WORKER, timeout=300)
+    assert code == 0, log[-4000:]
+    return load_results(out, 2)
+
+
+def assert_state_equal(ddp: dict, ses: dict, only: str | None = None) -> None:
+    keys = [k for k in ddp if only is None or only in k]
+    assert keys
+    for k in keys:
+        torch.testing.assert_close(torch.tensor(ses[k]), torch.tensor(ddp[k]), rtol=1e-4,
+                                   atol=1e-6, msg=lambda m: f"{k}: {m}")
+
+
+@pytest.mark.parametrize("scenario", ["unseeded", "batchnorm", "no_sync"])
+def test_each_rank_ends_where_ddp_does(parity, scenario):
+    """Parameters and buffers after 30 steps equal DDP's on the same rank."""
+    for rank in parity:
+        r = rank[scenario]
+        assert r["session"]["_configs"] >= 3, "the session should have switched configurations"
+        assert_state_equal(r["ddp"], r["session"])
+
+
+def test_unseeded_workers_start_from_the_leader(parity):
+    a, b = (r["unseeded"]["session"] for r in parity)
+    for k in a:
+        if not k.startswith("_"):
+            assert a[k] == b[k], k  # identical on every worker, bit for bit
+
+
+def test_buffers_stay_per_rank_as_under_ddp(parity):
+    """DDP sends the leader's buffers before each forward, so each rank's final running
+    statistics are its own last batch applied to the leader's: they differ by rank."""
+    for scenario in ("batchnorm", "no_sync"):
+        a, b = (r[scenario]["session"]["1.running_var"] for r in parity)
+        assert a != b
+
+
+def test_two_backwards_without_no_sync_is_a_clear_error(parity):
+    for r in parity:
+        msg = r["misuse"]["twice"]
+        assert msg.startswith("UsageError") and "tuner.no_sync()" in msg
+
+
+def test_a_parameter_replaced_after_the_start_is_an_error(parity):
+    for r in parity:
+        msg = r["misuse"]["replaced"]
+        assert msg.startswith("UsageError") and "'2.weight'" in msg
+
+
+def test_a_ddp_wrapped_model_is_refused(parity):
+    for r in parity:
+        msg = r["misuse"]["wrapped"]
+        assert msg.startswith("TypeError") and "model.module" in msg
+
+
+def test_workers_with_different_models_are_refused(parity):
+    for r in parity:
+        msg = r["misuse"]["different"]
+        assert msg.startswith("ConfigError") and "rank 1 (worker" in msg, msg
+
+
+def test_server_at_rank_0_under_torchrun(tmp_path):
+    """Rank 0 is a server: the leader is rank 1, it tunes, records, and sends the stop."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed beside this Python")
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "3", str(WORKER),
+                           "server0", str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    w1, w2 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (1, 2))
+    assert not (tmp_path / "rank0.json").exists()  # the server left inside session()
+    assert w1["leader"] and not w2["leader"]
+    assert w1["tuning_iterations"] == 8 and w1["history"] >= 2
+    assert w1["state"] == w2["state"]
+    from autotune.store import Store
+
+    (run,) = Store(tmp_path / "t.db").runs()
+    assert run["status"] == "finished" and run["world"]["servers"] == 1
