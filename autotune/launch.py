@@ -13,6 +13,10 @@ modes run on one host. Every line a process prints is streamed with a ``[w<rank>
 their own, then are stopped; the launcher exits with the first failing rank's code and
 repeats its last lines.
 
+A bad job shape (no workers, negative servers, machines that do not divide the workers,
+more processes than :func:`process_limit` allows here) is a usage error (exit code 2)
+before the rendezvous store or any process starts.
+
 For several real machines use ``torchrun`` (see docs/runtime.md).
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -31,6 +36,57 @@ from typing import IO, Sequence
 import click
 
 TAIL_LINES = 25
+MIN_PROCESS_LIMIT = 64
+PROCESSES_PER_CPU = 8
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def process_limit(cpus: int | None = None, nproc: int | None = None) -> tuple[int, str]:
+    """How many processes ``autotune launch`` may start on this machine, and why.
+
+    ``max(64, 8 x CPUs)`` (every rank is a whole Python process on this one machine; far
+    beyond that they only time-share and time out), lowered to half of ``ulimit -u``
+    (``RLIMIT_NPROC``, which counts threads too: each process also costs the launcher a
+    reader thread) where that limit is finite. ``cpus``/``nproc`` default to this
+    machine's (usable CPUs, soft ``RLIMIT_NPROC``)."""
+    cpus = _cpus() if cpus is None else cpus
+    if nproc is None:
+        nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    limit = max(MIN_PROCESS_LIMIT, PROCESSES_PER_CPU * cpus)
+    why = (f"max({MIN_PROCESS_LIMIT}, {PROCESSES_PER_CPU} x {cpus} CPUs): every rank is a "
+           "Python process on this machine")
+    if nproc != resource.RLIM_INFINITY and nproc >= 0 and nproc // 2 < limit:
+        limit = max(1, nproc // 2)
+        why = (f"half of `ulimit -u` = {nproc}: the limit counts threads too, and each "
+               "process costs the launcher a reader thread")
+    return limit, why
+
+
+def check_world(workers: int, servers: int = 0, machines: int | None = None) -> None:
+    """Reject a job shape before anything starts (``click.BadParameter``, exit code 2)."""
+    if workers < 1:
+        raise click.BadParameter(f"must be >= 1, got {workers}", param_hint="'--workers'")
+    if servers < 0:
+        raise click.BadParameter(f"must be >= 0, got {servers}", param_hint="'--servers'")
+    if machines is not None and machines < 1:
+        raise click.BadParameter(f"must be >= 1, got {machines}", param_hint="'--machines'")
+    if machines is not None and workers % machines:
+        raise click.BadParameter(
+            f"--machines {machines} must divide --workers {workers} (same workers per machine)",
+            param_hint="'--machines'")
+    limit, why = process_limit()
+    if workers + servers > limit:
+        hint = "'--workers'" if workers > limit or not servers else "'--workers' + '--servers'"
+        raise click.BadParameter(
+            f"{workers} workers + {servers} servers = {workers + servers} processes, more than "
+            f"this machine's limit of {limit} ({why}). For more ranks use several machines "
+            "with torchrun (docs/runtime.md).", param_hint=hint)
 
 
 @dataclass
@@ -52,13 +108,7 @@ def plan_processes(script: Sequence[str], workers: int, servers: int = 0,
                    machines: int | None = None, port: int = 29500,
                    python: str = sys.executable) -> list[Proc]:
     """The processes of a job (commands and environments), without starting them."""
-    if workers < 1:
-        raise click.BadParameter(f"--workers must be >= 1, got {workers}")
-    if servers < 0:
-        raise click.BadParameter(f"--servers must be >= 0, got {servers}")
-    if machines is not None and (machines < 1 or workers % machines):
-        raise click.BadParameter(
-            f"--machines {machines} must divide --workers {workers} (same workers per machine)")
+    check_world(workers, servers, machines)
     world = workers + servers
     per = workers // machines if machines else workers
     base = {k: v for k, v in os.environ.items()
@@ -119,7 +169,10 @@ def _stop(procs: list[Proc], wait: float = 5.0) -> None:
 
 def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int | None = None,
             grace: float = 10.0, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
-    """Start the job, stream its output, return 0 or the first failing rank's exit code."""
+    """Start the job, stream its output, return 0 or the first failing rank's exit code.
+
+    A bad job shape raises ``click.BadParameter`` before anything starts."""
+    check_world(workers, servers, machines)
     from torch.distributed import TCPStore  # hosts the rendezvous; torch only here
 
     out = out or sys.stdout
@@ -174,7 +227,9 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
 
 @click.command("launch", context_settings={"ignore_unknown_options": True,
                                            "allow_interspersed_args": False})
-@click.option("--workers", "-n", type=int, required=True, help="Worker processes (ranks 0..N-1).")
+@click.option("--workers", "-n", type=int, required=True,
+              help="Worker processes (ranks 0..N-1). Workers plus servers may be at most "
+                   "max(64, 8 x CPUs) (and half of `ulimit -u`).")
 @click.option("--servers", "-k", type=int, default=0, show_default=True,
               help="Summation Service processes (python -m autotune.server).")
 @click.option("--machines", "-m", type=int, default=None,
@@ -188,6 +243,7 @@ def launch(workers: int, servers: int, machines: int | None, grace: float, scrip
     """Run SCRIPT as N workers plus K servers on this machine."""
     if not os.path.exists(script):
         raise click.BadParameter(f"no such script: {script}", param_hint="SCRIPT")
+    check_world(workers, servers, machines)  # before the rendezvous store or any process
     code = run_job([script, *args], workers, servers, machines, grace)
     sys.exit(code)
 

@@ -266,3 +266,26 @@ def test_missing_file_or_folder(tmp_path):
     empty.write_bytes(b"")
     with Store(empty) as s:  # an empty file is a new database
         assert s.runs() == []
+
+
+def test_reading_never_turns_an_empty_file_into_a_store(tmp_path):
+    """``create=False`` (the read commands) refuses a 0-byte file and an SQLite file
+    without tables, and leaves both byte for byte as they were (no -wal/-shm either)."""
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    with pytest.raises(StoreError, match=r"empty \(0 bytes\), not an autotune database"):
+        Store(empty, create=False)
+    blank = tmp_path / "blank.db"
+    con = sqlite3.connect(blank)
+    con.execute("create table t (x)")
+    con.execute("drop table t")
+    con.commit()
+    con.close()
+    before = blank.read_bytes()
+    assert before[:16] == b"SQLite format 3\x00"
+    with pytest.raises(StoreError, match=r"empty SQLite database \(no tables\)"):
+        Store(blank, create=False)
+    assert empty.read_bytes() == b"" and blank.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blank.db", "empty.db"]
+    with Store(blank) as s:  # writers (create=True) still start a store in it
+        assert s.runs() == []

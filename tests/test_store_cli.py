@@ -5,8 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -112,6 +118,84 @@ def test_clear_errors_for_missing_foreign_and_unknown(db, tmp_path):
     assert foreign.read_text() == "hello"
     r = run("db", "show", "99", "--db", db)
     assert r.exit_code == 1 and "no run 99" in r.output
+
+
+READ_COMMANDS = [["db", "runs"], ["db", "show", "1"], ["db", "trials", "1"], ["db", "best"],
+                 ["db", "similar", "1"], ["db", "export", "1"],
+                 ["db", "prune", "--older-than", "30d"], ["report", "1", "--out", "r.png"]]
+
+
+@pytest.mark.parametrize("command", READ_COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_an_empty_or_missing_file_is_refused_and_never_created(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    r = run(*command, "--db", empty)
+    assert r.exit_code == 1, r.output
+    assert "empty.db is empty (0 bytes), not an autotune database" in r.output
+    r = run(*command, "--db", tmp_path / "absent.db")
+    assert r.exit_code == 1 and "no autotune database at" in r.output
+    assert empty.read_bytes() == b""
+    assert [p.name for p in tmp_path.iterdir()] == ["empty.db"]  # no -wal, -shm, r.png, absent.db
+
+
+def _as_other_user(*args) -> tuple[int, str]:
+    """Run ``autotune ARGS`` so that file permissions apply: as ``nobody`` when we are root
+    (root ignores them), else in this process."""
+    if os.geteuid() != 0:
+        r = run(*args)
+        return r.exit_code, r.output
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+           "-m", "autotune.cli", *map(str, args)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "HOME": tempfile.gettempdir()})
+    return p.returncode, p.stdout + p.stderr
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory another user can reach (pytest's tmp_path is private to root)."""
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None or subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "true"],
+                capture_output=True).returncode != 0:
+            pytest.skip("as root this needs setpriv to drop to another user")
+    path = Path(tempfile.mkdtemp(prefix="autotune-ro-"))
+    path.chmod(0o777)
+    yield path
+    for p in [path, *path.rglob("*")]:
+        p.chmod(0o777 if p.is_dir() else 0o666)
+    shutil.rmtree(path)
+
+
+def test_a_read_only_file_or_directory_says_read_only(db, shared_dir):
+    def copy(to: Path) -> Path:
+        to.mkdir(mode=0o777)
+        to.chmod(0o777)
+        src, dst = sqlite3.connect(db), sqlite3.connect(to / "runs.db")
+        src.backup(dst)
+        src.close()
+        dst.close()
+        return to / "runs.db"
+
+    # a read-only file in a writable directory: reading works, writing says read-only
+    ro_file = copy(shared_dir / "file")
+    ro_file.chmod(0o444)
+    before = ro_file.read_bytes()
+    code, out = _as_other_user("db", "runs", "--json", "--db", ro_file)
+    assert code == 0 and len(json.loads(out)) == 3, out
+    code, out = _as_other_user("db", "prune", "--older-than", "0s", "--db", ro_file)
+    assert code == 1 and "runs.db is read-only here" in out and "corrupt" not in out, out
+    assert ro_file.read_bytes() == before
+    # a read-only directory: SQLite cannot even make its -shm file beside it to read
+    ro_dir = copy(shared_dir / "dir")
+    before = ro_dir.read_bytes()
+    ro_dir.chmod(0o644)
+    ro_dir.parent.chmod(0o555)
+    code, out = _as_other_user("db", "runs", "--db", ro_dir)
+    assert code == 1 and "runs.db is read-only here" in out and "corrupt" not in out, out
+    assert f"its directory {ro_dir.parent}" in out and "Traceback" not in out
+    assert ro_dir.read_bytes() == before and sorted(os.listdir(ro_dir.parent)) == ["runs.db"]
 
 
 def test_db_defaults_to_the_environment(db, monkeypatch):

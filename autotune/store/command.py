@@ -1,8 +1,10 @@
 """``autotune db``: look into the results store from the command line.
 
 Every subcommand takes ``--db PATH`` (default: ``$AUTOTUNE_DB`` or ``./autotune.db``)
-and ``--json`` (machine-readable output instead of rich tables). A missing, foreign or
-corrupt file is a clear error and is never created or changed (only ``prune`` writes).
+and ``--json`` (machine-readable output instead of rich tables). A missing, empty
+(0-byte), foreign or corrupt file is a clear error (exit code 1) and is never created or
+changed (only ``prune`` writes); a file or directory this user may not write says so
+("read-only").
 
 Heavy imports (sqlite-utils, networkx) happen inside the commands, so ``autotune``
 starts fast.

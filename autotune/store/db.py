@@ -11,7 +11,11 @@ a write that still meets a busy database is retried with backoff.
 
 A file that is not an autotune database, is corrupt, or was written by a newer
 autotune raises :class:`StoreError` and is left untouched: nothing is written before
-the file is known to be ours.
+the file is known to be ours. With ``create=False`` (the read commands) a missing file,
+an empty (0-byte) file and an SQLite file without tables are refused too, so they are
+never created or turned into a store. A file or directory this process may not write
+gives a "read-only" error (SQLite needs to write the directory even to read: the
+``-wal``/``-shm`` files live beside the database).
 """
 
 from __future__ import annotations
@@ -95,6 +99,14 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
+def _readonly(exc: sqlite3.Error) -> bool:
+    """SQLITE_READONLY and its extended codes (read-only file, directory, database)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF == 8  # SQLITE_READONLY
+    return "readonly" in str(exc).lower()
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -109,6 +121,7 @@ class Store:
     def __init__(self, path: str | os.PathLike | None = None, *, create: bool = True,
                  lock_wait_s: float = 120.0) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self.create = create
         self.lock_wait_s = lock_wait_s
         self._lock = threading.RLock()
         self._summaries: dict[str, Summary] = {}
@@ -120,10 +133,16 @@ class Store:
             raise StoreError(f"no autotune database at {self.path}")
         if exists:
             self._check_header()
+            if not create and self.path.stat().st_size == 0:
+                raise StoreError(f"{self.path} is empty (0 bytes), not an autotune database; "
+                                 "it was left untouched")
         try:
             conn = sqlite3.connect(str(self.path), timeout=min(lock_wait_s, 60.0),
                                    isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
+            if not exists and not os.access(self.path.parent, os.W_OK):
+                raise StoreError(f"cannot create {self.path}: directory {self.path.parent} is "
+                                 f"read-only here ({exc})") from exc
             raise StoreError(f"cannot open {self.path}: {exc}") from exc
         self.conn = conn
         self.db = sqlite_utils.Database(conn, execute_plugins=False)
@@ -140,8 +159,11 @@ class Store:
     def _check_header(self) -> None:
         if not self.path.is_file():
             raise StoreError(f"{self.path} is not a file")
-        with open(self.path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(len(SQLITE_MAGIC))
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.path}: {exc.strerror or exc}") from exc
         if head and head != SQLITE_MAGIC:
             raise StoreError(f"{self.path} is not an autotune database (not an SQLite file); "
                              "it was left untouched")
@@ -174,6 +196,9 @@ class Store:
                     f"understands ({schema.SCHEMA_VERSION}); upgrade autotune")
             if version == schema.SCHEMA_VERSION:
                 return version
+        elif not self.create:
+            raise StoreError(f"{self.path} is an empty SQLite database (no tables), not an "
+                             "autotune database; it was left untouched")
         # Create or migrate, under the write lock; another process may have done it.
         self.conn.execute("BEGIN IMMEDIATE")
         try:
@@ -219,6 +244,12 @@ class Store:
             return StoreError(f"{self.path} stayed locked for {self.lock_wait_s:.0f} s: {text}")
         if isinstance(exc, sqlite3.IntegrityError):
             return StoreError(f"{self.path}: {text}")
+        if _readonly(exc):
+            return StoreError(
+                f"{self.path} is read-only here ({text}): autotune needs write access to it to "
+                f"record or prune runs, and to its directory {self.path.parent} even to read "
+                f"(SQLite keeps {self.path.name}-wal and {self.path.name}-shm beside it); "
+                "it was left untouched")
         return StoreError(f"{self.path} is corrupt or not an autotune database ({text}); "
                           "it was left untouched")
 
