@@ -9,9 +9,10 @@ as under ``torchrun``), so the store outlives any rank and the survivors can tel
 peer died. With ``--machines M`` the workers are split into ``M`` emulated machines
 (``AUTOTUNE_MACHINE=node0..``; servers are ``server0..``), which is how the intra-machine
 modes run on one host. Every line a process prints is streamed with a ``[w<rank>]`` or
-``[s<rank>]`` prefix. If a process fails, the others get ``grace`` seconds to finish on
-their own, then are stopped; the launcher exits with the first failing rank's code and
-repeats its last lines.
+``[s<rank>]`` prefix. If a worker fails, the others get ``grace`` seconds to finish on
+their own, then are stopped; the launcher exits with the first failing worker's code and
+repeats its last lines. A server that fails is reported and the job goes on: the workers
+drop lost servers (see ``ServerLost``); the exit code is the workers'.
 
 A bad job shape (no workers, negative servers, machines that do not divide the workers,
 more processes than :func:`process_limit` allows here) is a usage error (exit code 2)
@@ -189,16 +190,29 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
             p.reader = threading.Thread(target=_pump, args=(p, out, lock), daemon=True)
             p.reader.start()
         deadline = None
+        lost: list[Proc] = []  # servers that failed: the workers go on without them
         while True:
             codes = [p.popen.poll() for p in procs]  # type: ignore[union-attr]
+            for p, c in zip(procs, codes):
+                if c not in (None, 0) and p.role == "server" and p not in lost:
+                    lost.append(p)
+                    with lock:
+                        out.write(f"autotune launch: rank {p.rank} (server) failed, "
+                                  f"{_describe_exit(c)}; the job goes on while its workers do\n")
+                        out.flush()
             if failed is None:
                 for p, c in zip(procs, codes):
-                    if c not in (None, 0):
+                    if c not in (None, 0) and p.role == "worker":
                         failed = p
                         deadline = time.monotonic() + grace
                         break
             if all(c is not None for c in codes):
                 break
+            workers_done = all(c is not None for p, c in zip(procs, codes) if p.role == "worker")
+            if workers_done and deadline is None:
+                # servers leave at the leader's stop; one that cannot (stopped, or dropped
+                # after a loss) gets the grace period, then is stopped
+                deadline = time.monotonic() + grace
             if deadline is not None and time.monotonic() > deadline:
                 _stop(procs)
                 break
@@ -213,6 +227,9 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
                 p.reader.join(timeout=5)
         del store
     if failed is None:
+        for p in lost:
+            err.write(f"autotune launch: rank {p.rank} (server) failed, "
+                      f"{_describe_exit(p.popen.returncode)}; the workers finished without it\n")
         return 0
     code = failed.popen.returncode  # type: ignore[union-attr]
     err.write(f"autotune launch: rank {failed.rank} ({failed.role}) failed, "

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any, Mapping
 
-from autotune.runtime.errors import ConfigError, RuntimeFault
+from autotune.runtime.errors import ConfigError, RuntimeFault, ServerLost
 
 
 def serve(rt: Any) -> int:
@@ -24,20 +24,26 @@ def serve(rt: Any) -> int:
 
     A :class:`ConfigError` or recoverable :class:`RuntimeFault` from ``sync`` was raised
     on every rank alike; the workers decide what comes next, so the server keeps serving.
+    :class:`ServerLost` (a server stopped, and the workers went on without servers) ends
+    the loop: this server is no longer needed.
     """
     served = 0
     while True:
         try:
             rt.sync()
+            if rt.stopped:
+                return served
+            rt.serve_iteration()
+        except ServerLost as e:
+            print(f"autotune server rank {rt.info.rank}: leaving, {e}", file=sys.stderr,
+                  flush=True)
+            return served
         except ConfigError:
             continue
         except RuntimeFault as e:
             if e.recoverable:
                 continue
             raise
-        if rt.stopped:
-            return served
-        rt.serve_iteration()
         served += 1
 
 

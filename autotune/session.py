@@ -44,8 +44,8 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
-from autotune.runtime.errors import UsageError
-from autotune.space import Config, SearchSpace
+from autotune.runtime.errors import ServerLost, UsageError
+from autotune.space import Config, ConfigError, SearchSpace
 from autotune.tuner import Trial, Tuner
 
 __all__ = ["Session", "session", "TrialRecord"]
@@ -172,6 +172,8 @@ class Session:
         self._registered: set[int] = set()
         self._model_hooks: list[Any] = []
         self._buffers_next = True   # DDP's require_forward_param_sync
+        self._replan = False        # leader: servers were lost, the tuner must start over
+        self._servers_dropped = False
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -215,6 +217,14 @@ class Session:
         if self.is_leader:
             self._open_store()
             warm = self._warm_start()
+            restarted = self._restarted_best()
+            if restarted is not None:
+                # torchrun --max-restarts brought the job back: no tuning again
+                self._say(f"restart {os.environ['TORCHELASTIC_RESTART_COUNT']}: keeping the "
+                          f"stored best configuration of job {self._job_name()!r}")
+                self._locked = True
+                self._apply(restarted)
+                return
             if self.budget == 0:
                 # No tuning: the best stored configuration of a similar job, or the default.
                 self._locked = True
@@ -248,6 +258,13 @@ class Session:
                 roots = cands or None
             except Exception as exc:  # probes are advisory; a bad sysfs must not stop training
                 warnings.warn(f"topology probe failed, all local workers are root candidates: {exc}")
+        if self.rt.lost_servers:
+            # what the runtime can still do: all-reduce among the workers on the groups
+            # made at bootstrap
+            from autotune.runtime.core import FALLBACK_STREAMS
+
+            return SearchSpace.build(k_max=0, allow_lossy=self.allow_lossy,
+                                     max_streams=FALLBACK_STREAMS, transports=("allreduce",))
         return SearchSpace.build(
             k_max=len(info.servers),
             workers_per_machine=info.workers_per_machine,
@@ -272,8 +289,10 @@ class Session:
         except RuntimeFault as exc:
             if not exc.recoverable:
                 raise
-            # Identical on every rank and nothing moved: average the same gradients
-            # again under the last configuration that worked.
+            if isinstance(exc, ServerLost):
+                self._lose_servers(exc)
+            # Identical on every rank and nothing moved (or the servers were dropped):
+            # average the same gradients again under the last configuration that worked.
             failed = str(exc)
             self._apply(self._fallback() if self.is_leader else None, retrying=True)
             self.rt.retry()
@@ -339,14 +358,69 @@ class Session:
                     "leave the session and start a new one")
 
     def _fallback(self) -> Config:
-        return self._last_good or self.space.default()
+        good = self._last_good
+        return good if good is not None and self._allowed(good) else self.space.default()
+
+    def _allowed(self, config: Config) -> bool:
+        try:
+            self.space.validate(config)
+        except ConfigError:
+            return False
+        return True
+
+    def _lose_servers(self, exc: ServerLost) -> None:
+        """Servers stopped; the runtime already dropped them. Shrink the space to what is
+        left, report once, record it; the leader's tuner starts over at the next step."""
+        if self._servers_dropped:
+            return
+        self._servers_dropped = True
+        self.space = self._build_space()
+        if not self.is_leader:
+            return
+        self._replan = True
+        self._say(f"[red]lost server(s)[/] {list(exc.servers)}: {exc}. Training goes on with "
+                  "all-reduce among the workers.")
+        if self._store is not None:
+            self._store_call("add_trial", self._run_id, index=self._trial_index + 1,
+                             technique="fault", config=dict(self.config or {}), iterations=0,
+                             score=None, error=f"lost server(s) {list(exc.servers)}: {exc}",
+                             wall_time=0.0)
+
+    def _start_over(self, failed: str | None) -> Config:
+        """Leader, after a server loss. Settled: keep the configuration if it can still
+        run, else re-tune briefly (``budget=0``: the default). Tuning: the trial under way
+        failed, and a new tuner over the smaller space gets the budget left, warm-started
+        from the best so far if that can still run."""
+        self._replan = False
+        best = self._best[0] if self._best and self._allowed(self._best[0]) else None
+        if self._locked:
+            kept = self._best[0] if self._best else self.config
+            if kept is not None and self._allowed(kept):
+                return kept
+            if self.budget == 0:
+                return self._fallback()
+            budget = max(10, self.budget // 5)
+        else:
+            if self._warmup_left == 0 and self._trial is not None and self._trial_left > 0:
+                self._finish_trial(None, failed or "servers lost")
+            budget = self.tuner.remaining if self.tuner is not None else 0
+        self._best = (best, self.tuner.score_of(best) or 0.0) if best and self.tuner else None
+        if budget <= 0:
+            return self._lock()
+        self._locked = False
+        self.tuner = Tuner(self.space, budget=budget, techniques=self.techniques,
+                           seed=self.seed + self.iteration, warm_start=[best] if best else [])
+        if self._progress is None:
+            self._start_progress()
+        if self._warmup_left > 0:
+            return self._fallback()
+        return self._next_trial()
 
     def _apply(self, config: Config | None, retrying: bool = False) -> None:
         """``Runtime.sync`` until a configuration is in force. A configuration that cannot
         be applied fails identically on every rank: rank 0 scores its trial as failed
         and proposes the next one (or the fallback), the others just sync again."""
         from autotune.runtime import RuntimeFault
-        from autotune.space import ConfigError
 
         for _ in range(1000):
             try:
@@ -355,6 +429,13 @@ class Session:
             except (ConfigError, RuntimeFault) as exc:
                 if isinstance(exc, RuntimeFault) and not exc.recoverable:
                     raise
+                if isinstance(exc, ServerLost):
+                    # lost at an iteration boundary: nothing to average again; keep the
+                    # configuration if it can still run, the tuner starts over next step
+                    self._lose_servers(exc)
+                    if self.is_leader and config is not None and not self._allowed(config):
+                        config = self._fallback()
+                    continue
                 if self.is_leader:
                     if retrying or self._locked or self._trial is None:
                         config = self._fallback() if config != self._fallback() else self.space.default()
@@ -379,6 +460,8 @@ class Session:
         return trial.config
 
     def _advance(self, slowest: float, failed: str | None) -> Config:
+        if self._replan:
+            return self._start_over(failed)
         if self._locked:
             return self._watch_drift(slowest)
         if self._warmup_left > 0:
@@ -542,7 +625,7 @@ class Session:
         self._model_graph = model_graph(self.model)
         self._topology_graph = self._cluster_graph()
         self._run_id = self._store.start_run(
-            job=self.job or Path(os.environ.get("AUTOTUNE_JOB", "session")).name,
+            job=self._job_name(),
             world={"workers": len(info.workers), "servers": len(info.servers),
                    "machines": info.n_machines, "workers_per_machine": info.workers_per_machine},
             backend=dist.get_backend(),
@@ -550,6 +633,32 @@ class Session:
             topology_graph=self._topology_graph,
             space_facts=dict(self.space.facts),
         )
+
+    def _job_name(self) -> str:
+        return self.job or Path(os.environ.get("AUTOTUNE_JOB", "session")).name
+
+    def _restarted_best(self) -> Config | None:
+        """Under ``torchrun --max-restarts``, after a restart (``TORCHELASTIC_RESTART_COUNT``
+        > 0): the best configuration stored by an earlier run of the same job, if it still
+        fits this job's space."""
+        try:
+            restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        except ValueError:
+            restarts = 0
+        if restarts <= 0 or self._store is None:
+            return None
+        try:
+            runs = self._store.runs(job=self._job_name())
+        except Exception as exc:
+            warnings.warn(f"could not read earlier runs from the results store: {exc}")
+            return None
+        for run in runs:
+            if run["id"] != self._run_id and run.get("best_config"):
+                try:
+                    return self.space.validate(run["best_config"])
+                except ConfigError:
+                    continue
+        return None
 
     def _cluster_graph(self):
         """The job's cluster as a small labelled graph for similarity look-ups: worker

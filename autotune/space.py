@@ -139,6 +139,7 @@ class SearchSpace:
         max_streams: int = 16,
         min_chunk_bytes: int = MIN_CHUNK_BYTES,
         max_chunk_bytes: int = MAX_CHUNK_BYTES,
+        transports: Sequence[str] = TRANSPORTS,
     ) -> "SearchSpace":
         """The space of a job, from its facts.
 
@@ -147,7 +148,12 @@ class SearchSpace:
         strategies ``root`` and ``scatter`` join ``flat``. ``root_candidates``: local
         worker indices allowed as reduce root, best first (from the topology classifier;
         default: all local workers). ``allow_lossy``: let compression codecs in.
+        ``transports``: a subset of :data:`TRANSPORTS` (after a server loss, all-reduce only).
         """
+        transports = tuple(dict.fromkeys(transports))
+        if not transports or any(t not in TRANSPORTS for t in transports):
+            raise ValueError(f"transports must be a non-empty subset of {TRANSPORTS}, "
+                             f"got {transports}")
         if k_max < 0:
             raise ValueError(f"k_max must be >= 0, got {k_max}")
         if workers_per_machine < 1:
@@ -177,7 +183,7 @@ class SearchSpace:
             Param("chunk_bytes", _log2_range(min_chunk_bytes, max_chunk_bytes),
                   DEFAULT_CHUNK_BYTES, ordinal=True, log=True,
                   doc="partition size: small gradients packed up to it, large ones split"),
-            Param("transport", TRANSPORTS, "allreduce",
+            Param("transport", transports, transports[0],
                   doc="allreduce among workers, or push/pull through Summation Services"),
             Param("servers", tuple(range(k_max + 1)), 0, ordinal=True,
                   when=(("transport", ("pushpull",)),),

@@ -3,6 +3,7 @@
 
     autotune launch --workers 2 tests/ddp_worker.py parity OUTDIR
     torchrun --nproc-per-node 3 tests/ddp_worker.py server0 OUTDIR   # rank 0 is a server
+    autotune launch --workers 2 tests/ddp_worker.py restart OUTDIR    # + a restarted run
 
 ``parity``: every scenario runs first under DDP, then under a session that tunes (several
 configuration switches) on the same per-rank initialisation and data; then the misuse
@@ -144,6 +145,26 @@ def server0(out: str) -> None:
                    "tuning_iterations": tuner.tuning_iterations, "state": state(model)}, f)
 
 
+def restart(out: str) -> None:
+    """A short tuning job; run again with TORCHELASTIC_RESTART_COUNT=1 it must not tune."""
+    import autotune
+
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    n = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    with autotune.session(model, budget=8, db=os.path.join(out, "t.db"), verbose=False,
+                          timeout=60, job="restart-test") as tuner:
+        for mb in data(RANK, 14):
+            x, y = mb[0]
+            nn.functional.mse_loss(model(x), y).backward()
+            tuner.step()
+            opt.step()
+            opt.zero_grad()
+    with open(os.path.join(out, f"rank{RANK}-restart{n}.json"), "w") as f:
+        json.dump({"history": len(tuner.history), "tuning": tuner.tuning_iterations,
+                   "config": tuner.config, "best": tuner.best}, f)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    {"parity": parity, "server0": server0}[sys.argv[1]](sys.argv[2])
+    {"parity": parity, "server0": server0, "restart": restart}[sys.argv[1]](sys.argv[2])

@@ -96,9 +96,10 @@ def run_ranks(specs: list[RankSpec], timeout_s: float = 300.0,
     """Start every rank, wait for all of them (or the timeout), return their results.
 
     ``echo``: a stream (e.g. ``sys.stdout``) or callable that gets each output line as it
-    comes, prefixed with ``[w0@h0]``-style tags. When a rank exits non-zero the others get
-    ``fail_grace_s`` seconds to finish, then are killed (a peer stuck in gloo would wait
-    for its own long timeout otherwise).
+    comes, prefixed with ``[w0@h0]``-style tags. When a worker exits non-zero, or every
+    worker has exited, the others get ``fail_grace_s`` seconds to finish, then are killed
+    (a peer stuck in gloo would wait for its own long timeout otherwise). A server that
+    fails does not stop the job: the workers go on without it.
     """
     if not specs:
         raise EmulatorError("no ranks to run")
@@ -128,7 +129,11 @@ def run_ranks(specs: list[RankSpec], timeout_s: float = 300.0,
             if all(c is not None for c in codes):
                 break
             now = time.monotonic()
-            if fail_deadline is None and any(c not in (None, 0) for c in codes):
+            workers = [c for (spec, _), c in zip(procs, codes) if spec.role == "worker"]
+            # a failed server is survived (the workers drop it): only a worker's failure,
+            # or every worker done, starts the grace period
+            if fail_deadline is None and (any(c not in (None, 0) for c in workers)
+                                          or all(c is not None for c in workers)):
                 fail_deadline = now + fail_grace_s
             if now >= deadline:
                 timed_out = True

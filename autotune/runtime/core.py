@@ -42,12 +42,13 @@ import torch.distributed as dist
 from autotune.space import Config, ConfigError, SearchSpace, codec_params
 
 from .communication import CommunicationStream
+from .control import ControlPlane
 from .compat import all_gather as _all_gather
 from .compression import Residuals, summation_key
 from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool
-from .errors import RuntimeFault, UsageError
+from .errors import RuntimeFault, ServerLost, UsageError
 from .faults import FaultInjector, Liveness
-from .groups import GroupCache, needed_groups
+from .groups import GroupCache, keep_forever, needed_groups
 from .plan import DTYPE_BYTES
 from .setup import Setup, build_setup
 from .summation import BufferPool, SummationStream
@@ -57,6 +58,9 @@ DTYPES = tuple(DTYPE_BYTES)  # wire codes of gradient dtypes
 MAGIC = 0x4155_5401
 # control message slots (then one int per space parameter)
 _MAGIC, _STOP, _VERSION, _LENGTH, _DIRTY, _BADCFG, _CODEC_KEYS, _H = 0, 1, 2, 3, 4, 5, 6, 8
+# all-reduce stream groups made at bootstrap when servers run, so that the workers can go on
+# alone if servers are lost (no group can be created once a member is dead)
+FALLBACK_STREAMS = 4
 CODEC_PARAMS = frozenset(p.name for p in codec_params())
 
 
@@ -68,17 +72,20 @@ class Runtime:
     """Gradient averaging under any configuration of :attr:`space` (see module docstring)."""
 
     def __init__(self, info: WorldInfo, space: SearchSpace, control: Any, workers_group: Any,
-                 timeout: float, store: Any, heartbeat: float):
+                 timeout: float, store: Any, heartbeat: float, control_timeout: float):
         self.info = info
         self.space = space
         self.timeout = float(timeout)
         self._control = control
+        self._control_members: tuple[int, ...] = tuple(range(info.world_size))
         self._workers_group = workers_group
+        self.lost_servers: tuple[int, ...] = ()  # servers given up; the workers go on alone
         self._store = store
         self._groups = GroupCache(info, timeout)
         self._faults = FaultInjector.from_env(info.rank)
         self._liveness = Liveness(store, info.rank, heartbeat)
         self._liveness.start()
+        self._plane = ControlPlane(self._liveness, self.timeout, control_timeout)
         self._pool = StreamPool(f"autotune-r{info.rank}")
         self._lock = threading.RLock()
 
@@ -114,14 +121,18 @@ class Runtime:
     # ================================================================== bootstrap
     @classmethod
     def bootstrap(cls, timeout: float = 300.0, *, role: str | None = None, max_streams: int = 16,
-                  control_timeout: float = 7 * 24 * 3600.0, heartbeat: float = 0.5) -> "Runtime":
+                  control_timeout: float = 3600.0, heartbeat: float = 0.5) -> "Runtime":
         """Collective on an initialised ``torch.distributed`` world (every rank, servers
         too): learn roles and machines, create the control and worker groups.
 
         ``timeout``: seconds any communication wait may take (it includes waiting for a
         slower peer's backward, so keep it above the longest backward pass).
-        ``control_timeout``: how long a rank may wait in ``sync`` for the others (servers
-        wait there while workers compute; default one week). ``role``: ``worker`` or
+        ``control_timeout``: how long a rank may wait in ``sync`` for others that are alive
+        (servers wait there while workers compute, workers while one evaluates; default one
+        hour). A peer whose heartbeat stopped ends any wait after ``timeout`` (see
+        :mod:`autotune.runtime.control`). With servers, the all-reduce groups of
+        :data:`FALLBACK_STREAMS` streams are made here, so that losing a server is not
+        fatal (see :class:`ServerLost`). ``role``: ``worker`` or
         ``server`` (default ``AUTOTUNE_ROLE``, else worker). Servers adopt the leader's
         ``timeout`` and ``max_streams``."""
         if not dist.is_available() or not dist.is_initialized():
@@ -129,8 +140,9 @@ class Runtime:
                                "(torch.distributed.init_process_group)")
         rank, world = dist.get_rank(), dist.get_world_size()
         role = local_role(role)
+        # gloo's own limit stays out of the way: ControlPlane bounds every wait
         control = dist.new_group(list(range(world)), backend="gloo",
-                                 timeout=timedelta(seconds=control_timeout))
+                                 timeout=timedelta(days=7))
         info = discover(rank, world, role, local_machine(), control)
         def build(streams: int) -> SearchSpace:
             return SearchSpace.build(k_max=len(info.servers),
@@ -159,7 +171,10 @@ class Runtime:
             store.set(f"autotune/pid/{rank}", f"{os.getpid()}")
         except Exception:
             store = None
-        return cls(info, space, control, workers_group, timeout, store, heartbeat)
+        rt = cls(info, space, control, workers_group, timeout, store, heartbeat, control_timeout)
+        if info.servers:
+            rt._groups.ensure([("ar", s) for s in range(min(FALLBACK_STREAMS, lead_streams))])
+        return rt
 
     # ================================================================== inspection
     @property
@@ -328,14 +343,22 @@ class Runtime:
         return {k: v for k, v in config.items() if k not in CODEC_PARAMS}
 
     def _control_op(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """A blocking collective of the control plane; a failure (a peer died) becomes a
-        non-recoverable RuntimeFault naming the dead rank, and breaks the runtime."""
+        """A collective of the control plane, its wait bounded (:class:`ControlPlane`). A
+        failure becomes a RuntimeFault naming the rank to blame: recoverable when only
+        servers were lost (:class:`ServerLost`), else it breaks the runtime."""
+        group = kwargs.get("group")
+        members = self.info.workers if group is self._workers_group else self._control_members
         try:
+            if fn in (dist.all_reduce, dist.broadcast):
+                return self._plane.call(what, fn, *args, members=members, **kwargs)
+            if fn in (dist.isend, dist.irecv):
+                return self._plane.wait(fn(*args, **kwargs), what, members)
             return fn(*args, **kwargs)
         except Exception as e:
-            peers = [r for r in range(self.info.world_size) if r != self.info.rank]
-            fault = self._fault_from(OpError(what, peers, e))
-            self._broken = fault
+            err = e if isinstance(e, OpError) else OpError(what, members, e)
+            fault = self._fault_from(err)
+            if not fault.recoverable:
+                self._broken = fault
             raise fault from e
 
     def _exchange_layout(self, n: int) -> list[list[int]]:
@@ -385,6 +408,8 @@ class Runtime:
                 sizes = list(self._setup.sizes) if self._setup else []
             if self._faults.configure_fails(config):
                 raise RuntimeError("injected configure fault (AUTOTUNE_FAULT)")
+            if self.lost_servers:
+                self._check_without_servers(config)
             setup = build_setup(config, sizes, self.info)
             inp, out = self._buffers_for(setup)
             give_back = (not reregistered and self._residuals.summation_pending()
@@ -424,6 +449,16 @@ class Runtime:
         self._move_residuals(old_setup, old_order, layout is not None, reregistered, give_back,
                              senders)
 
+    def _check_without_servers(self, config: Config) -> None:
+        """After a server loss only groups made before it can be used: all-reduce among the
+        workers, on the streams whose groups exist."""
+        missing = [k for k in needed_groups(config, self.info) if k not in self._groups]
+        if config["transport"] == "pushpull" or missing:
+            raise ConfigError(
+                f"servers {list(self.lost_servers)} were lost: only all-reduce among the "
+                f"workers with intra=flat and at most {FALLBACK_STREAMS} streams is possible "
+                f"now, not {dict(config)}")
+
     def _move_residuals(self, old: Setup | None, old_order: list[int], relaid: bool,
                         reregistered: bool, give_back: bool, senders: list[int]) -> None:
         """After a switch: re-lay out or reset the residuals, hand a Summation Service's
@@ -446,11 +481,11 @@ class Runtime:
             for dtype, n in setup.totals:
                 if me == r:
                     t = taken.get(dtype, torch.zeros(n, dtype=torch.float32))
-                    self._control_op("residual hand-back", dist.send, t, leader,
+                    self._control_op("residual hand-back", dist.isend, t, leader,
                                      group=self._control)
                 elif me == leader:
                     t = torch.empty(n, dtype=torch.float32)
-                    self._control_op("residual hand-back", dist.recv, t, r, group=self._control)
+                    self._control_op("residual hand-back", dist.irecv, t, r, group=self._control)
                     res.absorb(dtype, t)
         comp = setup.compression
         totals = dict(setup.totals)
@@ -677,7 +712,8 @@ class Runtime:
             if isinstance(it.error, UsageError):
                 raise it.error
             fault = self._fault_from(it.error)
-            self._broken = fault
+            if not fault.recoverable:
+                self._broken = fault
             raise fault
         if it.twice:
             reg = self._order[it.twice[0]]
@@ -701,6 +737,11 @@ class Runtime:
         """Wait for the iteration's jobs; a stretch of ``timeout`` without progress fails."""
         last, since = -1, time.monotonic()
         while not it.done.wait(0.5):
+            gone = self._lost_peers()
+            if gone:  # another rank gave up a peer this round depends on
+                it.abort()
+                it.error = OpError("this round", gone, "given up as lost by another rank")
+                return
             if it.progress != last:
                 last, since = it.progress, time.monotonic()
             elif time.monotonic() - since > self.timeout + 10:
@@ -711,6 +752,12 @@ class Runtime:
                 it.error = OpError(f"no progress for {self.timeout:.0f}s (ranks without heartbeat: "
                                    f"{who})", dead, "timeout")
                 return
+
+    def _lost_peers(self) -> list[int]:
+        """Servers another rank posted as lost that this rank has not dropped yet."""
+        if not self.info.servers:
+            return []
+        return sorted(set(self._liveness.lost()) - set(self.lost_servers))
 
     def _write_back(self) -> None:
         setup = self._setup
@@ -744,8 +791,15 @@ class Runtime:
             return err
         if not isinstance(err, OpError):
             return RuntimeFault(f"internal error in a communication stream: {err!r}")
-        peers = [p for p in err.peers if p != self.info.rank]
-        dead = self._liveness.dead(peers) if peers else None
+        me = self.info.rank
+        if not self.info.is_worker and me in self._liveness.lost():
+            return ServerLost(f"this server ({self.describe(me)}) was given up by the workers "
+                              "(it stopped answering): they go on without servers", servers=(me,))
+        peers = [p for p in err.peers if p != me]
+        posted = sorted(set(self._liveness.lost()) & set(peers))
+        dead = posted or (self._liveness.dead(peers) if peers else None)
+        if dead and set(dead) <= set(self.info.servers):
+            return self._drop_servers(dead, err)
         if dead:
             rank, state = dead[0], "stopped (no heartbeat: dead?)"
         elif len(peers) == 1:
@@ -757,6 +811,29 @@ class Runtime:
         else:
             text = f"{err.what} failed: {err.cause}"
         return RuntimeFault(text, rank=rank, recoverable=False)
+
+    def _drop_servers(self, dead: list[int], err: OpError) -> ServerLost:
+        """Servers ``dead`` stopped: tell every rank, and on a worker go on without any
+        server (control over the workers' group, all-reduce only; the iteration's
+        gradients are intact, so it is averaged again: ``sync`` then ``retry``)."""
+        self._liveness.post_lost(dead)
+        who = ", ".join(self.describe(r) for r in dead)
+        if self._control is not self._workers_group:
+            for group in [self._control, *self._groups.with_any_of(self.info.servers)]:
+                keep_forever(group)  # operations on them may never end: no destructor at exit
+        if self.info.is_worker:
+            self.lost_servers = tuple(sorted(set(self.lost_servers) | set(self.info.servers)))
+            self._control = self._workers_group
+            self._control_members = self.info.workers
+            self._seen_version = -1       # every worker takes the leader's layout again
+            self._served = True
+            self._iter = None
+            text = (f"{who} stopped (no heartbeat) during {err.what}: {err.cause}. The workers "
+                    "go on without servers (all-reduce); the gradients are intact: sync() and "
+                    "retry()")
+        else:
+            text = f"{who} stopped during {err.what}: the workers go on without servers"
+        return ServerLost(text, servers=tuple(dead))
 
     # ================================================================== servers
     def serve_iteration(self) -> None:
@@ -803,8 +880,9 @@ class Runtime:
             h.remove()
         self._hooks = []
         self._pool.shutdown(timeout=2.0 if self._broken else 10.0)
+        self._liveness.leave()
         self._liveness.stop()
-        if self._broken is None:
+        if self._broken is None and not self.lost_servers:
             self._groups.destroy()
         self._inp, self._out, self._pools = {}, {}, []
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from autotune.space import ConfigError
 
-__all__ = ["ConfigError", "RuntimeFault", "UsageError"]
+__all__ = ["ConfigError", "RuntimeFault", "ServerLost", "UsageError"]
 
 
 class RuntimeFault(RuntimeError):
@@ -29,6 +29,21 @@ class RuntimeFault(RuntimeError):
         super().__init__(message)
         self.rank = rank
         self.recoverable = recoverable
+
+
+class ServerLost(RuntimeFault):
+    """Summation servers stopped (killed, stopped, their machine gone): recoverable.
+
+    On a worker the runtime has already dropped every server: from now on it runs
+    all-reduce among the workers only (over groups made at bootstrap), the iteration's
+    gradients are intact, so ``sync`` (with a configuration without servers) and ``retry``
+    average them again and no step is lost. On a surviving server it means: leave, the
+    workers go on without servers. ``servers``: the ranks that stopped.
+    """
+
+    def __init__(self, message: str, *, servers: tuple[int, ...]):
+        super().__init__(message, rank=servers[0], recoverable=True)
+        self.servers = servers
 
 
 class UsageError(RuntimeError):

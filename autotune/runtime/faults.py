@@ -27,7 +27,10 @@ configuration) and a mode:
 
 **Liveness.** Each rank bumps a counter in the rendezvous store every ``interval`` seconds.
 After a failed collective (whose error does not say which peer failed) the runtime reads
-the counters twice; ranks whose counter stood still are named as dead.
+the counters twice; ranks whose counter stood still are named as dead, except those that
+said they left (a survivor that raised its own fault and shut down is not to blame).
+The same store holds the list of ranks given up as lost (:meth:`Liveness.post_lost`):
+every bounded wait reads it, so one rank's verdict reaches the others within a second.
 """
 
 from __future__ import annotations
@@ -131,6 +134,8 @@ class Liveness:
     """Heartbeat counters in the rendezvous store (see the module docstring)."""
 
     PREFIX = "autotune/alive/"
+    LEFT = "autotune/left/"
+    LOST = "autotune/lost/"
 
     def __init__(self, store: Any, rank: int, interval: float = 0.5):
         self.store = store
@@ -138,6 +143,7 @@ class Liveness:
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lost: list[int] = []
 
     def start(self) -> None:
         if self.store is None or self._thread is not None:
@@ -163,9 +169,18 @@ class Liveness:
     def _read(self, ranks: Sequence[int]) -> list[int]:
         return [int(self.store.add(f"{self.PREFIX}{r}", 0)) for r in ranks]
 
+    def leave(self) -> None:
+        """Say this rank is leaving on purpose (before its heartbeat stops)."""
+        try:
+            if self.store is not None:
+                self.store.set(f"{self.LEFT}{self.rank}", "1")
+        except Exception:
+            pass
+
     def dead(self, ranks: Sequence[int], wait: float | None = None) -> list[int] | None:
         """Ranks among ``ranks`` whose heartbeat stood still for ``wait`` seconds
-        (default 4 intervals); ``None`` if the store cannot be read."""
+        (default 4 intervals) and that did not say they left; ``None`` if the store cannot
+        be read."""
         ranks = [r for r in ranks if r != self.rank]
         if self.store is None or not ranks:
             return None if self.store is None else []
@@ -173,6 +188,28 @@ class Liveness:
             before = self._read(ranks)
             time.sleep(wait if wait is not None else 4 * self.interval)
             after = self._read(ranks)
+            still = [r for r, a, b in zip(ranks, before, after) if a == b]
+            return [r for r in still if not self.store.check([f"{self.LEFT}{r}"])]
         except Exception:
             return None
-        return [r for r, a, b in zip(ranks, before, after) if a == b]
+
+    def post_lost(self, ranks: Sequence[int]) -> None:
+        """Tell every rank that ``ranks`` are given up (see :meth:`lost`)."""
+        if self.store is None:
+            return
+        for r in ranks:
+            if r not in self.lost():
+                n = int(self.store.add(f"{self.LOST}n", 1))
+                self.store.set(f"{self.LOST}{n - 1}", str(int(r)))
+
+    def lost(self) -> list[int]:
+        """Ranks that any rank gave up as lost so far (one store read when none is new)."""
+        if self.store is None:
+            return []
+        try:
+            n = int(self.store.add(f"{self.LOST}n", 0))
+            while len(self._lost) < n:
+                self._lost.append(int(self.store.get(f"{self.LOST}{len(self._lost)}")))
+        except Exception:
+            pass
+        return list(self._lost)

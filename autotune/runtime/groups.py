@@ -71,6 +71,9 @@ class GroupCache:
     def __len__(self) -> int:
         return len(self._groups)
 
+    def __contains__(self, key: Key) -> bool:
+        return key in self._groups
+
     def ensure(self, keys: list[Key]) -> int:
         """Create the groups of ``keys`` not created yet; returns how many were created.
         Every rank must call this with the same keys in the same order."""
@@ -91,6 +94,11 @@ class GroupCache:
         except KeyError:
             raise RuntimeError(f"process group {key} was not created (internal error)") from None
 
+    def with_any_of(self, ranks: Any) -> list[Any]:
+        """The groups created so far that count any of ``ranks`` among their members."""
+        ranks = set(ranks)
+        return [g for k, g in self._groups.items() if ranks & set(members(k, self.info))]
+
     def destroy(self) -> None:
         import torch.distributed as dist
 
@@ -101,3 +109,22 @@ class GroupCache:
             except Exception:
                 pass
         self._groups.clear()
+
+
+def keep_forever(group: Any) -> None:
+    """Never free ``group``. A gloo group whose operation waits on a stopped member (SIGSTOP,
+    a frozen machine) cannot be destroyed: its destructor joins the thread blocked in that
+    operation, so the process would hang at exit. After a member is given up, its groups
+    are left to the operating system instead."""
+    import ctypes
+
+    import torch
+
+    if group is None:
+        return
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(group))
+    try:
+        backend = group._get_backend(torch.device("cpu"))
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(backend))
+    except Exception:
+        pass
