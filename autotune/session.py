@@ -424,7 +424,9 @@ class Session:
 
         for _ in range(1000):
             try:
-                self.config = self.rt.sync(config)
+                active = self.rt.sync(config)
+                # the runtime's configuration, as a point of this session's space
+                self.config = {k: active[k] for k in self.space.names}
                 break
             except (ConfigError, RuntimeFault) as exc:
                 if isinstance(exc, RuntimeFault) and not exc.recoverable:
@@ -663,21 +665,11 @@ class Session:
     def _cluster_graph(self):
         """The job's cluster as a small labelled graph for similarity look-ups: worker
         machines and servers as nodes, joined through one network switch node (O(n)
-        edges, so large jobs stay cheap to compare)."""
-        import networkx as nx
+        edges, so large jobs stay cheap to compare): :func:`autotune.probes.graph.job_graph`."""
+        from autotune.probes.graph import job_graph
 
         info = self.rt.info
-        per_machine = info.workers_per_machine  # computed once: WorldInfo derives it
-        g = nx.Graph()
-        g.add_node("net", kind="switch", label="switch")
-        machines = sorted({info.machines[r] for r in info.workers})
-        for i in range(len(machines)):
-            g.add_node(f"m{i}", kind="machine", label=f"machine:{per_machine}w")
-            g.add_edge("net", f"m{i}", kind="net", label="net")
-        for s in range(len(info.servers)):
-            g.add_node(f"s{s}", kind="server", label="server")
-            g.add_edge("net", f"s{s}", kind="net", label="net")
-        return g
+        return job_graph(info.n_machines, info.workers_per_machine, len(info.servers))
 
     def _warm_start(self) -> list[Config]:
         warm: list[Config] = []

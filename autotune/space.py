@@ -26,37 +26,19 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
+# The domains' values and defaults are the runtime's (RuntimeConfig); the space is a grid
+# of search points over them.
+from autotune.runtime.config import (
+    COMPRESS_MIN_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESS_MIN_BYTES,
+    DEFAULT_POWERSGD_RANK, DEFAULT_RANDOMK_RATIO, DEFAULT_TOPK_RATIO, INTRA_MODES,
+    LOSSY_CODECS, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, POWERSGD_RANKS, RANDOMK_RATIOS,
+    TOPK_RATIOS, TRANSPORTS, ConfigError, KiB, MiB)
+
 Config = dict[str, Any]
 
-KiB = 1024
-MiB = 1024 * KiB
-
-TRANSPORTS = ("allreduce", "pushpull")
-INTRA_MODES = ("flat", "root", "scatter")
-LOSSY_CODECS = ("fp16", "bf16", "topk", "randomk", "onebit", "powersgd")
-
-# Codec parameters (conditional dimensions, in the space only with ``allow_lossy``).
-# Random-k gets its own, larger ratios: with error feedback an element waits ~1/ratio
-# iterations to be sent, and at 1% it does not converge (docs/compression.md).
-TOPK_RATIOS = (0.001, 0.01, 0.1)
-DEFAULT_TOPK_RATIO = 0.01
-RANDOMK_RATIOS = (0.05, 0.1, 0.25)
-DEFAULT_RANDOMK_RATIO = 0.1
-POWERSGD_RANKS = (1, 2, 4, 8)
-DEFAULT_POWERSGD_RANK = 4
-COMPRESS_MIN_BYTES = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
-DEFAULT_COMPRESS_MIN_BYTES = 1 * MiB
-
-DEFAULT_CHUNK_BYTES = 4 * MiB
-MIN_CHUNK_BYTES = 64 * KiB
 #: chunk size of the push/pull seed (:meth:`SearchSpace.seeds`); on the emulated cluster
 #: push/pull reached 0.88-0.93 of BytePS's optimum at 256 KiB, 0.57-0.63 at 4 MiB
 PUSHPULL_SEED_CHUNK_BYTES = 256 * KiB
-MAX_CHUNK_BYTES = 64 * MiB
-
-
-class ConfigError(ValueError):
-    """A configuration (or an encoded one) is not in the search space."""
 
 
 @dataclass(frozen=True)
@@ -203,14 +185,6 @@ class SearchSpace:
         )
         return cls(params, facts)
 
-    def with_params(self, *extra: Param) -> "SearchSpace":
-        """A copy with more parameters appended (e.g. a codec's own parameters)."""
-        names = {p.name for p in self.params}
-        for p in extra:
-            if p.name in names:
-                raise ValueError(f"parameter {p.name!r} already in the space")
-        return SearchSpace(self.params + tuple(extra), self.facts)
-
     # ---------------------------------------------------------------- inspection
     @property
     def names(self) -> tuple[str, ...]:
@@ -224,9 +198,6 @@ class SearchSpace:
 
     def __len__(self) -> int:
         return len(self.params)
-
-    def fact(self, name: str) -> Any:
-        return dict(self.facts)[name]
 
     def default(self) -> Config:
         return {p.name: p.default for p in self.params}

@@ -73,6 +73,7 @@ def _worker(args: argparse.Namespace) -> None:
 
     from autotune import zoo
     from autotune.runtime import Runtime
+    from autotune.runtime.config import RuntimeConfig
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -127,7 +128,7 @@ def _worker(args: argparse.Namespace) -> None:
                 {"name": "allreduce/bucket", "times": timed(bucketed)}]
         rt.register(params)
         for cfg in configs(args.full, len(info.servers), info.workers_per_machine):
-            full_cfg = rt.space.validate(cfg)
+            full_cfg = RuntimeConfig.of(cfg).check(rt.limits).as_dict()
 
             def run() -> None:
                 rt.sync(full_cfg if leader else None)

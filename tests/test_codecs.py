@@ -11,12 +11,12 @@ import torch
 from autotune.runtime.codecs import (
     CODECS, BF16Codec, Context, ErrorFeedback, FP16Codec, IdentityCodec, OneBitCodec,
     PowerSGDCodec, RandomKCodec, TopKCodec, codec_for_chunk, codec_from_config,
-    codec_params, compress_min_bytes, compresses, decode_sum, make_codec, sum_packed, whole,
+    compress_min_bytes, compresses, decode_sum, make_codec, sum_packed, whole,
 )
 from autotune.runtime.codecs.selective import (
     break_even_bytes, sync_steps, t_sync_cpr, t_sync_orig, worth_compressing,
 )
-from autotune.space import ConfigError, MiB, SearchSpace
+from autotune.space import ConfigError, MiB, SearchSpace, codec_params
 
 ALL = [
     ("none", {}), ("fp16", {}), ("bf16", {}), ("topk", {"ratio": 0.01}),

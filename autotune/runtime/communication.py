@@ -50,6 +50,7 @@ import torch.distributed as dist
 from .codecs import Context, decode_sum, whole
 from .compat import all_gather
 from .compression import Residuals
+from .config import Intra
 from .engine import Iteration, issue
 from .groups import GroupCache
 from .plan import Chunk, shard_bounds
@@ -134,14 +135,14 @@ class CommunicationStream:
         outb = self.out[c.dtype].narrow(0, c.offset, c.numel) if st.needs_out else None
         intra, pp = cfg["intra"], st.pushpull
         lossy = st.compression.compresses(c)
-        if self.residuals.dirty and not (lossy and intra == "flat"):
+        if self.residuals.dirty and not (lossy and intra == Intra.FLAT):
             # this rank does not encode the chunk as it stands: residual left from an
             # earlier configuration goes out with the gradient
             ef = self.residuals.worker.get(c.dtype)
             if ef is not None:
                 ef.fold(inb, whole(c.offset, c.numel))
 
-        if intra == "flat":
+        if intra == Intra.FLAT:
             if pp:
                 yield from self._pushpull(c, 0, 0, inb, outb, lossy)
                 res = outb
@@ -157,7 +158,7 @@ class CommunicationStream:
             local = info.machine_workers(info.worker_machines[m])
             mg = self._g("mach", s, m)
             lpeers = _peers(local, me)
-            if intra == "root":
+            if intra == Intra.ROOT:
                 r = int(cfg["reduce_root"])
                 root = local[r]
                 yield [issue(f"{tag}: reduce to rank {root}", lpeers,

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 import torch
 
 from .codecs import Codec, ErrorFeedback, codec_from_config, compress_min_bytes, compresses
+from .config import Intra
 from .plan import Chunk
 from .world import WorldInfo
 
@@ -49,7 +50,7 @@ class Compression:
     @classmethod
     def of(cls, config: Mapping[str, Any], info: WorldInfo) -> "Compression":
         """Raises ``ValueError`` for a codec or parameter the codecs package refuses."""
-        flat = config["intra"] == "flat"
+        flat = config["intra"] == Intra.FLAT
         payloads = max(1, len(info.workers) if flat else info.n_machines)
         if config.get("compression", "none") == "none":
             return cls(None, compress_min_bytes(config), payloads)

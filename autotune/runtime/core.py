@@ -39,12 +39,12 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from autotune.space import Config, ConfigError, SearchSpace, codec_params
 
 from .communication import CommunicationStream
 from .control import ControlPlane
 from .compat import all_gather as _all_gather
 from .compression import Residuals, summation_key
+from .config import SIGNATURE, ConfigError, Limits, RuntimeConfig, Transport
 from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool
 from .errors import RuntimeFault, ServerLost, UsageError
 from .faults import FaultInjector, Liveness
@@ -56,12 +56,11 @@ from .world import WorldInfo, discover, local_machine, local_role
 
 DTYPES = tuple(DTYPE_BYTES)  # wire codes of gradient dtypes
 MAGIC = 0x4155_5401
-# control message slots (then one int per space parameter)
-_MAGIC, _STOP, _VERSION, _LENGTH, _DIRTY, _BADCFG, _CODEC_KEYS, _H = 0, 1, 2, 3, 4, 5, 6, 8
+# control message slots (then the configuration, RuntimeConfig.encode())
+_MAGIC, _STOP, _VERSION, _LENGTH, _DIRTY, _BADCFG, _H = 0, 1, 2, 3, 4, 5, 8
 # all-reduce stream groups made at bootstrap when servers run, so that the workers can go on
 # alone if servers are lost (no group can be created once a member is dead)
 FALLBACK_STREAMS = 4
-CODEC_PARAMS = frozenset(p.name for p in codec_params())
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -69,12 +68,13 @@ def _dtype_name(t: torch.Tensor) -> str:
 
 
 class Runtime:
-    """Gradient averaging under any configuration of :attr:`space` (see module docstring)."""
+    """Gradient averaging under any :class:`RuntimeConfig` within :attr:`limits` (see the
+    module docstring)."""
 
-    def __init__(self, info: WorldInfo, space: SearchSpace, control: Any, workers_group: Any,
+    def __init__(self, info: WorldInfo, limits: Limits, control: Any, workers_group: Any,
                  timeout: float, store: Any, heartbeat: float, control_timeout: float):
         self.info = info
-        self.space = space
+        self.limits = limits
         self.timeout = float(timeout)
         self._control = control
         self._control_members: tuple[int, ...] = tuple(range(info.world_size))
@@ -89,8 +89,7 @@ class Runtime:
         self._pool = StreamPool(f"autotune-r{info.rank}")
         self._lock = threading.RLock()
 
-        self.config: Config | None = None
-        self._codec_keys = True               # sync() shows the codec parameters
+        self.config: RuntimeConfig | None = None
         self._setup: Setup | None = None
         self._pools: list[BufferPool] = []
         self._residuals = Residuals()         # error feedback, kept across configurations
@@ -136,33 +135,26 @@ class Runtime:
         ``server`` (default ``AUTOTUNE_ROLE``, else worker). Servers adopt the leader's
         ``timeout`` and ``max_streams``."""
         if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("Runtime.bootstrap needs an initialised torch.distributed world "
-                               "(torch.distributed.init_process_group)")
+            raise UsageError("Runtime.bootstrap needs an initialised torch.distributed world "
+                             "(torch.distributed.init_process_group)")
         rank, world = dist.get_rank(), dist.get_world_size()
         role = local_role(role)
         # gloo's own limit stays out of the way: ControlPlane bounds every wait
         control = dist.new_group(list(range(world)), backend="gloo",
                                  timeout=timedelta(days=7))
         info = discover(rank, world, role, local_machine(), control)
-        def build(streams: int) -> SearchSpace:
-            return SearchSpace.build(k_max=len(info.servers),
-                                     workers_per_machine=info.workers_per_machine,
-                                     allow_lossy=True, max_streams=streams)
-
         # The leader's timeout and stream count hold everywhere (servers start with defaults).
-        space = build(max_streams)
-        mine = torch.tensor([space.signature(), int(timeout * 1000), max_streams],
-                            dtype=torch.int64)
+        mine = torch.tensor([SIGNATURE, int(timeout * 1000), max_streams], dtype=torch.int64)
         every = torch.zeros(world * 3, dtype=torch.int64)
         _all_gather(every, mine, group=control)
         rows = every.view(world, 3).tolist()
         _, lead_ms, lead_streams = rows[info.leader]
         timeout = lead_ms / 1000.0
-        if lead_streams != max_streams:
-            space = build(lead_streams)
-        if space.signature() != rows[info.leader][0]:
-            raise ConfigError(f"rank {rank} builds a different search space than the leader "
+        if SIGNATURE != rows[info.leader][0]:
+            raise ConfigError(f"rank {rank} encodes configurations differently from the leader "
                               "(same autotune version everywhere?)")
+        limits = Limits(servers=len(info.servers), workers_per_machine=info.workers_per_machine,
+                        max_streams=lead_streams)
         workers_group = dist.new_group(list(info.workers), backend="gloo",
                                        timeout=timedelta(seconds=timeout))
         store = None
@@ -171,7 +163,7 @@ class Runtime:
             store.set(f"autotune/pid/{rank}", f"{os.getpid()}")
         except Exception:
             store = None
-        rt = cls(info, space, control, workers_group, timeout, store, heartbeat, control_timeout)
+        rt = cls(info, limits, control, workers_group, timeout, store, heartbeat, control_timeout)
         if info.servers:
             rt._groups.ensure([("ar", s) for s in range(min(FALLBACK_STREAMS, lead_streams))])
         return rt
@@ -234,14 +226,14 @@ class Runtime:
 
     def _check_alive(self) -> None:
         if self._closed:
-            raise RuntimeError("the runtime was shut down")
+            raise UsageError("the runtime was shut down")
         if self._broken is not None:
             raise RuntimeFault(f"the runtime is unusable after an earlier fault: {self._broken}",
                                rank=self._broken.rank)
 
     def _need_worker(self, what: str) -> None:
         if not self.info.is_worker:
-            raise RuntimeError(f"{what} is for workers; this rank is a server")
+            raise UsageError(f"{what} is for workers; this rank is a server")
 
     # ================================================================== registration
     def register(self, params: Iterable[torch.nn.Parameter]) -> None:
@@ -252,7 +244,7 @@ class Runtime:
         self._check_alive()
         self._need_worker("register")
         if self._iter is not None:
-            raise RuntimeError("register() during an iteration (between backward and wait)")
+            raise UsageError("register() during an iteration (between backward and wait)")
         seen: set[int] = set()
         plist = []
         for p in params:
@@ -279,7 +271,7 @@ class Runtime:
         return hook
 
     # ================================================================== sync
-    def sync(self, config: Mapping[str, Any] | None = None, stop: bool = False) -> Config:
+    def sync(self, config: Mapping[str, Any] | None = None, stop: bool = False) -> dict[str, Any]:
         """Collective on ALL ranks at an iteration boundary; returns the active config.
 
         The leader (``info.leader``, the first worker) passes the configuration to use
@@ -290,21 +282,21 @@ class Runtime:
         keeping the previous configuration."""
         self._check_alive()
         if self._stopped:
-            raise RuntimeError("sync() after the job was stopped")
+            raise UsageError("sync() after the job was stopped")
         if self.info.is_worker:
             self._finish_open_iteration()
         leader = self.info.rank == self.info.leader
-        msg = torch.zeros(_H + len(self.space), dtype=torch.int64)
+        msg = torch.zeros(_H + len(RuntimeConfig()), dtype=torch.int64)
         error: ConfigError | None = None
         if leader:
             msg[_MAGIC] = MAGIC
             msg[_STOP] = int(bool(stop))
             msg[_VERSION] = self._version
             msg[_LENGTH] = len(self._proposed)
-            wanted = config if config is not None else (self.config or self.space.default())
-            msg[_CODEC_KEYS] = int(self._codec_keys if config is None else _names_codec(config))
             try:
-                msg[_H:] = torch.tensor(self.space.encode(wanted), dtype=torch.int64)
+                wanted = (RuntimeConfig.of(config).check(self.limits) if config is not None
+                          else self.config or RuntimeConfig())
+                msg[_H:] = torch.tensor(wanted.encode(), dtype=torch.int64)
             except ConfigError as e:
                 error = e
                 msg[_BADCFG] = 1
@@ -318,11 +310,11 @@ class Runtime:
             raise RuntimeFault("garbled control message: is every rank running the same autotune?")
         if msg[_BADCFG]:
             raise error or ConfigError(f"the leader (rank {self.info.leader}) asked for a "
-                                       "configuration outside the space (see its error)")
+                                       "configuration this job cannot run (see its error)")
         if msg[_STOP]:
             self._stopped = True
-            return self._shown(self.config or self.space.default())
-        new = self.space.decode(msg[_H:].tolist())
+            return (self.config or RuntimeConfig()).as_dict()
+        new = RuntimeConfig.decode(msg[_H:].tolist())
         version = int(msg[_VERSION])
         layout = None
         if version != self._seen_version or int(msg[_DIRTY]) > 0:
@@ -330,17 +322,7 @@ class Runtime:
         if layout is not None or new != self.config:
             self._apply(new, layout, version, reregistered=int(msg[_DIRTY]) > 0)
         self._served = self._faults.refuses(self.config)
-        self._codec_keys = bool(msg[_CODEC_KEYS])
-        return self._shown(self.config)  # type: ignore[arg-type]
-
-    def _shown(self, config: Config) -> Config:
-        """The active configuration as ``sync`` returns it: complete, except that the codec
-        parameters (``topk_ratio``, ``compress_min_bytes``, ...) are left out when the
-        leader's configuration named none of them and no lossy codec, so a caller whose
-        space has no lossy codecs gets back exactly its own parameters."""
-        if self._codec_keys:
-            return dict(config)
-        return {k: v for k, v in config.items() if k not in CODEC_PARAMS}
+        return self.config.as_dict()  # type: ignore[union-attr]
 
     def _control_op(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """A collective of the control plane, its wait bounded (:class:`ControlPlane`). A
@@ -390,7 +372,7 @@ class Runtime:
                     f"{_dtype_name(p)}, the leader's is {numel} elements of {DTYPES[code]}")
         return order
 
-    def _apply(self, config: Config, layout: list[list[int]] | None, version: int,
+    def _apply(self, config: RuntimeConfig, layout: list[list[int]] | None, version: int,
                reregistered: bool = False) -> None:
         """Build the new Setup aside, vote, then create groups and swap it in; then move
         the error-feedback residuals along (see :mod:`autotune.runtime.compression`)."""
@@ -407,7 +389,7 @@ class Runtime:
             else:
                 sizes = list(self._setup.sizes) if self._setup else []
             if self._faults.configure_fails(config):
-                raise RuntimeError("injected configure fault (AUTOTUNE_FAULT)")
+                raise RuntimeFault("injected configure fault (AUTOTUNE_FAULT)")
             if self.lost_servers:
                 self._check_without_servers(config)
             setup = build_setup(config, sizes, self.info)
@@ -436,7 +418,7 @@ class Runtime:
         self._control_op("process group creation", self._groups.ensure,
                          needed_groups(config, self.info))
         old_setup, old_order = self._setup, self._order
-        self.config = dict(config)
+        self.config = config
         self._setup = setup
         self._inp, self._out = inp, out
         self._pools = [BufferPool() for _ in range(setup.streams)]
@@ -449,15 +431,15 @@ class Runtime:
         self._move_residuals(old_setup, old_order, layout is not None, reregistered, give_back,
                              senders)
 
-    def _check_without_servers(self, config: Config) -> None:
+    def _check_without_servers(self, config: RuntimeConfig) -> None:
         """After a server loss only groups made before it can be used: all-reduce among the
         workers, on the streams whose groups exist."""
         missing = [k for k in needed_groups(config, self.info) if k not in self._groups]
-        if config["transport"] == "pushpull" or missing:
+        if config["transport"] == Transport.PUSHPULL or missing:
             raise ConfigError(
                 f"servers {list(self.lost_servers)} were lost: only all-reduce among the "
                 f"workers with intra=flat and at most {FALLBACK_STREAMS} streams is possible "
-                f"now, not {dict(config)}")
+                f"now, not {config.as_dict()}")
 
     def _move_residuals(self, old: Setup | None, old_order: list[int], relaid: bool,
                         reregistered: bool, give_back: bool, senders: list[int]) -> None:
@@ -518,7 +500,7 @@ class Runtime:
                 return self._iter
             setup = self._setup
             if setup is None:
-                raise RuntimeError("call rt.sync() on all ranks before the first iteration")
+                raise UsageError("call rt.sync() on all ranks before the first iteration")
             it = Iteration(setup.plan, setup.tensor_chunks, setup.streams,
                            refused=self._faults.refuses(self.config))
             it.round = self._round
@@ -677,7 +659,7 @@ class Runtime:
         self._need_worker("retry")
         self._check_registration()
         if self._iter is not None and any(self._iter.fired):
-            raise RuntimeError("retry() while an iteration is under way; call wait()")
+            raise UsageError("retry() while an iteration is under way; call wait()")
         it = self._iter or self._arm()
         self._complete(it, repack_all=True)
 
@@ -840,7 +822,7 @@ class Runtime:
         """Servers: sum this iteration's owned chunks under the active configuration."""
         self._check_alive()
         if self.info.is_worker:
-            raise RuntimeError("serve_iteration is for servers")
+            raise UsageError("serve_iteration is for servers")
         setup = self._setup
         if setup is None or self._faults.refuses(self.config) or not setup.owns_units:
             return
@@ -891,11 +873,6 @@ class Runtime:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
-
-
-def _names_codec(config: Mapping[str, Any]) -> bool:
-    """Whether a configuration speaks of compression beyond ``compression="none"``."""
-    return config.get("compression", "none") != "none" or any(k in CODEC_PARAMS for k in config)
 
 
 def _moves(old: Setup, old_order: list[int], new: Setup, new_order: list[int]

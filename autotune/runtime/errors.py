@@ -1,6 +1,6 @@
 """Errors the runtime raises.
 
-``ConfigError`` (from :mod:`autotune.space`) means a configuration or a registration is
+``ConfigError`` (from :mod:`autotune.runtime.config`) means a configuration or a registration is
 wrong: it is raised identically on every rank, the previous configuration stays active.
 :class:`RuntimeFault` means communication failed: a peer died, an operation timed out, or
 an injected fault fired (see :mod:`autotune.runtime.faults`).
@@ -8,12 +8,13 @@ an injected fault fired (see :mod:`autotune.runtime.faults`).
 
 from __future__ import annotations
 
-from autotune.space import ConfigError
+from autotune.errors import AutotuneError
+from .config import ConfigError
 
 __all__ = ["ConfigError", "RuntimeFault", "ServerLost", "UsageError"]
 
 
-class RuntimeFault(RuntimeError):
+class RuntimeFault(AutotuneError, RuntimeError):
     """Averaging or reconfiguring failed.
 
     ``rank``: the rank held responsible (a dead or stuck peer, or the rank that refused a
@@ -46,7 +47,7 @@ class ServerLost(RuntimeFault):
         self.servers = servers
 
 
-class UsageError(RuntimeError):
+class UsageError(AutotuneError, RuntimeError):
     """The runtime or the session was driven against its protocol: two backward passes in
     one iteration without ``no_sync()``, ``step()`` inside ``no_sync()``, a parameter added
     after the start, no ``sync`` before a push/pull round. Raised on the rank that did it;

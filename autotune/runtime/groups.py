@@ -21,6 +21,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Mapping
 
+from .config import Intra, Transport
 from .world import WorldInfo
 
 Key = tuple
@@ -44,15 +45,15 @@ def needed_groups(config: Mapping[str, Any], info: WorldInfo) -> list[Key]:
     keys: list[Key] = []
     intra = config["intra"]
     for s in range(int(config["streams"])):
-        if config["transport"] == "pushpull":
+        if config["transport"] == Transport.PUSHPULL:
             keys.append(("pp", s))
-        if intra == "flat":
-            if config["transport"] == "allreduce":
+        if intra == Intra.FLAT:
+            if config["transport"] == Transport.ALLREDUCE:
                 keys.append(("ar", s))
             continue
         keys += [("mach", s, m) for m in range(info.n_machines)]
-        if config["transport"] == "allreduce" and info.n_machines > 1:
-            if intra == "root":
+        if config["transport"] == Transport.ALLREDUCE and info.n_machines > 1:
+            if intra == Intra.ROOT:
                 keys.append(("cross", s, int(config["reduce_root"])))
             else:
                 keys += [("cross", s, j) for j in range(info.workers_per_machine)]

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from .config import Intra, Transport
+
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1,
@@ -139,7 +141,7 @@ def make_plan(sizes: Sequence[int | Size], config: Mapping[str, Any], info: Any)
         spans.append(tuple(cur))  # type: ignore[arg-type]
 
     owners: list[int | None] = [None] * len(spans)
-    if config.get("transport") == "pushpull":
+    if config.get("transport") == Transport.PUSHPULL:
         cands = [(r, w) for r, w in summation_owners(config, info) if w > 0]
         load = [0] * len(cands)
         for c, (dtype, _, numel, _) in enumerate(spans):
@@ -191,7 +193,7 @@ class Unit:
 
 def shards_per_chunk(config: Mapping[str, Any], info: Any) -> int:
     """How many shards each chunk crosses machines in: the local workers under ``scatter``."""
-    return int(info.workers_per_machine) if config["intra"] == "scatter" else 1
+    return int(info.workers_per_machine) if config["intra"] == Intra.SCATTER else 1
 
 
 def pushers(config: Mapping[str, Any], info: Any, shard: int) -> tuple[int, ...]:
@@ -199,9 +201,9 @@ def pushers(config: Mapping[str, Any], info: Any, shard: int) -> tuple[int, ...]
     (``flat``), each machine's reduce root (``root``), or each machine's local worker
     ``shard`` (``scatter``)."""
     intra = config["intra"]
-    if intra == "flat":
+    if intra == Intra.FLAT:
         return tuple(info.workers)
-    j = int(config["reduce_root"]) if intra == "root" else shard
+    j = int(config["reduce_root"]) if intra == Intra.ROOT else shard
     return tuple(info.machine_workers(m)[j] for m in info.worker_machines)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from autotune.space import ConfigError
+from .config import ConfigError, Intra, Transport
 
 from .compression import Compression
 from .plan import (Chunk, Size, Unit, flat_layout, make_plan, shards_per_chunk,
@@ -54,7 +54,7 @@ class Setup:
 
     @property
     def pushpull(self) -> bool:
-        return self.config["transport"] == "pushpull"
+        return self.config["transport"] == Transport.PUSHPULL
 
     @property
     def needs_out(self) -> bool:
@@ -69,11 +69,11 @@ class Setup:
 def check_supported(config: Mapping[str, Any], info: WorldInfo) -> Compression:
     """Raise :class:`ConfigError` for what this runtime cannot do (same on every rank);
     returns the configuration's :class:`Compression` (its codec, built here)."""
-    if config["intra"] != "flat" and not info.uniform:
+    if config["intra"] != Intra.FLAT and not info.uniform:
         raise ConfigError(
             f"intra={config['intra']!r} needs the same number of workers on every machine"
         )
-    if config["transport"] == "pushpull" and int(config["servers"]) > len(info.servers):
+    if config["transport"] == Transport.PUSHPULL and int(config["servers"]) > len(info.servers):
         raise ConfigError(f"servers={config['servers']} but the job has {len(info.servers)}")
     try:
         return Compression.of(config, info)
@@ -96,11 +96,11 @@ def build_setup(config: Mapping[str, Any], sizes: list[Size], info: WorldInfo) -
         for t in dict.fromkeys(c.tensors):
             tensor_chunks[t].append(c.index)
     units: list[list[Unit]] = [[] for _ in range(streams)]
-    if config["transport"] == "pushpull":
+    if config["transport"] == Transport.PUSHPULL:
         for u in summation_units(plan, config, info, info.rank):
             units[u.chunk.stream].append(u)
     shards = shards_per_chunk(config, info)
-    nparts = max(1, info.n_machines if config["intra"] != "flat" else len(info.workers))
+    nparts = max(1, info.n_machines if config["intra"] != Intra.FLAT else len(info.workers))
     unit_bytes = max(1, int(config["chunk_bytes"]) // shards)
     sum_depth = max(1, min(SUM_DEPTH, SUM_INFLIGHT_BYTES // (unit_bytes * (nparts + 1))))
     return Setup(

@@ -11,13 +11,13 @@ from .fp16 import BF16Codec, FP16Codec
 from .onebit import OneBitCodec
 from .powersgd import PowerSGDCodec
 from .randomk import RandomKCodec
-from .registry import CODECS, codec_from_config, codec_params, compress_min_bytes, make_codec
+from .registry import CODECS, codec_from_config, compress_min_bytes, make_codec
 from .selective import codec_for_chunk, compresses
 from .topk import TopKCodec
 
 __all__ = [
     "BF16Codec", "CODECS", "Codec", "Context", "ErrorFeedback", "FP16Codec", "IdentityCodec",
     "OneBitCodec", "Payload", "PowerSGDCodec", "RandomKCodec", "Segments", "TopKCodec",
-    "codec_for_chunk", "codec_from_config", "codec_params", "compress_min_bytes",
+    "codec_for_chunk", "codec_from_config", "compress_min_bytes",
     "compresses", "decode_sum", "make_codec", "sum_packed", "whole",
 ]

@@ -2,8 +2,8 @@
 
 ``make_codec("topk", ratio=0.01, world_size=4)`` builds one codec; ``codec_from_config``
 builds the codec a configuration asks for. The codec parameters' domains live in
-:mod:`autotune.space` (searchers know nothing of torch); ``codec_params(values)`` is
-:func:`autotune.space.codec_params` after checking the names against :data:`CODECS`.
+:mod:`autotune.runtime.config` (no torch there); the tuner's grid over them is
+:func:`autotune.space.codec_params`.
 
 Configuration keys read here: ``compression``, ``topk_ratio`` (topk), ``randomk_ratio``
 (randomk), ``powersgd_rank`` (powersgd), ``compress_min_bytes`` (every lossy codec).
@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from autotune import space as _space
-from autotune.space import (COMPRESS_MIN_BYTES, DEFAULT_POWERSGD_RANK, DEFAULT_RANDOMK_RATIO,
-                            DEFAULT_TOPK_RATIO, LOSSY_CODECS, POWERSGD_RANKS, RANDOMK_RATIOS,
-                            TOPK_RATIOS, Param)
+from autotune.runtime.config import (COMPRESS_MIN_BYTES, DEFAULT_POWERSGD_RANK,
+                                     DEFAULT_RANDOMK_RATIO, DEFAULT_TOPK_RATIO, POWERSGD_RANKS,
+                                     RANDOMK_RATIOS, TOPK_RATIOS)
 
 from .base import Codec, IdentityCodec
 from .fp16 import BF16Codec, FP16Codec
@@ -71,16 +70,5 @@ def compress_min_bytes(config: Mapping[str, Any]) -> int:
     return int(config.get("compress_min_bytes", DEFAULT_COMPRESS_MIN_BYTES))
 
 
-def codec_params(compression_values: Sequence[str] = ("none",) + LOSSY_CODECS) -> tuple[Param, ...]:
-    """The codec parameters as conditional dimensions of the space for the codecs in
-    ``compression_values`` (see :func:`autotune.space.codec_params`; ``SearchSpace.build``
-    with ``allow_lossy=True`` already includes them)."""
-    values = tuple(compression_values)
-    unknown = [v for v in values if v not in CODECS]
-    if unknown:
-        raise ValueError(f"unknown codec(s) {unknown}; known: {', '.join(CODECS)}")
-    return _space.codec_params(values)
-
-
 __all__ = ["CODECS", "COMPRESS_MIN_BYTES", "POWERSGD_RANKS", "RANDOMK_RATIOS", "SPARSE_CODECS",
-           "TOPK_RATIOS", "codec_from_config", "codec_params", "compress_min_bytes", "make_codec"]
+           "TOPK_RATIOS", "codec_from_config", "compress_min_bytes", "make_codec"]

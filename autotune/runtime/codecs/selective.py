@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from autotune.space import DEFAULT_COMPRESS_MIN_BYTES  # the domain lives in the space
+from autotune.runtime.config import DEFAULT_COMPRESS_MIN_BYTES
 
 from .base import Codec, IdentityCodec
 
