@@ -49,12 +49,11 @@ from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool
 from .errors import RuntimeFault, ServerLost, UsageError
 from .faults import FaultInjector, Liveness
 from .groups import GroupCache, keep_forever, needed_groups
-from .plan import DTYPE_BYTES
+from .layout import DTYPES, Layout, moves
 from .setup import Setup, build_setup
 from .summation import BufferPool, SummationStream
 from .world import WorldInfo, discover, local_machine, local_role
 
-DTYPES = tuple(DTYPE_BYTES)  # wire codes of gradient dtypes
 MAGIC = 0x4155_5401
 # control message slots (then the configuration, RuntimeConfig.encode())
 _MAGIC, _STOP, _VERSION, _LENGTH, _DIRTY, _BADCFG, _H = 0, 1, 2, 3, 4, 5, 8
@@ -63,16 +62,13 @@ _MAGIC, _STOP, _VERSION, _LENGTH, _DIRTY, _BADCFG, _H = 0, 1, 2, 3, 4, 5, 8
 FALLBACK_STREAMS = 4
 
 
-def _dtype_name(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
 class Runtime:
     """Gradient averaging under any :class:`RuntimeConfig` within :attr:`limits` (see the
     module docstring)."""
 
     def __init__(self, info: WorldInfo, limits: Limits, control: Any, workers_group: Any,
-                 timeout: float, store: Any, heartbeat: float, control_timeout: float):
+                 timeout: float, store: Any, heartbeat: float, control_timeout: float,
+                 faults: FaultInjector | None = None):
         self.info = info
         self.limits = limits
         self.timeout = float(timeout)
@@ -82,7 +78,7 @@ class Runtime:
         self.lost_servers: tuple[int, ...] = ()  # servers given up; the workers go on alone
         self._store = store
         self._groups = GroupCache(info, timeout)
-        self._faults = FaultInjector.from_env(info.rank)
+        self._faults = faults if faults is not None else FaultInjector((), info.rank)
         self._liveness = Liveness(store, info.rank, heartbeat)
         self._liveness.start()
         self._plane = ControlPlane(self._liveness, self.timeout, control_timeout)
@@ -98,15 +94,8 @@ class Runtime:
         self._out: dict[str, torch.Tensor] = {}
 
         # registration (workers)
-        self._params: list[torch.nn.Parameter] = []
+        self._layout = Layout()
         self._hooks: list[Any] = []
-        self._order: list[int] = []           # registration indices in layout order
-        self._pos: dict[int, int] = {}        # registration index -> layout position
-        self._proposed: list[int] = []        # leader: the order it proposes at the next sync
-        self._version = 0                     # leader: bumped by register / learnt order
-        self._seen_version = -1               # the leader's version of the active layout
-        self._dirty = False                   # this rank registered since the last sync
-        self._learn = False
 
         self._iter: Iteration | None = None
         self._served = True                   # the iteration of the last sync has run
@@ -120,7 +109,8 @@ class Runtime:
     # ================================================================== bootstrap
     @classmethod
     def bootstrap(cls, timeout: float = 300.0, *, role: str | None = None, max_streams: int = 16,
-                  control_timeout: float = 3600.0, heartbeat: float = 0.5) -> "Runtime":
+                  control_timeout: float = 3600.0, heartbeat: float = 0.5,
+                  faults: FaultInjector | None = None) -> "Runtime":
         """Collective on an initialised ``torch.distributed`` world (every rank, servers
         too): learn roles and machines, create the control and worker groups.
 
@@ -133,7 +123,8 @@ class Runtime:
         :data:`FALLBACK_STREAMS` streams are made here, so that losing a server is not
         fatal (see :class:`ServerLost`). ``role``: ``worker`` or
         ``server`` (default ``AUTOTUNE_ROLE``, else worker). Servers adopt the leader's
-        ``timeout`` and ``max_streams``."""
+        ``timeout`` and ``max_streams``. ``faults``: injected faults for tests (default:
+        the rules of ``AUTOTUNE_FAULT``, none when it is unset)."""
         if not dist.is_available() or not dist.is_initialized():
             raise UsageError("Runtime.bootstrap needs an initialised torch.distributed world "
                              "(torch.distributed.init_process_group)")
@@ -163,7 +154,9 @@ class Runtime:
             store.set(f"autotune/pid/{rank}", f"{os.getpid()}")
         except Exception:
             store = None
-        rt = cls(info, limits, control, workers_group, timeout, store, heartbeat, control_timeout)
+        faults = faults if faults is not None else FaultInjector.from_env(rank)
+        rt = cls(info, limits, control, workers_group, timeout, store, heartbeat, control_timeout,
+                 faults)
         if info.servers:
             rt._groups.ensure([("ar", s) for s in range(min(FALLBACK_STREAMS, lead_streams))])
         return rt
@@ -189,7 +182,7 @@ class Runtime:
     @property
     def gradient_order(self) -> list[int]:
         """Workers: registration indices of the gradients in the active layout order."""
-        return list(self._order)
+        return list(self._layout.order)
 
     @property
     def round(self) -> int:
@@ -245,25 +238,11 @@ class Runtime:
         self._need_worker("register")
         if self._iter is not None:
             raise UsageError("register() during an iteration (between backward and wait)")
-        seen: set[int] = set()
-        plist = []
-        for p in params:
-            if not isinstance(p, torch.Tensor):
-                raise TypeError(f"register() takes tensors/parameters, got {type(p).__name__}")
-            if p.requires_grad and id(p) not in seen:
-                if _dtype_name(p) not in DTYPE_BYTES:
-                    raise ConfigError(f"parameter of dtype {p.dtype} cannot be averaged")
-                seen.add(id(p))
-                plist.append(p)
+        plist = self._layout.register(params)
         for h in self._hooks:
             h.remove()
-        self._params = plist
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook_for(i))
                        for i, p in enumerate(plist)]
-        self._proposed = list(reversed(range(len(plist))))
-        self._version += 1
-        self._dirty = True
-        self._learn = True
 
     def _hook_for(self, index: int) -> Any:
         def hook(param: torch.Tensor) -> None:
@@ -291,8 +270,8 @@ class Runtime:
         if leader:
             msg[_MAGIC] = MAGIC
             msg[_STOP] = int(bool(stop))
-            msg[_VERSION] = self._version
-            msg[_LENGTH] = len(self._proposed)
+            msg[_VERSION] = self._layout.version
+            msg[_LENGTH] = len(self._layout.proposed)
             try:
                 wanted = (RuntimeConfig.of(config).check(self.limits) if config is not None
                           else self.config or RuntimeConfig())
@@ -303,7 +282,7 @@ class Runtime:
         elif config is not None or stop:  # raising here would leave the others waiting
             warnings.warn(f"only the leader (rank {self.info.leader}) passes config/stop to "
                           "sync(); ignored on this rank", RuntimeWarning, stacklevel=2)
-        if self.info.is_worker and self._dirty:
+        if self.info.is_worker and self._layout.dirty:
             msg[_DIRTY] = 1
         self._control_op("sync", dist.all_reduce, msg, group=self._control)
         if int(msg[_MAGIC]) != MAGIC:
@@ -317,7 +296,7 @@ class Runtime:
         new = RuntimeConfig.decode(msg[_H:].tolist())
         version = int(msg[_VERSION])
         layout = None
-        if version != self._seen_version or int(msg[_DIRTY]) > 0:
+        if version != self._layout.seen or int(msg[_DIRTY]) > 0:
             layout = self._exchange_layout(int(msg[_LENGTH]))
         if layout is not None or new != self.config:
             self._apply(new, layout, version, reregistered=int(msg[_DIRTY]) > 0)
@@ -344,46 +323,26 @@ class Runtime:
             raise fault from e
 
     def _exchange_layout(self, n: int) -> list[list[int]]:
+        """The leader's proposed gradient order, broadcast to every rank."""
         t = torch.zeros(n * 3, dtype=torch.int64)
-        if self.info.rank == self.info.leader:
-            rows = []
-            for i in self._proposed:
-                p = self._params[i]
-                rows += [i, p.numel(), DTYPES.index(_dtype_name(p))]
-            t[:] = torch.tensor(rows, dtype=torch.int64) if rows else t
+        if self.info.rank == self.info.leader and n:
+            t[:] = torch.tensor(self._layout.rows(), dtype=torch.int64)
         self._control_op("layout broadcast", dist.broadcast, t, src=self.info.leader,
                          group=self._control)
         return t.view(n, 3).tolist() if n else []
-
-    def _verify_layout(self, layout: list[list[int]]) -> list[int]:
-        """This worker's registration against the leader's layout; the order to use."""
-        mine = self._params
-        if len(layout) != len(mine):
-            raise ConfigError(f"rank {self.info.rank} registered {len(mine)} gradients, the leader "
-                              f"(rank {self.info.leader}) {len(layout)}")
-        order = [int(r[0]) for r in layout]
-        if sorted(order) != list(range(len(mine))):
-            raise ConfigError("malformed gradient layout from the leader")
-        for i, numel, code in layout:
-            p = mine[i]
-            if p.numel() != numel or _dtype_name(p) != DTYPES[code]:
-                raise ConfigError(
-                    f"rank {self.info.rank}: registered parameter {i} is {tuple(p.shape)} "
-                    f"{_dtype_name(p)}, the leader's is {numel} elements of {DTYPES[code]}")
-        return order
 
     def _apply(self, config: RuntimeConfig, layout: list[list[int]] | None, version: int,
                reregistered: bool = False) -> None:
         """Build the new Setup aside, vote, then create groups and swap it in; then move
         the error-feedback residuals along (see :mod:`autotune.runtime.compression`)."""
         code, failure = 0, None
-        order = self._order
+        order = self._layout.order
         give_back = False
         try:
             if layout is not None:
                 sizes = [(int(n), DTYPES[int(c)]) for _, n, c in layout]
                 if self.info.is_worker:
-                    order = self._verify_layout(layout)
+                    order = self._layout.verify(layout, self.info.rank, self.info.leader)
                 else:
                     order = [int(r[0]) for r in layout]
             else:
@@ -417,16 +376,13 @@ class Runtime:
                                rank=bad[0], recoverable=True)
         self._control_op("process group creation", self._groups.ensure,
                          needed_groups(config, self.info))
-        old_setup, old_order = self._setup, self._order
+        old_setup, old_order = self._setup, self._layout.order
         self.config = config
         self._setup = setup
         self._inp, self._out = inp, out
         self._pools = [BufferPool() for _ in range(setup.streams)]
         if layout is not None:
-            self._order = order
-            self._pos = {r: pos for pos, r in enumerate(order)}
-            self._seen_version = version
-            self._dirty = False
+            self._layout.adopt(order, version)
         senders = [r for r in range(world) if vote[world + r]]
         self._move_residuals(old_setup, old_order, layout is not None, reregistered, give_back,
                              senders)
@@ -453,7 +409,7 @@ class Runtime:
             if reregistered or old is None:
                 res.reset()
             else:
-                res.relayout(_moves(old, old_order, setup, self._order))
+                res.relayout(moves(old, old_order, setup, self._layout.order))
         if give_back and self.info.is_worker:
             for dtype, values in res.take_summation().items():
                 res.absorb(dtype, values)
@@ -555,10 +511,10 @@ class Runtime:
     def _on_grad(self, index: int, param: torch.Tensor) -> None:
         if self._accumulating:
             return  # no_sync(): the gradient only accumulates into .grad
-        if self._setup is None or self._dirty or self._closed or self._broken is not None:
+        if self._setup is None or self._layout.dirty or self._closed or self._broken is not None:
             return  # (wait() says why)
         it = self._iter or self._arm()
-        pos = self._pos.get(index)
+        pos = self._layout.pos.get(index)
         if pos is None:  # registered after the active layout: ignored until the next sync
             return
         if not it.refused and not it.fired[pos]:
@@ -664,13 +620,13 @@ class Runtime:
         self._complete(it, repack_all=True)
 
     def _check_registration(self) -> None:
-        if self._dirty:
+        if self._layout.dirty:
             raise UsageError("register() takes effect at the next sync(): call rt.sync() on all "
                              "ranks after register() and before backward")
 
     def _complete(self, it: Iteration, repack_all: bool, write: bool = True) -> None:
-        params = self._params
-        for pos, reg in enumerate(self._order):
+        params = self._layout.params
+        for pos, reg in enumerate(self._layout.order):
             if repack_all or not it.fired[pos]:
                 if write:  # (a discarded round sends whatever the buffers hold)
                     g = params[reg].grad
@@ -698,8 +654,8 @@ class Runtime:
                 self._broken = fault
             raise fault
         if it.twice:
-            reg = self._order[it.twice[0]]
-            p = self._params[reg]
+            reg = self._layout.order[it.twice[0]]
+            p = self._layout.params[reg]
             raise UsageError(
                 f"registered parameter {reg} ({tuple(p.shape)}) got a gradient from two "
                 "backward passes in one iteration, and the first was already sent. For "
@@ -708,12 +664,7 @@ class Runtime:
         if write:
             self._write_back()
             self.iterations += 1
-            if self._learn and self.info.rank == self.info.leader and not repack_all:
-                learnt = [self._order[pos] for pos in it.order]
-                if learnt != self._order:
-                    self._proposed = learnt
-                    self._version += 1
-            self._learn = False
+            self._layout.learn(it.order, self.info.rank == self.info.leader and not repack_all)
 
     def _await(self, it: Iteration) -> None:
         """Wait for the iteration's jobs; a stretch of ``timeout`` without progress fails."""
@@ -744,9 +695,9 @@ class Runtime:
     def _write_back(self) -> None:
         setup = self._setup
         res = self._out if setup.pushpull else self._inp
-        for pos, reg in enumerate(self._order):
+        for pos, reg in enumerate(self._layout.order):
             numel, dtype = setup.sizes[pos]
-            p = self._params[reg]
+            p = self._layout.params[reg]
             view = res[dtype].narrow(0, setup.offsets[pos], numel).view(p.shape)
             if p.grad is not None:
                 p.grad.copy_(view)
@@ -807,7 +758,7 @@ class Runtime:
             self.lost_servers = tuple(sorted(set(self.lost_servers) | set(self.info.servers)))
             self._control = self._workers_group
             self._control_members = self.info.workers
-            self._seen_version = -1       # every worker takes the leader's layout again
+            self._layout.seen = -1        # every worker takes the leader's layout again
             self._served = True
             self._iter = None
             text = (f"{who} stopped (no heartbeat) during {err.what}: {err.cause}. The workers "
@@ -873,22 +824,3 @@ class Runtime:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
-
-
-def _moves(old: Setup, old_order: list[int], new: Setup, new_order: list[int]
-           ) -> dict[str, tuple[list[int], list[int], list[int], int]]:
-    """Per dtype, where each gradient's elements were and are in the flat buffers, for
-    :meth:`Residuals.relayout` (a new gradient order, the same registration)."""
-    old_pos = {r: p for p, r in enumerate(old_order)}
-    out: dict[str, tuple[list[int], list[int], list[int], int]] = {
-        d: ([], [], [], n) for d, n in new.totals}
-    for pos, r in enumerate(new_order):
-        numel, dtype = new.sizes[pos]
-        op = old_pos.get(r)
-        if op is None or old.sizes[op] != (numel, dtype) or dtype not in out:
-            continue
-        olds, news, sizes, _ = out[dtype]
-        olds.append(old.offsets[op])
-        news.append(new.offsets[pos])
-        sizes.append(numel)
-    return out
