@@ -24,6 +24,7 @@ _EXPORTS = {
     "SearchSpace": "autotune.space",
     "Config": "autotune.space",
     "ConfigError": "autotune.space",
+    "AutotuneError": "autotune.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

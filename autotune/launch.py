@@ -23,18 +23,16 @@ For several real machines use ``torchrun`` (see docs/runtime.md).
 
 from __future__ import annotations
 
-import collections
 import os
 import resource
-import signal
-import subprocess
 import sys
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Sequence
 
 import click
+
+from autotune import ranks
+from autotune.ranks import Rank, describe_exit
 
 TAIL_LINES = 25
 MIN_PROCESS_LIMIT = 64
@@ -92,17 +90,15 @@ def check_world(workers: int, servers: int = 0, machines: int | None = None) -> 
 
 @dataclass
 class Proc:
+    """One process of a job as :func:`plan_processes` plans it."""
+
     rank: int
     role: str
     cmd: list[str]
     env: dict[str, str]
-    popen: subprocess.Popen | None = None
-    tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
-    reader: threading.Thread | None = None
 
-    @property
-    def tag(self) -> str:
-        return f"[{self.role[0]}{self.rank}]"
+    def as_rank(self) -> Rank:
+        return Rank(self.rank, self.role, self.cmd, self.env, tag=f"{self.role[0]}{self.rank}")
 
 
 def plan_processes(script: Sequence[str], workers: int, servers: int = 0,
@@ -135,39 +131,6 @@ def plan_processes(script: Sequence[str], workers: int, servers: int = 0,
     return procs
 
 
-def _pump(p: Proc, out: IO[str], lock: threading.Lock) -> None:
-    assert p.popen is not None and p.popen.stdout is not None
-    for line in p.popen.stdout:
-        line = line.rstrip("\n")
-        p.tail.append(line)
-        with lock:
-            out.write(f"{p.tag} {line}\n")
-            out.flush()
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def _stop(procs: list[Proc], wait: float = 5.0) -> None:
-    for p in procs:
-        if p.popen and p.popen.poll() is None:
-            p.popen.terminate()
-    deadline = time.monotonic() + wait
-    for p in procs:
-        if p.popen and p.popen.poll() is None:
-            try:
-                p.popen.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait()
-
-
 def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int | None = None,
             grace: float = 10.0, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
     """Start the job, stream its output, return 0 or the first failing rank's exit code.
@@ -180,64 +143,31 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
     err = err or sys.stderr
     store = TCPStore("127.0.0.1", 0, workers + servers, True, wait_for_workers=False)
     procs = plan_processes(script, workers, servers, machines, port=store.port)
-    lock = threading.Lock()
-    failed: Proc | None = None
+
+    def lost(rank: Rank, code: int) -> None:  # the workers go on without it
+        out.write(f"autotune launch: rank {rank.rank} (server) failed, "
+                  f"{describe_exit(code)}; the job goes on while its workers do\n")
+        out.flush()
+
     try:
-        for p in procs:
-            p.popen = subprocess.Popen(p.cmd, env=p.env, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True, errors="replace",
-                                       bufsize=1)
-            p.reader = threading.Thread(target=_pump, args=(p, out, lock), daemon=True)
-            p.reader.start()
-        deadline = None
-        lost: list[Proc] = []  # servers that failed: the workers go on without them
-        while True:
-            codes = [p.popen.poll() for p in procs]  # type: ignore[union-attr]
-            for p, c in zip(procs, codes):
-                if c not in (None, 0) and p.role == "server" and p not in lost:
-                    lost.append(p)
-                    with lock:
-                        out.write(f"autotune launch: rank {p.rank} (server) failed, "
-                                  f"{_describe_exit(c)}; the job goes on while its workers do\n")
-                        out.flush()
-            if failed is None:
-                for p, c in zip(procs, codes):
-                    if c not in (None, 0) and p.role == "worker":
-                        failed = p
-                        deadline = time.monotonic() + grace
-                        break
-            if all(c is not None for c in codes):
-                break
-            workers_done = all(c is not None for p, c in zip(procs, codes) if p.role == "worker")
-            if workers_done and deadline is None:
-                # servers leave at the leader's stop; one that cannot (stopped, or dropped
-                # after a loss) gets the grace period, then is stopped
-                deadline = time.monotonic() + grace
-            if deadline is not None and time.monotonic() > deadline:
-                _stop(procs)
-                break
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        _stop(procs)
-        raise
+        job = ranks.run([p.as_rank() for p in procs], grace=grace, emit=ranks.emitter(out),
+                        keep=TAIL_LINES, on_lost=lost)
     finally:
-        _stop(procs)
-        for p in procs:
-            if p.reader:
-                p.reader.join(timeout=5)
         del store
+    failed = job.failed
     if failed is None:
-        for p in lost:
-            err.write(f"autotune launch: rank {p.rank} (server) failed, "
-                      f"{_describe_exit(p.popen.returncode)}; the workers finished without it\n")
+        for e in job.lost:
+            err.write(f"autotune launch: rank {e.rank.rank} (server) failed, "
+                      f"{describe_exit(e.returncode)}; the workers finished without it\n")
         return 0
-    code = failed.popen.returncode  # type: ignore[union-attr]
-    err.write(f"autotune launch: rank {failed.rank} ({failed.role}) failed, "
-              f"{_describe_exit(code)}; its last output:\n")
-    for line in failed.tail:
-        err.write(f"  {failed.tag} {line}\n")
-    if not failed.tail:
-        err.write(f"  {failed.tag} (no output)\n")
+    code = failed.returncode
+    tag = f"[{failed.rank.tag}]"
+    err.write(f"autotune launch: rank {failed.rank.rank} ({failed.rank.role}) failed, "
+              f"{describe_exit(code)}; its last output:\n")
+    for line in failed.lines:
+        err.write(f"  {tag} {line.rstrip(chr(10))}\n")
+    if not failed.lines:
+        err.write(f"  {tag} (no output)\n")
     err.flush()
     return code if code > 0 else 1
 

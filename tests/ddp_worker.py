@@ -60,31 +60,32 @@ def train(build: Callable[[], nn.Module], micro: int, wrap: str, **kw: Any) -> d
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     batches = data(RANK, STEPS, micro)
     loss = nn.functional.mse_loss
-    if wrap == "ddp":
-        ddp = nn.parallel.DistributedDataParallel(model)
+
+    def loop(forward: Callable, no_sync: Callable, step: Callable[[], None]) -> None:
+        """The same loop for both: micro-batches but the last inside no_sync()."""
         for mb in batches:
             for x, y in mb[:-1]:
-                with ddp.no_sync():
-                    loss(ddp(x), y).backward()
+                with no_sync():
+                    loss(forward(x), y).backward()
             x, y = mb[-1]
-            loss(ddp(x), y).backward()
+            loss(forward(x), y).backward()
+            step()
             opt.step()
             opt.zero_grad()
+
+    if wrap == "ddp":
+        ddp = nn.parallel.DistributedDataParallel(model)
+        loop(ddp, ddp.no_sync, lambda: None)
         return state(model)
     import autotune
 
     configs = set()
     with autotune.session(model, budget=12, store=False, verbose=False, timeout=60, **kw) as tuner:
-        for mb in batches:
-            for x, y in mb[:-1]:
-                with tuner.no_sync():
-                    loss(model(x), y).backward()
-            x, y = mb[-1]
-            loss(model(x), y).backward()
+        def step() -> None:
             tuner.step()
-            opt.step()
-            opt.zero_grad()
             configs.add(json.dumps(tuner.config, sort_keys=True))
+
+        loop(model, tuner.no_sync, step)
     return dict(state(model), _configs=len(configs))
 
 

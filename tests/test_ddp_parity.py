@@ -64,28 +64,16 @@ def test_buffers_stay_per_rank_as_under_ddp(parity):
         assert a != b
 
 
-def test_two_backwards_without_no_sync_is_a_clear_error(parity):
+@pytest.mark.parametrize("misuse, error, says", [
+    ("twice", "UsageError", "tuner.no_sync()"),       # two backwards without no_sync()
+    ("replaced", "UsageError", "'2.weight'"),         # a parameter replaced after the start
+    ("wrapped", "TypeError", "model.module"),         # a model already wrapped in DDP
+    ("different", "ConfigError", "rank 1 (worker"),   # workers built different models
+])
+def test_misuse_is_a_clear_error_on_every_worker(parity, misuse, error, says):
     for r in parity:
-        msg = r["misuse"]["twice"]
-        assert msg.startswith("UsageError") and "tuner.no_sync()" in msg
-
-
-def test_a_parameter_replaced_after_the_start_is_an_error(parity):
-    for r in parity:
-        msg = r["misuse"]["replaced"]
-        assert msg.startswith("UsageError") and "'2.weight'" in msg
-
-
-def test_a_ddp_wrapped_model_is_refused(parity):
-    for r in parity:
-        msg = r["misuse"]["wrapped"]
-        assert msg.startswith("TypeError") and "model.module" in msg
-
-
-def test_workers_with_different_models_are_refused(parity):
-    for r in parity:
-        msg = r["misuse"]["different"]
-        assert msg.startswith("ConfigError") and "rank 1 (worker" in msg, msg
+        msg = r["misuse"][misuse]
+        assert msg.startswith(error) and says in msg, msg
 
 
 def test_server_at_rank_0_under_torchrun(tmp_path):

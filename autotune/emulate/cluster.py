@@ -30,6 +30,7 @@ from autotune.emulate import netns
 from autotune.emulate.launcher import JobResult, RankSpec, run_ranks
 from autotune.emulate.netns import PREFIX, EmulatorError
 from autotune.emulate.shaping import LinkSpec, format_rate, tc_lines
+from autotune.ranks import kill_pids, pid_alive
 
 SUBNET = "10.77.0"
 IFNAME = "eth0"
@@ -122,7 +123,7 @@ class Cluster:
             atexit.unregister(self.down)
         except Exception:  # pragma: no cover
             pass
-        netns.kill_pids(self._started, grace_s=1.0)
+        kill_pids(self._started, grace_s=1.0)
         names = [n for n in netns.list_netns(self.name) if n in self.namespaces()]
         failed = netns.delete_netns(names) if names else []
         if not failed:
@@ -283,7 +284,7 @@ def cleanup(prefix: str = PREFIX, include_live: bool = False,
             except (OSError, ValueError):
                 st = {}
             owner = st.get("owner_pid")
-            live = owner is not None and _pid_alive(int(owner))
+            live = owner is not None and pid_alive(int(owner))
             persistent = "owner_pid" in st and owner is None
             if (live and not include_live) or (persistent and not include_persistent):
                 keep.add(st.get("name", path.stem))
@@ -309,13 +310,3 @@ def _remove_etc(names: list[str]) -> None:
                 d.rmdir()
             except OSError:
                 pass
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -1,25 +1,21 @@
 """Run one process per rank inside the emulated hosts and collect what they did.
 
 A :class:`RankSpec` says where a rank runs (host index, namespace), what it runs and with
-which environment; :func:`run_ranks` starts them all, prefixes and collects their output,
-enforces a timeout, stops the others soon after one fails, and always kills every
-process it started (process groups, SIGTERM then SIGKILL) before returning or raising,
-including on KeyboardInterrupt.
+which environment; :func:`run_ranks` starts them all through the one rank launcher
+(:func:`autotune.ranks.run`: prefixed output, the failure policy, a timeout), collects
+their whole output, and always kills every process it started (process groups, SIGTERM
+then SIGKILL) before returning or raising, including on KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
-from autotune.emulate.netns import EmulatorError, kill_pids
+from autotune import ranks
+from autotune.emulate.netns import EmulatorError
+from autotune.ranks import Rank
 
 
 @dataclass
@@ -103,103 +99,11 @@ def run_ranks(specs: list[RankSpec], timeout_s: float = 300.0,
     """
     if not specs:
         raise EmulatorError("no ranks to run")
-    lock = threading.Lock()
-    outputs: dict[int, list[str]] = {s.rank: [] for s in specs}
-    emit = _emitter(echo)
-    procs: list[tuple[RankSpec, subprocess.Popen]] = []
-    readers: list[threading.Thread] = []
-    killed: set[int] = set()
-    t0 = time.monotonic()
-    timed_out = stopped_early = False
-    try:
-        for spec in specs:
-            p = subprocess.Popen(
-                spec.argv, env=spec.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True, text=True, bufsize=1,
-                errors="replace")
-            procs.append((spec, p))
-            th = threading.Thread(target=_pump, args=(p, spec, outputs[spec.rank], lock, emit),
-                                  daemon=True)
-            th.start()
-            readers.append(th)
-        deadline = t0 + timeout_s
-        fail_deadline: float | None = None
-        while True:
-            codes = [p.poll() for _, p in procs]
-            if all(c is not None for c in codes):
-                break
-            now = time.monotonic()
-            workers = [c for (spec, _), c in zip(procs, codes) if spec.role == "worker"]
-            # a failed server is survived (the workers drop it): only a worker's failure,
-            # or every worker done, starts the grace period
-            if fail_deadline is None and (any(c not in (None, 0) for c in workers)
-                                          or all(c is not None for c in workers)):
-                fail_deadline = now + fail_grace_s
-            if now >= deadline:
-                timed_out = True
-                break
-            if fail_deadline is not None and now >= fail_deadline:
-                stopped_early = True
-                break
-            time.sleep(0.05)
-    finally:
-        for spec, p in procs:
-            if p.poll() is None:
-                killed.add(spec.rank)
-        _kill_all([p for _, p in procs])
-        for th in readers:
-            th.join(timeout=5)
-    results = [
-        RankResult(rank=s.rank, role=s.role, host=s.host,
-                   returncode=None if s.rank in killed else p.returncode,
-                   output="".join(outputs[s.rank]), pid=p.pid)
-        for s, p in procs
-    ]
-    return JobResult(ranks=results, wall_s=time.monotonic() - t0, timed_out=timed_out,
-                     stopped_early=stopped_early)
-
-
-def _emitter(echo: TextIO | Callable[[str], None] | None) -> Callable[[str], None] | None:
-    if echo is None:
-        return None
-    if callable(echo) and not hasattr(echo, "write"):
-        return echo
-
-    def write(line: str) -> None:
-        echo.write(line)  # type: ignore[union-attr]
-        echo.flush()  # type: ignore[union-attr]
-
-    return write
-
-
-def _pump(p: subprocess.Popen, spec: RankSpec, sink: list[str], lock: threading.Lock,
-          emit: Callable[[str], None] | None) -> None:
-    assert p.stdout is not None
-    for line in p.stdout:
-        sink.append(line)
-        if emit is not None:
-            with lock:
-                emit(f"[{spec.tag}] {line if line.endswith(chr(10)) else line + chr(10)}")
-
-
-def _kill_all(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each live process group, then SIGKILL after a grace period, then reap."""
-    live = [p for p in procs if p.poll() is None]
-    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
-        live = [p for p in live if p.poll() is None]
-        if not live:
-            break
-        for p in live:
-            try:
-                os.killpg(p.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(p.poll() is None for p in live):
-            time.sleep(0.05)
-    for p in procs:
-        try:
-            p.wait(timeout=1)
-        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
-            kill_pids([p.pid])
-            print(f"autotune.emulate: pid {p.pid} would not die", file=sys.stderr)
+    job = ranks.run([Rank(s.rank, s.role, s.argv, s.env, s.tag) for s in specs],
+                    grace=fail_grace_s, timeout_s=timeout_s, emit=ranks.emitter(echo),
+                    detach=True, term_s=2.0)
+    results = [RankResult(rank=s.rank, role=s.role, host=s.host, returncode=e.returncode,
+                          output="".join(e.lines), pid=e.pid)
+               for s, e in zip(specs, job.exits)]
+    return JobResult(ranks=results, wall_s=job.wall_s, timed_out=job.timed_out,
+                     stopped_early=job.stopped_early)

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import time
 from functools import lru_cache
+
+from autotune.errors import AutotuneError
+from autotune.ranks import kill_pids  # the emulator stops what runs in a namespace with it
 
 PREFIX = "atemu"  # every namespace the emulator creates starts with this
 
 
-class EmulatorError(RuntimeError):
+class EmulatorError(AutotuneError, RuntimeError):
     """The emulated cluster cannot be set up, used or torn down."""
 
 
@@ -96,43 +97,6 @@ def netns_pids(ns: str) -> list[int]:
     """Processes running inside namespace ``ns``."""
     r = sh("ip", "netns", "pids", ns, check=False)
     return [int(p) for p in r.stdout.split() if p.strip().isdigit()]
-
-
-def kill_pids(pids: list[int], grace_s: float = 2.0) -> None:
-    """SIGTERM, wait up to ``grace_s``, then SIGKILL what is still alive."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [p for p in pids if _alive(p)]
-        if not alive:
-            return
-        for p in alive:
-            try:
-                os.kill(p, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(_alive(p) for p in alive):
-            time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours counts as gone; reap it if we can.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(") ", 1)[1].startswith("Z"):
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-                return False
-    except (OSError, IndexError):
-        return False
-    return True
 
 
 def delete_netns(names: list[str]) -> list[str]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from autotune.errors import AutotuneError
+
 _UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
 _TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s)?\s*$")
@@ -28,7 +30,7 @@ MTU_FRAME = 1514  # bytes on the wire for a full 1500-byte IP packet
 GSO_MAX = 65536  # veth hands tc segments of up to 64 KiB
 
 
-class ShapingError(ValueError):
+class ShapingError(AutotuneError, ValueError):
     """A rate, latency or link specification is not valid."""
 
 

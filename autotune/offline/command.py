@@ -66,17 +66,6 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _fmt_config(cfg: dict | None) -> str:
-    if not cfg:
-        return "-"
-    parts = []
-    for k, v in cfg.items():
-        if k == "chunk_bytes":
-            v = _fmt_bytes(int(v))
-        parts.append(f"{k}={v}")
-    return ", ".join(parts)
-
-
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.errors import AutotuneError
 from autotune.offline.worker import RESULT
 
 #: Copies of the gradient bytes one worker holds: parameters, gradients, the runtime's
@@ -35,7 +36,7 @@ RANK_OVERHEAD = 400 << 20
 _LINE = re.compile(r"^\[w0(?:@h\d+)?\] (PROGRESS|RESULT) (.*)$")
 
 
-class TuneError(RuntimeError):
+class TuneError(AutotuneError, RuntimeError):
     """The offline job could not run or failed; the message says why."""
 
 

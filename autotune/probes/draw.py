@@ -6,13 +6,14 @@ from pathlib import Path
 
 import networkx as nx
 
+from autotune.errors import AutotuneError
 from autotune.probes.graph import NVLINK, child_key, tree_parents
 
 COLORS = {"machine": "#4c72b0", "numa": "#8172b2", "host_bridge": "#937860",
           "pcie_switch": "#ccb974", "gpu": "#55a868", "nic": "#c44e52", "nvswitch": "#64b5cd"}
 
 
-class DrawError(RuntimeError):
+class DrawError(AutotuneError, RuntimeError):
     """matplotlib is missing."""
 
 

@@ -21,10 +21,10 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import networkx as nx
 
+from autotune.errors import AutotuneError
 from autotune.probes.graph import (
     GPU, HOST_BRIDGE, NIC, NUMA, NVLINK, PCIE, PCIE_SWITCH, SMP, gpu_nodes, new_machine_graph,
     nvlink_label)
@@ -36,7 +36,7 @@ GPU_RE = re.compile(r"^GPU(\d+)$")
 _AFFINITY = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
 
-class NvsmiParseError(ValueError):
+class NvsmiParseError(AutotuneError, ValueError):
     """Malformed or truncated ``nvidia-smi topo -m`` text; names the offending line."""
 
     def __init__(self, lineno: int, line: str, message: str) -> None:
@@ -175,10 +175,6 @@ def parse_topo(text: str) -> TopoMatrix:
         if m and m.group(1) in rel:
             matrix.nic_names[m.group(1)] = m.group(2)
     return matrix
-
-
-def read_topo(path: str | Path) -> TopoMatrix:
-    return parse_topo(Path(path).read_text(errors="replace"))
 
 
 def run_nvidia_smi(timeout: float = 15.0) -> str | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from autotune.errors import AutotuneError
 from autotune.probes.graph import (
     GPU, HOST_BRIDGE, NIC, NUMA, PCIE, PCIE_SWITCH, SMP, new_machine_graph, nic_label,
     pcie_gen, pcie_label)
@@ -49,7 +50,7 @@ VENDOR_NAMES = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel", 0x15B3: "mella
                 0x8088: "wangxun", 0x19E5: "huawei"}
 
 
-class SysfsError(ValueError):
+class SysfsError(AutotuneError, ValueError):
     """The sysfs tree is missing or holds something that cannot be read."""
 
 
@@ -68,10 +69,6 @@ class PciDevice:
     @property
     def base_class(self) -> int:
         return self.cls >> 16
-
-    @property
-    def is_bridge(self) -> bool:
-        return (self.cls >> 8) in (0x0604, 0x0609)
 
 
 def normalize_bdf(bdf: str) -> str:

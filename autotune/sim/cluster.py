@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from autotune.errors import AutotuneError
+
 GBIT = 1e9 / 8
 """Bytes per second in one Gbit/s."""
 
@@ -33,7 +35,7 @@ PCIE_EFFICIENCY = 0.85
 DEFAULT_NVLINK_GBPS = 200.0
 
 
-class ClusterError(ValueError):
+class ClusterError(AutotuneError, ValueError):
     """A cluster description with a missing, unknown or out-of-range field."""
 
 

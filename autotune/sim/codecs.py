@@ -30,12 +30,6 @@ class CodecCost:
     decode_gbps: float = math.inf
     summable: bool = True
 
-    def encode_s(self, nbytes: float) -> float:
-        return nbytes * 8 / (self.encode_gbps * 1e9)
-
-    def decode_s(self, nbytes: float) -> float:
-        return nbytes * 8 / (self.decode_gbps * 1e9)
-
 
 DEFAULT_CODECS: dict[str, CodecCost] = {
     c.name: c

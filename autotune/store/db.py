@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 import sqlite_utils
 
+from autotune.errors import AutotuneError
 from autotune.store import schema
 from autotune.store.fingerprint import fingerprint, from_json, normalize, to_json
 from autotune.store.similarity import BUDGET_S, TIMEOUT_S, Candidate, Matcher, Summary
@@ -53,7 +54,7 @@ JSON_COLUMNS = {"runs": ("world", "space_facts", "best_config"), "trials": ("con
 T = TypeVar("T")
 
 
-class StoreError(RuntimeError):
+class StoreError(AutotuneError, RuntimeError):
     """The results store cannot do what was asked (foreign or corrupt file, unknown run,
     bad argument). The message says which file and why."""
 

@@ -20,6 +20,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from autotune.errors import AutotuneError
+
 from . import text, vision
 
 __all__ = [
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 
-class ZooError(ValueError):
+class ZooError(AutotuneError, ValueError):
     """An unknown model name or a factory that cannot be loaded."""
 
 
