@@ -1,32 +1,35 @@
-"""Shared pytest set-up: markers that skip cleanly where a test cannot run."""
+"""Shared pytest set-up: markers that skip cleanly where a test cannot run, and the
+fixtures several test files use.
+
+- ``@pytest.mark.root``: the test needs the emulated cluster (root, network namespaces,
+  veth and tc); it is skipped with the emulator's own reason
+  (:func:`autotune.emulate.unavailable_reason`) where that cannot run.
+- ``store``: a results store in a fresh file, closed after the test.
+"""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
 import pytest
-
-
-def _netns_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces and tc)"
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "needs iproute2 (`ip` and `tc`)"
-    probe = "autotune-probe-ns"
-    ok = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None if ok else "network namespaces are not available here"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not any("root" in item.keywords for item in items):
         return
-    reason = _netns_reason()
+    from autotune.emulate import unavailable_reason
+
+    reason = unavailable_reason()
     if reason is None:
         return
     skip = pytest.mark.skip(reason=reason)
     for item in items:
         if "root" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def store(tmp_path):
+    from autotune.store import Store
+
+    s = Store(tmp_path / "store.db")
+    yield s
+    s.close()

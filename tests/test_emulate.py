@@ -14,14 +14,12 @@ from pathlib import Path
 import pytest
 
 from autotune.emulate import (Cluster, EmulatorError, ShapingError, cleanup, leftovers,
-                              measure_bandwidth, parse_rate, unavailable_reason)
+                              measure_bandwidth, parse_rate)
 from autotune.emulate.launcher import RankSpec, run_ranks
 from autotune.emulate.shaping import LinkSpec, format_rate, parse_latency, tc_lines
 
 HERE = Path(__file__).parent
 PY = sys.executable
-REASON = unavailable_reason()
-needs_netns = [pytest.mark.root, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 
 # ---- shaping rules (pure) -------------------------------------------------------------
@@ -145,9 +143,8 @@ def _running(pid: int, wait_s: float = 5.0) -> bool:
 
 # ---- the real emulated cluster (root) -------------------------------------------------
 
-def root(fn):
-    """Mark a test root-only and skip it with the emulator's own reason when it cannot run."""
-    return pytest.mark.root(pytest.mark.skipif(REASON is not None, reason=REASON or "")(fn))
+#: Root-only: conftest.py skips these with the emulator's own reason where it cannot run.
+root = pytest.mark.root
 
 
 @pytest.fixture(scope="module")

@@ -140,11 +140,8 @@ def test_bad_machine_name_fails_on_every_rank_without_hanging(results) -> None:
 def test_probe_measures_a_shaped_link(tmp_path: Path) -> None:
     """Two emulated hosts (network namespaces, veth shaped with tbf at 100 Mbit/s both
     ways): the probe must report about 0.1 Gbit/s each way, not loopback speed."""
-    from autotune.emulate import Cluster, unavailable_reason
+    from autotune.emulate import Cluster
 
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
     with Cluster(hosts=2, rate="100mbit") as c:
         envs, prefixes = [], []
         for host in range(2):

@@ -13,13 +13,6 @@ from autotune.store import schema
 from store_helpers import CNN, TRANSFORMER, WORLD, add_run, cluster, model
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path / "a.db")
-    yield s
-    s.close()
-
-
 def test_new_file_gets_the_current_schema(tmp_path):
     path = tmp_path / "new.db"
     with Store(path) as s:

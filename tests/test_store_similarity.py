@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from autotune.space import SearchSpace
-from autotune.store import Store
 from autotune.store.fingerprint import MAX_NODES, fingerprint, layers_graph, model_graph
 from autotune.store.similarity import (Candidate, Matcher, Summary, assignment_bound, edit_distance,
                                        job_distance, lower_bound)
@@ -178,13 +177,6 @@ def test_rank_prunes_with_lower_bounds():
 
 
 # ------------------------------------------------------------ the store
-@pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path / "sim.db")
-    yield s
-    s.close()
-
-
 def test_nearest_ranks_known_answers(store):
     changed = list(CNN)
     changed[-1] = ("Linear", 65_000)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -107,11 +108,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 @click.option("--timeout", type=click.FloatRange(1, None), default=3600.0, show_default=True,
               help="Seconds the whole local job may take.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def tune(model: str, workers: int | None, servers: int, machines: int | None, budget: int,
-         db: str | None, compute_ms: str, backward_fraction: float, emulate: str | None,
-         simulate: str | None, compare_ddp: bool, trial_iterations: int | None,
-         verify_iterations: int, techniques: str, seed: int, allow_lossy: bool, noise: float,
-         batch: int, max_memory: float | None, timeout: float, as_json: bool) -> None:
+def tune(**options: Any) -> None:
     """Tune the gradient communication of a model before the real job runs.
 
     Runs a synthetic job with the model's real gradient shapes through the same session
@@ -119,75 +116,129 @@ def tune(model: str, workers: int | None, servers: int, machines: int | None, bu
     Tuner against the cluster simulator, and stores the run so that a later
     autotune.session() with this model and world starts from its best configuration.
     """
-    from autotune.store.db import StoreError, default_path
+    from autotune.store.db import StoreError
 
-    techs = _techniques(techniques)
-    cms = _compute_ms(compute_ms)
-    if budget < 1:
-        raise click.BadParameter(f"must be >= 1 iteration, got {budget}", param_hint="--budget")
-    db_path = str(db) if db is not None else str(default_path())
-    sim_cluster = None
-    if simulate is not None:
-        given = [n for n, v in (("--workers", workers), ("--machines", machines),
-                                ("--emulate", emulate)) if v is not None]
-        if servers:
-            given.append("--servers")
-        if given:
-            raise click.UsageError(f"--simulate takes the world from the cluster file; drop "
-                                   f"{', '.join(given)} (set machines, workers_per_machine and "
-                                   f"server_machines in the JSON)")
-        from autotune.sim import Cluster, ClusterError
-
-        try:
-            sim_cluster = Cluster.from_json(simulate)
-        except ClusterError as exc:
-            raise click.BadParameter(str(exc), param_hint="--simulate") from None
+    req = _checked(TuneOptions(**options))
+    try:
+        report = _simulated(req) if req.options.simulate is not None else _local(req)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if req.options.as_json:
+        click.echo(json.dumps(report, indent=1, default=str))
     else:
-        if workers is None:
-            raise click.UsageError("give --workers N (local processes), or --simulate cluster.json")
-        if workers < 1:
-            raise click.BadParameter(f"must be >= 1, got {workers}", param_hint="--workers")
-        if servers < 0:
-            raise click.BadParameter(f"must be >= 0, got {servers}", param_hint="--servers")
-        if machines is not None and (machines < 1 or workers % machines):
-            raise click.BadParameter(f"{machines} must divide --workers {workers} (same workers "
-                                     "per machine)", param_hint="--machines")
-        if emulate is not None:
-            from autotune.emulate import ShapingError, parse_rate, unavailable_reason
+        _print_summary(report)
 
-            try:
-                parse_rate(emulate)
-            except ShapingError as exc:
-                raise click.BadParameter(str(exc), param_hint="--emulate") from None
-            reason = unavailable_reason()
-            if reason is not None:
-                raise click.UsageError(f"--emulate cannot run here: {reason}. Drop --emulate to "
-                                       "tune on local processes, or use --simulate.")
-    name = _resolve_model(model)
+
+# ------------------------------------------------------------------------------ checking
+@dataclass(frozen=True)
+class TuneOptions:
+    """The options of ``autotune tune`` as click parsed them (one field per option)."""
+
+    model: str
+    workers: int | None
+    servers: int
+    machines: int | None
+    budget: int
+    db: str | None
+    compute_ms: str
+    backward_fraction: float
+    emulate: str | None
+    simulate: str | None
+    compare_ddp: bool
+    trial_iterations: int | None
+    verify_iterations: int
+    techniques: str
+    seed: int
+    allow_lossy: bool
+    noise: float
+    batch: int
+    max_memory: float | None
+    timeout: float
+    as_json: bool
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A checked ``autotune tune``: its options, the resolved model (canonical zoo name or
+    factory), techniques, compute time (ms), store path and, with ``--simulate``, the
+    cluster to simulate."""
+
+    options: TuneOptions
+    model: str
+    techniques: tuple[str, ...]
+    compute_ms: float
+    db: str
+    cluster: Any = None
+
+
+def _checked(o: TuneOptions) -> _Request:
+    """Check the options (usage errors before anything starts) and resolve them."""
+    from autotune.store.db import default_path
+
+    techs = _techniques(o.techniques)
+    cms = _compute_ms(o.compute_ms)
+    if o.budget < 1:
+        raise click.BadParameter(f"must be >= 1 iteration, got {o.budget}", param_hint="--budget")
+    db_path = str(o.db) if o.db is not None else str(default_path())
+    cluster = None
+    if o.simulate is not None:
+        cluster = _simulated_cluster(o)
+    else:
+        _check_local_world(o)
+    name = _resolve_model(o.model)
     if cms == "measure":
         if ":" in name:
             raise click.BadParameter("'measure' needs a zoo model; give milliseconds for a "
                                      "factory", param_hint="--compute-ms")
         from autotune.offline.synthetic import measure_compute_ms
 
-        with _status(as_json, f"measuring {name}'s compute on this CPU"):
+        with _status(o.as_json, f"measuring {name}'s compute on this CPU"):
             cms = measure_compute_ms(name)
+    return _Request(options=o, model=name, techniques=techs, compute_ms=float(cms), db=db_path,
+                cluster=cluster)
+
+
+def _simulated_cluster(o: TuneOptions) -> Any:
+    """``--simulate``: the cluster file's :class:`~autotune.sim.Cluster` (the world comes
+    from it, so no world options)."""
+    given = [n for n, v in (("--workers", o.workers), ("--machines", o.machines),
+                            ("--emulate", o.emulate)) if v is not None]
+    if o.servers:
+        given.append("--servers")
+    if given:
+        raise click.UsageError(f"--simulate takes the world from the cluster file; drop "
+                               f"{', '.join(given)} (set machines, workers_per_machine and "
+                               f"server_machines in the JSON)")
+    from autotune.sim import Cluster, ClusterError
 
     try:
-        if simulate is not None:
-            report = _simulated(name, simulate, sim_cluster, budget, db_path, float(cms), backward_fraction,
-                                batch, seed, techs, trial_iterations, noise, allow_lossy,
-                                compare_ddp, as_json)
-        else:
-            report = _local(name, workers, servers, machines, budget, db_path, float(cms),
-                            backward_fraction, seed, techs, trial_iterations, allow_lossy,
-                            emulate, compare_ddp, verify_iterations, max_memory, timeout, as_json)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
-    if as_json:
-        click.echo(json.dumps(report, indent=1, default=str))
-    else:
-        _print_summary(report)
+        return Cluster.from_json(o.simulate)
+    except ClusterError as exc:
+        raise click.BadParameter(str(exc), param_hint="--simulate") from None
+
+
+def _check_local_world(o: TuneOptions) -> None:
+    """Local processes (or the emulated cluster): the world options and ``--emulate``."""
+    if o.workers is None:
+        raise click.UsageError("give --workers N (local processes), or --simulate cluster.json")
+    if o.workers < 1:
+        raise click.BadParameter(f"must be >= 1, got {o.workers}", param_hint="--workers")
+    if o.servers < 0:
+        raise click.BadParameter(f"must be >= 0, got {o.servers}", param_hint="--servers")
+    if o.machines is not None and (o.machines < 1 or o.workers % o.machines):
+        raise click.BadParameter(f"{o.machines} must divide --workers {o.workers} (same workers "
+                                 "per machine)", param_hint="--machines")
+    if o.emulate is not None:
+        from autotune.emulate import ShapingError, parse_rate, unavailable_reason
+
+        try:
+            parse_rate(o.emulate)
+        except ShapingError as exc:
+            raise click.BadParameter(str(exc), param_hint="--emulate") from None
+        reason = unavailable_reason()
+        if reason is not None:
+            raise click.UsageError(f"--emulate cannot run here: {reason}. Drop --emulate to "
+                                   "tune on local processes, or use --simulate.")
 
 
 # ------------------------------------------------------------------------------ running
@@ -243,29 +294,28 @@ class _Bar:
         self.progress.update(task, completed=data["iteration"], total=data["budget"], description=text)
 
 
-def _local(name: str, workers: int, servers: int, machines: int | None, budget: int, db: str,
-           compute_ms: float, backward_fraction: float, seed: int, techs: tuple[str, ...],
-           trial_iterations: int | None, allow_lossy: bool, emulate: str | None,
-           compare_ddp: bool, verify_iterations: int, max_memory: float | None, timeout: float,
-           quiet: bool) -> dict:
+def _local(req: _Request) -> dict:
     from autotune import zoo
     from autotune.offline.local import LocalPlan, TuneError, memory_check, tune_local
     from autotune.offline.synthetic import gradient_bytes
 
+    o, name = req.options, req.model
     try:
         grad_bytes = gradient_bytes(zoo.build(name, device="meta"))
-        memory_check(name, grad_bytes, workers, servers,
-                     int(max_memory * (1 << 30)) if max_memory else None)
+        memory_check(name, grad_bytes, o.workers, o.servers,
+                     int(o.max_memory * (1 << 30)) if o.max_memory else None)
     except (TuneError, zoo.ZooError) as exc:
         raise click.UsageError(str(exc)) from None
-    plan = LocalPlan(model=name, workers=workers, servers=servers, machines=machines, budget=budget,
-                     db=db, compute_ms=compute_ms, backward_fraction=backward_fraction, seed=seed,
-                     techniques=techs, trial_iterations=trial_iterations, allow_lossy=allow_lossy,
-                     timeout=timeout, emulate=emulate, job=f"tune:{name}",
-                     verify_iterations=verify_iterations, compare_ddp=compare_ddp)
-    where = f"emulated cluster at {emulate}" if emulate else "this machine"
-    with _Bar(quiet) as bar:
-        bar.starting("tune", f"starting {workers} worker(s) + {servers} server(s) on {where}")
+    plan = LocalPlan(model=name, workers=o.workers, servers=o.servers, machines=o.machines,
+                     budget=o.budget, db=req.db, compute_ms=req.compute_ms,
+                     backward_fraction=o.backward_fraction, seed=o.seed,
+                     techniques=req.techniques, trial_iterations=o.trial_iterations,
+                     allow_lossy=o.allow_lossy, timeout=o.timeout, emulate=o.emulate,
+                     job=f"tune:{name}", verify_iterations=o.verify_iterations,
+                     compare_ddp=o.compare_ddp)
+    where = f"emulated cluster at {o.emulate}" if o.emulate else "this machine"
+    with _Bar(o.as_json) as bar:
+        bar.starting("tune", f"starting {o.workers} worker(s) + {o.servers} server(s) on {where}")
         try:
             res = tune_local(plan, on_progress=bar.update)
         except TuneError as exc:
@@ -274,44 +324,43 @@ def _local(name: str, workers: int, servers: int, machines: int | None, budget: 
     ddp_score = res["ddp"]["score"] if res.get("ddp") else None
     failed = sum(1 for t in res["trials"] if t["score"] is None)
     return {
-        "mode": "emulated" if emulate else "local", "model": name, "gradient_bytes": grad_bytes,
-        "world": res["world"], "emulate_rate": emulate, "compute_ms": compute_ms,
-        "budget": budget, "unit": "it/s",
+        "mode": "emulated" if o.emulate else "local", "model": name, "gradient_bytes": grad_bytes,
+        "world": res["world"], "emulate_rate": o.emulate, "compute_ms": req.compute_ms,
+        "budget": o.budget, "unit": "it/s",
         "best": res["best"], "best_score": res["best_score"], "default_score": res["default_score"],
         "speedup_over_default": _ratio(res["best_score"], res["default_score"]),
         "kept": res["kept"], "kept_score": res["verified_score"],
         "ddp_score": ddp_score, "speedup_over_ddp": _ratio(res["verified_score"], ddp_score),
         "trials": len(res["trials"]), "failed_trials": failed,
-        "run_id": run["id"], "db": db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
+        "run_id": run["id"], "db": req.db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
         "simulated": False, "wall_s": res["wall_s"], "history": res["history"],
     }
 
 
-def _simulated(name: str, source: str, cluster: Any, budget: int, db: str, compute_ms: float,
-               backward_fraction: float, batch: int, seed: int, techs: tuple[str, ...],
-               trial_iterations: int | None, noise: float, allow_lossy: bool, compare_ddp: bool,
-               quiet: bool) -> dict:
+def _simulated(req: _Request) -> dict:
     from autotune.offline.simulated import tune_simulated
 
-    with _Bar(quiet) as bar:
-        bar.starting("simulate", f"tuning {name} on the simulated cluster {source}")
-        res = tune_simulated(name, cluster, budget=budget, db=db, compute_ms=compute_ms,
-                             backward_fraction=backward_fraction, batch_per_worker=batch,
-                             seed=seed, techniques=techs, trial_iterations=trial_iterations,
-                             noise=noise, allow_lossy=allow_lossy,
+    o, name = req.options, req.model
+    with _Bar(o.as_json) as bar:
+        bar.starting("simulate", f"tuning {name} on the simulated cluster {o.simulate}")
+        res = tune_simulated(name, req.cluster, budget=o.budget, db=req.db,
+                             compute_ms=req.compute_ms, backward_fraction=o.backward_fraction,
+                             batch_per_worker=o.batch, seed=o.seed, techniques=req.techniques,
+                             trial_iterations=o.trial_iterations, noise=o.noise,
+                             allow_lossy=o.allow_lossy,
                              on_progress=lambda d: bar.update(d, "simulate"))
     run, pred = res["run"], res["predicted"]
-    ddp = pred["ddp_like"]["throughput"] if compare_ddp else None
+    ddp = pred["ddp_like"]["throughput"] if o.compare_ddp else None
     return {
-        "mode": "simulated", "model": name, "world": res["world"], "compute_ms": compute_ms,
-        "budget": budget, "unit": "samples/s",
+        "mode": "simulated", "model": name, "world": res["world"], "compute_ms": req.compute_ms,
+        "budget": o.budget, "unit": "samples/s",
         "best": res["best"], "best_score": res["best_score"], "default_score": res["default_score"],
         "speedup_over_default": _ratio(pred["best"]["throughput"], pred["default"]["throughput"]),
         "kept": res["best"], "kept_score": pred["best"]["throughput"],
         "ddp_score": ddp, "speedup_over_ddp": _ratio(pred["best"]["throughput"], ddp),
         "predicted": pred, "warm_start": res["warm_start"],
         "trials": len(res["trials"]), "failed_trials": 0,
-        "run_id": run["id"], "db": db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
+        "run_id": run["id"], "db": req.db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
         "simulated": True,
     }
 

@@ -5,9 +5,10 @@ The same :class:`~autotune.tuner.Tuner` a training session uses asks for configu
 of the model's gradients on the described cluster, for clusters of any size. The run is
 recorded like a session's (warm start from the nearest stored runs first, the default
 configuration among the first trials, every trial stored) but marked ``simulated``, under
-the model's fingerprint (the real zoo module built on the meta device: no memory) and a
-topology graph made by the session's own code (:meth:`Session._cluster_graph`) for the
-simulated world, so a later real job on such a cluster finds it.
+the model's fingerprint (the real zoo module built on the meta device: no memory) and the
+topology graph a session records (:func:`autotune.probes.graph.job_graph`, the builder
+``Session._cluster_graph`` calls) for the simulated world, so a later real job on such a
+cluster finds it.
 
 Scores are samples/s over all workers (``Job.batch_per_worker`` samples per worker per
 iteration); a trial's ``wall_time`` is its predicted duration (iterations x step time).
@@ -16,7 +17,6 @@ iteration); a trial's ``wall_time`` is its predicted duration (iterations x step
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 #: DDP's default: 25 MiB buckets, one all-reduce at a time, every worker in one ring.
@@ -24,33 +24,12 @@ DDP_LIKE = {"transport": "allreduce", "streams": 1, "chunk_bytes": 25 << 20, "se
             "intra": "flat", "reduce_root": 0, "compression": "none"}
 
 
-def world_info(machines: int, workers_per_machine: int, servers: int):
-    """A :class:`~autotune.runtime.WorldInfo` for a described world (seen from rank 0):
-    ranks of machine ``i`` run on ``node<i>``, server ``j`` on ``server<j>``, as
-    ``autotune launch --machines`` names them."""
-    from autotune.runtime import WorldInfo
-
-    w = machines * workers_per_machine
-    roles = ("worker",) * w + ("server",) * servers
-    names = tuple(f"node{r // workers_per_machine}" for r in range(w)) + \
-        tuple(f"server{j}" for j in range(servers))
-    return WorldInfo(rank=0, world_size=w + servers, roles=roles, machines=names)
-
-
-#: The :class:`WorldInfo` facts ``Session._cluster_graph`` reads.
-_GRAPH_FACTS = ("rank", "world_size", "roles", "machines", "workers", "servers",
-                "worker_machines", "n_machines", "workers_per_machine")
-
-
 def cluster_graph(machines: int, workers_per_machine: int, servers: int):
-    """The topology graph a session on such a world records (the session's own code, fed
-    a snapshot of the world's facts: ``WorldInfo`` recomputes them on every access, which
-    is quadratic at a thousand workers)."""
-    from autotune.session import Session
+    """The topology graph a session on such a world records (the same builder,
+    :func:`autotune.probes.graph.job_graph`)."""
+    from autotune.probes.graph import job_graph
 
-    info = world_info(machines, workers_per_machine, servers)
-    facts = SimpleNamespace(**{name: getattr(info, name) for name in _GRAPH_FACTS})
-    return Session._cluster_graph(SimpleNamespace(rt=SimpleNamespace(info=facts)))
+    return job_graph(machines, workers_per_machine, servers)
 
 
 def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,

@@ -23,7 +23,7 @@ from typing import Any
 import networkx as nx
 
 from autotune.probes.graph import (
-    HOST_BRIDGE, NUMA, NVLINK, PCIE_SWITCH, ancestor_of_kind, gpu_nodes, nic_nodes,
+    HOST_BRIDGE, KIND, NUMA, NVLINK, PCIE_SWITCH, ancestor_of_kind, gpu_nodes, nic_nodes,
     tree_parents)
 
 
@@ -83,7 +83,7 @@ def classify(g: nx.Graph) -> Verdict:
         members.setdefault(group(n), {"gpus": [], "nics": []})["nics"].append(n)
     s_n = sum(1 for m in members.values() if m["gpus"] and m["nics"])
     s_g = sum(1 for m in members.values() if m["gpus"] and not m["nics"])
-    nvlink = any(k == NVLINK for _, _, k in g.edges(data="kind"))
+    nvlink = any(k == NVLINK for _, _, k in g.edges(data=KIND))
     nic_groups = {group(n) for n in nics}
 
     def distance(n: Any) -> int:

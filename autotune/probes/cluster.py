@@ -27,7 +27,7 @@ from typing import Any
 
 import networkx as nx
 
-from autotune.probes.graph import MACHINE, NET, bandwidth_class
+from autotune.probes.graph import cluster_graph
 
 MAX_NAME_BYTES = 255
 _STOP, _DATA, _PING = 0, 1, 2
@@ -191,29 +191,8 @@ def probe_cluster(*, machine: str | None = None, n_gpus: int | None = None,
                         link.recv_side()
     dist.all_reduce(gbps, group=group)
     dist.all_reduce(rtt, group=group)
-    return _cluster_graph(machines, names, gpus, gbps.tolist(), rtt.tolist(),
-                          time.perf_counter() - started, time_budget_s)
+    return cluster_graph(machines, names, gpus, gbps.tolist(), rtt.tolist(),
+                         time.perf_counter() - started, time_budget_s)
 
 
-def _cluster_graph(machines: list[str], names: list[str], gpus: list[int],
-                   gbps: list[list[float]], rtt: list[list[float]], seconds: float,
-                   budget: float) -> nx.DiGraph:
-    g = nx.DiGraph(kind="cluster", source="probe_cluster", probe_seconds=round(seconds, 3),
-                   time_budget_s=budget)
-    for k, name in enumerate(machines):
-        ranks = [r for r, n in enumerate(names) if n == name]
-        n = max(gpus[r] for r in ranks)
-        g.add_node(name, kind=MACHINE, label=f"machine:{n}gpu", n_gpus=n, ranks=ranks,
-                   leader=ranks[0])
-    for i, a in enumerate(machines):
-        for j, b in enumerate(machines):
-            if i != j:
-                g.add_edge(a, b, kind=NET, gbps=gbps[i][j], gbytes_per_s=gbps[i][j] / 8,
-                           rtt_us=rtt[i][j] * 1e6, label=f"net:{bandwidth_class(gbps[i][j])}",
-                           slowest=False)
-    if g.number_of_edges():
-        a, b = min(g.edges, key=lambda e: (g.edges[e]["gbps"], e))
-        g.edges[a, b]["slowest"] = True
-        g.graph["slowest"] = [a, b]
-        g.graph["slowest_gbps"] = g.edges[a, b]["gbps"]
-    return g
+_cluster_graph = cluster_graph  # the name this builder had here before it moved to graph.py

@@ -10,29 +10,31 @@ import networkx as nx
 
 from autotune.probes.classify import Verdict, classify
 from autotune.probes.facts import machine_graph
-from autotune.probes.graph import NVLINK, child_key, to_json, tree_parents
+from autotune.probes.graph import (
+    GPU, HOST_BRIDGE, KIND, LABEL, MACHINE, NIC, NUMA, NVLINK, PCIE_SWITCH, ROOT, child_key,
+    to_json, tree_parents)
 from autotune.probes.nvsmi import NvsmiParseError
 from autotune.probes.sysfs import SysfsError
 
 
 def _describe(g: nx.Graph, n: str) -> str:
     d = g.nodes[n]
-    kind = d.get("kind")
-    if kind == "machine":
+    kind = d.get(KIND)
+    if kind == MACHINE:
         return f"[bold]machine[/] {g.graph.get('hostname') or ''} [dim]({g.graph.get('source')})[/]"
-    if kind == "numa":
+    if kind == NUMA:
         return f"[magenta]NUMA {d.get('numa')}[/] cpus {d.get('cpus') or '?'}"
-    if kind == "host_bridge":
+    if kind == HOST_BRIDGE:
         return f"root complex {d.get('bus', n.split(':', 1)[1])}"
-    if kind == "pcie_switch":
+    if kind == PCIE_SWITCH:
         what = {True: "PCIe switch", False: "root port", None: "PCIe switch/port"}[
             d.get("switched")]
         port = d.get("root_port")
         return f"[yellow]{what}[/]" + (f" {port}" if port else f" {n}")
-    if kind == "gpu":
+    if kind == GPU:
         extra = " ".join(x for x in (d.get("bdf"), d.get("vendor"), d.get("pci_id")) if x)
         return f"[green]GPU {d.get('index')}[/] {extra}"
-    if kind == "nic":
+    if kind == NIC:
         names = ", ".join(x for x in (d.get("ibdev"), d.get("netdev")) if x) or d.get("name")
         speed = f" {d['speed_gbps']:g} Gbit/s" if d.get("speed_gbps") else ""
         return f"[red]NIC {names}[/]{speed}" + (f" {d['bdf']}" if d.get("bdf") else "")
@@ -48,17 +50,17 @@ def render_tree(g: nx.Graph):
     for n, p in parents.items():
         if p is not None:
             children.setdefault(p, []).append(n)
-    root = Tree(_describe(g, "machine"))
+    root = Tree(_describe(g, ROOT))
 
     def add(branch, node) -> None:
         for c in sorted(children.get(node, []), key=child_key(g)):
-            label = g.edges[node, c].get("label", "")
+            label = g.edges[node, c].get(LABEL, "")
             link = f" [dim]{label}[/]" if label.startswith("pcie:") and label != "pcie:root" \
                 else ""
             add(branch.add(_describe(g, c) + link), c)
 
-    add(root, "machine")
-    nv = [(a, b, d) for a, b, d in g.edges(data=True) if d.get("kind") == NVLINK]
+    add(root, ROOT)
+    nv = [(a, b, d) for a, b, d in g.edges(data=True) if d.get(KIND) == NVLINK]
     if nv:
         branch = root.add(f"[cyan]NVLink[/] ({len(nv)} connections)")
         for a, b, d in sorted(nv, key=lambda e: (e[0], e[1])):

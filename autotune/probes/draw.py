@@ -7,10 +7,12 @@ from pathlib import Path
 import networkx as nx
 
 from autotune.errors import AutotuneError
-from autotune.probes.graph import NVLINK, child_key, tree_parents
+from autotune.probes.graph import (
+    GPU, HOST_BRIDGE, KIND, MACHINE, NIC, NUMA, NVLINK, NVSWITCH, PCIE_SWITCH, ROOT, child_key,
+    tree_parents)
 
-COLORS = {"machine": "#4c72b0", "numa": "#8172b2", "host_bridge": "#937860",
-          "pcie_switch": "#ccb974", "gpu": "#55a868", "nic": "#c44e52", "nvswitch": "#64b5cd"}
+COLORS = {MACHINE: "#4c72b0", NUMA: "#8172b2", HOST_BRIDGE: "#937860",
+          PCIE_SWITCH: "#ccb974", GPU: "#55a868", NIC: "#c44e52", NVSWITCH: "#64b5cd"}
 
 
 class DrawError(AutotuneError, RuntimeError):
@@ -31,7 +33,7 @@ def _tree_order(g: nx.Graph) -> nx.Graph:
         for c in sorted(children.get(n, []), key=child_key(g)):
             visit(c, depth + 1)
 
-    for root in sorted(children.get(None, []), key=lambda x: (x != "machine", str(x))):
+    for root in sorted(children.get(None, []), key=lambda x: (x != ROOT, str(x))):
         visit(root, 0)
     h.add_edges_from(g.edges(data=True))
     return h
@@ -71,7 +73,7 @@ def draw_graph(g: nx.Graph, path: str | Path) -> None:
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * g.number_of_nodes()), 6))
     if g.is_directed():  # cluster graph
         pos = nx.circular_layout(g)
-        nx.draw_networkx_nodes(g, pos, ax=ax, node_color=COLORS["machine"], node_size=900)
+        nx.draw_networkx_nodes(g, pos, ax=ax, node_color=COLORS[MACHINE], node_size=900)
         nx.draw_networkx_labels(g, pos, ax=ax, labels={n: f"{n}\n{d['label']}" for n, d in
                                                        g.nodes(data=True)}, font_size=8)
         colors = ["red" if d.get("slowest") else "gray" for _, _, d in g.edges(data=True)]
@@ -83,11 +85,11 @@ def draw_graph(g: nx.Graph, path: str | Path) -> None:
     else:
         g = _tree_order(g)
         pos = _tree_layout(g)
-        tree = [(a, b) for a, b, k in g.edges(data="kind") if k != NVLINK]
-        nv = [(a, b) for a, b, k in g.edges(data="kind") if k == NVLINK]
+        tree = [(a, b) for a, b, k in g.edges(data=KIND) if k != NVLINK]
+        nv = [(a, b) for a, b, k in g.edges(data=KIND) if k == NVLINK]
         nx.draw_networkx_nodes(g, pos, ax=ax, node_size=700,
                                node_color=[COLORS.get(k, "#999999")
-                                           for _, k in g.nodes(data="kind")])
+                                           for _, k in g.nodes(data=KIND)])
         nx.draw_networkx_labels(g, pos, ax=ax, font_size=7)
         nx.draw_networkx_edges(g, pos, ax=ax, edgelist=tree, edge_color="gray")
         nx.draw_networkx_edges(g, pos, ax=ax, edgelist=nv, edge_color="green", style="dashed",

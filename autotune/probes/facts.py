@@ -16,7 +16,7 @@ from pathlib import Path
 import networkx as nx
 
 from autotune.probes.classify import Verdict, classify
-from autotune.probes.graph import GPU, NUMA, SMP, gpu_nodes, new_machine_graph
+from autotune.probes.graph import GPU, KIND, NUMA, ROOT, SMP, gpu_nodes, new_machine_graph
 from autotune.probes.nvml import merge_nvlinks, read_nvlinks
 from autotune.probes.nvsmi import merge_topo, parse_topo, run_nvidia_smi, topo_graph
 from autotune.probes.sysfs import read_sysfs
@@ -48,7 +48,7 @@ def cpu_only_graph(reason: str = "") -> nx.Graph:
         n_cpus = os.cpu_count() or 1
     g.add_node("numa:0", kind=NUMA, label="numa", numa=0, cpus=f"0-{n_cpus - 1}",
                n_cpus=n_cpus)
-    g.add_edge("machine", "numa:0", kind=SMP, label="smp")
+    g.add_edge(ROOT, "numa:0", kind=SMP, label="smp")
     return g
 
 
@@ -116,7 +116,7 @@ def local_facts(sysfs: str | Path = "/sys", *, nvml: bool = True) -> LocalFacts:
         notes.append(f"cannot read {sysfs}: {exc}")
         g = cpu_only_graph(str(exc))
     g.graph["hostname"] = socket.gethostname()
-    if nvml and any(k == GPU for _, k in g.nodes(data="kind")):
+    if nvml and any(k == GPU for _, k in g.nodes(data=KIND)):
         try:
             links = read_nvlinks()
             if links is not None:

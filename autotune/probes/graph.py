@@ -16,9 +16,20 @@ Node kinds: ``machine``, ``numa`` (a CPU socket / NUMA node, with its ``cpus``),
 one CPU root port; ``switched`` says whether a real switch chip is there), ``gpu``, ``nic``,
 ``nvswitch``. Edge kinds: ``smp``, ``pcie``, ``nvlink``.
 
-Cluster graph (``nx.DiGraph``): one node per machine (kind ``machine``, label
-``machine:<n>gpu``), one edge per direction (kind ``net``, measured ``gbps`` in Gbit/s,
-``label`` ``net:<class>``, ``slowest`` true on the slowest one).
+Cluster graph (``nx.DiGraph``, :func:`cluster_graph`, what the bandwidth probe returns):
+one node per machine (kind ``machine``, label ``machine:<n>gpu``), one edge per direction
+(kind ``net``, measured ``gbps`` in Gbit/s, ``label`` ``net:<class>``, ``slowest`` true on
+the slowest one).
+
+Job graph (undirected ``nx.Graph``, :func:`job_graph`, what a session records in the store
+and compares with earlier jobs): worker machines (kind ``machine``, label
+``machine:<w>w``) and Summation Service servers (kind ``server``) joined through one
+network node (kind ``switch``) by ``net`` edges: O(n) edges, so large jobs stay cheap to
+compare. Its labels are part of every stored database's fingerprints: keep them stable.
+
+This module is the one place the schema is spelled out: the probes build machine and
+cluster graphs with it, the session and the offline tuner the job graph, the simulator
+reads machine graphs through it, and the store reads ``kind``/``label``.
 """
 
 from __future__ import annotations
@@ -33,8 +44,22 @@ import networkx as nx
 #: Node kinds of a machine graph, from the root down.
 MACHINE, NUMA, HOST_BRIDGE, PCIE_SWITCH, GPU, NIC, NVSWITCH = (
     "machine", "numa", "host_bridge", "pcie_switch", "gpu", "nic", "nvswitch")
+#: Node kinds of a job graph besides ``machine``: the network, a Summation Service server.
+SWITCH, SERVER = "switch", "server"
 #: Edge kinds.
 SMP, PCIE, NVLINK, NET = "smp", "pcie", "nvlink", "net"
+#: Graph kinds (``g.graph["kind"]``).
+MACHINE_GRAPH, CLUSTER_GRAPH = "machine", "cluster"
+#: The root node of a machine graph.
+ROOT = "machine"
+#: The network node of a job graph.
+NETWORK = "net"
+
+#: Attribute names. Every node and edge: ``kind`` and ``label``. GPUs: their local
+#: ``index``. PCIe edges: ``gen``, ``width`` (and ``gbps`` when known). NVLink edges:
+#: ``links``. Cluster edges: ``gbps`` measured, ``slowest``.
+KIND, LABEL, INDEX, GEN, WIDTH, GBPS, LINKS, SLOWEST = (
+    "kind", "label", "index", "gen", "width", "gbps", "links", "slowest")
 
 #: Bandwidth classes in Gbit/s used in labels (``net:10G``, ``nic:100G``).
 BANDWIDTH_CLASSES: tuple[float, ...] = (
@@ -83,10 +108,59 @@ def nic_label(speed_gbps: float | None) -> str:
     return f"nic:{bandwidth_class(speed_gbps)}" if speed_gbps else "nic"
 
 
+def net_label(gbps: float) -> str:
+    """Label of a measured network link: ``net:10G``."""
+    return f"net:{bandwidth_class(gbps)}"
+
+
+# ----------------------------------------------------------------------------------------
+# builders
+
 def new_machine_graph(source: str, **attrs: Any) -> nx.Graph:
     """An empty machine graph with its root ``machine`` node."""
-    g = nx.Graph(kind="machine", source=source, **attrs)
-    g.add_node("machine", kind=MACHINE, label="machine")
+    g = nx.Graph(kind=MACHINE_GRAPH, source=source, **attrs)
+    g.add_node(ROOT, kind=MACHINE, label="machine")
+    return g
+
+
+def cluster_graph(machines: list[str], names: list[str], gpus: list[int],
+                  gbps: list[list[float]], rtt: list[list[float]], seconds: float,
+                  budget: float) -> nx.DiGraph:
+    """The cluster graph of a bandwidth probe: ``machines`` (distinct names in order),
+    ``names``/``gpus`` per rank, ``gbps``/``rtt`` (seconds) per ordered machine pair, the
+    probe's duration and time budget."""
+    g = nx.DiGraph(kind=CLUSTER_GRAPH, source="probe_cluster", probe_seconds=round(seconds, 3),
+                   time_budget_s=budget)
+    for name in machines:
+        ranks = [r for r, n in enumerate(names) if n == name]
+        n = max(gpus[r] for r in ranks)
+        g.add_node(name, kind=MACHINE, label=f"machine:{n}gpu", n_gpus=n, ranks=ranks,
+                   leader=ranks[0])
+    for i, a in enumerate(machines):
+        for j, b in enumerate(machines):
+            if i != j:
+                g.add_edge(a, b, kind=NET, gbps=gbps[i][j], gbytes_per_s=gbps[i][j] / 8,
+                           rtt_us=rtt[i][j] * 1e6, label=net_label(gbps[i][j]), slowest=False)
+    if g.number_of_edges():
+        a, b = min(g.edges, key=lambda e: (g.edges[e][GBPS], e))
+        g.edges[a, b][SLOWEST] = True
+        g.graph["slowest"] = [a, b]
+        g.graph["slowest_gbps"] = g.edges[a, b][GBPS]
+    return g
+
+
+def job_graph(machines: int, workers_per_machine: int, servers: int) -> nx.Graph:
+    """The compact graph of a job's cluster that the store compares: ``machines`` worker
+    machines of ``workers_per_machine`` workers and ``servers`` servers, each joined to
+    one network node (see the module docstring)."""
+    g = nx.Graph()
+    g.add_node(NETWORK, kind=SWITCH, label="switch")
+    for i in range(machines):
+        g.add_node(f"m{i}", kind=MACHINE, label=f"machine:{workers_per_machine}w")
+        g.add_edge(NETWORK, f"m{i}", kind=NET, label="net")
+    for s in range(servers):
+        g.add_node(f"s{s}", kind=SERVER, label="server")
+        g.add_edge(NETWORK, f"s{s}", kind=NET, label="net")
     return g
 
 
@@ -94,13 +168,15 @@ def new_machine_graph(source: str, **attrs: Any) -> nx.Graph:
 # tree helpers (the PCIe/SMP edges of a machine graph form a tree rooted at "machine")
 
 def tree_parents(g: nx.Graph) -> dict[Any, Any]:
-    """Parent of every node in the PCIe/SMP tree (NVLink edges ignored), root -> None."""
+    """Parent of every node in the PCIe/SMP tree (NVLink edges ignored), root -> None.
+
+    The tree is walked from the ``machine`` node(s) first; a part not connected to one
+    gets its first node as its own root."""
     tree = nx.Graph()
     tree.add_nodes_from(g.nodes)
-    tree.add_edges_from((u, v) for u, v, k in g.edges(data="kind") if k != NVLINK)
+    tree.add_edges_from((u, v) for u, v, k in g.edges(data=KIND) if k != NVLINK)
     parents: dict[Any, Any] = {}
-    roots = ["machine"] if "machine" in g else []
-    roots += [n for n in g.nodes if n != "machine"]
+    roots = [n for n, k in g.nodes(data=KIND) if k == MACHINE] + list(g.nodes)
     for root in roots:
         if root in parents:
             continue
@@ -114,7 +190,7 @@ def ancestor_of_kind(parents: dict[Any, Any], g: nx.Graph, node: Any, kind: str)
     """The nearest ancestor of ``node`` (itself excluded) of the given kind, or None."""
     cur = parents.get(node)
     while cur is not None:
-        if g.nodes[cur].get("kind") == kind:
+        if g.nodes[cur].get(KIND) == kind:
             return cur
         cur = parents.get(cur)
     return None
@@ -122,17 +198,18 @@ def ancestor_of_kind(parents: dict[Any, Any], g: nx.Graph, node: Any, kind: str)
 
 def child_key(g: nx.Graph) -> Callable[[Any], tuple]:
     """Sort key for siblings in the tree: GPUs by index, then NICs, then the rest by name."""
-    return lambda n: (g.nodes[n].get("kind") == NIC, g.nodes[n].get("index", 0), str(n))
+    return lambda n: (g.nodes[n].get(KIND) == NIC, g.nodes[n].get(INDEX, 0), str(n))
 
 
 def gpu_nodes(g: nx.Graph) -> list[Any]:
-    """GPU nodes sorted by their local index."""
-    return sorted((n for n, k in g.nodes(data="kind") if k == GPU),
-                  key=lambda n: g.nodes[n].get("index", 0))
+    """GPU nodes sorted by their local index (then by name)."""
+    return sorted((n for n, k in g.nodes(data=KIND) if k == GPU),
+                  key=lambda n: (g.nodes[n].get(INDEX, 0), str(n)))
 
 
 def nic_nodes(g: nx.Graph) -> list[Any]:
-    return sorted(n for n, k in g.nodes(data="kind") if k == NIC)
+    """NIC nodes sorted by name."""
+    return sorted((n for n, k in g.nodes(data=KIND) if k == NIC), key=str)
 
 
 # ----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 import networkx as nx
 
-from autotune.probes.graph import GPU, NVLINK, NVSWITCH, nvlink_label
+from autotune.probes.graph import GPU, KIND, NVLINK, NVSWITCH, nvlink_label
 from autotune.probes.sysfs import normalize_bdf
 
 
@@ -60,7 +60,7 @@ def read_nvlinks() -> tuple[list[str], dict[tuple[str, str], int]] | None:
 def merge_nvlinks(g: nx.Graph, nvml: tuple[list[str], dict[tuple[str, str], int]]) -> nx.Graph:
     """Add NVML's NVLinks to a sysfs graph, matching GPUs by PCI bus id."""
     _, links = nvml
-    by_bdf = {d.get("bdf"): n for n, d in g.nodes(data=True) if d.get("kind") == GPU}
+    by_bdf = {d.get("bdf"): n for n, d in g.nodes(data=True) if d.get(KIND) == GPU}
     seen = set()
     for (a, b), n in sorted(links.items()):
         if a not in by_bdf:

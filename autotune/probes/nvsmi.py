@@ -26,8 +26,8 @@ import networkx as nx
 
 from autotune.errors import AutotuneError
 from autotune.probes.graph import (
-    GPU, HOST_BRIDGE, NIC, NUMA, NVLINK, PCIE, PCIE_SWITCH, SMP, gpu_nodes, new_machine_graph,
-    nvlink_label)
+    GPU, HOST_BRIDGE, NIC, NUMA, NVLINK, PCIE, PCIE_SWITCH, ROOT, SMP, gpu_nodes,
+    new_machine_graph, nvlink_label)
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 RELATION_RE = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|NV\d+)$")
@@ -244,7 +244,7 @@ def topo_graph(m: TopoMatrix) -> nx.Graph:
         cpus = next((m.cpu_affinity[d] for d in gpus if hb_dev(d) in comp
                      and d in m.cpu_affinity), "")
         g.add_node(f"numa:{nid}", kind=NUMA, label="numa", numa=nid, cpus=cpus)
-        g.add_edge("machine", f"numa:{nid}", kind=SMP, label="smp")
+        g.add_edge(ROOT, f"numa:{nid}", kind=SMP, label="smp")
         for hb in comp:
             numa_of_hb[hb] = nid
     for k in range(len(hbs)):

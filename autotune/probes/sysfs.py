@@ -27,7 +27,7 @@ import networkx as nx
 
 from autotune.errors import AutotuneError
 from autotune.probes.graph import (
-    GPU, HOST_BRIDGE, NIC, NUMA, PCIE, PCIE_SWITCH, SMP, new_machine_graph, nic_label,
+    GPU, HOST_BRIDGE, NIC, NUMA, PCIE, PCIE_SWITCH, ROOT, SMP, new_machine_graph, nic_label,
     pcie_gen, pcie_label)
 
 BDF_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -242,7 +242,7 @@ def read_sysfs(root: str | Path = "/sys") -> nx.Graph:
     for nid, cpus in numa_cpus.items():
         g.add_node(f"numa:{nid}", kind=NUMA, label="numa", numa=nid, cpus=cpus,
                    n_cpus=_cpu_count(cpus))
-        g.add_edge("machine", f"numa:{nid}", kind=SMP, label="smp")
+        g.add_edge(ROOT, f"numa:{nid}", kind=SMP, label="smp")
 
     endpoints = [d for d in devices.values() if is_gpu(d) or is_nic(d)]
     gpus = sorted((d for d in endpoints if is_gpu(d)), key=lambda d: d.bdf)
@@ -266,7 +266,7 @@ def read_sysfs(root: str | Path = "/sys") -> nx.Graph:
         nid = counter.most_common(1)[0][0] if counter else default_numa
         if f"numa:{nid}" not in g:
             g.add_node(f"numa:{nid}", kind=NUMA, label="numa", numa=nid, cpus="", n_cpus=0)
-            g.add_edge("machine", f"numa:{nid}", kind=SMP, label="smp")
+            g.add_edge(ROOT, f"numa:{nid}", kind=SMP, label="smp")
         m = HOST_RE.match(hb)
         assert m is not None
         bus = f"{int(m.group(1), 16):04x}:{m.group(2).lower()}"

@@ -4,11 +4,12 @@
 (:meth:`Cluster.from_json`). Bandwidths are in Gbit/s per direction (links are full
 duplex), times in microseconds. A machine's insides come either from a few numbers
 (``pcie_gbps``, ``gpus_per_switch``, ``nic_switch``, ``nvlink_gbps``) or from a probe
-graph (``topology``: node-link JSON of one machine as written by ``autotune.probes``:
-nodes of kind ``gpu``/``nic``/``pcie_switch``/``nvswitch``, edges of kind ``pcie`` and
-``nvlink``). :class:`MachineModel` turns either into *resources* (a GPU's PCIe link, a
-switch's uplink to the CPU, an NVLink, host memory) and the paths between GPUs and the
-host, which is what the intra-machine strategies are charged against.
+graph (``topology``: node-link JSON of one machine as written by ``autotune.probes``, in
+the schema of :mod:`autotune.probes.graph`: nodes of kind ``gpu``/``nic``/``pcie_switch``/
+``nvswitch``, edges of kind ``pcie`` and ``nvlink``). :class:`MachineModel` turns either
+into *resources* (a GPU's PCIe link, a switch's uplink to the CPU, an NVLink, host memory)
+and the paths between GPUs and the host, which is what the intra-machine strategies are
+charged against.
 """
 
 from __future__ import annotations
@@ -367,86 +368,109 @@ class MachineModel:
 
 
 def _from_topology(c: Cluster) -> MachineModel:
+    """The machine model of a probe graph (schema: :mod:`autotune.probes.graph`): the
+    first ``workers_per_machine`` GPUs, their PCIe links and switch uplinks, the NIC's
+    switch, NVLinks and NVSwitch ports."""
+    from autotune.probes.graph import tree_parents
+
+    g = _read_topology(c.topology)
+    gpus = _topology_gpus(g, c.workers_per_machine)
+    nic = _topology_nic(g, c.nic)
+    parents = tree_parents(g)
+    bw: dict[Resource, float] = {}
+    sw, nic_sw = _pcie_resources(g, parents, gpus, nic, c.pcie_gbps, bw)
+    per_link = (c.nvlink_gbps or DEFAULT_NVLINK_GBPS) * GBIT
+    nv, ports = _nvlink_resources(g, gpus, per_link, bw)
+    return MachineModel(len(gpus), "gpu", sw, nic_sw, bw, nv, ports)
+
+
+def _read_topology(data: Mapping[str, Any]) -> Any:
+    """The ``topology`` field as a networkx graph whose nodes have a kind and whose edges
+    are PCIe, SMP or NVLink edges."""
     import networkx as nx
 
-    data = c.topology
+    from autotune.probes.graph import KIND, NVLINK, PCIE, SMP
+
     if "nodes" not in data or ("edges" not in data and "links" not in data):
         raise ClusterError("field 'topology' must be node-link graph data with 'nodes' and 'edges'")
     try:
         g = nx.node_link_graph(data, edges="edges" if "edges" in data else "links")
     except Exception as exc:  # networkx raises several kinds for malformed data
         raise ClusterError(f"field 'topology' is not a readable node-link graph: {exc}") from None
-    for node, kind in g.nodes(data="kind"):
+    for node, kind in g.nodes(data=KIND):
         if kind is None:
-            raise ClusterError(f"topology node {node!r} has no 'kind'")
-    for u, v, kind in g.edges(data="kind"):
-        if kind not in ("pcie", "nvlink", "smp"):
-            raise ClusterError(f"topology edge {u!r}-{v!r} has kind {kind!r}; expected pcie, nvlink or smp")
-    gpus = sorted((n for n, k in g.nodes(data="kind") if k == "gpu"),
-                  key=lambda n: (g.nodes[n].get("index", 0), str(n)))
-    w = c.workers_per_machine
+            raise ClusterError(f"topology node {node!r} has no {KIND!r}")
+    for u, v, kind in g.edges(data=KIND):
+        if kind not in (PCIE, NVLINK, SMP):
+            raise ClusterError(f"topology edge {u!r}-{v!r} has kind {kind!r}; "
+                               f"expected {PCIE}, {NVLINK} or {SMP}")
+    return g
+
+
+def _topology_gpus(g: Any, w: int) -> list[Any]:
+    """The GPU nodes the ``w`` workers of a machine use, by local index."""
+    from autotune.probes.graph import gpu_nodes
+
+    gpus = gpu_nodes(g)
     if len(gpus) < w:
         raise ClusterError(
             f"topology has {len(gpus)} GPU(s) but workers_per_machine is {w}")
-    gpus = gpus[:w]
-    nics = sorted(str(n) for n, k in g.nodes(data="kind") if k == "nic")
-    if c.nic is not None and c.nic not in g:
-        raise ClusterError(f"field 'nic' names {c.nic!r}, not a node of the topology (NICs: {nics})")
-    nic = c.nic if c.nic is not None else (nics[0] if nics else None)
-    nic = next((n for n in g.nodes if str(n) == str(nic)), None) if nic is not None else None
+    return gpus[:w]
 
-    tree = nx.Graph()
-    tree.add_nodes_from(g.nodes)
-    tree.add_edges_from((u, v) for u, v, k in g.edges(data="kind") if k != "nvlink")
-    parent: dict[Any, Any] = {}
-    starts = [n for n, k in g.nodes(data="kind") if k == "machine"] + list(g.nodes)
-    for start in starts:
-        if start in parent:
-            continue
-        parent[start] = None
-        for p, child in nx.bfs_edges(tree, start):
-            parent[child] = p
 
-    def switch_of(node: Any) -> Any:
-        cur = parent.get(node)
-        while cur is not None:
-            if g.nodes[cur].get("kind") == "pcie_switch":
-                return cur
-            cur = parent.get(cur)
-        return None
+def _topology_nic(g: Any, name: str | None) -> Any:
+    """The NIC node named by the ``nic`` field (default: the first NIC), None without one."""
+    from autotune.probes.graph import nic_nodes
+
+    nics = [str(n) for n in nic_nodes(g)]
+    if name is not None and name not in g:
+        raise ClusterError(f"field 'nic' names {name!r}, not a node of the topology (NICs: {nics})")
+    nic = name if name is not None else (nics[0] if nics else None)
+    return next((n for n in g.nodes if str(n) == str(nic)), None) if nic is not None else None
+
+
+def _pcie_resources(g: Any, parents: dict[Any, Any], gpus: list[Any], nic: Any,
+                    default_gbps: float, bw: dict[Resource, float]
+                    ) -> tuple[list[int | None], int | None]:
+    """Each GPU's PCIe link and switch uplink into ``bw``; returns every GPU's switch
+    index (None: on its own root port) and the NIC's switch index."""
+    from autotune.probes.graph import PCIE_SWITCH, ancestor_of_kind
+
+    def uplink(node: Any) -> float:
+        """Bytes/s of the PCIe edge from ``node`` up to its parent."""
+        up = parents.get(node)
+        return (_pcie_gbps(g.edges[node, up], default_gbps) if up is not None else default_gbps) * GBIT
 
     switches: dict[Any, int] = {}
-    bw: dict[Resource, float] = {}
     sw: list[int | None] = []
     for i, gpu in enumerate(gpus):
-        s = switch_of(gpu)
-        p = parent.get(gpu)
-        link = _pcie_gbps(g.edges[gpu, p], c.pcie_gbps) if p is not None else c.pcie_gbps
-        bw[("gpu", i)] = link * GBIT
+        s = ancestor_of_kind(parents, g, gpu, PCIE_SWITCH)
+        bw[("gpu", i)] = uplink(gpu)
         if s is None:
             sw.append(None)
             continue
-        sid = switches.setdefault(s, len(switches))
-        sw.append(sid)
-        sp = parent.get(s)
-        up = _pcie_gbps(g.edges[s, sp], c.pcie_gbps) if sp is not None else c.pcie_gbps
-        bw[("up", sid)] = up * GBIT
-    nic_sw = None
-    if nic is not None:
-        s = switch_of(nic)
-        if s is not None:
-            nic_sw = switches.setdefault(s, len(switches))
-            if ("up", nic_sw) not in bw:
-                sp = parent.get(s)
-                up = _pcie_gbps(g.edges[s, sp], c.pcie_gbps) if sp is not None else c.pcie_gbps
-                bw[("up", nic_sw)] = up * GBIT
+        sw.append(switches.setdefault(s, len(switches)))
+        bw[("up", sw[-1])] = uplink(s)
+    s = ancestor_of_kind(parents, g, nic, PCIE_SWITCH) if nic is not None else None
+    if s is None:
+        return sw, None
+    nic_sw = switches.setdefault(s, len(switches))
+    if ("up", nic_sw) not in bw:
+        bw[("up", nic_sw)] = uplink(s)
+    return sw, nic_sw
 
-    per_link = (c.nvlink_gbps or DEFAULT_NVLINK_GBPS) * GBIT
+
+def _nvlink_resources(g: Any, gpus: list[Any], per_link: float, bw: dict[Resource, float]
+                      ) -> tuple[dict[tuple[int, int], Resource], frozenset[int]]:
+    """NVLinks between the GPUs, and each GPU's port into an NVSwitch, into ``bw``
+    (``per_link`` bytes/s per link); returns the linked GPU pairs and the switched GPUs."""
+    from autotune.probes.graph import KIND, NVLINK, NVSWITCH
+
     index = {gpu: i for i, gpu in enumerate(gpus)}
     nv: dict[tuple[int, int], Resource] = {}
     switch_links: dict[int, int] = {}
     for u, v, d in g.edges(data=True):
-        if d.get("kind") != "nvlink":
+        if d.get(KIND) != NVLINK:
             continue
         links = _nvlinks(d)
         if u in index and v in index:
@@ -455,11 +479,11 @@ def _from_topology(c: Cluster) -> MachineModel:
             bw[nv[key]] = links * per_link
         else:  # a GPU's links into an NVSwitch
             for a, b in ((u, v), (v, u)):
-                if a in index and g.nodes[b].get("kind") == "nvswitch":
+                if a in index and g.nodes[b].get(KIND) == NVSWITCH:
                     switch_links[index[a]] = switch_links.get(index[a], 0) + links
     for a, links in switch_links.items():
         bw[("nvport", a)] = links * per_link
-    return MachineModel(w, "gpu", sw, nic_sw, bw, nv, frozenset(switch_links))
+    return nv, frozenset(switch_links)
 
 
 def _pcie_gbps(edge: Mapping[str, Any], default: float) -> float:

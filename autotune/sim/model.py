@@ -105,155 +105,226 @@ def simulate(job: Job, cluster: Cluster, config: Mapping[str, Any]) -> Iteration
     of :mod:`autotune.space`; missing keys take their defaults, unknown keys are ignored)."""
     table = codec_table(cluster.codecs)
     cfg = _check_config(config, cluster, table)
-    n, w = cluster.machines, cluster.workers_per_machine
-    N = n * w
-    S = cfg["streams"]
-    transport = cfg["transport"]
-    k = cfg["servers"] if transport == "pushpull" else 0
-    strategy = cfg["intra"] if w > 1 else "flat"
-    codec = table[cfg["compression"]]
-    r = codec.ratio if cfg["compression"] != "none" else 1.0
-    total = job.total_bytes
-    sizes, ready = job.chunks(cfg["chunk_bytes"])
+    s = _Setting.of(job, cluster, cfg, table)
+    ch = _Charges()
+    if s.transport == "allreduce":
+        _charge_allreduce(s, ch)
+    else:
+        _charge_pushpull(s, ch, job)
+    _charge_intra(s, ch)
+    _charge_worker_cpu_and_codec(s, ch)
+    if s.N == 1:  # nothing to exchange
+        ch, s.sizes, s.ready = _Charges(), [], []
+    return _estimate(job, s, ch)
 
-    cap = cluster.per_flow_gbps * GBIT if cluster.per_flow_gbps else math.inf
-    eff = 1.0 / (1.0 + cluster.stream_overhead * (S - 1))
-    lat = cluster.latency_us * 1e-6
-    ilat = cluster.intra_latency_us * 1e-6
-    cpu = cluster.cpu_sum_gbps * GBIT if cluster.cpu_sum_gbps else math.inf
-    B, Bs = cluster.nic_Bps, cluster.server_nic_Bps
 
-    # endpoints: how many local processes cross the network (flows) / carry full bytes
-    if strategy == "scatter":
-        flows, bytes_mult, share = w, 1, 1.0 / w
-    elif strategy == "root":
-        flows, bytes_mult, share = 1, 1, 1.0
-    else:  # flat
-        flows = w if transport == "pushpull" else 1
-        bytes_mult, share = (w if transport == "pushpull" else 1), 1.0
-    R_agg = min(S * flows * cap, B) * eff
-    R_one = min(flows * cap, B) * eff
+@dataclass
+class _Setting:
+    """What the charging steps read: the world, the configuration's choices, the chunks
+    and the rates (bytes/s; ``R_agg``/``R_one``: a worker machine's NIC rate with every
+    stream's flows / with one stream's)."""
 
-    agg: dict[str, float] = {}       # resource -> seconds per gradient byte, whole cluster
-    nic_factor = 0.0                 # wire bytes per gradient byte on the busiest worker NIC
-    server_factor = 0.0
-    sum_one = 0.0
-    alpha = 0.0
-    ring_factor = 0.0
-    codec_enc = codec_dec = 0.0      # per-process encode/decode load per gradient byte
-    worker_sum = 0.0                 # per-process summation load (CPU workers)
+    cluster: Cluster
+    cfg: dict[str, Any]
+    n: int
+    w: int
+    N: int
+    S: int
+    transport: str
+    k: int
+    strategy: str
+    codec: CodecCost
+    r: float
+    total: int
+    sizes: list[int]
+    ready: list[float]
+    lat: float
+    ilat: float
+    cpu: float
+    B: float
+    Bs: float
+    cap: float
+    eff: float
+    flows: int
+    bytes_mult: int
+    share: float
+    R_agg: float
+    R_one: float
 
-    if transport == "allreduce":
-        E = N if strategy == "flat" else n
-        if codec.summable:
-            per_edge = r * 2 * (E - 1) / E
-            steps = 2 * (E - 1)
-            codec_enc, codec_dec = share, share
-            worker_sum = (E - 1) / E * r * share
-        else:  # all-gather of payloads, each decoded
-            per_edge = r * (E - 1)
-            steps = E - 1
-            codec_enc, codec_dec = share, E * share
-            worker_sum = (E - 1) * share
-        ring_factor = per_edge
-        nic_factor = per_edge if n > 1 else 0.0
-        net_one = nic_factor / R_one
-        if n > 1:
-            alpha += steps * lat
-        elif strategy == "flat":
-            alpha += steps * ilat
-        if nic_factor:
-            agg["worker NIC"] = nic_factor / R_agg
-    else:  # pushpull
-        c_share, g_share = byteps_shares(n, k)
-        shares = [c_share] * k + [g_share] * n
-        owned = job.owner_bytes(cfg["chunk_bytes"], shares)
-        a_srv = max(owned[:k], default=0.0) / total
-        a_mach = owned[k:]
-        a_hi, a_lo = max(a_mach) / total, min(a_mach) / total
-        a_m = a_hi if n >= 2 else a_lo
-        nic_factor = bytes_mult * r * ((1 - a_m) + (n - 1) * a_m) if (n > 1 or k) else 0.0
-        server_factor = n * bytes_mult * r * a_srv
-        if nic_factor:
-            agg["worker NIC"] = nic_factor / R_agg
-        if server_factor:
-            agg["server NIC"] = server_factor / (min(S * n * flows * cap, Bs) * eff)
-        # the Summation Service: sums n*bytes_mult parts of what it owns (decodes them first
-        # when the codec's payloads cannot be added)
-        def ss_cost(a: float) -> float:
-            parts = n * bytes_mult * a
-            if codec.summable:
-                return parts * r / cpu
-            return parts / cpu + parts * 8 / (codec.decode_gbps * 1e9) + a * 8 / (codec.encode_gbps * 1e9)
-        if a_srv:
-            agg["server CPU"] = ss_cost(a_srv)
-        if a_hi:
-            agg["summation CPU"] = ss_cost(a_hi)
-        # one chunk alone: every endpoint pushes it to one owner, then pulls the sum
-        if n > 1 or k:
-            owner_B = Bs if k else B
-            push = max(bytes_mult * r / R_one, n * bytes_mult * r / owner_B,
-                       n * bytes_mult * (r if codec.summable else 1.0) / cpu)
-            net_one = 2 * push
-            alpha += 2 * lat
-        else:
-            net_one = 0.0
-            alpha += 2 * ilat
-        codec_enc, codec_dec = share, share
+    @classmethod
+    def of(cls, job: Job, cluster: Cluster, cfg: dict[str, Any],
+           table: Mapping[str, CodecCost]) -> "_Setting":
+        n, w = cluster.machines, cluster.workers_per_machine
+        S = cfg["streams"]
+        transport = cfg["transport"]
+        strategy = cfg["intra"] if w > 1 else "flat"
+        sizes, ready = job.chunks(cfg["chunk_bytes"])
+        cap = cluster.per_flow_gbps * GBIT if cluster.per_flow_gbps else math.inf
+        eff = 1.0 / (1.0 + cluster.stream_overhead * (S - 1))
+        B = cluster.nic_Bps
+        codec = table[cfg["compression"]]
+        # endpoints: how many local processes cross the network (flows) / carry full bytes
+        if strategy == "scatter":
+            flows, bytes_mult, share = w, 1, 1.0 / w
+        elif strategy == "root":
+            flows, bytes_mult, share = 1, 1, 1.0
+        else:  # flat
+            flows = w if transport == "pushpull" else 1
+            bytes_mult, share = (w if transport == "pushpull" else 1), 1.0
+        return cls(
+            cluster=cluster, cfg=cfg, n=n, w=w, N=n * w, S=S, transport=transport,
+            k=cfg["servers"] if transport == "pushpull" else 0, strategy=strategy,
+            codec=codec, r=codec.ratio if cfg["compression"] != "none" else 1.0,
+            total=job.total_bytes, sizes=sizes, ready=ready,
+            lat=cluster.latency_us * 1e-6, ilat=cluster.intra_latency_us * 1e-6,
+            cpu=cluster.cpu_sum_gbps * GBIT if cluster.cpu_sum_gbps else math.inf,
+            B=B, Bs=cluster.server_nic_Bps, cap=cap, eff=eff,
+            flows=flows, bytes_mult=bytes_mult, share=share,
+            R_agg=min(S * flows * cap, B) * eff, R_one=min(flows * cap, B) * eff)
 
-    # intra-machine part, with the NIC's traffic crossing its switch's uplink
-    m = cluster.machine
+
+@dataclass
+class _Charges:
+    """What the steps charge. ``agg``: resource -> seconds per gradient byte, whole
+    cluster (in the order the steps charge them: ties name the first); ``nic_factor``/
+    ``server_factor``: wire bytes per gradient byte on the busiest worker / server NIC;
+    ``alpha``: latency on one chunk's critical path; ``*_one``: seconds per byte of one
+    chunk alone in each stage; ``codec_enc``/``codec_dec``/``worker_sum``: per-process
+    encode, decode and summation load per gradient byte."""
+
+    agg: dict[str, float] = field(default_factory=dict)
+    nic_factor: float = 0.0
+    server_factor: float = 0.0
+    alpha: float = 0.0
+    ring_factor: float = 0.0
+    net_one: float = 0.0
+    intra_one: float = 0.0
+    intra_phases: int = 0
+    codec_enc: float = 0.0
+    codec_dec: float = 0.0
+    codec_one: float = 0.0
+    worker_sum: float = 0.0
+    sum_one: float = 0.0
+
+
+def _charge_allreduce(s: _Setting, ch: _Charges) -> None:
+    """A ring over E endpoints (every worker with ``intra=flat``, else one per machine):
+    summable payloads are reduced, others all-gathered and each decoded."""
+    n, r, share = s.n, s.r, s.share
+    E = s.N if s.strategy == "flat" else n
+    if s.codec.summable:
+        per_edge = r * 2 * (E - 1) / E
+        steps = 2 * (E - 1)
+        ch.codec_enc, ch.codec_dec = share, share
+        ch.worker_sum = (E - 1) / E * r * share
+    else:  # all-gather of payloads, each decoded
+        per_edge = r * (E - 1)
+        steps = E - 1
+        ch.codec_enc, ch.codec_dec = share, E * share
+        ch.worker_sum = (E - 1) * share
+    ch.ring_factor = per_edge
+    ch.nic_factor = per_edge if n > 1 else 0.0
+    ch.net_one = ch.nic_factor / s.R_one
+    if n > 1:
+        ch.alpha += steps * s.lat
+    elif s.strategy == "flat":
+        ch.alpha += steps * s.ilat
+    if ch.nic_factor:
+        ch.agg["worker NIC"] = ch.nic_factor / s.R_agg
+
+
+def _charge_pushpull(s: _Setting, ch: _Charges, job: Job) -> None:
+    """BytePS's split over k servers and the n machines' colocated Summation Services:
+    NIC bytes, the Summation Services' CPU, and one chunk's push + pull."""
+    n, k, r, cpu, codec, bytes_mult = s.n, s.k, s.r, s.cpu, s.codec, s.bytes_mult
+    c_share, g_share = byteps_shares(n, k)
+    owned = job.owner_bytes(s.cfg["chunk_bytes"], [c_share] * k + [g_share] * n)
+    a_srv = max(owned[:k], default=0.0) / s.total
+    a_mach = owned[k:]
+    a_hi, a_lo = max(a_mach) / s.total, min(a_mach) / s.total
+    a_m = a_hi if n >= 2 else a_lo
+    ch.nic_factor = bytes_mult * r * ((1 - a_m) + (n - 1) * a_m) if (n > 1 or k) else 0.0
+    ch.server_factor = n * bytes_mult * r * a_srv
+    if ch.nic_factor:
+        ch.agg["worker NIC"] = ch.nic_factor / s.R_agg
+    if ch.server_factor:
+        ch.agg["server NIC"] = ch.server_factor / (min(s.S * n * s.flows * s.cap, s.Bs) * s.eff)
+    if a_srv:
+        ch.agg["server CPU"] = _summation_cost(s, a_srv)
+    if a_hi:
+        ch.agg["summation CPU"] = _summation_cost(s, a_hi)
+    # one chunk alone: every endpoint pushes it to one owner, then pulls the sum
+    if n > 1 or k:
+        owner_B = s.Bs if k else s.B
+        push = max(bytes_mult * r / s.R_one, n * bytes_mult * r / owner_B,
+                   n * bytes_mult * (r if codec.summable else 1.0) / cpu)
+        ch.net_one = 2 * push
+        ch.alpha += 2 * s.lat
+    else:
+        ch.net_one = 0.0
+        ch.alpha += 2 * s.ilat
+    ch.codec_enc, ch.codec_dec = s.share, s.share
+
+
+def _summation_cost(s: _Setting, a: float) -> float:
+    """Seconds per gradient byte of a Summation Service owning share ``a``: it sums
+    n*bytes_mult parts of what it owns (decoding them first when the codec's payloads
+    cannot be added)."""
+    codec, cpu = s.codec, s.cpu
+    parts = s.n * s.bytes_mult * a
+    if codec.summable:
+        return parts * s.r / cpu
+    return parts / cpu + parts * 8 / (codec.decode_gbps * 1e9) + a * 8 / (codec.encode_gbps * 1e9)
+
+
+def _charge_intra(s: _Setting, ch: _Charges) -> None:
+    """The intra-machine part, with the NIC's traffic crossing its switch's uplink."""
+    m, strategy = s.cluster.machine, s.strategy
     local = strategy
-    if strategy == "flat" and transport == "allreduce":
+    if strategy == "flat" and s.transport == "allreduce":
         local = "flat-ring"  # one ring through every worker: its local edges are ring steps
-    load = m.intra_load(local, cfg["reduce_root"], ring_factor, nic_factor) if N > 1 else {}
-    intra_one = 0.0
+    load = m.intra_load(local, s.cfg["reduce_root"], ch.ring_factor, ch.nic_factor) if s.N > 1 else {}
     if load:
         worst = max(load, key=lambda res: load[res] / m.bw[res])
-        intra_one = load[worst] / m.bw[worst]
-        agg["intra " + ":".join(str(x) for x in worst)] = intra_one
+        ch.intra_one = load[worst] / m.bw[worst]
+        ch.agg["intra " + ":".join(str(x) for x in worst)] = ch.intra_one
     if local == "flat-ring":
-        net_one = max(net_one, intra_one)  # local ring edges are ring steps
-        intra_phases = 0
+        ch.net_one = max(ch.net_one, ch.intra_one)  # local ring edges are ring steps
+        ch.intra_phases = 0
     else:
-        intra_phases = 2 if load else 0
+        ch.intra_phases = 2 if load else 0
     if strategy == "root":
-        alpha += 2 * ilat
+        ch.alpha += 2 * s.ilat
     elif strategy == "scatter":
-        alpha += 2 * (w - 1) * ilat
-    elif strategy == "flat" and transport == "pushpull" and m.device == "gpu":
-        alpha += 2 * ilat
+        ch.alpha += 2 * (s.w - 1) * s.ilat
+    elif strategy == "flat" and s.transport == "pushpull" and m.device == "gpu":
+        ch.alpha += 2 * s.ilat
 
-    # worker-side summation (gloo on CPU workers; local reductions on CPU)
-    if m.device == "cpu":
-        if strategy == "root":
-            worker_sum += w - 1
-        elif strategy == "scatter":
-            worker_sum += (w - 1) / w
-        if worker_sum and cpu < math.inf:
-            agg["worker CPU"] = worker_sum / cpu
-    if cfg["compression"] != "none":
-        codec_one = codec_enc * 8 / (codec.encode_gbps * 1e9) + codec_dec * 8 / (codec.decode_gbps * 1e9)
-        if codec_one:
-            agg["codec"] = codec_one
+
+def _charge_worker_cpu_and_codec(s: _Setting, ch: _Charges) -> None:
+    """Worker-side summation (gloo on CPU workers; local reductions on CPU) and the
+    codec's encode/decode work."""
+    w, cpu, codec = s.w, s.cpu, s.codec
+    if s.cluster.machine.device == "cpu":
+        if s.strategy == "root":
+            ch.worker_sum += w - 1
+        elif s.strategy == "scatter":
+            ch.worker_sum += (w - 1) / w
+        if ch.worker_sum and cpu < math.inf:
+            ch.agg["worker CPU"] = ch.worker_sum / cpu
+    if s.cfg["compression"] != "none":
+        ch.codec_one = (ch.codec_enc * 8 / (codec.encode_gbps * 1e9)
+                        + ch.codec_dec * 8 / (codec.decode_gbps * 1e9))
+        if ch.codec_one:
+            ch.agg["codec"] = ch.codec_one
     else:
-        codec_one = 0.0
-    sum_one = agg.get("worker CPU", 0.0)
+        ch.codec_one = 0.0
+    ch.sum_one = ch.agg.get("worker CPU", 0.0)
 
-    if N == 1:  # nothing to exchange
-        agg, alpha, net_one, intra_one, codec_one, sum_one = {}, 0.0, 0.0, 0.0, 0.0, 0.0
-        nic_factor = server_factor = 0.0
-        sizes, ready = [], []
 
-    c = max(agg.values(), default=0.0)
-    bottleneck = max(agg, key=agg.get) if agg else "none"
-    d = net_one + intra_phases * intra_one + codec_one + sum_one
-    overhead = cluster.chunk_overhead_us * 1e-6
-
-    # ---- schedule: max-plus recurrence over chunks
-    bwd = job.compute_s * job.backward_fraction
-    fwd = job.compute_s - bwd
-    slots = S * (cluster.pipeline_depth if transport == "pushpull" else 1)
+def _schedule(sizes: list[int], ready: list[float], fwd: float, bwd: float, slots: int,
+              c: float, overhead: float, alpha: float, d: float) -> tuple[float, float]:
+    """The max-plus recurrence over chunks: (last finish, first start)."""
     slot_free = [0.0] * min(slots, max(len(sizes), 1))
     nslots = len(slot_free)
     busy_until = 0.0
@@ -277,9 +348,22 @@ def simulate(job: Job, cluster: Cluster, config: Mapping[str, Any]) -> Iteration
             first_start = start
     if not sizes:
         first_start = 0.0
+    return last, first_start
+
+
+def _estimate(job: Job, s: _Setting, ch: _Charges) -> IterationEstimate:
+    """Schedule the chunks and sum up the iteration."""
+    agg, sizes, total = ch.agg, s.sizes, s.total
+    c = max(agg.values(), default=0.0)
+    bottleneck = max(agg, key=agg.get) if agg else "none"
+    d = ch.net_one + ch.intra_phases * ch.intra_one + ch.codec_one + ch.sum_one
+    overhead = s.cluster.chunk_overhead_us * 1e-6
+    bwd = job.compute_s * job.backward_fraction
+    fwd = job.compute_s - bwd
+    slots = s.S * (s.cluster.pipeline_depth if s.transport == "pushpull" else 1)
+    last, first_start = _schedule(sizes, s.ready, fwd, bwd, slots, c, overhead, ch.alpha, d)
 
     step = max(job.compute_s, last)
-    comm = last - first_start if sizes else 0.0
     exposed = step - job.compute_s
     if exposed <= 0:
         bottleneck = "compute"
@@ -295,20 +379,19 @@ def simulate(job: Job, cluster: Cluster, config: Mapping[str, Any]) -> Iteration
         "codec_s": total * agg.get("codec", 0.0),
         "bottleneck_s": total * c,
         "overhead_s": len(sizes) * overhead,
-        "latency_per_chunk_s": alpha,
+        "latency_per_chunk_s": ch.alpha,
         "chunk_alone_per_byte_s": d,
-        "tail_s": (last - (fwd + bwd * ready[-1])) if sizes else 0.0,
+        "tail_s": (last - (fwd + bwd * s.ready[-1])) if sizes else 0.0,
     }
-    samples = job.batch_per_worker * N
     return IterationEstimate(
         step_s=step,
         compute_s=job.compute_s,
-        comm_s=comm,
+        comm_s=last - first_start if sizes else 0.0,
         exposed_comm_s=exposed,
-        throughput=samples / step if step > 0 else math.inf,
-        nic_bytes={"worker": total * nic_factor, "server": total * server_factor},
+        throughput=job.batch_per_worker * s.N / step if step > 0 else math.inf,
+        nic_bytes={"worker": total * ch.nic_factor, "server": total * ch.server_factor},
         bottleneck=bottleneck,
         chunks=len(sizes),
         breakdown=breakdown,
-        config=cfg,
+        config=s.cfg,
     )

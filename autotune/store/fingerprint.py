@@ -13,7 +13,10 @@ alike (paper 004 §VI). Both are described as small labelled networkx graphs:
   whose kind names the block and whose label adds the log2 bucket of the repeat count,
   and if more than ``max_nodes`` nodes remain, consecutive nodes are merged into
   segments.
-* **Topology graph**: built by the probes (machines as nodes labelled
+* **Topology graph**: a graph of the schema in :mod:`autotune.probes.graph`: the job
+  graph a session records (:func:`~autotune.probes.graph.job_graph`: worker machines
+  labelled ``machine:<w>w`` and servers around one network node) or a probed cluster
+  graph (:func:`~autotune.probes.graph.cluster_graph`: machines labelled
   ``machine:<n>gpu``, links labelled with a bandwidth class such as ``net:10G``). Any
   graph with ``kind``/``label`` string attributes works.
 
@@ -39,6 +42,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import networkx as nx
+
+from autotune.probes.graph import KIND, LABEL
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -303,13 +308,14 @@ def normalize(g: nx.Graph | None) -> nx.Graph:
     for i, (node, data) in enumerate(g.nodes(data=True)):
         index[node] = i
         attrs = dict(data)
-        kind = str(attrs.get("kind", ""))
-        attrs.update(kind=kind, label=str(attrs.get("label", kind)), name=str(attrs.get("name", node)))
+        kind = str(attrs.get(KIND, ""))
+        attrs.update({KIND: kind, LABEL: str(attrs.get(LABEL, kind)),
+                      "name": str(attrs.get("name", node))})
         out.add_node(i, **attrs)
     for u, v, data in g.edges(data=True):
         attrs = dict(data)
-        kind = str(attrs.get("kind", ""))
-        attrs.update(kind=kind, label=str(attrs.get("label", kind)))
+        kind = str(attrs.get(KIND, ""))
+        attrs.update({KIND: kind, LABEL: str(attrs.get(LABEL, kind))})
         out.add_edge(index[u], index[v], **attrs)
     return out
 
