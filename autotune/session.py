@@ -77,7 +77,7 @@ def _init_world(timeout: float) -> None:
     needed = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
     missing = [k for k in needed if k not in os.environ]
     if missing:
-        raise RuntimeError(
+        raise UsageError(
             "autotune.session() needs a torch.distributed world: start the script with "
             "`autotune launch --workers N script.py` or `torchrun`, or call "
             f"torch.distributed.init_process_group() first (missing env: {', '.join(missing)})"
@@ -445,7 +445,7 @@ class Session:
                         self._finish_trial(None, f"could not apply the configuration: {exc}")
                         config = self._next_trial()
         else:  # pragma: no cover - every config in a row failing to apply
-            raise RuntimeError("no configuration could be applied")
+            raise RuntimeFault("no configuration could be applied: 1000 in a row failed")
         self._t_last = time.perf_counter()
 
     # --------------------------------------------------------- rank 0: tuning

@@ -316,9 +316,9 @@ def test_bad_configs_are_refused() -> None:
         simulate(job, c, {"transport": "pushpull", "servers": 2})
     with pytest.raises(ValueError, match="reduce_root=3 is not a local worker 0..1"):
         simulate(job, c, {"intra": "root", "reduce_root": 3})
-    with pytest.raises(ValueError, match="compression 'zip' is unknown"):
+    with pytest.raises(ValueError, match="compression='zip' is not one of"):
         simulate(job, c, {"compression": "zip"})
-    with pytest.raises(ValueError, match="streams must be an int >= 1"):
+    with pytest.raises(ValueError, match="streams=0 is outside 1..64"):
         simulate(job, c, {"streams": 0})
     with pytest.raises(ValueError, match="gradient sizes must be positive"):
         Job((10, 0))

@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
+from autotune.runtime.config import RuntimeConfig
+
 #: DDP's default: 25 MiB buckets, one all-reduce at a time, every worker in one ring.
-DDP_LIKE = {"transport": "allreduce", "streams": 1, "chunk_bytes": 25 << 20, "servers": 0,
-            "intra": "flat", "reduce_root": 0, "compression": "none"}
+DDP_LIKE = RuntimeConfig(chunk_bytes=25 << 20).as_dict()
 
 
 def cluster_graph(machines: int, workers_per_machine: int, servers: int):

@@ -41,6 +41,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from autotune.runtime.config import NAMES, ConfigError, RuntimeConfig
+
 from .cluster import GBIT, Cluster
 from .codecs import CodecCost, codec_table
 from .formulas import byteps_shares
@@ -48,10 +50,10 @@ from .job import Job
 
 MiB = 1 << 20
 
+#: the parameters the model reads, at the runtime's defaults (RuntimeConfig)
 DEFAULT_CONFIG: dict[str, Any] = {
-    "streams": 1, "chunk_bytes": 4 * MiB, "transport": "allreduce", "servers": 0,
-    "intra": "flat", "reduce_root": 0, "compression": "none",
-}
+    k: RuntimeConfig()[k] for k in ("streams", "chunk_bytes", "transport", "servers", "intra",
+                                    "reduce_root", "compression")}
 
 
 @dataclass(frozen=True)
@@ -74,30 +76,20 @@ class IterationEstimate:
 
 def _check_config(config: Mapping[str, Any], cluster: Cluster,
                   table: Mapping[str, CodecCost]) -> dict[str, Any]:
+    """The runtime's checks and canonical form (RuntimeConfig; unknown keys are ignored),
+    then what this cluster allows."""
     if not isinstance(config, Mapping):
-        raise ValueError(f"a configuration is a dict, got {type(config).__name__}")
-    cfg = {**DEFAULT_CONFIG, **{k: v for k, v in config.items() if k in DEFAULT_CONFIG}}
-    s = cfg["streams"]
-    if isinstance(s, bool) or not isinstance(s, int) or s < 1:
-        raise ValueError(f"streams must be an int >= 1, got {s!r}")
-    cb = cfg["chunk_bytes"]
-    if isinstance(cb, bool) or not isinstance(cb, int) or cb < 1:
-        raise ValueError(f"chunk_bytes must be an int >= 1, got {cb!r}")
-    if cfg["transport"] not in ("allreduce", "pushpull"):
-        raise ValueError(f"transport must be 'allreduce' or 'pushpull', got {cfg['transport']!r}")
-    k = cfg["servers"]
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= cluster.server_machines:
-        raise ValueError(
-            f"servers={k!r}: the cluster has {cluster.server_machines} server machine(s)")
-    if cfg["intra"] not in ("flat", "root", "scatter"):
-        raise ValueError(f"intra must be flat, root or scatter, got {cfg['intra']!r}")
-    r = cfg["reduce_root"]
-    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < cluster.workers_per_machine:
-        raise ValueError(
-            f"reduce_root={r!r} is not a local worker 0..{cluster.workers_per_machine - 1}")
-    if cfg["compression"] not in table:
-        raise ValueError(f"compression {cfg['compression']!r} is unknown; codecs: {', '.join(table)}")
-    return cfg
+        raise ConfigError(f"a configuration is a dict, got {type(config).__name__}")
+    rc = RuntimeConfig.of({k: v for k, v in config.items() if k in NAMES})
+    if rc.servers > cluster.server_machines:
+        raise ConfigError(f"servers={rc.servers}: the cluster has {cluster.server_machines} "
+                          "server machine(s)")
+    if rc.reduce_root >= cluster.workers_per_machine:
+        raise ConfigError(f"reduce_root={rc.reduce_root} is not a local worker "
+                          f"0..{cluster.workers_per_machine - 1}")
+    if rc.compression not in table:
+        raise ConfigError(f"compression {rc.compression!r} is unknown; codecs: {', '.join(table)}")
+    return {k: rc[k] for k in DEFAULT_CONFIG}
 
 
 def simulate(job: Job, cluster: Cluster, config: Mapping[str, Any]) -> IterationEstimate:
