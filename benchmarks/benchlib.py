@@ -109,10 +109,10 @@ def patch_depth(depth: str | None) -> None:
     from autotune.runtime import setup
 
     vals = [int(x) for x in depth.split(",")]
-    setup.SEND_DEPTH = vals[0]
-    setup.TAIL_DEPTH = vals[1] if len(vals) > 1 else max(vals[0], setup.TAIL_DEPTH)
-    setup.SUM_DEPTH = vals[2] if len(vals) > 2 else max(vals[0], setup.SUM_DEPTH)
-    setup.SUM_INFLIGHT_BYTES = 1 << 40
+    setup.set_depths(send=vals[0],
+                     tail=vals[1] if len(vals) > 1 else max(vals[0], setup.TAIL_DEPTH),
+                     sum_=vals[2] if len(vals) > 2 else max(vals[0], setup.SUM_DEPTH),
+                     inflight_bytes=1 << 40)
 
 
 def fmt_cfg(cfg: dict) -> str:

@@ -99,8 +99,8 @@ def build(path: Path, runs: int, seed: int = 0) -> dict:
                               backend="gloo", model_graph=m, topology_graph=t, space_facts={})
             s.finish_run(rid, status="finished", best_config={"streams": 1 + i % 16},
                          best_score=rng.uniform(1, 100), default_score=1.0)
-        distinct = s._read("select count(*) n from (select distinct model_fp, topology_fp from runs)")[0]["n"]
-        graphs = s._read("select kind, count(*) n from graphs group by kind")
+        distinct = s.query("select count(*) n from (select distinct model_fp, topology_fp from runs)")[0]["n"]
+        graphs = s.query("select kind, count(*) n from graphs group by kind")
     return {"runs": runs, "build_s": time.perf_counter() - t0, "distinct_pairs": distinct,
             "graphs": {g["kind"]: g["n"] for g in graphs}}
 
@@ -124,7 +124,7 @@ def brute_force(path: Path, m: nx.Graph, t: nx.Graph, k: int) -> tuple[float, li
     """Every distinct stored pair, full edit distance, no lower bounds, no budget."""
     t0 = time.perf_counter()
     with Store(path) as s:
-        groups = s._read("select model_fp, topology_fp from runs where status = 'finished' "
+        groups = s.query("select model_fp, topology_fp from runs where status = 'finished' "
                          "group by model_fp, topology_fp")
         summ = s._summaries_for([g["model_fp"] for g in groups] + [g["topology_fp"] for g in groups])
         qm, qt = Summary.of(m), Summary.of(t)

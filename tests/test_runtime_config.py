@@ -71,3 +71,16 @@ def test_the_wire_encoding_round_trips_points_of_the_space():
         RuntimeConfig.decode([1, MiB, 7] + RuntimeConfig().encode()[3:])
     with pytest.raises(ConfigError, match="has 11 ints"):
         RuntimeConfig.decode([1, 2])
+
+
+def test_pipelining_depths_have_a_public_setter():
+    from autotune.runtime import setup
+
+    before = (setup.SEND_DEPTH, setup.TAIL_DEPTH, setup.SUM_DEPTH, setup.SUM_INFLIGHT_BYTES)
+    try:
+        setup.set_depths(send=2, tail=8)
+        assert (setup.SEND_DEPTH, setup.TAIL_DEPTH, setup.SUM_DEPTH) == (2, 8, before[2])
+        with pytest.raises(ValueError, match="send must be >= 1"):
+            setup.set_depths(send=0)
+    finally:
+        setup.set_depths(*before)

@@ -282,3 +282,9 @@ def test_reading_never_turns_an_empty_file_into_a_store(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blank.db", "empty.db"]
     with Store(blank) as s:  # writers (create=True) still start a store in it
         assert s.runs() == []
+
+
+def test_query_reads_and_refuses_to_write(store):
+    assert store.query("select count(*) n from runs") == [{"n": 0}]
+    with pytest.raises(StoreError, match="for reading"):
+        store.query("delete from runs")

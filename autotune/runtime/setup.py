@@ -31,6 +31,21 @@ SUM_DEPTH = 4
 SUM_INFLIGHT_BYTES = 64 * 1024 * 1024
 
 
+def set_depths(send: int | None = None, tail: int | None = None, sum_: int | None = None,
+               inflight_bytes: int | None = None) -> None:
+    """Change the pipelining depths of this process (for diagnosis, e.g. the benchmarks'
+    ``--depth``); they are read when a configuration is applied. ``None`` keeps a value."""
+    global SEND_DEPTH, TAIL_DEPTH, SUM_DEPTH, SUM_INFLIGHT_BYTES
+    for name, v in (("send", send), ("tail", tail), ("sum", sum_),
+                    ("inflight_bytes", inflight_bytes)):
+        if v is not None and v < 1:
+            raise ValueError(f"depth {name} must be >= 1, got {v}")
+    SEND_DEPTH = SEND_DEPTH if send is None else int(send)
+    TAIL_DEPTH = TAIL_DEPTH if tail is None else int(tail)
+    SUM_DEPTH = SUM_DEPTH if sum_ is None else int(sum_)
+    SUM_INFLIGHT_BYTES = SUM_INFLIGHT_BYTES if inflight_bytes is None else int(inflight_bytes)
+
+
 @dataclass(frozen=True)
 class Setup:
     config: dict

@@ -275,6 +275,13 @@ class Store:
             return [dict(zip(names, row)) for row in cur.fetchall()]
         return self._retry(go)
 
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict]:
+        """Rows of a read-only SQL query as dicts (reports, benchmarks; the file is plain
+        SQLite, so ``sqlite-utils`` and Datasette read it too)."""
+        if not sql.lstrip().lower().startswith(("select", "with")):
+            raise StoreError(f"query() is for reading (select/with), got {sql.split()[0]!r}")
+        return self._read(sql, params)
+
     def _tuples(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
         return self._retry(lambda: self.conn.execute(sql, list(params)).fetchall())
 
