@@ -125,6 +125,17 @@ def parity(out: str) -> None:
         json.dump(result, f)
 
 
+def plain_loop(model: nn.Module, tuner: Any, steps: int) -> None:
+    """One micro-batch per step, SGD."""
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for mb in data(RANK, steps):
+        x, y = mb[0]
+        nn.functional.mse_loss(model(x), y).backward()
+        tuner.step()
+        opt.step()
+        opt.zero_grad()
+
+
 def server0(out: str) -> None:
     import autotune
 
@@ -132,15 +143,9 @@ def server0(out: str) -> None:
         os.environ["AUTOTUNE_ROLE"] = "server"
     torch.manual_seed(1000 + RANK)
     model = mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
     with autotune.session(model, budget=8, db=os.path.join(out, "t.db"), verbose=False,
                           timeout=60) as tuner:
-        for mb in data(RANK, STEPS):
-            x, y = mb[0]
-            nn.functional.mse_loss(model(x), y).backward()
-            tuner.step()
-            opt.step()
-            opt.zero_grad()
+        plain_loop(model, tuner, STEPS)
     with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
         json.dump({"leader": tuner.is_leader, "history": len(tuner.history),
                    "tuning_iterations": tuner.tuning_iterations, "state": state(model)}, f)
@@ -151,16 +156,10 @@ def restart(out: str) -> None:
     import autotune
 
     model = mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
     n = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     with autotune.session(model, budget=8, db=os.path.join(out, "t.db"), verbose=False,
                           timeout=60, job="restart-test") as tuner:
-        for mb in data(RANK, 14):
-            x, y = mb[0]
-            nn.functional.mse_loss(model(x), y).backward()
-            tuner.step()
-            opt.step()
-            opt.zero_grad()
+        plain_loop(model, tuner, 14)
     with open(os.path.join(out, f"rank{RANK}-restart{n}.json"), "w") as f:
         json.dump({"history": len(tuner.history), "tuning": tuner.tuning_iterations,
                    "config": tuner.config, "best": tuner.best}, f)
