@@ -261,7 +261,7 @@ class Session:
         if self.rt.lost_servers:
             # what the runtime can still do: all-reduce among the workers on the groups
             # made at bootstrap
-            from autotune.runtime.core import FALLBACK_STREAMS
+            from autotune.runtime.reconfigure import FALLBACK_STREAMS
 
             return SearchSpace.build(k_max=0, allow_lossy=self.allow_lossy,
                                      max_streams=FALLBACK_STREAMS, transports=("allreduce",))

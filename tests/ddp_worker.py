@@ -1,4 +1,4 @@
-"""Per-rank script for tests/test_ddp_parity.py: the same training under real DDP and under
+"""Per-rank script for tests/session/test_ddp_parity.py: the same training under real DDP and under
 ``autotune.session()``, in ONE process group (starting torch processes is slow).
 
     autotune launch --workers 2 tests/ddp_worker.py parity OUTDIR

@@ -1,4 +1,4 @@
-"""Rank program for tests/test_emulate.py, run on emulated hosts (one process per rank).
+"""Rank program for tests/emulate/test_emulate.py, run on emulated hosts (one process per rank).
 
 Checks, in one process group: that every rank sits on its own host (hostname, NIC
 address), an all_reduce over gloo with exact sums, and, when ``autotune.runtime`` is

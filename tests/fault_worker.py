@@ -1,4 +1,4 @@
-"""Per-rank script for tests/test_faults.py: a session under ``autotune launch`` (2 workers +
+"""Per-rank script for tests/session/test_faults.py: a session under ``autotune launch`` (2 workers +
 1 server) while a process is killed or stopped.
 
     autotune launch -n 2 -k 1 tests/fault_worker.py SCENARIO OUTDIR

@@ -1,4 +1,4 @@
-"""Worker process for tests/test_probes_cluster.py: runs probe_cluster configurations.
+"""Worker process for tests/probes/test_probes_cluster.py: runs probe_cluster configurations.
 
 ``python tests/probes_helpers.py RANK WORLD INIT_FILE OUTDIR CONFIGS`` joins a gloo world
 through a file store, runs each named configuration (comma-separated) in that one process

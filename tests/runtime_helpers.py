@@ -81,7 +81,8 @@ def launch_group(mode: str, out: Path, workers: int, servers: int, machines: int
         cmd += ["-m", str(machines)]
     cmd += [str(Path(script or __file__).resolve()), mode, str(out), *args]
     env = dict(os.environ, **(extra_env or {}))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent),
+                                  env.get("PYTHONPATH", "")])
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
     return proc.returncode, proc.stdout + proc.stderr
@@ -247,7 +248,7 @@ def run_sweep(out: Path, full: bool) -> None:
     err = rec["errors"]
     it = len(cases)
     # a codec outside the space is refused on every rank (lossy codecs themselves are
-    # wired in: tests/test_compression_runtime.py)
+    # wired in: tests/runtime/test_compression_runtime.py)
     err["lossy"] = _expect_error(
         lambda: rt.sync({**base, "compression": "zstd"} if leader else None), ConfigError)
     err["outside"] = _expect_error(

@@ -1,4 +1,4 @@
-"""Per-rank script for tests/test_session.py, run under `autotune launch`.
+"""Per-rank script for tests/session/test_session.py, run under `autotune launch`.
 
 Runs several scenarios in ONE process group (starting torch processes is slow) and writes
 what each rank saw to ``$OUT/rank<r>.json`` for the test to compare across ranks.

@@ -1,4 +1,4 @@
-"""Helpers for tests/test_tune.py: a small model factory for ``autotune tune --model
+"""Helpers for tests/offline/test_tune.py: a small model factory for ``autotune tune --model
 tune_helpers:tiny``, and (run as a script under ``autotune launch``) a plain user training
 loop with ``autotune.session`` on that model, the "later real job" that should start warm."""
 

@@ -30,8 +30,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import threading
-import time
 import warnings
 from datetime import timedelta
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -40,31 +38,30 @@ import torch
 import torch.distributed as dist
 
 
-from .communication import CommunicationStream
-from .control import ControlPlane
 from .compat import all_gather as _all_gather
-from .compression import Residuals, summation_key
-from .config import SIGNATURE, ConfigError, Limits, RuntimeConfig, Transport
-from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool
+from .config import SIGNATURE, ConfigError, Limits, RuntimeConfig
+from .control import ControlPlane
+from .engine import OpError
 from .errors import RuntimeFault, ServerLost, UsageError
 from .faults import FaultInjector, Liveness
 from .groups import GroupCache, keep_forever, needed_groups
-from .layout import DTYPES, Layout, moves
-from .setup import Setup, build_setup
-from .summation import BufferPool, SummationStream
+from .iteration import Iterations
+from .layout import Layout
+from .reconfigure import FALLBACK_STREAMS, Active, Candidate
+from .setup import Setup
 from .world import WorldInfo, discover, local_machine, local_role
 
 MAGIC = 0x4155_5401
 # control message slots (then the configuration, RuntimeConfig.encode())
 _MAGIC, _STOP, _VERSION, _LENGTH, _DIRTY, _BADCFG, _H = 0, 1, 2, 3, 4, 5, 8
-# all-reduce stream groups made at bootstrap when servers run, so that the workers can go on
-# alone if servers are lost (no group can be created once a member is dead)
-FALLBACK_STREAMS = 4
 
 
 class Runtime:
     """Gradient averaging under any :class:`RuntimeConfig` within :attr:`limits` (see the
-    module docstring)."""
+    module docstring). Its parts: the :class:`ControlPlane` (bounded control collectives),
+    the :class:`Layout` (registered gradients and their order), :class:`Active`
+    (reconfiguration) and :class:`Iterations` (the averaging rounds); the Runtime runs the
+    protocol between them and turns failures into faults that name a rank."""
 
     def __init__(self, info: WorldInfo, limits: Limits, control: Any, workers_group: Any,
                  timeout: float, store: Any, heartbeat: float, control_timeout: float,
@@ -75,32 +72,17 @@ class Runtime:
         self._control = control
         self._control_members: tuple[int, ...] = tuple(range(info.world_size))
         self._workers_group = workers_group
-        self.lost_servers: tuple[int, ...] = ()  # servers given up; the workers go on alone
         self._store = store
         self._groups = GroupCache(info, timeout)
         self._faults = faults if faults is not None else FaultInjector((), info.rank)
         self._liveness = Liveness(store, info.rank, heartbeat)
         self._liveness.start()
         self._plane = ControlPlane(self._liveness, self.timeout, control_timeout)
-        self._pool = StreamPool(f"autotune-r{info.rank}")
-        self._lock = threading.RLock()
-
-        self.config: RuntimeConfig | None = None
-        self._setup: Setup | None = None
-        self._pools: list[BufferPool] = []
-        self._residuals = Residuals()         # error feedback, kept across configurations
-        self._round = 0                       # averaging rounds started (codecs' iteration)
-        self._inp: dict[str, torch.Tensor] = {}
-        self._out: dict[str, torch.Tensor] = {}
-
-        # registration (workers)
-        self._layout = Layout()
+        self._layout = Layout()               # registration (workers)
         self._hooks: list[Any] = []
-
-        self._iter: Iteration | None = None
-        self._served = True                   # the iteration of the last sync has run
-        self._had_grad: list[bool] = []
-        self._accumulating = False            # inside no_sync(): hooks leave .grad alone
+        self._active = Active(info, self._layout, self._groups, self._faults)
+        self._rounds = Iterations(info, self._active, self._layout, self._groups, self._faults,
+                                  self._liveness, self.timeout, self._lost_peers, self.describe)
         self._stopped = False
         self._broken: RuntimeFault | None = None
         self._closed = False
@@ -167,8 +149,18 @@ class Runtime:
         return self._stopped
 
     @property
+    def config(self) -> RuntimeConfig | None:
+        """The active configuration (``None`` before the first ``sync``)."""
+        return self._active.config
+
+    @property
     def setup(self) -> Setup | None:
-        return self._setup
+        return self._active.setup
+
+    @property
+    def lost_servers(self) -> tuple[int, ...]:
+        """Servers given up after they stopped; the workers go on alone."""
+        return self._active.lost_servers
 
     @property
     def process_groups(self) -> int:
@@ -177,7 +169,7 @@ class Runtime:
 
     @property
     def threads(self) -> int:
-        return self._pool.size
+        return self._rounds.pool.size
 
     @property
     def gradient_order(self) -> list[int]:
@@ -188,13 +180,13 @@ class Runtime:
     def round(self) -> int:
         """Averaging rounds started so far on this rank: the ``Context.iteration`` the
         codecs use for the next round (workers count the same everywhere)."""
-        return self._round
+        return self._rounds.round
 
     @property
     def residual_norms(self) -> dict[str, float]:
         """L2 norm of what error feedback holds back on this rank, per flat dtype buffer
         (``worker``: its own encodings; ``summation``: its Summation Service's)."""
-        r = self._residuals
+        r = self._active.residuals
         return {f"{kind}:{d}": ef.norm() for kind, efs in (("worker", r.worker),
                                                           ("summation", r.summation))
                 for d, ef in sorted(efs.items())}
@@ -203,10 +195,10 @@ class Runtime:
     def progress(self) -> tuple[int, int]:
         """Workers: (chunks completed, chunks) of the iteration under way; (0, 0) if none.
         Chunks complete while backward runs: this is how overlap shows."""
-        it = self._iter
-        if it is None or self._setup is None:
+        it, setup = self._rounds.current, self._active.setup
+        if it is None or setup is None:
             return (0, 0)
-        return (it.chunks_done, len(self._setup.plan))
+        return (it.chunks_done, len(setup.plan))
 
     def describe(self, rank: int) -> str:
         text = self.info.describe(rank)
@@ -236,7 +228,7 @@ class Runtime:
         and teaches the leader the real ready order (applied at the following ``sync``)."""
         self._check_alive()
         self._need_worker("register")
-        if self._iter is not None:
+        if self._rounds.current is not None:
             raise UsageError("register() during an iteration (between backward and wait)")
         plist = self._layout.register(params)
         for h in self._hooks:
@@ -246,7 +238,10 @@ class Runtime:
 
     def _hook_for(self, index: int) -> Any:
         def hook(param: torch.Tensor) -> None:
-            self._on_grad(index, param)
+            if self._active.setup is None or self._layout.dirty or self._closed \
+                    or self._broken is not None:
+                return  # (wait() says why)
+            self._rounds.on_grad(index, param)
         return hook
 
     # ================================================================== sync
@@ -262,7 +257,7 @@ class Runtime:
         self._check_alive()
         if self._stopped:
             raise UsageError("sync() after the job was stopped")
-        if self.info.is_worker:
+        if self.info.is_worker and self._rounds.open():
             self._finish_open_iteration()
         leader = self.info.rank == self.info.leader
         msg = torch.zeros(_H + len(RuntimeConfig()), dtype=torch.int64)
@@ -274,7 +269,7 @@ class Runtime:
             msg[_LENGTH] = len(self._layout.proposed)
             try:
                 wanted = (RuntimeConfig.of(config).check(self.limits) if config is not None
-                          else self.config or RuntimeConfig())
+                          else self._active.config or RuntimeConfig())
                 msg[_H:] = torch.tensor(wanted.encode(), dtype=torch.int64)
             except ConfigError as e:
                 error = e
@@ -292,16 +287,16 @@ class Runtime:
                                        "configuration this job cannot run (see its error)")
         if msg[_STOP]:
             self._stopped = True
-            return (self.config or RuntimeConfig()).as_dict()
+            return (self._active.config or RuntimeConfig()).as_dict()
         new = RuntimeConfig.decode(msg[_H:].tolist())
         version = int(msg[_VERSION])
         layout = None
         if version != self._layout.seen or int(msg[_DIRTY]) > 0:
             layout = self._exchange_layout(int(msg[_LENGTH]))
-        if layout is not None or new != self.config:
+        if layout is not None or new != self._active.config:
             self._apply(new, layout, version, reregistered=int(msg[_DIRTY]) > 0)
-        self._served = self._faults.refuses(self.config)
-        return self.config.as_dict()  # type: ignore[union-attr]
+        self._rounds.served = self._faults.refuses(self._active.config)
+        return self._active.config.as_dict()  # type: ignore[union-attr]
 
     def _control_op(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """A collective of the control plane, its wait bounded (:class:`ControlPlane`). A
@@ -333,29 +328,11 @@ class Runtime:
 
     def _apply(self, config: RuntimeConfig, layout: list[list[int]] | None, version: int,
                reregistered: bool = False) -> None:
-        """Build the new Setup aside, vote, then create groups and swap it in; then move
-        the error-feedback residuals along (see :mod:`autotune.runtime.compression`)."""
-        code, failure = 0, None
-        order = self._layout.order
-        give_back = False
+        """Reconfigure (see :mod:`autotune.runtime.reconfigure`): every rank builds the
+        configuration aside, all vote, and only if all succeeded is it swapped in."""
+        code, failure, cand = 0, None, None
         try:
-            if layout is not None:
-                sizes = [(int(n), DTYPES[int(c)]) for _, n, c in layout]
-                if self.info.is_worker:
-                    order = self._layout.verify(layout, self.info.rank, self.info.leader)
-                else:
-                    order = [int(r[0]) for r in layout]
-            else:
-                sizes = list(self._setup.sizes) if self._setup else []
-            if self._faults.configure_fails(config):
-                raise RuntimeFault("injected configure fault (AUTOTUNE_FAULT)")
-            if self.lost_servers:
-                self._check_without_servers(config)
-            setup = build_setup(config, sizes, self.info)
-            inp, out = self._buffers_for(setup)
-            give_back = (not reregistered and self._residuals.summation_pending()
-                         and (layout is not None
-                              or summation_key(setup) != self._residuals.summation_key))
+            cand = self._active.prepare(config, layout, version, reregistered)
         except ConfigError as e:
             code, failure = 1, e
         except Exception as e:  # e.g. out of memory for the buffers
@@ -363,7 +340,8 @@ class Runtime:
         world = self.info.world_size
         vote = torch.zeros(2 * world, dtype=torch.int64)
         vote[self.info.rank] = code
-        vote[world + self.info.rank] = int(give_back and not self.info.is_worker)
+        vote[world + self.info.rank] = int(cand is not None and cand.give_back
+                                           and not self.info.is_worker)
         self._control_op("configuration vote", dist.all_reduce, vote, group=self._control)
         codes = vote[:world].tolist()
         bad = [r for r, v in enumerate(codes) if v]
@@ -376,162 +354,12 @@ class Runtime:
                                rank=bad[0], recoverable=True)
         self._control_op("process group creation", self._groups.ensure,
                          needed_groups(config, self.info))
-        old_setup, old_order = self._setup, self._layout.order
-        self.config = config
-        self._setup = setup
-        self._inp, self._out = inp, out
-        self._pools = [BufferPool() for _ in range(setup.streams)]
-        if layout is not None:
-            self._layout.adopt(order, version)
+        assert isinstance(cand, Candidate)
         senders = [r for r in range(world) if vote[world + r]]
-        self._move_residuals(old_setup, old_order, layout is not None, reregistered, give_back,
-                             senders)
-
-    def _check_without_servers(self, config: RuntimeConfig) -> None:
-        """After a server loss only groups made before it can be used: all-reduce among the
-        workers, on the streams whose groups exist."""
-        missing = [k for k in needed_groups(config, self.info) if k not in self._groups]
-        if config["transport"] == Transport.PUSHPULL or missing:
-            raise ConfigError(
-                f"servers {list(self.lost_servers)} were lost: only all-reduce among the "
-                f"workers with intra=flat and at most {FALLBACK_STREAMS} streams is possible "
-                f"now, not {config.as_dict()}")
-
-    def _move_residuals(self, old: Setup | None, old_order: list[int], relaid: bool,
-                        reregistered: bool, give_back: bool, senders: list[int]) -> None:
-        """After a switch: re-lay out or reset the residuals, hand a Summation Service's
-        residual back to a worker when it no longer re-encodes the same units (locally on
-        a worker machine; dedicated servers in ``senders`` send it to the leader), and
-        allocate what the new configuration writes from several threads."""
-        res, setup = self._residuals, self._setup
-        assert setup is not None
-        if relaid:
-            if reregistered or old is None:
-                res.reset()
-            else:
-                res.relayout(moves(old, old_order, setup, self._layout.order))
-        if give_back and self.info.is_worker:
-            for dtype, values in res.take_summation().items():
-                res.absorb(dtype, values)
-        me, leader = self.info.rank, self.info.leader
-        for r in senders:
-            taken = res.take_summation() if me == r else {}
-            for dtype, n in setup.totals:
-                if me == r:
-                    t = taken.get(dtype, torch.zeros(n, dtype=torch.float32))
-                    self._control_op("residual hand-back", dist.isend, t, leader,
-                                     group=self._control)
-                elif me == leader:
-                    t = torch.empty(n, dtype=torch.float32)
-                    self._control_op("residual hand-back", dist.irecv, t, r, group=self._control)
-                    res.absorb(dtype, t)
-        comp = setup.compression
-        totals = dict(setup.totals)
-        res.prepare(totals, worker=self.info.is_worker and comp.lossy,
-                    summation=bool(summation_key(setup)))
-        res.summation_key = summation_key(setup)
-        if relaid or give_back or senders:
-            res.refresh_dirty()
-
-    def _buffers_for(self, setup: Setup) -> tuple[dict, dict]:
-        if not self.info.is_worker:
-            return {}, {}
-        totals = dict(setup.totals)
-        same = {d: t.numel() for d, t in self._inp.items()} == totals
-
-        def alloc(d: str, n: int) -> torch.Tensor:
-            return torch.zeros(n, dtype=getattr(torch, d))
-
-        inp = self._inp if same else {d: alloc(d, n) for d, n in totals.items()}
-        out: dict = {}
-        if setup.needs_out:
-            out = self._out if (same and self._out) else {d: alloc(d, n) for d, n in totals.items()}
-        return inp, out
+        self._active.commit(cand, senders,
+                            lambda *a: self._control_op(*a, group=self._control))
 
     # ================================================================== iterations
-    def _arm(self) -> Iteration:
-        """Start an iteration under the active configuration (workers)."""
-        with self._lock:
-            if self._iter is not None:
-                return self._iter
-            setup = self._setup
-            if setup is None:
-                raise UsageError("call rt.sync() on all ranks before the first iteration")
-            it = Iteration(setup.plan, setup.tensor_chunks, setup.streams,
-                           refused=self._faults.refuses(self.config))
-            it.round = self._round
-            self._round += 1
-            self._had_grad = [True] * len(setup.sizes)
-            self._iter = it
-            if it.refused:
-                return it
-            if setup.pushpull and self._served:
-                it.error = UsageError("transport=pushpull needs rt.sync() on all ranks (servers "
-                                        "too) before every iteration")
-                it.done.set()
-                return it
-            jobs = []
-            for s in range(setup.streams):
-                if setup.stream_chunks[s]:
-                    jobs.append(CommunicationStream(setup, it, self._inp, self._out, self._groups,
-                                                    s, self.timeout, self._residuals).run)
-                if setup.units[s]:
-                    jobs.append(SummationStream(setup, it, it.mailbox, self._groups, s,
-                                                self.timeout, self._pools[s],
-                                                self._residuals).run)
-            self._submit(it, jobs)
-            return it
-
-    def _submit(self, it: Iteration, jobs: list) -> None:
-        stall = self._faults.stalls(self.config)
-        delay = self._faults.delay(self.config)
-        it.add_jobs(len(jobs))
-        for fn in jobs:
-            self._pool.submit(self._wrap(it, fn, stall, delay))
-
-    def _wrap(self, it: Iteration, fn: Any, stall: bool, delay: float = 0.0) -> Any:
-        def run() -> None:
-            err: BaseException | None = None
-            try:
-                if delay:  # injected slowness (AUTOTUNE_FAULT)
-                    time.sleep(delay)
-                if stall:  # injected: go silent past the timeout
-                    deadline = time.monotonic() + self.timeout + 5
-                    while time.monotonic() < deadline and not it.aborted:
-                        time.sleep(0.2)
-                    raise OpError("injected stall (AUTOTUNE_FAULT)", (), "this rank stalled")
-                fn()
-            except BaseException as e:  # reported through the iteration
-                err = e
-            it.job_done(err)
-            if err is not None and not isinstance(err, Aborted):
-                it.abort()
-        return run
-
-    def _on_grad(self, index: int, param: torch.Tensor) -> None:
-        if self._accumulating:
-            return  # no_sync(): the gradient only accumulates into .grad
-        if self._setup is None or self._layout.dirty or self._closed or self._broken is not None:
-            return  # (wait() says why)
-        it = self._iter or self._arm()
-        pos = self._layout.pos.get(index)
-        if pos is None:  # registered after the active layout: ignored until the next sync
-            return
-        if not it.refused and not it.fired[pos]:
-            self._pack(pos, param.grad)
-        it.mark_ready(pos)
-
-    def _pack(self, pos: int, grad: torch.Tensor | None) -> None:
-        setup = self._setup
-        numel, dtype = setup.sizes[pos]
-        if numel == 0:
-            return
-        view = self._inp[dtype].narrow(0, setup.offsets[pos], numel)
-        if grad is None:
-            view.zero_()
-        else:
-            view.view(grad.shape).copy_(grad)
-
     def wait(self) -> None:
         """Workers, after backward: return when every registered parameter's ``.grad``
         holds the average over workers. Parameters whose gradient did not arrive by now
@@ -540,18 +368,17 @@ class Runtime:
         dead peer, a timeout or an injected fault, leaving ``.grad`` untouched."""
         self._check_alive()
         self._need_worker("wait")
-        if self._accumulating:
+        if self._rounds.accumulating:
             raise UsageError("wait() inside no_sync(): leave the no_sync() block for the last "
                              "backward pass of the iteration, then wait()")
         self._check_registration()
-        it = self._iter or self._arm()
-        self._complete(it, repack_all=False)
+        self._complete(repack_all=False)
 
     # ================================================================== DDP habits
     @property
     def accumulating(self) -> bool:
         """Whether this worker is inside :meth:`no_sync`."""
-        return self._accumulating
+        return self._rounds.accumulating
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -560,16 +387,17 @@ class Runtime:
         and :meth:`wait` returns its average. Enter it before the iteration's first
         backward; every worker accumulates the same number of micro-batches."""
         self._need_worker("no_sync")
-        if self._iter is not None and any(self._iter.fired):
+        it = self._rounds.current
+        if it is not None and any(it.fired):
             raise UsageError("no_sync() entered after a backward pass that already sent its "
                              "gradients: run the accumulating backward passes first, inside "
                              "no_sync(), and the last one outside it")
-        outer = self._accumulating
-        self._accumulating = True
+        outer = self._rounds.accumulating
+        self._rounds.accumulating = True
         try:
             yield
         finally:
-            self._accumulating = outer
+            self._rounds.accumulating = outer
 
     def broadcast_from_leader(self, tensors: Sequence[torch.Tensor], what: str = "tensors",
                               check: bool = False) -> None:
@@ -614,107 +442,44 @@ class Runtime:
         self._check_alive()
         self._need_worker("retry")
         self._check_registration()
-        if self._iter is not None and any(self._iter.fired):
+        it = self._rounds.current
+        if it is not None and any(it.fired):
             raise UsageError("retry() while an iteration is under way; call wait()")
-        it = self._iter or self._arm()
-        self._complete(it, repack_all=True)
+        self._complete(repack_all=True)
 
     def _check_registration(self) -> None:
         if self._layout.dirty:
             raise UsageError("register() takes effect at the next sync(): call rt.sync() on all "
                              "ranks after register() and before backward")
 
-    def _complete(self, it: Iteration, repack_all: bool, write: bool = True) -> None:
-        params = self._layout.params
-        for pos, reg in enumerate(self._layout.order):
-            if repack_all or not it.fired[pos]:
-                if write:  # (a discarded round sends whatever the buffers hold)
-                    g = params[reg].grad
-                    if not it.refused:
-                        self._pack(pos, g)
-                    self._had_grad[pos] = g is not None
-                it.mark_ready(pos)
-        if it.refused:
-            self._iter = None
-            self._served = True
-            raise RuntimeFault(
-                f"injected fault for configuration {self.config} (AUTOTUNE_FAULT); the "
-                "gradients are intact: sync() and retry()", recoverable=True)
-        self._await(it)
-        self._iter = None
-        self._served = True
-        if it.error is None and it.started:
-            # every chunk either folded its residual or encoded and kept a new one
-            self._residuals.dirty = it.stored
-        if it.error is not None:
-            if isinstance(it.error, UsageError):
-                raise it.error
-            fault = self._fault_from(it.error)
+    def _complete(self, repack_all: bool, write: bool = True) -> None:
+        """Complete the open round (:meth:`Iterations.complete`), its failure as a fault."""
+        try:
+            self._rounds.complete(repack_all, write)
+        except UsageError:
+            raise
+        except Exception as e:
+            fault = self._fault_from(e)
             if not fault.recoverable:
                 self._broken = fault
-            raise fault
-        if it.twice:
-            reg = self._layout.order[it.twice[0]]
-            p = self._layout.params[reg]
-            raise UsageError(
-                f"registered parameter {reg} ({tuple(p.shape)}) got a gradient from two "
-                "backward passes in one iteration, and the first was already sent. For "
-                "gradient accumulation run every backward but the last inside "
-                "`with tuner.no_sync():` (Runtime.no_sync()), as with DDP")
+            raise fault from (None if fault is e else e)
         if write:
-            self._write_back()
             self.iterations += 1
-            self._layout.learn(it.order, self.info.rank == self.info.leader and not repack_all)
-
-    def _await(self, it: Iteration) -> None:
-        """Wait for the iteration's jobs; a stretch of ``timeout`` without progress fails."""
-        last, since = -1, time.monotonic()
-        while not it.done.wait(0.5):
-            gone = self._lost_peers()
-            if gone:  # another rank gave up a peer this round depends on
-                it.abort()
-                it.error = OpError("this round", gone, "given up as lost by another rank")
-                return
-            if it.progress != last:
-                last, since = it.progress, time.monotonic()
-            elif time.monotonic() - since > self.timeout + 10:
-                it.abort()
-                others = [r for r in range(self.info.world_size) if r != self.info.rank]
-                dead = self._liveness.dead(others) or []
-                who = ", ".join(self.describe(r) for r in dead) or "none"
-                it.error = OpError(f"no progress for {self.timeout:.0f}s (ranks without heartbeat: "
-                                   f"{who})", dead, "timeout")
-                return
+            self._layout.learn(self._rounds.last_order,
+                               self.info.rank == self.info.leader and not repack_all)
 
     def _lost_peers(self) -> list[int]:
         """Servers another rank posted as lost that this rank has not dropped yet."""
         if not self.info.servers:
             return []
-        return sorted(set(self._liveness.lost()) - set(self.lost_servers))
-
-    def _write_back(self) -> None:
-        setup = self._setup
-        res = self._out if setup.pushpull else self._inp
-        for pos, reg in enumerate(self._layout.order):
-            numel, dtype = setup.sizes[pos]
-            p = self._layout.params[reg]
-            view = res[dtype].narrow(0, setup.offsets[pos], numel).view(p.shape)
-            if p.grad is not None:
-                p.grad.copy_(view)
-            elif not self._had_grad[pos] and numel and bool(view.any()):
-                p.grad = view.clone(memory_format=torch.contiguous_format)
+        return sorted(set(self._liveness.lost()) - set(self._active.lost_servers))
 
     def _finish_open_iteration(self) -> None:
         """Before a sync: complete an iteration left open, so the servers' round ends."""
-        it = self._iter
-        if it is None and (self._served or self._setup is None or not self._setup.pushpull):
-            return
         warnings.warn("rt.sync() before rt.wait(): the open iteration is completed and its "
                       "result discarded", RuntimeWarning, stacklevel=3)
-        if it is None:
-            it = self._arm()
         try:
-            self._complete(it, repack_all=False, write=False)
+            self._complete(repack_all=False, write=False)
         except RuntimeFault as e:
             if not e.recoverable:
                 raise
@@ -755,12 +520,12 @@ class Runtime:
             for group in [self._control, *self._groups.with_any_of(self.info.servers)]:
                 keep_forever(group)  # operations on them may never end: no destructor at exit
         if self.info.is_worker:
-            self.lost_servers = tuple(sorted(set(self.lost_servers) | set(self.info.servers)))
+            self._active.lost_servers = tuple(sorted(set(self._active.lost_servers)
+                                                     | set(self.info.servers)))
             self._control = self._workers_group
             self._control_members = self.info.workers
             self._layout.seen = -1        # every worker takes the leader's layout again
-            self._served = True
-            self._iter = None
+            self._rounds.reset()
             text = (f"{who} stopped (no heartbeat) during {err.what}: {err.cause}. The workers "
                     "go on without servers (all-reduce); the gradients are intact: sync() and "
                     "retry()")
@@ -774,21 +539,12 @@ class Runtime:
         self._check_alive()
         if self.info.is_worker:
             raise UsageError("serve_iteration is for servers")
-        setup = self._setup
-        if setup is None or self._faults.refuses(self.config) or not setup.owns_units:
-            return
-        it = Iteration((), (), setup.streams)
-        it.round = self._round
-        self._round += 1
-        jobs = [SummationStream(setup, it, Mailbox(), self._groups, s, self.timeout,
-                                self._pools[s], self._residuals).run
-                for s in range(setup.streams) if setup.units[s]]
-        self._submit(it, jobs)
-        self._await(it)
-        if it.error is not None:
-            fault = self._fault_from(it.error)
+        try:
+            self._rounds.serve()
+        except Exception as e:
+            fault = self._fault_from(e)
             self._broken = fault
-            raise fault
+            raise fault from (None if fault is e else e)
         self.iterations += 1
 
     # ================================================================== misc
@@ -807,17 +563,17 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        if self._iter is not None:
-            self._iter.abort()
+        if self._rounds.current is not None:
+            self._rounds.current.abort()
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        self._pool.shutdown(timeout=2.0 if self._broken else 10.0)
+        self._rounds.pool.shutdown(timeout=2.0 if self._broken else 10.0)
         self._liveness.leave()
         self._liveness.stop()
-        if self._broken is None and not self.lost_servers:
+        if self._broken is None and not self._active.lost_servers:
             self._groups.destroy()
-        self._inp, self._out, self._pools = {}, {}, []
+        self._active.inp, self._active.out, self._active.pools = {}, {}, []
 
     def __enter__(self) -> "Runtime":
         return self

@@ -23,7 +23,7 @@ from autotune.cli import cli
 from autotune.store import Store
 from autotune.store.fingerprint import fingerprint, normalize
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
        "OMP_NUM_THREADS": "1"}
 BUDGET = 12

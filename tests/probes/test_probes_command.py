@@ -13,10 +13,10 @@ import make_sysfs_fixtures as mk
 from autotune.cli import cli
 from autotune.probes import classify, from_json, read_sysfs
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 TOPO = HERE / "fixtures" / "topo"
 if not TOPO.is_dir():
-    TOPO = Path(__file__).resolve().parents[2] / "shared" / "topo"
+    TOPO = Path(__file__).resolve().parents[3] / "shared" / "topo"
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import torch
 from runtime_helpers import ROOT, launch_group, load_results
 
 pytestmark = pytest.mark.slow
-WORKER = Path(__file__).with_name("ddp_worker.py")
+WORKER = Path(__file__).parents[1] / "ddp_worker.py"
 
 
 @pytest.fixture(scope="module")

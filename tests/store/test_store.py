@@ -23,7 +23,7 @@ def test_new_file_gets_the_current_schema(tmp_path):
     meta = dict(con.execute("select key, value from meta"))
     assert meta == {"application": "autotune", "schema_version": str(schema.SCHEMA_VERSION)}
     indexes = {r[0] for r in con.execute("select name from sqlite_master where type='index'")}
-    assert {"runs_created", "runs_finished", "trials_run_index"} <= indexes
+    assert {"runs_created", "runs_finished", "trials_run_number"} <= indexes
     assert con.execute("pragma journal_mode").fetchone()[0] == "wal"
     con.close()
 
@@ -166,8 +166,10 @@ def test_bad_input_gives_clear_errors(store):
         store.run(42)
     with pytest.raises(StoreError, match="no run 42"):
         store.add_trial(42, index=0, technique="grid", config={}, iterations=1, score=1.0)
-    with pytest.raises(StoreError, match="number"):
+    with pytest.raises(StoreError, match="no runs in"):
         store.run("latest")
+    with pytest.raises(StoreError, match="a number or 'latest'"):
+        store.run("newest")
     rid = add_run(store, model(CNN), cluster(2), {"streams": 1})
     with pytest.raises(StoreError, match="status"):
         store.finish_run(rid, status="done", best_config=None, best_score=None)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import benchlib  # noqa: E402
 from e2e_bench import parse_fixed  # noqa: E402

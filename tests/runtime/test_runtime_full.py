@@ -9,7 +9,7 @@ import runtime_helpers as rh
 
 import os
 
-# The 512-configuration sweep takes minutes on 2 cores; tests/test_runtime.py runs a
+# The 512-configuration sweep takes minutes on 2 cores; tests/runtime/test_runtime.py runs a
 # representative 64-configuration sweep every time. Run this one with AUTOTUNE_FULL_SWEEP=1.
 pytestmark = [
     pytest.mark.slow,

@@ -3,7 +3,7 @@ summing by hand gives, with error feedback, through both transports and every in
 
 ONE job for the module: 4 workers as 2 emulated machines x 2, plus 1 server, started with
 ``autotune launch``. This file is also the workers' program (``python
-tests/test_compression_runtime.py rank OUTDIR``): each worker runs the :func:`schedule` of
+tests/runtime/test_compression_runtime.py rank OUTDIR``): each worker runs the :func:`schedule` of
 configurations, a few rounds each, on gradients every rank can recompute (seeded by round
 and worker), and compares what ``rt.wait()`` left in ``.grad`` with :class:`Expected`, an
 independent model of the averaging built from the codec functions only: each worker's
@@ -474,7 +474,6 @@ def run_rank(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     if sys.argv[1] != "rank":
         raise SystemExit(f"unknown mode {sys.argv[1]}")
     outdir = Path(sys.argv[2])

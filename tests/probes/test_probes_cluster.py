@@ -17,7 +17,7 @@ import pytest
 from autotune.probes.cluster import round_robin
 from autotune.probes.graph import from_json
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 WORKER = HERE / "probes_helpers.py"
 CONFIGS = ["env", "two", "one", "badname"]
 WORLD = 3

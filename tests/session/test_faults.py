@@ -110,7 +110,7 @@ def test_a_restarted_job_keeps_the_stored_best_without_tuning(tmp_path):
     with ``TORCHELASTIC_RESTART_COUNT=1``."""
     from runtime_helpers import launch_group
 
-    worker = Path(__file__).with_name("ddp_worker.py")
+    worker = Path(__file__).parents[1] / "ddp_worker.py"
     for n in ("0", "1"):
         code, log = launch_group("restart", tmp_path, 2, 0, None, script=worker,
                                  extra_env={"TORCHELASTIC_RESTART_COUNT": n}, timeout=180)

@@ -24,9 +24,9 @@ from autotune.probes.cluster import _cluster_graph
 from autotune.probes.nvml import merge_nvlinks
 from autotune.probes.nvsmi import merge_topo
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 TOPO_COPIES = HERE / "fixtures" / "topo"
-TOPO_SHARED = Path(__file__).resolve().parents[2] / "shared" / "topo"
+TOPO_SHARED = Path(__file__).resolve().parents[3] / "shared" / "topo"
 
 
 def topo_path(name: str) -> Path:

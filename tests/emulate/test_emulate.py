@@ -18,7 +18,7 @@ from autotune.emulate import (Cluster, EmulatorError, ShapingError, cleanup, lef
 from autotune.emulate.launcher import RankSpec, run_ranks
 from autotune.emulate.shaping import LinkSpec, format_rate, parse_latency, tc_lines
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PY = sys.executable
 
 

@@ -1,0 +1,243 @@
+"""The iteration: gradients in, chunks out, averages back into ``.grad``.
+
+:class:`Iterations` runs the averaging rounds of one rank under the active configuration
+(:class:`~autotune.runtime.reconfigure.Active`):
+
+* workers: the first gradient hook of a round *arms* it (one Communication Service job per
+  stream, and a Summation Service job per stream this rank sums for); each hook copies its
+  gradient into the flat input buffer and marks it ready, so chunks leave while backward
+  runs; :meth:`Iterations.complete` packs what did not arrive, waits, and writes the
+  averages back into ``.grad`` only once every chunk completed;
+* servers: :meth:`Iterations.serve` runs the Summation Service jobs of one round.
+
+Waits are bounded: a stretch of ``timeout`` without progress, or a peer another rank posted
+as lost, ends the round. Failures are returned as raw errors (the
+:class:`~autotune.runtime.engine.OpError` of the failed operation); the Runtime turns them
+into :class:`~autotune.runtime.errors.RuntimeFault` naming the rank to blame.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+from .communication import CommunicationStream
+from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool
+from .errors import RuntimeFault, UsageError
+from .faults import FaultInjector, Liveness
+from .groups import GroupCache
+from .layout import Layout
+from .reconfigure import Active
+from .summation import SummationStream
+from .world import WorldInfo
+
+
+class Iterations:
+    """One rank's averaging rounds (see the module docstring)."""
+
+    def __init__(self, info: WorldInfo, active: Active, layout: Layout, groups: GroupCache,
+                 faults: FaultInjector, liveness: Liveness, timeout: float,
+                 lost_peers: Callable[[], list[int]], describe: Callable[[int], str]):
+        self.active = active
+        self.layout = layout
+        self.groups = groups
+        self.faults = faults
+        self.liveness = liveness
+        self.timeout = timeout
+        self.lost_peers = lost_peers
+        self.describe = describe
+        self.info = info
+        self.pool = StreamPool(f"autotune-r{info.rank}")
+        self._lock = threading.RLock()
+        self.current: Iteration | None = None
+        self.round = 0                        # averaging rounds started (codecs' iteration)
+        self.served = True                    # the round of the last sync has run
+        self.accumulating = False             # inside no_sync(): hooks leave .grad alone
+        self._had_grad: list[bool] = []
+        self.last_order: list[int] = []       # ready order of the last completed round
+
+    def reset(self) -> None:
+        """Forget the open round (after the servers were dropped: it is averaged again)."""
+        self.current = None
+        self.served = True
+
+    # ------------------------------------------------------------------ workers
+    def arm(self) -> Iteration:
+        """The open round, started under the active configuration if there is none."""
+        with self._lock:
+            if self.current is not None:
+                return self.current
+            a = self.active
+            setup = a.setup
+            if setup is None:
+                raise UsageError("call rt.sync() on all ranks before the first iteration")
+            it = Iteration(setup.plan, setup.tensor_chunks, setup.streams,
+                           refused=self.faults.refuses(a.config))
+            it.round = self.round
+            self.round += 1
+            self._had_grad = [True] * len(setup.sizes)
+            self.current = it
+            if it.refused:
+                return it
+            if setup.pushpull and self.served:
+                it.error = UsageError("transport=pushpull needs rt.sync() on all ranks (servers "
+                                      "too) before every iteration")
+                it.done.set()
+                return it
+            jobs = []
+            for s in range(setup.streams):
+                if setup.stream_chunks[s]:
+                    jobs.append(CommunicationStream(setup, it, a.inp, a.out, self.groups, s,
+                                                    self.timeout, a.residuals).run)
+                if setup.units[s]:
+                    jobs.append(SummationStream(setup, it, it.mailbox, self.groups, s,
+                                                self.timeout, a.pools[s], a.residuals).run)
+            self._submit(it, jobs)
+            return it
+
+    def on_grad(self, index: int, param: torch.Tensor) -> None:
+        """A registered parameter's gradient is ready (its post-accumulate hook)."""
+        if self.accumulating:
+            return  # no_sync(): the gradient only accumulates into .grad
+        it = self.current or self.arm()
+        pos = self.layout.pos.get(index)
+        if pos is None:  # registered after the active layout: ignored until the next sync
+            return
+        if not it.refused and not it.fired[pos]:
+            self._pack(pos, param.grad)
+        it.mark_ready(pos)
+
+    def _pack(self, pos: int, grad: torch.Tensor | None) -> None:
+        setup = self.active.setup
+        numel, dtype = setup.sizes[pos]
+        if numel == 0:
+            return
+        view = self.active.inp[dtype].narrow(0, setup.offsets[pos], numel)
+        if grad is None:
+            view.zero_()
+        else:
+            view.view(grad.shape).copy_(grad)
+
+    def complete(self, repack_all: bool, write: bool = True) -> None:
+        """Pack what did not arrive (everything with ``repack_all``), wait for the round
+        and, with ``write``, put the averages into ``.grad``. Raises the round's error."""
+        it = self.current or self.arm()
+        params = self.layout.params
+        for pos, reg in enumerate(self.layout.order):
+            if repack_all or not it.fired[pos]:
+                if write:  # (a discarded round sends whatever the buffers hold)
+                    g = params[reg].grad
+                    if not it.refused:
+                        self._pack(pos, g)
+                    self._had_grad[pos] = g is not None
+                it.mark_ready(pos)
+        if it.refused:
+            self.reset()
+            raise RuntimeFault(
+                f"injected fault for configuration {self.active.config} (AUTOTUNE_FAULT); the "
+                "gradients are intact: sync() and retry()", recoverable=True)
+        self._await(it)
+        self.reset()
+        if it.error is None and it.started:
+            # every chunk either folded its residual or encoded and kept a new one
+            self.active.residuals.dirty = it.stored
+        if it.error is not None:
+            raise it.error
+        if it.twice:
+            reg = self.layout.order[it.twice[0]]
+            p = self.layout.params[reg]
+            raise UsageError(
+                f"registered parameter {reg} ({tuple(p.shape)}) got a gradient from two "
+                "backward passes in one iteration, and the first was already sent. For "
+                "gradient accumulation run every backward but the last inside "
+                "`with tuner.no_sync():` (Runtime.no_sync()), as with DDP")
+        if write:
+            self._write_back()
+            self.last_order = list(it.order)
+
+    def _write_back(self) -> None:
+        a = self.active
+        setup = a.setup
+        res = a.out if setup.pushpull else a.inp
+        for pos, reg in enumerate(self.layout.order):
+            numel, dtype = setup.sizes[pos]
+            p = self.layout.params[reg]
+            view = res[dtype].narrow(0, setup.offsets[pos], numel).view(p.shape)
+            if p.grad is not None:
+                p.grad.copy_(view)
+            elif not self._had_grad[pos] and numel and bool(view.any()):
+                p.grad = view.clone(memory_format=torch.contiguous_format)
+
+    def open(self) -> bool:
+        """Whether a round was started (or a push/pull round announced) and not completed."""
+        setup = self.active.setup
+        return self.current is not None or not (self.served or setup is None
+                                                or not setup.pushpull)
+
+    # ------------------------------------------------------------------ servers
+    def serve(self) -> None:
+        """Servers: sum this round's owned chunks. Raises the round's error."""
+        a = self.active
+        setup = a.setup
+        if setup is None or self.faults.refuses(a.config) or not setup.owns_units:
+            return
+        it = Iteration((), (), setup.streams)
+        it.round = self.round
+        self.round += 1
+        jobs = [SummationStream(setup, it, Mailbox(), self.groups, s, self.timeout,
+                                a.pools[s], a.residuals).run
+                for s in range(setup.streams) if setup.units[s]]
+        self._submit(it, jobs)
+        self._await(it)
+        if it.error is not None:
+            raise it.error
+
+    # ------------------------------------------------------------------ both
+    def _submit(self, it: Iteration, jobs: list) -> None:
+        config = self.active.config
+        stall, delay = self.faults.stalls(config), self.faults.delay(config)
+        it.add_jobs(len(jobs))
+        for fn in jobs:
+            self.pool.submit(self._wrap(it, fn, stall, delay))
+
+    def _wrap(self, it: Iteration, fn: Any, stall: bool, delay: float) -> Any:
+        def run() -> None:
+            err: BaseException | None = None
+            try:
+                if delay:  # injected slowness (AUTOTUNE_FAULT)
+                    time.sleep(delay)
+                if stall:  # injected: go silent past the timeout
+                    deadline = time.monotonic() + self.timeout + 5
+                    while time.monotonic() < deadline and not it.aborted:
+                        time.sleep(0.2)
+                    raise OpError("injected stall (AUTOTUNE_FAULT)", (), "this rank stalled")
+                fn()
+            except BaseException as e:  # reported through the iteration
+                err = e
+            it.job_done(err)
+            if err is not None and not isinstance(err, Aborted):
+                it.abort()
+        return run
+
+    def _await(self, it: Iteration) -> None:
+        """Wait for the round's jobs; a stretch of ``timeout`` without progress fails."""
+        last, since = -1, time.monotonic()
+        while not it.done.wait(0.5):
+            gone = self.lost_peers()
+            if gone:  # another rank gave up a peer this round depends on
+                it.abort()
+                it.error = OpError("this round", gone, "given up as lost by another rank")
+                return
+            if it.progress != last:
+                last, since = it.progress, time.monotonic()
+            elif time.monotonic() - since > self.timeout + 10:
+                it.abort()
+                others = [r for r in range(self.info.world_size) if r != self.info.rank]
+                dead = self.liveness.dead(others) or []
+                who = ", ".join(self.describe(r) for r in dead) or "none"
+                it.error = OpError(f"no progress for {self.timeout:.0f}s (ranks without heartbeat: "
+                                   f"{who})", dead, "timeout")
+                return
