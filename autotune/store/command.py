@@ -21,6 +21,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 
+from autotune.store.tables import Column, show
+from autotune.units import (UNITS, fmt_config, fmt_number, fmt_score, fmt_seconds, fmt_speedup,
+                            fmt_value, shown_params, unit_of)
+
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.store.db import Store
 
@@ -56,33 +60,12 @@ def _emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
-def _table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=title, show_lines=False)
-    for c in columns:
-        t.add_column(c, overflow="fold", justify="right" if c in {"id", "#", "score", "best",
-                                                                   "default", "speed-up", "trials",
-                                                                   "iters", "wall s", "distance"} else "left")
-    for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
-    Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200).print(t)
-
-
-def _num(x: float | None, digits: int = 4) -> str:
-    return "" if x is None else f"{x:.{digits}g}"
+def _when(text: str | None) -> str:
+    return (text or "")[:16].replace("T", " ")
 
 
 def _speedup(run: dict) -> str:
-    b, d = run.get("best_score"), run.get("default_score")
-    return f"{b / d:.2f}x" if b is not None and d else ""
-
-
-def _config_text(cfg: dict | None) -> str:
-    if not cfg:
-        return ""
-    return " ".join(f"{k}={v}" for k, v in cfg.items())
+    return fmt_speedup(run.get("best_score"), run.get("default_score"))
 
 
 def _world(run: dict) -> str:
@@ -94,131 +77,221 @@ def db() -> None:
     """Inspect the results store: runs, trials, best configurations."""
 
 
+RUN_HELP = "RUN is a run id, or 'latest' for the newest run."
+
+
 @db.command("runs")
 @click.option("--status", type=click.Choice(["running", "finished", "failed", "aborted"]), default=None)
 @click.option("--job", default=None, help="Only runs of this job name.")
 @click.option("--limit", type=int, default=50, show_default=True)
 @db_options
 def runs_cmd(status: str | None, job: str | None, limit: int, db_path: Path | None, as_json: bool) -> None:
-    """List runs, newest first."""
+    """List runs, newest first.
+
+    Scores are throughput (higher is better) in the run's unit: samples/s, it/s, or
+    their simulated counterparts; speed-up is the kept configuration over the default.
+    """
     with open_store(db_path) as store:
         rows = _guard(lambda: store.runs(status=status, job=job, limit=limit))
         counts = _guard(store.trial_counts)
     if as_json:
         _emit_json([{**r, "trials": counts.get(r["id"], 0)} for r in rows])
         return
-    _table(f"runs in {store.path}", ["id", "created", "job", "status", "world", "backend", "model",
-                                     "topology", "trials", "best", "default", "speed-up"],
-           ([r["id"], (r["created"] or "")[:16].replace("T", " "), r["job"], r["status"], _world(r),
-             r["backend"], r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT],
-             counts.get(r["id"], 0), _num(r["best_score"]), _num(r["default_score"]), _speedup(r)]
-            for r in rows))
+    cols = [Column("id", "num"), Column("created", "word", 4), Column("job"),
+            Column("status", "word", 3), Column("world", "text", 5), Column("backend", "text", 6),
+            Column("model", "text", 7), Column("topology", "text", 7), Column("trials", "num", 2),
+            Column("best", "num"), Column("default", "num", 1), Column("unit"),
+            Column("speed-up", "num")]
+    show(f"runs in {store.path}", cols,
+         ([r["id"], _when(r["created"]), r["job"], r["status"], _world(r), r["backend"],
+           r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT], counts.get(r["id"], 0),
+           fmt_number(r["best_score"]), fmt_number(r["default_score"]),
+           unit_of(r.get("unit")), _speedup(r)] for r in rows))
+
+
+def _run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
+    unit = unit_of(run.get("unit"))
+    fields: list[tuple[str, Any]] = [
+        ("id", run["id"]), ("job", run["job"]), ("status", run["status"]),
+        ("created", run.get("created")), ("finished", run.get("finished")),
+        ("unit", unit),
+        ("best (kept)", fmt_score(run.get("best_score"), unit, run.get("best_spread"))),
+        ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))),
+        ("speed-up", _speedup(run)), ("trials", n_trials),
+        ("world", " ".join(f"{k}={v}" for k, v in (run.get("world") or {}).items())),
+        ("backend", run.get("backend")), ("simulated", "yes" if run.get("simulated") else "no"),
+        ("model", run.get("model_fp")), ("topology", run.get("topology_fp")),
+        ("space facts", " ".join(f"{k}={json.dumps(v)}" for k, v in
+                                 (run.get("space_facts") or {}).items())),
+        ("versions", f"autotune {run.get('autotune_version')}, torch {run.get('torch_version')}"),
+    ]
+    return fields
 
 
 @db.command("show")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN")
 @db_options
 def show_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
-    """Everything about one run."""
+    """Everything about one run. RUN is a run id, or 'latest'."""
     with open_store(db_path) as store:
         run = _guard(lambda: store.run(run_id))
         n = _guard(store.trial_counts).get(run["id"], 0)
     if as_json:
         _emit_json({**run, "trials": n})
         return
-    fields = [(k, v) for k, v in run.items() if k not in ("best_config", "world", "space_facts")]
-    fields += [("world", json.dumps(run["world"])), ("space facts", json.dumps(run["space_facts"])),
-               ("trials", n), ("speed-up", _speedup(run))]
-    _table(f"run {run['id']}", ["field", "value"], fields)
+    show(f"run {run['id']}", [Column("field"), Column("value", "fold")], _run_fields(run, n))
     if run.get("best_config"):
-        _table("best configuration", ["parameter", "value"], run["best_config"].items())
+        show("kept configuration (the parameters that matter)",
+             [Column("parameter"), Column("value", "fold")],
+             ((k, fmt_value(k, v)) for k, v in shown_params(run["best_config"]).items()))
 
 
 @db.command("trials")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN")
 @db_options
 def trials_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
-    """The trials of one run, in order."""
+    """The trials of one run, in order. RUN is a run id, or 'latest'."""
     with open_store(db_path) as store:
-        trials = _guard(lambda: store.trials(run_id))
+        run = _guard(lambda: store.run(run_id))
+        trials = _guard(lambda: store.trials(run["id"]))
+    unit = unit_of(run.get("unit"))
     if as_json:
-        _emit_json(trials)
+        _emit_json([{**t, "unit": run.get("unit")} for t in trials])
         return
-    _table(f"trials of run {run_id}", ["#", "technique", "iters", "score", "wall s", "error", "config"],
-           ([t["index"], t["technique"], t["iterations"], _num(t["score"]), _num(t["wall_time"], 3),
-             t["error"], _config_text(t["config"])] for t in trials))
+    show(f"trials of run {run['id']} (score in {unit})",
+         [Column("#", "num"), Column("technique"), Column("iters", "num", 2),
+          Column("score", "num"), Column("wall", "num", 3), Column("error", "fold", 1),
+          Column("config", "fold")],
+         ([t["number"], t["technique"], t["iterations"],
+           "failed" if t["score"] is None else fmt_number(t["score"]),
+           fmt_seconds(t["wall_time"]), t["error"], fmt_config(t["config"])] for t in trials))
 
 
 @db.command("best")
 @click.option("--model", "model_fp", default=None, help="Model fingerprint (or its prefix).")
 @click.option("--topology", "topology_fp", default=None, help="Topology fingerprint (or its prefix).")
 @click.option("--like", "like", default=None, help="Same model and topology as this run.")
-@click.option("--limit", type=int, default=10, show_default=True)
+@click.option("--unit", type=click.Choice(UNITS), default=None,
+              help="Only runs scored in this unit [default: every unit, one table each].")
+@click.option("--limit", type=int, default=10, show_default=True, help="Runs per unit.")
 @db_options
-def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, limit: int,
-             db_path: Path | None, as_json: bool) -> None:
-    """Best configurations found, best score first."""
+def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, unit: str | None,
+             limit: int, db_path: Path | None, as_json: bool) -> None:
+    """Best configurations found, best score first.
+
+    Runs scored in different units (samples/s, it/s, simulated ones) are never ranked
+    together: each unit gets its own table (its own group in --json, by the "unit" field).
+    """
     if like is not None and (model_fp or topology_fp):
         raise click.UsageError("--like cannot be combined with --model/--topology")
     with open_store(db_path) as store:
-        rows = _guard(lambda: store.best(model=model_fp, topology=topology_fp, like=like, limit=limit))
+        rows = _guard(lambda: store.best(model=model_fp, topology=topology_fp, like=like,
+                                         limit=limit, unit=unit))
     if as_json:
         _emit_json(rows)
         return
-    _table("best configurations", ["id", "job", "model", "topology", "best", "speed-up", "config"],
-           ([r["id"], r["job"], r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT],
-             _num(r["best_score"]), _speedup(r), _config_text(r["best_config"])] for r in rows))
+    groups: dict[str | None, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r.get("unit"), []).append(r)
+    if not groups:
+        click.echo("no finished runs with a best configuration"
+                   + (f" in {unit}" if unit else "") + f" in {store.path}")
+    for u, group in groups.items():
+        show(f"best configurations, in {unit_of(u)}",
+             [Column("id", "num"), Column("job"), Column("model", "text", 3),
+              Column("topology", "text", 3), Column("best", "num"), Column("±", "num", 2),
+              Column("speed-up", "num", 1), Column("config", "fold")],
+             ([r["id"], r["job"], r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT],
+               fmt_number(r["best_score"]), fmt_number(r.get("best_spread")), _speedup(r),
+               fmt_config(r["best_config"])] for r in group))
 
 
 @db.command("similar")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN")
 @click.option("-k", "k", type=int, default=5, show_default=True, help="How many runs.")
 @click.option("--all", "all_runs", is_flag=True, help="Include unfinished runs.")
 @db_options
 def similar_cmd(run_id: str, k: int, all_runs: bool, db_path: Path | None, as_json: bool) -> None:
-    """Stored runs nearest to a run (graph edit distance of model and cluster)."""
+    """Stored runs nearest to a run (graph edit distance of model and cluster).
+
+    RUN is a run id, or 'latest'.
+    """
     with open_store(db_path) as store:
         near = _guard(lambda: store.similar(run_id, k, finished_only=not all_runs))
     if as_json:
         _emit_json([{**r, "distance": d} for r, d in near])
         return
-    _table(f"runs like run {run_id}", ["id", "distance", "job", "status", "model", "topology",
-                                       "best", "config"],
-           ([r["id"], f"{d:.3f}", r["job"], r["status"], r["model_fp"][:FP_SHORT],
-             r["topology_fp"][:FP_SHORT], _num(r["best_score"]), _config_text(r["best_config"])]
-            for r, d in near))
+    show(f"runs like run {run_id}",
+         [Column("id", "num"), Column("distance", "num"), Column("job"), Column("status", "text", 2),
+          Column("model", "text", 4), Column("topology", "text", 4), Column("best", "num"),
+          Column("unit", "text", 1), Column("config", "fold", 3)],
+         ([r["id"], f"{d:.3f}", r["job"], r["status"], r["model_fp"][:FP_SHORT],
+           r["topology_fp"][:FP_SHORT], fmt_number(r["best_score"]), unit_of(r.get("unit")),
+           fmt_config(r["best_config"])] for r, d in near))
 
 
-def trials_csv(trials: list[dict]) -> str:
-    """Trials as CSV, one column per configuration parameter (``config.<name>``)."""
+CSV_BASE = ["run", "number", "technique", "iterations", "score", "unit", "error", "wall_time",
+            "created"]
+
+
+def trials_csv(trials: list[dict], unit: str | None = None) -> str:
+    """Trials as CSV: raw numbers (score in ``unit``, wall time in seconds, sizes in
+    bytes), one column per configuration parameter (``config.<name>``)."""
     params: dict[str, None] = {}
     for t in trials:
         params.update(dict.fromkeys(t["config"] or {}))
-    base = ["run", "index", "technique", "iterations", "score", "error", "wall_time", "created"]
     out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=base + [f"config.{p}" for p in params], lineterminator="\n")
+    w = csv.DictWriter(out, fieldnames=CSV_BASE + [f"config.{p}" for p in params],
+                       lineterminator="\n")
     w.writeheader()
     for t in trials:
-        row = {k: t.get(k) for k in base}
+        row = {k: t.get(k) for k in CSV_BASE}
+        row["unit"] = unit
         row.update({f"config.{p}": v for p, v in (t["config"] or {}).items()})
         w.writerow(row)
     return out.getvalue()
 
 
 @db.command("export")
-@click.argument("run_id")
-@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="json", show_default=True)
+@click.argument("run_id", metavar="RUN")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default=None,
+              help="json: the run and its trials; csv: the trials, one row each  [default: json]")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here instead of standard output.")
+@click.option("--optuna", "optuna_url", metavar="STORAGE", default=None,
+              help="Write the run as an Optuna study to this storage URL instead "
+                   "(e.g. sqlite:///study.db; browse it with optuna-dashboard).")
+@click.option("--study-name", default=None,
+              help="With --optuna: the study's name  [default: autotune-run-RUN]")
 @db_options
-def export_cmd(run_id: str, fmt: str, out: Path | None, db_path: Path | None, as_json: bool) -> None:
-    """A run and its trials as JSON, or its trials as CSV (``--json`` = ``--format json``)."""
-    if as_json:
-        fmt = "json"
+def export_cmd(run_id: str, fmt: str | None, out: Path | None, optuna_url: str | None,
+               study_name: str | None, db_path: Path | None, as_json: bool) -> None:
+    """Export a run: JSON (the run and its trials), CSV (its trials), or an Optuna study.
+
+    RUN is a run id, or 'latest'. --json is the same as --format json. Numbers are raw:
+    scores in the run's unit (the "unit" field), wall times in seconds, sizes in bytes.
+    """
+    if as_json and fmt == "csv":
+        raise click.UsageError("--json and --format csv contradict each other; give one")
+    if optuna_url is not None and (fmt or as_json or out):
+        raise click.UsageError("--optuna writes a study; it takes no --format, --json or --out")
+    if study_name is not None and optuna_url is None:
+        raise click.UsageError("--study-name goes with --optuna")
+    fmt = fmt or "json"
     with open_store(db_path) as store:
         run = _guard(lambda: store.run(run_id))
-        trials = _guard(lambda: store.trials(run_id))
-    text = trials_csv(trials) if fmt == "csv" else json.dumps(
+        trials = _guard(lambda: store.trials(run["id"]))
+    if optuna_url is not None:
+        from autotune.store.optuna_export import ExportError, export_study
+
+        try:
+            study = export_study(run, trials, optuna_url, study_name)
+        except ExportError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"wrote run {run['id']} ({len(trials)} trials) as Optuna study "
+                   f"{study.study_name!r} to {optuna_url}")
+        return
+    text = trials_csv(trials, run.get("unit")) if fmt == "csv" else json.dumps(
         {"run": run, "trials": trials}, indent=2, sort_keys=True, default=str) + "\n"
     if out is None:
         click.echo(text, nl=False)
@@ -227,16 +300,49 @@ def export_cmd(run_id: str, fmt: str, out: Path | None, db_path: Path | None, as
         click.echo(f"wrote {len(trials)} trials of run {run['id']} to {out}", err=True)
 
 
+def _age(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from autotune.store.db import StoreError, parse_age
+
+    try:
+        parse_age(value)
+    except StoreError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
 @db.command("prune")
-@click.option("--older-than", "older_than", required=True, help="Age, e.g. 30d, 12h, 2w.")
+@click.option("--older-than", "older_than", required=True, callback=_age,
+              help="Age with a unit: 30d, 12h, 90m, 2w.")
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 @db_options
-def prune_cmd(older_than: str, dry_run: bool, db_path: Path | None, as_json: bool) -> None:
-    """Delete runs (and their trials) older than an age."""
+def prune_cmd(older_than: str, dry_run: bool, yes: bool, db_path: Path | None, as_json: bool) -> None:
+    """Delete runs (and their trials) older than an age.
+
+    Asks before deleting (--yes does not); without a terminal to ask on, it refuses
+    unless --yes is given.
+    """
+    def plural(n: int) -> str:
+        return f"{n} run{'s' if n != 1 else ''}"
+
     with open_store(db_path) as store:
-        n = _guard(lambda: store.prune(older_than, dry_run=dry_run))
+        n = _guard(lambda: store.prune(older_than, dry_run=True))
+        if not dry_run and n and not yes:
+            if not _interactive():
+                raise click.ClickException(
+                    f"would delete {plural(n)} older than {older_than} from {store.path}; "
+                    "not asking without a terminal: add --yes to delete (or --dry-run to count)")
+            if not click.confirm(f"delete {plural(n)} older than {older_than} (and their "
+                                 f"trials) from {store.path}?", default=False):
+                click.echo("nothing deleted")
+                return
+        if not dry_run and n:
+            n = _guard(lambda: store.prune(older_than))
     if as_json:
         _emit_json({"runs": n, "dry_run": dry_run})
     else:
-        click.echo(f"{'would delete' if dry_run else 'deleted'} {n} run{'s' if n != 1 else ''} "
-                   f"older than {older_than}")
+        click.echo(f"{'would delete' if dry_run else 'deleted'} {plural(n)} older than {older_than}")

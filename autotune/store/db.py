@@ -39,6 +39,7 @@ from autotune.errors import AutotuneError
 from autotune.store import schema
 from autotune.store.fingerprint import fingerprint, from_json, normalize, to_json
 from autotune.store.similarity import BUDGET_S, TIMEOUT_S, Candidate, Matcher, Summary
+from autotune.units import UNITS
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -66,6 +67,26 @@ def default_path() -> Path:
 def now() -> str:
     """UTC time as ISO 8601 text; all stored times use this format, so they sort."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def check_unit(unit: str, simulated: bool = False) -> str:
+    """``unit`` if it is one of :data:`autotune.units.UNITS` (a simulated run's
+    ``samples/s``/``it/s`` become ``simulated samples/s``/``simulated it/s``: its scores
+    were never measured); StoreError otherwise."""
+    if unit not in UNITS:
+        raise StoreError(f"unit must be one of {', '.join(repr(u) for u in UNITS)}, got {unit!r}")
+    if simulated and not unit.startswith("simulated "):
+        unit = f"simulated {unit}"
+    return unit
+
+
+def _spread(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise StoreError(f"{name} is a standard deviation (finite, >= 0), got {value!r}")
+    return value
 
 
 def parse_age(text: str | float | int | timedelta) -> timedelta:
@@ -303,9 +324,16 @@ class Store:
         topology_graph: "nx.Graph | None",
         space_facts: Mapping[str, Any],
         simulated: bool = False,
+        unit: str = "samples/s",
     ) -> int:
-        """Record a new run (status ``running``) with its graphs; returns its id."""
+        """Record a new run (status ``running``) with its graphs; returns its id.
+
+        ``unit``: what every score of the run is in, one of
+        :data:`autotune.units.UNITS` (with ``simulated``, ``samples/s`` is recorded as
+        ``simulated samples/s``); runs in different units are never ranked together."""
         import autotune
+
+        unit = check_unit(unit, bool(simulated))
 
         mg, tg = normalize(model_graph), normalize(topology_graph)
         mfp, tfp = fingerprint(mg), fingerprint(tg)
@@ -315,7 +343,7 @@ class Store:
             "autotune_version": autotune.__version__, "torch_version": _version("torch"),
             "workers": world.get("workers"), "servers": world.get("servers"),
             "machines": world.get("machines"), "world": _dumps(world),
-            "backend": str(backend), "simulated": int(bool(simulated)),
+            "backend": str(backend), "simulated": int(bool(simulated)), "unit": unit,
             "model_fp": mfp, "topology_fp": tfp, "space_facts": _dumps(dict(space_facts)),
         }
 
@@ -330,21 +358,28 @@ class Store:
         self,
         run_id: int,
         *,
-        index: int,
+        number: int | None = None,
         technique: str,
         config: Mapping[str, Any],
         iterations: int,
         score: float | None,
         error: str | None = None,
         wall_time: float | None = None,
+        index: int | None = None,
     ) -> int:
         """Record one measured configuration (``score`` None and ``error`` set when it
-        failed); returns the trial's id."""
+        failed); returns the trial's id. ``number`` is the trial's place in the run
+        (0, 1, ...); ``index`` is its old name, still accepted (deprecated)."""
+        if number is None and index is None:
+            raise StoreError("add_trial needs the trial's number")
+        if number is not None and index is not None and int(number) != int(index):
+            raise StoreError(f"add_trial got number={number} and index={index}; give number only")
+        number = number if number is not None else index
         if score is not None and not math.isfinite(float(score)):
             error = error or f"score {score}"
             score = None
         row = {
-            "run": int(run_id), "index": int(index), "technique": str(technique),
+            "run": int(run_id), "number": int(number), "technique": str(technique),
             "config": _dumps(dict(config)), "iterations": int(iterations),
             "score": None if score is None else float(score), "error": error,
             "wall_time": None if wall_time is None else float(wall_time), "created": now(),
@@ -364,11 +399,17 @@ class Store:
         best_config: Mapping[str, Any] | None,
         best_score: float | None,
         default_score: float | None = None,
+        best_spread: float | None = None,
+        default_spread: float | None = None,
     ) -> None:
-        """Record how a run ended and what it found."""
+        """Record how a run ended and what it found; the spreads are the standard
+        deviations of the per-iteration scores of the kept and of the default
+        configuration (in the run's unit)."""
         if status not in STATUSES:
             raise StoreError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
         values = {
+            "best_spread": _spread("best_spread", best_spread),
+            "default_spread": _spread("default_spread", default_spread),
             "status": status, "finished": now(),
             "best_config": _dumps(dict(best_config)) if best_config is not None else None,
             "best_score": None if best_score is None else float(best_score),
@@ -416,11 +457,17 @@ class Store:
         return row
 
     def run(self, run_id: int | str) -> dict:
-        """One run as a dict (JSON columns decoded); StoreError if there is none."""
+        """One run as a dict (JSON columns decoded); ``"latest"`` is the newest run.
+        StoreError if there is none."""
+        if isinstance(run_id, str) and run_id.strip().lower() == "latest":
+            newest = self._tuples("select max(id) from runs")[0][0]
+            if newest is None:
+                raise StoreError(f"no runs in {self.path}")
+            run_id = newest
         try:
             rid = int(run_id)
         except (TypeError, ValueError):
-            raise StoreError(f"a run id is a number, got {run_id!r}") from None
+            raise StoreError(f"a run id is a number or 'latest', got {run_id!r}") from None
         rows = self._read("select * from runs where id = ?", [rid])
         if not rows:
             raise StoreError(f"no run {rid} in {self.path}")
@@ -454,26 +501,46 @@ class Store:
     def trials(self, run_id: int | str) -> list[dict]:
         """A run's trials in order."""
         rid = self.run(run_id)["id"]
-        rows = self._read('select * from trials where run = ? order by "index", id', [rid])
+        rows = self._read("select * from trials where run = ? order by number, id", [rid])
         return [self._decode("trials", r) for r in rows]
 
     def trial_counts(self) -> dict[int, int]:
         return {r["run"]: r["n"] for r in self._read("select run, count(*) n from trials group by run")}
 
+    def units(self) -> list[str | None]:
+        """The units of the stored runs, in :data:`autotune.units.UNITS` order (``None``,
+        runs of an unknown unit, last)."""
+        found = {r["unit"] for r in self._read("select distinct unit from runs")}
+        return [u for u in UNITS if u in found] + ([None] if None in found else []) + \
+            sorted(u for u in found if u is not None and u not in UNITS)
+
     def best(self, *, model: str | None = None, topology: str | None = None,
-             like: int | str | None = None, limit: int | None = 10) -> list[dict]:
-        """Finished runs with a best configuration, best score first; restricted to a
-        model/topology fingerprint (or prefix), or to the graphs of run ``like``."""
+             like: int | str | None = None, limit: int | None = 10,
+             unit: str | None = None) -> list[dict]:
+        """Finished runs with a best configuration, best score first, never ranked
+        across units: the runs of each unit form a group (``limit`` runs at most each),
+        groups in :data:`autotune.units.UNITS` order, runs of an unknown unit last.
+        ``unit`` keeps one group. Restricted to a model/topology fingerprint (or prefix),
+        or to the graphs of run ``like``."""
+        if unit is not None and unit not in UNITS:
+            raise StoreError(f"unit must be one of {', '.join(repr(u) for u in UNITS)}, got {unit!r}")
         if like is not None:
             ref = self.run(like)
             model, topology = ref["model_fp"], ref["topology_fp"]
-        where, params = self._filters(model=model, topology=topology)
+        where, params = self._filters(model=model, topology=topology, unit=unit)
         where = (where + " and" if where else " where") + \
             " status = 'finished' and best_config is not null and best_score is not null"
-        sql = "select * from runs" + where + " order by best_score desc, id desc"
+        order = " ".join(f"when ? then {i}" for i in range(len(UNITS)))
+        sql = ("select * from (select *, row_number() over (partition by unit order by "
+               "best_score desc, id desc) as _rank from runs" + where + ")")
         if limit is not None:
-            sql += f" limit {int(limit)}"
-        return [self._decode("runs", r) for r in self._read(sql, params)]
+            sql += f" where _rank <= {int(limit)}"
+        sql += (f" order by case unit {order} else {len(UNITS) + 1} end, unit is null, unit,"
+                " best_score desc, id desc")
+        rows = self._read(sql, params + list(UNITS))
+        for r in rows:
+            del r["_rank"]
+        return [self._decode("runs", r) for r in rows]
 
     def graph(self, fp: str) -> "nx.Graph":
         """A stored graph by fingerprint (or unique prefix)."""

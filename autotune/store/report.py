@@ -1,15 +1,20 @@
-"""``autotune report RUN --out FILE.png|html``: how a tuning run went, as a picture.
+"""``autotune report RUN``: how a tuning run went, as a picture that teaches.
 
-Three views of a run's trials (paper 004 §VI's ensemble at work):
+The figure (PNG, or embedded in a self-contained HTML page) has three parts:
 
-* the score of every trial, coloured by the technique that proposed it, with the
-  best-so-far curve and the default configuration's score;
-* each technique's share of the trials;
-* each technique's share of the *new bests* (a trial that beat every earlier one: the
-  credit the AUC bandit hands out).
+* **the tuning curve**: every trial's score in the run's unit, coloured by the technique
+  that proposed it, failed trials as red crosses along the bottom, the best-so-far
+  curve, the default configuration's score, and the kept configuration marked (a star
+  on the trials that measured it, its score and spread as a band);
+* **who found the improvements**: each time a trial beat every earlier one, the gain is
+  credited to its technique (what the AUC bandit rewards); the stacked areas add up to
+  the best-so-far curve's rise over the first successful trial;
+* **score per parameter value** (like Optuna's slice plot): one small panel per
+  parameter that was varied, a point per trial where the parameter mattered, the kept
+  value shaded.
 
-PNG is the figure; HTML is the figure embedded in one self-contained page with the
-run's facts, best configuration and trial table. matplotlib comes from the ``plot``
+Technique colours are fixed (:data:`TECHNIQUE_COLOURS`), so they are the same in every
+report. ``--json`` prints the same facts as numbers. matplotlib comes from the ``plot``
 extra and is imported only here, inside the functions.
 """
 
@@ -19,41 +24,127 @@ import base64
 import html
 import io
 import json
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import click
 
+from autotune.units import (BYTE_PARAMS, fmt_config, fmt_number, fmt_score, fmt_seconds,
+                            fmt_value, ordered, shown_params, unit_of)
+
 FAILED = "failed"
+FAIL_COLOUR = "#d62728"  # red: only failures are red
+#: one colour per technique, the same in every report (failures alone are red)
+TECHNIQUE_COLOURS = {
+    "grid": "#1f77b4", "pbt": "#2ca02c", "bayes": "#9467bd", "hyperband": "#ff7f0e",
+    "tpe": "#8c564b", "optuna-gp": "#e377c2", "random": "#7f7f7f", "warm": "#17becf",
+    "confirm": "#bcbd22", "fault": "#393b79", "default": "#000000",
+}
+_SPARE = ("#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
+          "#756bb1", "#636363", "#9c9ede")
 
 
-def summarize(trials: list[dict]) -> dict[str, Any]:
-    """Per-technique counts of trials and of new bests, and the best-so-far curve
-    (``None`` until the first successful trial)."""
+def technique_colour(name: str) -> str:
+    """The technique's fixed colour; an unknown name gets a spare one chosen by a hash of
+    the name (so it too is the same in every report)."""
+    return TECHNIQUE_COLOURS.get(name) or _SPARE[zlib.crc32(name.encode()) % len(_SPARE)]
+
+
+def _same(a: dict | None, b: dict | None) -> bool:
+    return a is not None and b is not None and shown_params(a) == shown_params(b)
+
+
+def summarize(trials: list[dict], run: dict | None = None) -> dict[str, Any]:
+    """Per-technique counts of trials, of new bests and their gains; the best-so-far
+    curve (``None`` until the first successful trial); the cumulative gain credited to
+    each technique after every trial; the trials that measured the kept configuration."""
     best: float | None = None
     curve: list[float | None] = []
     new_best_at: list[int] = []
     per_trials: Counter[str] = Counter()
     per_bests: Counter[str] = Counter()
+    gain: Counter[str] = Counter()
+    credit: list[dict[str, float]] = []
     for i, t in enumerate(trials):
         per_trials[t["technique"]] += 1
         s = t.get("score")
         if s is not None and (best is None or s > best):
+            if best is not None:
+                gain[t["technique"]] += s - best
             best = s
             new_best_at.append(i)
             per_bests[t["technique"]] += 1
         curve.append(best)
+        credit.append(dict(gain))
     techniques = sorted(per_trials, key=lambda k: (-per_trials[k], k))
+    kept = (run or {}).get("best_config")
     return {
         "techniques": techniques,
         "trials": dict(per_trials),
         "new_bests": {k: per_bests.get(k, 0) for k in techniques},
+        "gain": {k: gain.get(k, 0.0) for k in techniques},
+        "credit": [{k: c.get(k, 0.0) for k in techniques} for c in credit],
         "best_so_far": curve,
         "new_best_at": new_best_at,
         "failed": sum(1 for t in trials if t.get("score") is None),
         "best": best,
+        "kept_at": [i for i, t in enumerate(trials) if _same(t.get("config"), kept)],
     }
+
+
+def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
+    """What ``report --json`` prints: the run, its unit, and the summary (raw numbers:
+    scores in ``unit``, sizes in bytes)."""
+    s = summarize(trials, run)
+    return {
+        "run": run["id"], "job": run.get("job"), "status": run.get("status"),
+        "unit": run.get("unit"), "trials": len(trials), "failed_trials": s["failed"],
+        "best_score": run.get("best_score"), "best_spread": run.get("best_spread"),
+        "default_score": run.get("default_score"), "default_spread": run.get("default_spread"),
+        "speedup_over_default": (run["best_score"] / run["default_score"]
+                                 if run.get("best_score") and run.get("default_score") else None),
+        "kept_config": run.get("best_config"),
+        "kept_at": [trials[i].get("number") for i in s["kept_at"]],
+        "best_trial_score": s["best"],
+        "techniques": {k: {"trials": s["trials"][k], "new_bests": s["new_bests"][k],
+                           "gain": s["gain"][k], "colour": technique_colour(k)}
+                       for k in s["techniques"]},
+        "best_so_far": s["best_so_far"],
+        "new_best_at": [trials[i].get("number") for i in s["new_best_at"]],
+        "parameters": {name: [{"value": v, **stats} for v, stats in values]
+                       for name, values in slices(trials).items()},
+    }
+
+
+def slices(trials: list[dict]) -> dict[str, list[tuple[Any, dict[str, Any]]]]:
+    """For every parameter that took more than one value (where it mattered): each value
+    with its trials, successful ones, best and mean score, in value order."""
+    seen: dict[str, dict[Any, list[float | None]]] = {}
+    for t in trials:
+        for k, v in shown_params(t.get("config")).items():
+            seen.setdefault(k, {}).setdefault(v, []).append(t.get("score"))
+    out: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    for name in ordered(seen):  # the search space's order
+        by_value = seen[name]
+        if len(by_value) < 2:
+            continue
+        rows = []
+        for v in _ordered(by_value):
+            ok = [s for s in by_value[v] if s is not None]
+            rows.append((v, {"trials": len(by_value[v]), "succeeded": len(ok),
+                             "best": max(ok) if ok else None,
+                             "mean": sum(ok) / len(ok) if ok else None}))
+        out[name] = rows
+    return out
+
+
+def _ordered(values: Any) -> list[Any]:
+    vals = list(values)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        return sorted(vals)
+    return sorted(vals, key=str)
 
 
 def _pyplot() -> Any:
@@ -68,90 +159,231 @@ def _pyplot() -> Any:
     return plt
 
 
+def _score_axis(ax: Any, plt: Any) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: fmt_number(y)))
+
+
+def _no_data(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=11,
+            color="#555555")
+    ax.set_yticks([])
+
+
+def _curve(ax: Any, plt: Any, run: dict, trials: list[dict], s: dict, unit: str) -> None:
+    """The tuning curve (see the module docstring)."""
+    xs = [t.get("number", i) for i, t in enumerate(trials)]
+    scores = [t["score"] for t in trials if t["score"] is not None]
+    refs = [v for v in (run.get("default_score"), run.get("best_score")) if v is not None]
+    lo, hi = (min(scores + refs), max(scores + refs)) if scores else (0.0, 1.0)
+    pad = 0.08 * ((hi - lo) or abs(hi) or 1.0)
+    floor = lo - pad
+    for tech in s["techniques"]:
+        pts = [(x, t["score"]) for x, t in zip(xs, trials)
+               if t["technique"] == tech and t["score"] is not None]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=26, zorder=3,
+                       color=technique_colour(tech), label=tech)
+    bad = [x for x, t in zip(xs, trials) if t["score"] is None]
+    if bad:
+        ax.scatter(bad, [floor if scores else 0.1] * len(bad), marker="x", s=40,
+                   color=FAIL_COLOUR, zorder=4, label=f"{FAILED} ({len(bad)})")
+    if not scores:  # no score axis to draw: say so instead of an empty -0.04..0.04
+        _no_data(ax, f"no successful trial ({len(bad)} failed)" if bad else "no trials")
+        ax.set_ylim(0, 1)
+    else:
+        bx = [x for x, b in zip(xs, s["best_so_far"]) if b is not None]
+        by = [b for b in s["best_so_far"] if b is not None]
+        ax.step(bx, by, where="post", color="black", lw=1.4, label="best so far", zorder=2)
+        if run.get("default_score") is not None:
+            ax.axhline(run["default_score"], color="grey", ls="--", lw=1,
+                       label=f"default: {fmt_score(run['default_score'], unit, run.get('default_spread'))}")
+        if run.get("best_score") is not None:
+            b, sd = run["best_score"], run.get("best_spread")
+            ax.axhline(b, color="#b8860b", ls=":", lw=1.2,
+                       label=f"kept: {fmt_score(b, unit, sd)}")
+            if sd:
+                ax.axhspan(b - sd, b + sd, color="#b8860b", alpha=0.12, lw=0)
+        kept = [(xs[i], trials[i]["score"]) for i in s["kept_at"] if trials[i]["score"] is not None]
+        if kept:
+            ax.scatter([k[0] for k in kept], [k[1] for k in kept], marker="*", s=220,
+                       facecolor="none", edgecolor="#b8860b", lw=1.5, zorder=5,
+                       label="kept configuration")
+        ax.set_ylim(floor - pad * 0.5, hi + pad)
+        _score_axis(ax, plt)
+    ax.set_xlabel("trial")
+    ax.set_ylabel(f"score ({unit}, higher is better)")
+    if len(xs) <= 12:
+        ax.set_xticks(xs)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7.5, loc="best", ncol=2, framealpha=0.85)
+
+
+def _credit(ax: Any, plt: Any, trials: list[dict], s: dict, unit: str) -> None:
+    """Cumulative gain over the first successful trial, stacked by technique."""
+    xs = [t.get("number", i) for i, t in enumerate(trials)]
+    techs = [k for k in s["techniques"] if s["gain"][k] > 0]
+    ax.set_title("who found the improvements: each new best's gain, credited to its technique",
+                 fontsize=9, loc="left")
+    if not techs:
+        _no_data(ax, "no trial improved on the first successful one" if s["best"] is not None
+                 else "no successful trial")
+        ax.set_xticks([])
+        return
+    ys = [[c[k] for c in s["credit"]] for k in techs]
+    ax.stackplot(xs, ys, step="post", colors=[technique_colour(k) for k in techs], alpha=0.85,
+                 labels=[f"{k}: {s['new_bests'][k]} new best(s), +{fmt_number(s['gain'][k])}"
+                         for k in techs])
+    for i in s["new_best_at"][1:]:
+        ax.axvline(xs[i], color="black", lw=0.4, alpha=0.3)
+    ax.set_xlabel("trial")
+    ax.set_ylabel(f"gain ({unit})", fontsize=8)
+    _score_axis(ax, plt)
+    ax.set_xlim(xs[0], xs[-1] if len(xs) > 1 else xs[0] + 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7.5, loc="upper left", framealpha=0.85)
+
+
+def _slice(ax: Any, plt: Any, name: str, trials: list[dict], kept: dict | None,
+           floor: float) -> None:
+    """One parameter: the score of every trial where it mattered, by value."""
+    pairs = [(shown_params(t.get("config")).get(name, _ABSENT), t) for t in trials]
+    pairs = [(v, t) for v, t in pairs if v is not _ABSENT]
+    values = _ordered({v for v, _ in pairs})
+    pos = {v: i for i, v in enumerate(values)}
+    kept_value = shown_params(kept).get(name, _ABSENT) if kept else _ABSENT
+    if kept_value in pos:
+        ax.axvspan(pos[kept_value] - 0.4, pos[kept_value] + 0.4, color="#b8860b", alpha=0.15, lw=0)
+    for j, (v, t) in enumerate(pairs):
+        jitter = ((j * 0.618) % 1 - 0.5) * 0.35
+        if t["score"] is None:
+            ax.scatter(pos[v] + jitter, floor, marker="x", s=22, color=FAIL_COLOUR, zorder=3)
+        else:
+            ax.scatter(pos[v] + jitter, t["score"], s=14, color=technique_colour(t["technique"]),
+                       zorder=3, alpha=0.85)
+    labels = [fmt_value(name, v, compact=True) if name in BYTE_PARAMS else str(v) for v in values]
+    ax.set_xticks(range(len(values)), labels, fontsize=7,
+                  rotation=45 if sum(len(x) for x in labels) > 28 else 0,
+                  ha="right" if sum(len(x) for x in labels) > 28 else "center")
+    ax.set_xlim(-0.6, len(values) - 0.4)
+    ax.set_title(f"{name} ({len(pairs)} trials)", fontsize=8.5)
+    ax.tick_params(axis="y", labelsize=7)
+    _score_axis(ax, plt)
+    ax.grid(axis="y", alpha=0.3)
+
+
+_ABSENT = object()
+SLICE_COLUMNS = 4
+
+
 def figure_png(run: dict, trials: list[dict]) -> bytes:
     """The report figure as PNG bytes."""
     plt = _pyplot()
-    s = summarize(trials)
-    techniques = s["techniques"]
-    colours = {t: plt.get_cmap("tab10")(i % 10) for i, t in enumerate(techniques)}
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(9, 7.5), gridspec_kw={"height_ratios": [3, 2]})
+    s = summarize(trials, run)
+    unit = unit_of(run.get("unit"))
+    params = list(slices(trials))
+    rows = -(-len(params) // SLICE_COLUMNS)
+    heights = [4.2, 2.0] + [2.3] * rows
+    top, bottom = 0.8, 0.6  # inches above the first panel and below the last
+    total = sum(heights) + top + bottom
+    fig = plt.figure(figsize=(11, total))
+    grid = fig.add_gridspec(2 + rows, SLICE_COLUMNS, height_ratios=heights, hspace=0.75,
+                            wspace=0.28, left=0.08, right=0.98, top=1 - top / total,
+                            bottom=bottom / total)
+    ax = fig.add_subplot(grid[0, :])
+    _curve(ax, plt, run, trials, s, unit)
+    fails = f", {s['failed']} failed" if s["failed"] else ""
+    ax.set_title("tuning curve: the score of each trial; the kept configuration is starred",
+                 fontsize=9, loc="left")
+    n = f"{len(trials)} trial{'s' if len(trials) != 1 else ''}"
+    fig.suptitle(f"run {run['id']}: {run.get('job', '')} ({n}{fails}), "
+                 f"scores in {unit}", fontsize=12, x=0.01, y=1 - 0.2 / total, ha="left",
+                 va="top")
+    _credit(fig.add_subplot(grid[1, :]), plt, trials, s, unit)
     scores = [t["score"] for t in trials if t["score"] is not None]
-    # failed trials are drawn as crosses just below the lowest score
-    floor = (min(scores) - 0.05 * ((max(scores) - min(scores)) or 1.0)) if scores else 0.0
-    for tech in techniques:
-        pts = [(i, t["score"]) for i, t in enumerate(trials) if t["technique"] == tech and t["score"] is not None]
-        bad = [i for i, t in enumerate(trials) if t["technique"] == tech and t["score"] is None]
-        if pts:
-            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=22, color=colours[tech], label=tech)
-        if bad:
-            ax.scatter(bad, [floor] * len(bad), marker="x", s=30, color=colours[tech],
-                       label=f"{tech} ({FAILED})")
-    xs = [i for i, b in enumerate(s["best_so_far"]) if b is not None]
-    if xs:
-        ax.step(xs, [s["best_so_far"][i] for i in xs], where="post", color="black", lw=1.5,
-                label="best so far")
-    if run.get("default_score") is not None:
-        ax.axhline(run["default_score"], color="grey", ls="--", lw=1, label="default config")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("score (higher is better)")
-    ax.set_title(f"run {run['id']}: {run.get('job', '')} ({len(trials)} trials)")
-    ax.grid(alpha=0.3)
-    if techniques:
-        ax.legend(fontsize=8, loc="best")
-    n_trials = max(sum(s["trials"].values()), 1)
-    n_bests = max(sum(s["new_bests"].values()), 1)
-    x = range(len(techniques))
-    bx.bar([i - 0.2 for i in x], [100 * s["trials"][t] / n_trials for t in techniques], width=0.4,
-           color=[colours[t] for t in techniques], alpha=0.5, label="share of trials")
-    bx.bar([i + 0.2 for i in x], [100 * s["new_bests"][t] / n_bests for t in techniques], width=0.4,
-           color=[colours[t] for t in techniques], hatch="//", edgecolor="black",
-           label="share of new bests")
-    bx.set_xticks(list(x), techniques)
-    bx.set_ylabel("%")
-    bx.set_ylim(0, 100)
-    bx.legend(fontsize=8)
-    bx.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
+    if scores and params:
+        floor = min(scores) - 0.08 * ((max(scores) - min(scores)) or abs(max(scores)) or 1.0)
+        first = None
+        for i, name in enumerate(params):
+            a = fig.add_subplot(grid[2 + i // SLICE_COLUMNS, i % SLICE_COLUMNS], sharey=first)
+            first = first or a
+            _slice(a, plt, name, trials, run.get("best_config"), floor)
+            if i % SLICE_COLUMNS == 0:
+                a.set_ylabel(unit, fontsize=8)
+            else:
+                a.tick_params(axis="y", labelleft=False)
+        y = first.get_position().y1 + 0.3 / total
+        fig.text(0.01, y, "score per parameter value (a point per trial where the parameter "
+                 "mattered; the kept value shaded; failures as red crosses)", fontsize=9)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
 
 
-def _html_table(headers: list[str], rows: list[list[Any]]) -> str:
+def _html_table(headers: list[str], rows: list[list[Any]], raw: int | None = None) -> str:
+    """An HTML table; column ``raw`` holds markup already escaped."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in r) + "</tr>"
+        "<tr>" + "".join(
+            f"<td>{v if j == raw else html.escape('' if v is None else str(v))}</td>"
+            for j, v in enumerate(r)) + "</tr>"
         for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def page_html(run: dict, trials: list[dict]) -> str:
-    """A self-contained HTML report: facts, figure, per-technique table, trials."""
+    """A self-contained HTML report: summary, figure with how to read it, tables."""
+    from autotune.store.command import _run_fields
+
     png = base64.b64encode(figure_png(run, trials)).decode()
-    s = summarize(trials)
-    facts = [[k, json.dumps(v) if isinstance(v, (dict, list)) else v] for k, v in run.items()
-             if k != "best_config"]
-    techs = [[t, s["trials"][t], s["new_bests"][t]] for t in s["techniques"]]
-    rows = [[t["index"], t["technique"], t["iterations"], t["score"], t["wall_time"], t["error"],
-             json.dumps(t["config"], sort_keys=True)] for t in trials]
+    s = summarize(trials, run)
+    unit = unit_of(run.get("unit"))
+    swatch = '<span style="display:inline-block;width:.9em;height:.9em;background:{}"></span> {}'
+    techs = [[swatch.format(technique_colour(t), html.escape(t)), s["trials"][t],
+              s["new_bests"][t], fmt_score(s["gain"][t], unit)] for t in s["techniques"]]
+    rows = [[t.get("number"), t["technique"], t["iterations"],
+             FAILED if t["score"] is None else fmt_number(t["score"]),
+             fmt_seconds(t["wall_time"]), t["error"], fmt_config(t["config"])] for t in trials]
+    kept = [[k, fmt_value(k, v)] for k, v in shown_params(run.get("best_config")).items()]
     title = f"autotune run {run['id']}: {run.get('job', '')}"
+    best = fmt_score(run.get("best_score"), unit, run.get("best_spread")) or "none"
+    default = fmt_score(run.get("default_score"), unit, run.get("default_spread")) or "not measured"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:2px 8px;font-size:90%;text-align:left}}th{{background:#eee}}</style>
+<style>body{{font-family:sans-serif;margin:2em;max-width:72em}}table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:2px 8px;font-size:90%;text-align:left}}th{{background:#eee}}
+img{{max-width:100%}}</style>
 </head><body>
 <h1>{html.escape(title)}</h1>
-<p>{len(trials)} trials, {s['failed']} failed; best score {s['best']}, default {run.get('default_score')}.</p>
-<img alt="scores per trial and technique shares" src="data:image/png;base64,{png}">
-<h2>Best configuration</h2>
-{_html_table(["parameter", "value"], [[k, v] for k, v in (run.get("best_config") or {}).items()])}
+<p>{len(trials)} trials, {s['failed']} failed. Kept configuration: <b>{html.escape(best)}</b>;
+default configuration: {html.escape(default)}. Scores are throughput in {html.escape(unit)}
+(higher is better).</p>
+<img alt="tuning curve, improvements per technique, score per parameter value" src="data:image/png;base64,{png}">
+<h2>How to read the figure</h2>
+<ul>
+<li><b>Tuning curve</b>: one point per trial, coloured by the technique that proposed it
+(the colours are the same in every report); failed trials are red crosses along the bottom.
+The black steps are the best score so far, the dashed grey line the default configuration,
+the dotted gold line (with its spread as a band) the configuration that was kept, and the
+gold stars the trials that measured it.</li>
+<li><b>Who found the improvements</b>: each time a trial beat every earlier one, the gain
+goes to its technique. The AUC bandit gives more trials to techniques that earn such
+credit.</li>
+<li><b>Score per parameter value</b>: for each parameter that was varied, the trials where
+it mattered (<code>servers</code> only with push/pull, <code>reduce_root</code> only with
+<code>intra=root</code>, ...), by value; the kept value is shaded. A value whose points sit
+high is a good one; a wide spread means the other parameters matter more.</li>
+</ul>
+<h2>Kept configuration</h2>
+{_html_table(["parameter", "value"], kept)}
 <h2>Techniques</h2>
-{_html_table(["technique", "trials", "new bests"], techs)}
+{_html_table(["technique", "trials", "new bests", "gain credited"], techs, raw=0)}
 <h2>Run</h2>
-{_html_table(["field", "value"], facts)}
-<h2>Trials</h2>
-{_html_table(["#", "technique", "iterations", "score", "wall s", "error", "config"], rows)}
+{_html_table(["field", "value"], [list(f) for f in _run_fields(run, len(trials))])}
+<h2>Trials (score in {html.escape(unit)})</h2>
+{_html_table(["#", "technique", "iterations", "score", "wall", "error", "config"], rows)}
 </body></html>
 """
 
@@ -167,20 +399,34 @@ def write_report(run: dict, trials: list[dict], out: Path) -> None:
 
 
 @click.command("report")
-@click.argument("run_id")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="FILE.png (the figure) or FILE.html (figure, tables).")
+@click.argument("run_id", metavar="RUN")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="FILE.png (the figure) or FILE.html (figure, how to read it, tables).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report's numbers as JSON (raw: scores in the run's unit).")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Database file [default: $AUTOTUNE_DB or ./autotune.db].")
-def report(run_id: str, out: Path, db_path: Path | None) -> None:
-    """Plot a run: score per trial by technique, best so far, technique shares."""
-    from autotune.store.command import _guard, open_store
+def report(run_id: str, out: Path | None, as_json: bool, db_path: Path | None) -> None:
+    """Show how a run went: the tuning curve with the kept configuration, which
+    technique found the improvements, and the score per parameter value.
 
-    if out.suffix.lower() not in (".png", ".html", ".htm"):
-        raise click.BadParameter(f"{out}: the report is a .png or an .html file", param_hint="--out")
-    _pyplot()  # fail early, before reading anything, if matplotlib is missing
+    RUN is a run id, or 'latest' for the newest run.
+    """
+    from autotune.store.command import _guard, _emit_json, open_store
+
+    if out is None and not as_json:
+        raise click.UsageError("give --out FILE.png or --out FILE.html, or --json")
+    if out is not None:
+        if out.suffix.lower() not in (".png", ".html", ".htm"):
+            raise click.BadParameter(f"{out}: the report is a .png or an .html file",
+                                     param_hint="--out")
+        _pyplot()  # fail early, before reading anything, if matplotlib is missing
     with open_store(db_path) as store:
         run = _guard(lambda: store.run(run_id))
-        trials = _guard(lambda: store.trials(run_id))
-    write_report(run, trials, out)
-    click.echo(f"wrote {out} ({len(trials)} trials of run {run['id']})")
+        trials = _guard(lambda: store.trials(run["id"]))
+    if out is not None:
+        write_report(run, trials, out)
+        n = f"{len(trials)} trial{'s' if len(trials) != 1 else ''}"
+        click.echo(f"wrote {out} ({n} of run {run['id']})", err=as_json)
+    if as_json:
+        _emit_json(report_json(run, trials))

@@ -6,9 +6,13 @@ tables:
 * ``meta``: ``application = 'autotune'`` marks the file as ours; ``schema_version``.
 * ``runs``: one tuning run (a job): when, status, package versions, world (workers,
   servers, machines, as columns and as JSON), backend, model and topology fingerprints,
-  the space's facts, the best configuration and its score, the default's score.
-* ``trials``: one measured configuration of a run: index, technique, configuration
-  (JSON), iterations, score (``NULL`` when it failed, with ``error``), wall time.
+  the space's facts, the best configuration and its score, the default's score, the
+  unit of every score of the run (``unit``, one of :data:`autotune.units.UNITS`) and
+  the spread (standard deviation of the per-iteration scores) of the best and default
+  configurations.
+* ``trials``: one measured configuration of a run: number (0, 1, ... in the order
+  tried, like Optuna's ``trial.number``), technique, configuration (JSON), iterations,
+  score (``NULL`` when it failed, with ``error``), wall time.
 * ``graphs``: fingerprint -> model or topology graph as node-link JSON, with node and
   edge counts.
 
@@ -24,7 +28,7 @@ from typing import Callable
 import sqlite_utils
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _v0_to_v1(db: sqlite_utils.Database) -> None:
@@ -96,10 +100,32 @@ def _v2_to_v3(db: sqlite_utils.Database) -> None:
         "where status = 'finished' and best_config is not null")
 
 
+def _v3_to_v4(db: sqlite_utils.Database) -> None:
+    """Units and spreads: ``runs.unit`` (what every score of the run is in),
+    ``runs.best_spread`` and ``runs.default_spread`` (standard deviation of the
+    per-iteration scores); ``trials.index`` becomes ``trials.number`` (``index`` is an SQL
+    keyword: ``select index from trials`` failed).
+
+    Older runs did not record their unit. Simulated runs always scored simulated
+    samples/s; ``autotune tune`` on local processes (job ``tune:...``) scored it/s; for
+    the other runs (training sessions: samples/s or it/s, depending on
+    ``samples_per_step``) it stays ``NULL``, shown as ``?`` and ranked apart."""
+    runs = db["runs"]
+    runs.add_column("unit", str)
+    runs.add_column("best_spread", float)
+    runs.add_column("default_spread", float)
+    db.execute("update runs set unit = 'simulated samples/s' where simulated = 1")
+    db.execute("update runs set unit = 'it/s' where simulated = 0 and job like 'tune:%'")
+    db.execute("drop index if exists trials_run_index")
+    db.execute('alter table trials rename column "index" to number')
+    db.execute("create index if not exists trials_run_number on trials (run, number)")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
     2: _v2_to_v3,
+    3: _v3_to_v4,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

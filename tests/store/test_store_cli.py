@@ -68,7 +68,7 @@ def test_runs_table_and_json(db):
 
 def test_show_and_trials(db):
     r = run("db", "show", "1", "--db", db)
-    assert r.exit_code == 0 and "best configuration" in r.output and "cnn-a" in r.output
+    assert r.exit_code == 0 and "kept configuration" in r.output and "cnn-a" in r.output
     shown = json.loads(run("db", "show", "1", "--db", db, "--json").output)
     assert shown["best_score"] == 16.0 and shown["trials"] == 8 and shown["best_config"]["streams"] == 6
     trials = json.loads(run("db", "trials", "1", "--db", db, "--json").output)
@@ -184,7 +184,7 @@ def test_a_read_only_file_or_directory_says_read_only(db, shared_dir):
     before = ro_file.read_bytes()
     code, out = _as_other_user("db", "runs", "--json", "--db", ro_file)
     assert code == 0 and len(json.loads(out)) == 3, out
-    code, out = _as_other_user("db", "prune", "--older-than", "0s", "--db", ro_file)
+    code, out = _as_other_user("db", "prune", "--older-than", "0s", "--yes", "--db", ro_file)
     assert code == 1 and "runs.db is read-only here" in out and "corrupt" not in out, out
     assert ro_file.read_bytes() == before
     # a read-only directory: SQLite cannot even make its -shm file beside it to read
@@ -214,11 +214,11 @@ def test_prune(tmp_path):
     con.commit()
     con.close()
     assert "would delete 1 run" in run("db", "prune", "--db", path, "--older-than", "30d", "--dry-run").output
-    r = run("db", "prune", "--db", path, "--older-than", "30d", "--json")
+    r = run("db", "prune", "--db", path, "--older-than", "30d", "--json", "--yes")
     assert json.loads(r.output) == {"runs": 1, "dry_run": False}
     assert [x["job"] for x in json.loads(run("db", "runs", "--db", path, "--json").output)] == ["new"]
     r = run("db", "prune", "--db", path, "--older-than", "soon")
-    assert r.exit_code == 1 and "30d" in r.output
+    assert r.exit_code == 2 and "30d" in r.output
 
 
 # ------------------------------------------------------------------ report

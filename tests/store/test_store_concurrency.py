@@ -50,7 +50,7 @@ def test_eight_processes_write_without_locks_or_loss(tmp_path):
             == WORKERS * RUNS
         # every run has exactly its own trials, indices 0..TRIALS-1, with its worker's scores
         rows = con.execute(
-            "select r.job, t.run, count(*), min(t.\"index\"), max(t.\"index\"), "
+            "select r.job, t.run, count(*), min(t.number), max(t.number), "
             "min(t.score), max(t.score) from trials t join runs r on r.id = t.run group by t.run"
         ).fetchall()
         assert len(rows) == WORKERS * RUNS

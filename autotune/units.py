@@ -1,0 +1,140 @@
+"""Numbers for people: byte sizes, scores with their unit, durations, configurations.
+
+One place for every human-readable number autotune prints (``autotune db``, ``autotune
+report``, ``autotune tune``, the session's table). Machine formats (``--json``, CSV) keep
+the raw numbers: sizes in bytes in fields ending in ``_bytes``, times in seconds, scores as
+floats beside a ``unit`` field (one of :data:`UNITS`).
+
+Nothing here imports torch or rich.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, Mapping
+
+#: the units a score (throughput, higher is better) can be in; a run has one
+UNITS = ("samples/s", "it/s", "simulated samples/s", "simulated it/s")
+#: shown where a run's unit is unknown (runs stored before schema v4)
+UNKNOWN_UNIT = "?"
+
+#: configuration parameters that are byte sizes
+BYTE_PARAMS = frozenset({"chunk_bytes", "compress_min_bytes"})
+
+_BINARY = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    """``67108864`` -> ``"64 MiB"``, ``1536`` -> ``"1.5 KiB"``, ``100`` -> ``"100 B"``."""
+    if n is None:
+        return ""
+    n = float(n)
+    for unit, size in _BINARY:
+        if abs(n) >= size:
+            v = n / size
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_number(x: float | int | None) -> str:
+    """A throughput-like number: thousands separators from 100 up, else 3 significant
+    digits (``3759.2`` -> ``"3,759"``, ``12.54`` -> ``"12.5"``, ``0.01234`` -> ``"0.0123"``)."""
+    if x is None:
+        return ""
+    x = float(x)
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if x == 0:
+        return "0"
+    return f"{x:.3g}"
+
+
+def unit_of(unit: str | None) -> str:
+    """A run's unit for display (``"?"`` when not recorded)."""
+    return unit or UNKNOWN_UNIT
+
+
+def fmt_score(x: float | None, unit: str | None = None, spread: float | None = None) -> str:
+    """``"3,759 samples/s"``, with the spread: ``"3,759 ± 41 samples/s"``; ``""`` for None."""
+    if x is None:
+        return ""
+    text = fmt_number(x)
+    if spread is not None and math.isfinite(spread):
+        text += f" ± {fmt_number(spread)}"
+    return f"{text} {unit_of(unit)}" if unit is not None or spread is not None else text
+
+
+def fmt_seconds(s: float | None) -> str:
+    """``0.0123`` -> ``"12.3 ms"``, ``1.94`` -> ``"1.94 s"``, ``125`` -> ``"2 min 5 s"``."""
+    if s is None:
+        return ""
+    s = float(s)
+    if not math.isfinite(s):
+        return str(s)
+    if abs(s) < 1:
+        return f"{s * 1e3:.3g} ms"
+    if abs(s) < 60:
+        return f"{s:.3g} s"
+    m, rest = divmod(round(s), 60)
+    if m < 60:
+        return f"{m} min {rest} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min"
+
+
+def fmt_speedup(best: float | None, reference: float | None) -> str:
+    """``best / reference`` as ``"1.23x"`` (``""`` when either is missing or 0)."""
+    if best is None or not reference:
+        return ""
+    return f"{best / reference:.2f}x"
+
+
+def fmt_value(name: str, value: Any, *, compact: bool = False) -> str:
+    """One configuration value: byte parameters in KiB/MiB (``compact``: no space,
+    ``"64MiB"``, so a wrapped line never splits it), other values as they are."""
+    if name in BYTE_PARAMS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = fmt_bytes(value)
+        return text.replace(" ", "") if compact else text
+    return str(value)
+
+
+@lru_cache(maxsize=1)
+def _conditions() -> dict[str, tuple[tuple[str, tuple], ...]]:
+    """Each parameter's activity condition, from the widest search space (so this follows
+    :mod:`autotune.space`: ``servers`` only under ``transport=pushpull``, ``reduce_root``
+    only under ``intra=root``, codec parameters only under their codecs)."""
+    from autotune.space import SearchSpace
+
+    space = SearchSpace.build(k_max=1, workers_per_machine=2, allow_lossy=True)
+    return {p.name: p.when for p in space.params}
+
+
+def active(config: Mapping[str, Any], name: str) -> bool:
+    """Whether parameter ``name`` matters in ``config`` (unknown names always do)."""
+    when = _conditions().get(name, ())
+    return all(config.get(parent, None) in allowed for parent, allowed in when
+               if parent in config)
+
+
+def ordered(names: Any) -> list[str]:
+    """Parameter names in the search space's order (unknown names last, sorted)."""
+    order = {name: i for i, name in enumerate(_conditions())}
+    return sorted(names, key=lambda k: (order.get(k, len(order)), k))
+
+
+def shown_params(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The parameters of ``config`` that matter for it, in order (``reduce_root`` is left
+    out under ``intra=scatter``, ``servers`` under ``transport=allreduce``, ...)."""
+    if not config:
+        return {}
+    return {k: config[k] for k in ordered(config) if active(config, k)}
+
+
+def fmt_config(config: Mapping[str, Any] | None, *, sep: str = " ") -> str:
+    """``"streams=4 chunk_bytes=64MiB transport=allreduce intra=flat compression=none"``:
+    only the parameters that matter (:func:`shown_params`), sizes compact."""
+    return sep.join(f"{k}={fmt_value(k, v, compact=True)}"
+                    for k, v in shown_params(config).items())
