@@ -58,13 +58,14 @@ def unit_of(unit: str | None) -> str:
 
 
 def fmt_score(x: float | None, unit: str | None = None, spread: float | None = None) -> str:
-    """``"3,759 samples/s"``, with the spread: ``"3,759 ± 41 samples/s"``; ``""`` for None."""
+    """``"3,759 samples/s"``, with the spread: ``"3,759 ± 41 samples/s"``; ``""`` for None.
+    Pass :func:`unit_of` the run's unit to show ``?`` where it is unknown."""
     if x is None:
         return ""
     text = fmt_number(x)
     if spread is not None and math.isfinite(spread):
         text += f" ± {fmt_number(spread)}"
-    return f"{text} {unit_of(unit)}" if unit is not None or spread is not None else text
+    return f"{text} {unit}" if unit else text
 
 
 def fmt_seconds(s: float | None) -> str:

@@ -70,6 +70,8 @@ def list_() -> None:
     from autotune.emulate.netns import list_netns
 
     names = sorted({n.rsplit("-", 1)[0] for n in list_netns() if "-" in n})
+    if not names:
+        click.echo("no emulated clusters (start one with: autotune emulate up --hosts N)")
     for n in names:
         click.echo(n)
 

@@ -60,11 +60,20 @@ def _resolve_model(model: str) -> str:
         raise click.BadParameter(str(exc), param_hint="--model") from None
 
 
-def _fmt_bytes(n: int) -> str:
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size and n % size == 0:
-            return f"{n // size} {unit}"
-    return f"{n} B"
+class _Machines(click.ParamType):
+    """``-m/--machines N``: as in ``autotune launch``. Until issue 19 ``-m`` was
+    ``--model`` here, so a model name after ``-m`` gets a message saying so."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of machines: -m is --machines (as in "
+                      f"autotune launch); give the model with --model {value}", param, ctx)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -72,12 +81,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 @click.command("tune")
-@click.option("--model", "-m", "model", required=True, metavar="NAME|module:attr",
+@click.option("--model", "model", required=True, metavar="NAME|module:attr",
               help="A zoo model (resnet50, bert-large, ...) or a factory 'package.module:attr'.")
 @click.option("--workers", "-n", type=int, default=None, help="Worker processes (not with --simulate).")
 @click.option("--servers", "-k", type=int, default=0, show_default=True,
               help="Summation Service processes.")
-@click.option("--machines", type=int, default=None,
+@click.option("--machines", "-m", type=_Machines(), default=None,
               help="Split the workers into this many (emulated) machines; must divide --workers.")
 @click.option("--budget", type=int, default=100, show_default=True, help="Tuning iterations.")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
@@ -370,28 +379,35 @@ def _print_summary(r: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from autotune.units import fmt_score, fmt_value, shown_params
+
     w = r["world"]
     where = {"local": "local processes", "emulated": f"emulated cluster at {r.get('emulate_rate')}",
              "simulated": "simulated cluster (predicted)"}[r["mode"]]
     title = (f"autotune tune: {r['model']} on {w['workers']} worker(s) + {w['servers']} server(s), "
              f"{w['machines']} machine(s), {where}")
-    unit = r["unit"]
+    sim = r["mode"] == "simulated"
+    unit = ("simulated " if sim and not r["unit"].startswith("simulated") else "") + r["unit"]
     t = Table(title=title)
     t.add_column("")
     t.add_column("value")
-    for k, v in (r["best"] or {}).items():
-        t.add_row(k, _fmt_bytes(int(v)) if k == "chunk_bytes" else str(v))
-    sim = r["mode"] == "simulated"
-    t.add_row("best (tuning trials)", f"{r['best_score']:.3f} {unit}" if r["best_score"] else "-")
-    t.add_row("default (tuning trials)", f"{r['default_score']:.3f} {unit}" if r["default_score"] else "-")
+    for k, v in shown_params(r["best"]).items():
+        t.add_row(k, fmt_value(k, v))
+    t.add_row("best (tuning trials)", fmt_score(r["best_score"], unit) or "-")
+    t.add_row("default (tuning trials)", fmt_score(r["default_score"], unit) or "-")
     sp = r["speedup_over_default"]
     t.add_row("speed-up over the default" + (" (noise-free)" if sim else ""), f"{sp:.2f}x" if sp else "-")
     if not sim:
-        t.add_row("kept config, re-timed", f"{r['kept_score']:.3f} {unit}")
+        t.add_row("kept config, re-timed", fmt_score(r["kept_score"], unit) or "-")
     if r["ddp_score"] is not None:
         t.add_row("DDP" + ("-like (simulated)" if sim else " (gloo, default buckets)"),
-                  f"{r['ddp_score']:.3f} {unit}")
-        t.add_row("speed-up over DDP", f"{r['speedup_over_ddp']:.2f}x" if r["speedup_over_ddp"] else "-")
+                  fmt_score(r["ddp_score"], unit))
+        sp = f"{r['speedup_over_ddp']:.2f}x" if r["speedup_over_ddp"] else "-"
+        if sim and r["speedup_over_ddp"]:
+            sp += (" [dim](caveat: the simulated DDP is a flat ring all-reduce, 25 MiB "
+                   "buckets, one stream; real DDP/NCCL may use trees or hierarchies and do "
+                   "better)[/]")
+        t.add_row("speed-up over DDP" + (" (simulated)" if sim else ""), sp)
     if sim:
         p = r["predicted"]["best"]
         t.add_row("predicted step", f"{p['step_s'] * 1e3:.1f} ms, bottleneck {p['bottleneck']}")

@@ -100,7 +100,7 @@ def probe(as_json: bool, sysfs: Path | None, nvidia_smi: Path | None, draw: Path
     if draw is not None:
         from autotune.probes.draw import DrawError, draw_graph
         try:
-            draw_graph(g, draw)
+            draw_graph(g, draw, verdict)
         except DrawError as exc:
             raise click.ClickException(str(exc)) from exc
     if as_json:
