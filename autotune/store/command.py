@@ -98,9 +98,9 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: Path | No
         _emit_json([{**r, "trials": counts.get(r["id"], 0)} for r in rows])
         return
     cols = [Column("id", "num"), Column("created", "word", 4), Column("job"),
-            Column("status", "word", 3), Column("world", "text", 5), Column("backend", "text", 6),
-            Column("model", "text", 7), Column("topology", "text", 7), Column("trials", "num", 2),
-            Column("best", "num"), Column("default", "num", 1), Column("unit"),
+            Column("status", "word", 2), Column("world", "text", 5), Column("backend", "text", 6),
+            Column("model", "text", 7), Column("topology", "text", 7), Column("trials", "num", 1),
+            Column("best", "num"), Column("default", "num", 3), Column("unit"),
             Column("speed-up", "num")]
     show(f"runs in {store.path}", cols,
          ([r["id"], _when(r["created"]), r["job"], r["status"], _world(r), r["backend"],
