@@ -379,7 +379,7 @@ def _print_summary(r: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from autotune.units import fmt_score, fmt_value, shown_params
+    from autotune.units import fmt_score, fmt_seconds, fmt_value, shown_params
 
     w = r["world"]
     where = {"local": "local processes", "emulated": f"emulated cluster at {r.get('emulate_rate')}",
@@ -410,7 +410,7 @@ def _print_summary(r: dict) -> None:
         t.add_row("speed-up over DDP" + (" (simulated)" if sim else ""), sp)
     if sim:
         p = r["predicted"]["best"]
-        t.add_row("predicted step", f"{p['step_s'] * 1e3:.1f} ms, bottleneck {p['bottleneck']}")
+        t.add_row("predicted step", f"{fmt_seconds(p['step_s'])}, bottleneck {p['bottleneck']}")
     t.add_row("trials", f"{r['trials']} ({r['failed_trials']} failed)")
     t.add_row("stored", f"run {r['run_id']} in {r['db']}" + (" (simulated)" if sim else ""))
     t.add_row("fingerprints", f"model {r['model_fp'][:12]}, topology {r['topology_fp'][:12]}")

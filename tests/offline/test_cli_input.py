@@ -126,3 +126,61 @@ def test_server_with_a_malformed_environment_is_a_usage_error(monkeypatch, capsy
         server_main([])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ autotune tune flags and output
+def _tune(*args: str):
+    from autotune.offline.command import tune
+
+    return CliRunner().invoke(tune, list(args), catch_exceptions=False)
+
+
+def test_tune_m_means_machines_as_in_launch():
+    r = _tune("-m", "resnet50", "--workers", "2")
+    assert r.exit_code == 2, r.output
+    assert "-m is --machines (as in autotune launch)" in r.output
+    assert "--model resnet50" in r.output
+    r = _tune("--model", "resnet50", "-n", "3", "-m", "2")  # -m parsed as the machines
+    assert r.exit_code == 2 and "2 must divide --workers 3" in r.output
+
+
+def _summary(mode: str) -> dict:
+    return {"mode": mode, "model": "bert-large", "emulate_rate": None, "unit": "samples/s",
+            "world": {"workers": 16, "servers": 4, "machines": 4},
+            "best": {"streams": 4, "chunk_bytes": 64 << 20, "transport": "allreduce", "servers": 0,
+                     "intra": "scatter", "reduce_root": 0, "compression": "none"},
+            "best_score": 3759.2, "default_score": 1200.0, "speedup_over_default": 3.13,
+            "kept_score": 3700.0, "ddp_score": 135.4, "speedup_over_ddp": 27.76,
+            "predicted": {"best": {"step_s": 0.12, "bottleneck": "nic"}},
+            "trials": 100, "failed_trials": 0, "run_id": 3, "db": "a.db",
+            "model_fp": "ab" * 20, "topology_fp": "cd" * 20}
+
+
+def test_tune_summary_has_human_units_and_the_ddp_caveat(capsys, monkeypatch):
+    from autotune.offline.command import _print_summary
+
+    monkeypatch.setenv("COLUMNS", "160")
+    _print_summary(_summary("simulated"))
+    out = capsys.readouterr().out
+    assert "64 MiB" in out and "67108864" not in out
+    assert "3,759 simulated samples/s" in out and "135 simulated samples/s" in out
+    assert "27.76x" in out and "caveat: the simulated DDP is a flat ring all-reduce" in out
+    # only the parameters that matter: no servers under allreduce, no reduce_root under scatter
+    assert "reduce_root" not in out and "│ servers " not in out
+    assert "120 ms, bottleneck nic" in out
+    _print_summary(_summary("local"))
+    out = capsys.readouterr().out
+    assert "3,700 samples/s" in out and "caveat" not in out
+
+
+# ------------------------------------------------------------------ autotune emulate list
+def test_emulate_list_says_when_there_is_no_cluster(monkeypatch):
+    from autotune.emulate import netns
+    from autotune.emulate.command import emulate
+
+    monkeypatch.setattr(netns, "list_netns", lambda prefix=netns.PREFIX: [])
+    r = CliRunner().invoke(emulate, ["list"], catch_exceptions=False)
+    assert r.exit_code == 0 and "no emulated clusters" in r.output
+    monkeypatch.setattr(netns, "list_netns", lambda prefix=netns.PREFIX: ["atc1-h0", "atc1-h1"])
+    r = CliRunner().invoke(emulate, ["list"], catch_exceptions=False)
+    assert r.output.split() == ["atc1"]

@@ -110,3 +110,60 @@ def test_this_machine() -> None:
 def test_registered_in_the_cli() -> None:
     res = CliRunner().invoke(cli, ["--help"])
     assert "probe" in res.output
+
+
+def _machine_figure(g):
+    """The probe drawing's figure (not only the PNG), for looking into it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autotune.probes.draw import _draw_machine
+
+    return plt, _draw_machine(plt, g, classify(g))
+
+
+def test_draw_has_the_verdict_a_legend_and_whole_nvlink_arcs(fx) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.patches import PathPatch
+
+    from autotune.probes import machine_graph
+
+    g = machine_graph(fx["nvlink_box"], fx["nvlink_box_topo"])
+    plt, fig = _machine_figure(g)
+    (ax,) = fig.axes
+    title = ax.get_title(loc="left")
+    assert "S_n=1, S_g=3 -> intra=root" in title and "GPU 2, 3, 4, 5, 6, 7" in title
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "GPU" in labels and "NIC" in labels and "reduce root candidate" in labels
+    assert any(lbl.startswith("NVLink: 16 GPU pairs, 1-2 link(s)") for lbl in labels)
+    arcs = [p for p in ax.patches if isinstance(p, PathPatch)]
+    assert len(arcs) == 16
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    for arc in arcs:  # every arc lies inside the axes: none is clipped
+        box = arc.get_path().get_extents()
+        assert x0 <= box.x0 and box.x1 <= x1 and y0 <= box.y0 and box.y1 <= y1
+    texts = {t.get_text() for t in ax.texts}
+    assert {"GPU 0", "GPU 7"} <= texts and any(t.startswith("NIC mlx5_0") for t in texts)
+    plt.close(fig)
+
+
+def test_draw_of_an_nvidia_smi_matrix_and_of_a_vm(fx) -> None:
+    pytest.importorskip("matplotlib")
+    from autotune.probes import machine_graph
+
+    g = machine_graph(None, TOPO / "04_a100-8x_4nic_tachikoma-notes.txt", run_smi=False)
+    plt, fig = _machine_figure(g)
+    ax = fig.axes[0]
+    assert "S_n=2, S_g=4 -> intra=root" in ax.get_title(loc="left")
+    assert any("NVLink: 28 GPU pairs, 12 link(s)" in t.get_text()
+               for t in ax.get_legend().get_texts())
+    plt.close(fig)
+    g = machine_graph(fx["cpu_only"], None, run_smi=False)
+    plt, fig = _machine_figure(g)
+    ax = fig.axes[0]
+    assert "intra=flat" in ax.get_title(loc="left")
+    assert "NIC eth0" in {t.get_text() for t in ax.texts}  # labelled, not bare circles
+    assert not any("NVLink" in t.get_text() for t in ax.get_legend().get_texts())
+    plt.close(fig)
