@@ -3,8 +3,12 @@
 Every subcommand takes ``--db PATH`` (default: ``$AUTOTUNE_DB`` or ``./autotune.db``)
 and ``--json`` (machine-readable output instead of rich tables). A missing, empty
 (0-byte), foreign or corrupt file is a clear error (exit code 1) and is never created or
-changed (only ``prune`` writes); a file or directory this user may not write says so
-("read-only").
+changed (only ``prune`` writes, after asking); a file or directory this user may not
+write says so ("read-only"). Usage errors exit 2. A RUN argument is an id or ``latest``.
+
+Tables are for people (:mod:`autotune.units`: KiB/MiB, scores with their unit, only the
+parameters that matter; :mod:`autotune.store.tables`: fitted to the terminal); ``--json``
+and CSV keep raw numbers (bytes in ``*_bytes``, seconds, scores beside a ``unit`` field).
 
 Heavy imports (sqlite-utils, networkx) happen inside the commands, so ``autotune``
 starts fast.
