@@ -46,22 +46,10 @@ import torch.distributed as dist
 
 from autotune.runtime.errors import ServerLost, UsageError
 from autotune.space import Config, ConfigError, SearchSpace
+from autotune.trials import TrialDriver, TrialRecord
 from autotune.tuner import Trial, Tuner
 
 __all__ = ["Session", "session", "TrialRecord"]
-
-
-@dataclass
-class TrialRecord:
-    """What happened to one trial, as kept in ``Session.history``."""
-
-    index: int
-    technique: str
-    config: Config
-    iterations: int
-    score: float | None
-    error: str | None = None
-    wall_time: float = 0.0
 
 
 @dataclass
@@ -111,6 +99,7 @@ class Session:
         job: str | None = None,
         store: bool = True,
         broadcast_buffers: bool = True,
+        prior: bool = True,
     ) -> None:
         if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
             raise TypeError(
@@ -144,15 +133,14 @@ class Session:
         self.job = job
         self.use_store = store
         self.broadcast_buffers = broadcast_buffers
+        self.use_prior = prior
         self._drift = _Drift(retune_on_drift, drift_window, max(10, budget // 5)) if retune_on_drift else None
 
-        self.history: list[TrialRecord] = []
-        self.failures: list[TrialRecord] = []
+        self.trials: TrialDriver | None = None  # the leader's trials (autotune.trials)
         self.iteration = 0          # iterations completed (step() calls)
         self.tuning_iterations = 0  # iterations spent inside trials
         self.config: Config | None = None
         self._best: tuple[Config, float] | None = None
-        self._default_score: float | None = None
         self.rt = None
         self.tuner: Tuner | None = None
         self.space: SearchSpace | None = None
@@ -216,6 +204,7 @@ class Session:
         self.space = self._build_space()
         if self.is_leader:
             self._open_store()
+            self.trials = TrialDriver(self.space, None, self._store, self._run_id)
             warm = self._warm_start()
             restarted = self._restarted_best()
             if restarted is not None:
@@ -231,20 +220,40 @@ class Session:
                 self._best = None
                 self._apply(warm[0])
                 return
-            self.tuner = Tuner(
-                self.space,
-                budget=self.budget,
-                techniques=self.techniques,
-                seed=self.seed,
-                warm_start=warm,
-                **({"trial_iterations": self.trial_iterations} if self.trial_iterations else {}),
-            )
+            self._tuner(self.budget, self.seed, warm)
             self._start_progress()
         if self.is_leader:
             first = self.space.default() if self._warmup_left else self._next_trial()
             self._apply(first)
         else:
             self._apply(None)
+
+    def _tuner(self, budget: int, seed: int, warm: list[Config]) -> Tuner:
+        """A Tuner over this job's space: the default as its reference (measured as long
+        as the kept configuration) and, unless ``prior=False``, the simulator's prediction
+        for this job as its physics prior."""
+        extra = {"trial_iterations": self.trial_iterations} if self.trial_iterations else {}
+        self.tuner = Tuner(self.space, budget=budget, techniques=self.techniques, seed=seed,
+                           warm_start=warm, reference=self.space.default(),
+                           prior=self._prior() if self.use_prior else None, **extra)
+        self.trials.space, self.trials.tuner = self.space, self.tuner
+        return self.tuner
+
+    def _prior(self):
+        """The simulator on what this job knows (:func:`autotune.sim.prior.job_prior`):
+        its gradients in ready order (reverse registration), the world, the device."""
+        from autotune.sim.prior import job_prior
+
+        info = self.rt.info
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            return None
+        sizes = [p.numel() * p.element_size() for p in reversed(params)]
+        return job_prior(sizes, machines=info.n_machines,
+                         workers_per_machine=info.workers_per_machine,
+                         servers=len(info.servers),
+                         device="gpu" if params[0].is_cuda else "cpu",
+                         batch_per_worker=self.samples_per_step or 1)
 
     def _build_space(self) -> SearchSpace:
         info = self.rt.info
@@ -381,10 +390,9 @@ class Session:
         self._say(f"[red]lost server(s)[/] {list(exc.servers)}: {exc}. Training goes on with "
                   "all-reduce among the workers.")
         if self._store is not None:
-            self._store_call("add_trial", self._run_id, index=self._trial_index + 1,
-                             technique="fault", config=dict(self.config or {}), iterations=0,
-                             score=None, error=f"lost server(s) {list(exc.servers)}: {exc}",
-                             wall_time=0.0)
+            self.trials.record(TrialRecord(
+                self._trial_index + 1, "fault", dict(self.config or {}), 0, None,
+                f"lost server(s) {list(exc.servers)}: {exc}"))
 
     def _start_over(self, failed: str | None) -> Config:
         """Leader, after a server loss. Settled: keep the configuration if it can still
@@ -408,8 +416,7 @@ class Session:
         if budget <= 0:
             return self._lock()
         self._locked = False
-        self.tuner = Tuner(self.space, budget=budget, techniques=self.techniques,
-                           seed=self.seed + self.iteration, warm_start=[best] if best else [])
+        self._tuner(budget, self.seed + self.iteration, [best] if best else [])
         if self._progress is None:
             self._start_progress()
         if self._warmup_left > 0:
@@ -480,6 +487,7 @@ class Session:
             return self._next_trial()
         if not first:
             self._trial_times.append(slowest)
+            self.trials.sample(trial.config, self._throughput(slowest))
         if self._progress is not None:
             self._progress.advance(self._task)
         if self._trial_left > 0 and not self._clearly_slow(slowest):
@@ -507,28 +515,13 @@ class Session:
         # A failed trial still used its iterations so far; the tuner's budget counts all.
         # One cut short (clearly slow) gives the rest back to the budget.
         used = trial.iterations - self._trial_left
-        self.tuner.tell(trial, score, iterations=None if score is None else used)
-        rec = TrialRecord(
-            index=self._trial_index,
-            technique=trial.technique,
-            config=dict(trial.config),
-            iterations=used,
-            score=score,
-            error=error,
-            wall_time=time.perf_counter() - self._trial_start,
-        )
-        self.history.append(rec)
+        rec = self.trials.finish(trial, score, iterations=used, error=error,
+                                 wall_time=time.perf_counter() - self._trial_start,
+                                 index=self._trial_index)
         if error is not None:
-            self.failures.append(rec)
             self._say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, {rec.config}): {error}")
         best = self.tuner.best
         self._best = (dict(best[0]), best[1]) if best else self._best
-        if score is not None and trial.config == self.space.default() and self._default_score is None:
-            self._default_score = score
-        if self._store is not None:
-            self._store_call("add_trial", self._run_id, index=rec.index, technique=rec.technique,
-                             config=rec.config, iterations=rec.iterations, score=score,
-                             error=error, wall_time=rec.wall_time)
         self._trial_left = 0
 
     def _lock(self) -> Config:
@@ -557,8 +550,7 @@ class Session:
         old = self._best[0]
         self._best = None
         self._locked = False
-        self.tuner = Tuner(self.space, budget=self._drift.budget, techniques=self.techniques,
-                           seed=self.seed + self.iteration, warm_start=[old])
+        self._tuner(self._drift.budget, self.seed + self.iteration, [old])
         self._start_progress()
         return self._next_trial()
 
@@ -571,12 +563,46 @@ class Session:
         return dict(self.config) if self.config is not None else None
 
     @property
+    def history(self) -> list[TrialRecord]:
+        """Every trial so far (leader)."""
+        return self.trials.history if self.trials is not None else []
+
+    @property
+    def failures(self) -> list[TrialRecord]:
+        return self.trials.failures if self.trials is not None else []
+
+    def _measured(self, config: Config | None) -> tuple[float, float, int] | None:
+        return self.trials.measured(config) if self.trials is not None else None
+
+    @property
     def best_score(self) -> float | None:
-        return self._best[1] if self._best else None
+        """The kept (best) configuration's mean throughput over its scored iterations:
+        the one "best" number of the progress bar, the table, the store and the report."""
+        m = self._measured(self._best[0]) if self._best else None
+        return m[0] if m else (self._best[1] if self._best else None)
+
+    @property
+    def best_spread(self) -> float | None:
+        """Standard deviation of the kept configuration's scored iterations."""
+        m = self._measured(self._best[0]) if self._best else None
+        return m[1] if m else None
 
     @property
     def default_score(self) -> float | None:
-        return self._default_score
+        """The default configuration's mean throughput over its scored iterations (the
+        Tuner measures it as long as the kept one)."""
+        m = self._measured(self.space.default()) if self.space else None
+        return m[0] if m else None
+
+    @property
+    def default_spread(self) -> float | None:
+        m = self._measured(self.space.default()) if self.space else None
+        return m[1] if m else None
+
+    @property
+    def unit(self) -> str:
+        """What the scores count: ``samples/s`` with ``samples_per_step``, else ``it/s``."""
+        return "samples/s" if self.samples_per_step else "it/s"
 
     @property
     def tuning(self) -> bool:
@@ -591,10 +617,8 @@ class Session:
             # Another rank may be waiting in a collective: don't join one, just release.
             self._stop_progress()
             self.rt.shutdown()
-            if self.is_leader and self._store is not None:
-                self._store_call("finish_run", self._run_id, status="failed",
-                                 best_config=self.best, best_score=self.best_score,
-                                 default_score=self._default_score)
+            if self.is_leader and self.trials is not None:
+                self._close_run("failed")
             return None
         with warnings.catch_warnings():
             # The sync after the last step() opened an iteration nobody runs; the runtime
@@ -634,6 +658,7 @@ class Session:
             model_graph=self._model_graph,
             topology_graph=self._topology_graph,
             space_facts=dict(self.space.facts),
+            unit=self.unit,
         )
 
     def _job_name(self) -> str:
@@ -681,16 +706,14 @@ class Session:
         warm += [c for c in self.space.seeds() if c not in warm]
         return warm
 
-    def _store_call(self, name: str, *args, **kwargs) -> None:
-        try:
-            getattr(self._store, name)(*args, **kwargs)
-        except Exception as exc:  # the store must never stop training
-            warnings.warn(f"could not record to the results store: {exc}")
+    def _close_run(self, status: str) -> None:
+        """Record how the run ended: the kept configuration and its measured numbers."""
+        self.trials.keep(self.best)
+        self.trials.close(status)
 
     def _record(self) -> None:
-        if self._store is not None:
-            self._store_call("finish_run", self._run_id, status="finished", best_config=self.best,
-                             best_score=self.best_score, default_score=self._default_score)
+        if self.trials is not None:
+            self._close_run("finished")
 
     def _say(self, text: str) -> None:
         if self.verbose and self.is_leader:
@@ -713,7 +736,9 @@ class Session:
     def _update_progress(self) -> None:
         if self._progress is None:
             return
-        best = f"best {self._best[1]:.2f}/s" if self._best else "best -"
+        from autotune.units import fmt_score
+
+        best = f"best {fmt_score(self.best_score, self.unit)}" if self.best_score else "best -"
         self._progress.update(self._task, description=f"trial {self._trial_index} {self._trial.technique:9s} {best}")
 
     def _stop_progress(self) -> None:
@@ -725,19 +750,33 @@ class Session:
         from rich.console import Console
         from rich.table import Table
 
-        unit = "samples/s" if self.samples_per_step else "it/s"
+        from autotune.units import fmt_score, fmt_speedup, fmt_value, shown_params
+
         t = Table(title="autotune: configuration kept")
         t.add_column("parameter")
         t.add_column("value")
-        for k, v in (self.best or {}).items():
-            t.add_row(k, str(v))
+        for k, v in shown_params(self.best).items():
+            t.add_row(k, fmt_value(k, v))
+        n_best = (self._measured(self.best) or (0, 0, 0))[2]
+        n_default = (self._measured(self.space.default()) or (0, 0, 0))[2]
         if self.best_score is not None:
-            t.add_row("throughput", f"{self.best_score:.2f} {unit}")
-        if self._default_score is not None:
-            t.add_row("default's throughput", f"{self._default_score:.2f} {unit}")
+            t.add_row("throughput", f"{fmt_score(self.best_score, self.unit, self.best_spread)}"
+                      f" ({n_best} iterations)")
+        if self.default_score is not None:
+            t.add_row("default's throughput",
+                      f"{fmt_score(self.default_score, self.unit, self.default_spread)}"
+                      f" ({n_default} iterations)")
             if self.best_score:
-                t.add_row("speed-up", f"{self.best_score / self._default_score:.2f}x")
-        t.add_row("trials", f"{len(self.history)} ({len(self.failures)} failed)")
+                t.add_row("speed-up", fmt_speedup(self.best_score, self.default_score))
+        t.add_row("trials", f"{len(self.history)} ({len(self.failures)} failed"
+                  + (f", {self.tuner.screened} screened out by the prior" if self.tuner
+                     and self.tuner.screened else "") + ")")
+        best = self.best or {}
+        uses_servers = best.get("transport") == "pushpull" and best.get("servers", 0) > 0
+        if self.rt.info.servers and not uses_servers:
+            idle = self.rt.info.servers
+            t.add_row("idle servers", f"{len(idle)} launched server rank(s) sum nothing under "
+                      "this configuration: launch without them next time (autotune launch -k 0)")
         Console(stderr=True).print(t)
 
 

@@ -1,6 +1,6 @@
 """The Tuner: an ensemble of searchers driven by the AUC bandit, with a budget.
 
-Paper 004 §VI: within a budget of training iterations (100 by default) the meta-solver
+The AIACC-Training paper (ICDCS 2022, §VI): within a budget of training iterations (100 by default) the meta-solver
 hands trials to search techniques (grid, PBT, Bayesian optimisation, Hyperband), and
 afterwards the best configuration is kept. ``Tuner`` is used by the training session
 and by offline callers alike::
@@ -18,12 +18,20 @@ and by offline callers alike::
 - Warm-start configurations (e.g. the best of similar stored jobs) are projected into
   the space, de-duplicated and tried first (technique ``"warm"``).
 - Every result is told to every technique, so each learns from all trials. The bandit
-  credits a technique when its trial made its configuration the new global best; its
-  sliding window counts training iterations (a trial of L iterations is L uses), so a
-  technique asking for long trials pays for them.
+  credits a technique when its trial made its configuration the new global best or
+  scored in the best ``credit_quantile`` (default a quarter) of all trials so far, a
+  credit that carries information long before the rare new best; its sliding window
+  counts training iterations (a trial of L iterations is L uses), so a technique asking
+  for long trials pays for them.
 - The last ``confirm`` fraction of the budget (default 15 %) re-measures the best few
   configurations (technique ``"confirm"``), least-measured first, so that the one kept
-  after tuning is not just the luckiest sample. Budget left when every technique has
+  after tuning is not just the luckiest sample. A ``reference`` configuration (the
+  session passes the default) is measured there first until it has as many iterations as
+  the best, so a speed-up over it compares like with like.
+- With a ``prior`` (a physics model of the job, see :mod:`autotune.search.prior`) the
+  calibrated surrogate is a technique of its own (``"prior"``, tried first) and screens
+  every other technique's proposals: one predicted, even optimistically, more than
+  ``screen`` below the incumbent is not run (:attr:`screened` counts them). Budget left when every technique has
   run out of configurations (tiny spaces) is spent the same way.
 - Scores are noisy, so a configuration's score is the mean of all its trials, weighted
   by their iterations; ``best`` is the configuration with the best mean, never a single
@@ -36,6 +44,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -43,9 +52,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from autotune.bandit.auc import AUCBandit
 from autotune.search import TECHNIQUES, make_searcher
 from autotune.search.base import Key, Observations, Searcher
+from autotune.search.prior import Prior, PriorSearch, Surrogate
 from autotune.space import Config, SearchSpace
 
 DEFAULT_TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
+PRIOR = "prior"  # technique name of the calibrated physics prior (with Tuner(prior=...))
 WARM = "warm"  # technique name of warm-start trials
 CONFIRM = "confirm"  # technique name of re-measurements of the best candidates
 
@@ -93,6 +104,10 @@ class Tuner:
         confirm: float = 0.15,
         confirm_top: int = 3,
         options: Mapping[str, Mapping[str, Any]] | None = None,
+        prior: Prior | None = None,
+        reference: Mapping[str, Any] | None = None,
+        screen: float = 0.3,
+        credit_quantile: float = 0.25,
     ) -> None:
         if budget < 1:
             raise ValueError(f"budget must be >= 1 iteration, got {budget}")
@@ -105,9 +120,17 @@ class Tuner:
                 f"trial_iterations ({trial_iterations}) must be >= min_iterations ({min_iterations})"
             )
         techniques = tuple(techniques)
+        if prior is not None and PRIOR not in techniques:
+            techniques = (PRIOR, *techniques)  # first: the physics' best guess goes first
         if not techniques:
             raise ValueError("at least one technique is needed")
-        unknown = [t for t in techniques if t not in TECHNIQUES]
+        if PRIOR in techniques and prior is None:
+            raise ValueError(f"technique {PRIOR!r} needs a prior (Tuner(prior=...))")
+        if not 0 <= screen < 1:
+            raise ValueError(f"screen must be a fraction in [0, 1), got {screen}")
+        if not 0 < credit_quantile <= 1:
+            raise ValueError(f"credit_quantile must be in (0, 1], got {credit_quantile}")
+        unknown = [t for t in techniques if t not in TECHNIQUES and t != PRIOR]
         if unknown:
             raise ValueError(f"unknown technique(s) {unknown}; choose from {', '.join(TECHNIQUES)}")
         options = dict(options or {})
@@ -122,9 +145,17 @@ class Tuner:
         self.confirm_budget = int(round(confirm * self.budget))
         self.confirm_top = max(1, int(confirm_top))
         self.techniques = techniques
+        self.screen = float(screen)
+        self.credit_quantile = float(credit_quantile)
+        self.screened = 0  # proposals not run: predicted far slower than the incumbent
+        self.surrogate = None if prior is None else Surrogate(space, prior, seed)
+        self.reference = None if reference is None else space.validate(reference)
         self.searchers: dict[str, Searcher] = {}
         for name in techniques:
             opts = dict(options.get(name, {}))
+            if name == PRIOR:
+                self.searchers[name] = PriorSearch(space, seed, self.surrogate, **opts)
+                continue
             if name == "hyperband":
                 opts.setdefault("min_iterations", self.min_iterations)
                 opts.setdefault("max_iterations", max(4 * self.min_iterations, 2 * self.trial_iterations))
@@ -138,6 +169,7 @@ class Tuner:
         self._stalled = False  # nothing left to propose and nothing to re-measure
         self._pending: dict[int, _Pending] = {}
         self._next_index = 0
+        self._scores: list[float] = []  # every trial's score, for the rank credit
         self._warm: list[Config] = []
         keys: set[Key] = set()
         for c in warm_start:
@@ -202,7 +234,7 @@ class Tuner:
                     break
                 name = self.bandit.select(available)
                 searcher = self.searchers[name]
-                config = searcher.ask()
+                config = self._screened_ask(name, searcher)
                 if config is None:
                     self._exhausted.add(name)
                     continue
@@ -213,6 +245,21 @@ class Tuner:
             return None
         return self._issue(config, CONFIRM, None)
 
+    def _screened_ask(self, name: str, searcher: Searcher, tries: int = 20) -> Config | None:
+        """``searcher``'s next proposal that the surrogate does not rate clearly worse
+        than the incumbent (by more than ``screen``, even optimistically). A screened
+        proposal is told to its searcher as the surrogate's prediction, so it moves on;
+        after ``tries`` screened proposals the next one runs whatever its prediction."""
+        for _ in range(tries):
+            config = searcher.ask()
+            if (config is None or self.surrogate is None or name == PRIOR or self.screen == 0
+                    or not self.surrogate.clearly_worse(config, self.screen)):
+                return config
+            self.screened += 1
+            mean, _ = self.surrogate.predict_config(config)
+            searcher.tell(config, float(math.exp(mean)))
+        return searcher.ask()
+
     def _confirm_candidate(self) -> Config | None:
         """Of the ``confirm_top`` best configurations by mean, the least measured one
         (ties: the better mean), so the final choice rests on more than one lucky
@@ -220,6 +267,10 @@ class Tuner:
         ranked = self.obs.ranked()[: self.confirm_top]
         if not ranked:
             return None
+        if self.reference is not None:
+            ref = self.obs.stats.get(self.space.key(self.reference))
+            if ref is None or (ref.count and ref.weight <= ranked[0][1].weight):
+                return dict(self.reference)  # the reference measured as long as the best
         least = min(range(len(ranked)), key=lambda i: (ranked[i][1].weight, i))
         return dict(ranked[least][1].config)
 
@@ -242,19 +293,32 @@ class Tuner:
         self.obs.add(trial.config, score, weight=used)
         for searcher in self.searchers.values():
             searcher.tell(trial.config, score, weight=used)
+        if self.surrogate is not None:
+            self.surrogate.tell(trial.config, score, weight=used)
         after = self.obs.best()
         new_best = (
             score is not None and after is not None
             and self.space.key(after[0]) == pending.key and before_key != pending.key
         )
+        if score is not None:
+            self._scores.append(float(score))
         if trial.technique in self.bandit.uses:
+            success = new_best or self._top(score)
             # the window counts training iterations, so a long trial weighs more
             for _ in range(used):
-                self.bandit.credit(trial.technique, new_best)
+                self.bandit.credit(trial.technique, success)
         record = Record(trial.index, dict(trial.config), trial.technique, used,
                         None if score is None else float(score), new_best)
         self.history.append(record)
         return record
+
+    def _top(self, score: float | None) -> bool:
+        """Whether ``score`` ranks in the best ``credit_quantile`` of every trial's score so
+        far: a credit that carries information long before a technique finds a new best."""
+        if score is None or len(self._scores) < 2:
+            return False
+        better = sum(1 for s in self._scores if s > score)
+        return better < self.credit_quantile * len(self._scores)
 
     def run(self, evaluate: Callable[[Config, int], float | None]) -> tuple[Config, float] | None:
         """Offline loop: ``evaluate(config, iterations) -> score`` until done; the best."""

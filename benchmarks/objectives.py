@@ -6,7 +6,7 @@ turns a configuration of :mod:`autotune.space` into a training-step time with th
 formulas of the papers, kept deliberately transparent:
 
 - **Bandwidth.** Ring all-reduce moves ``2(n-1)/n * M`` bytes per NIC; BytePS push/pull
-  with k dedicated servers ``2n(n-1)/(n^2+kn-2k) * M`` (paper 000 §4.1; k=0 equals the
+  with k dedicated servers ``2n(n-1)/(n^2+kn-2k) * M`` (the BytePS paper (OSDI 2020, §4.1); k=0 equals the
   all-reduce volume). ``intra=flat`` sends every local worker's copy across the NIC
   (x w); ``root`` and ``scatter`` first reduce inside the machine over PCIe/NVLink.
 - **Summation.** Push/pull sums on CPUs: the busiest Summation Service (a server holds
@@ -26,7 +26,7 @@ formulas of the papers, kept deliberately transparent:
   ``compress_min_bytes`` travel uncompressed; sparse codecs cannot be summed by a ring,
   so all-reduce falls back to an all-gather of ``(n-1)`` compressed copies.
 - **Reduce root.** A root on the NIC's PCIe switch shares it with the NIC: half the
-  PCIe bandwidth (paper 000 §4.2.3).
+  PCIe bandwidth (the BytePS paper, OSDI 2020, §4.2.3).
 
 Scores are throughputs (samples/s) with multiplicative Gaussian noise per iteration
 (2-5 %); a trial's score is the mean over its iterations except the first, which the
@@ -210,6 +210,33 @@ class Scenario:
         thr = self.machines * self.workers * self.batch / self.step_times(table_columns(self.space, table))
         i = int(np.argmax(thr))
         return self.space.decode(table[i]), float(thr[i])
+
+    def prior(self):
+        """The physics prior a session would build for this job: :func:`autotune.sim.simulate`
+        on what it knows (machines, workers, servers, NIC rate and per-flow cap, latency,
+        gradient bytes in 100 tensors, forward/backward time). It is the simulator's own
+        model, not this objective's formulas: the two disagree (rank correlation 0.4-0.9
+        over random configurations), which the Tuner's calibration has to absorb."""
+        from autotune.sim.cluster import Cluster
+        from autotune.sim.job import Job
+        from autotune.sim.model import simulate
+
+        tensors = 100
+        job = Job((int(self.model_mb * MiB / tensors),) * tensors,
+                  compute_s=(self.fwd_ms + self.bwd_ms) / 1e3,
+                  backward_fraction=self.bwd_ms / (self.fwd_ms + self.bwd_ms),
+                  batch_per_worker=self.batch)
+        multi = self.workers > 1
+        cluster = Cluster(machines=self.machines, workers_per_machine=self.workers,
+                          nic_gbps=self.nic_gbps, per_flow_gbps=self.flow_cap * self.nic_gbps,
+                          latency_us=self.alpha_us, server_machines=self.k_max,
+                          cpu_sum_gbps=self.sum_gbps, pcie_gbps=self.intra_gbps,
+                          gpus_per_switch=len(self.nic_switch_workers) if multi else None,
+                          nic_switch=0 if multi else None)
+
+        def predict(configs: list[Config]) -> list[float]:
+            return [simulate(job, cluster, c).throughput for c in configs]
+        return predict
 
     def regret(self, c: Config) -> float:
         """Normalised regret ``1 - throughput(c) / optimum``."""

@@ -4,13 +4,15 @@ The same :class:`~autotune.tuner.Tuner` a training session uses asks for configu
 :class:`~autotune.sim.SimulatedObjective` answers with the predicted (noisy) throughput
 of the model's gradients on the described cluster, for clusters of any size. The run is
 recorded like a session's (warm start from the nearest stored runs first, the default
-configuration among the first trials, every trial stored) but marked ``simulated``, under
+configuration measured as long as the kept one, every trial stored, through the same
+:class:`~autotune.trials.TrialDriver`) but marked ``simulated``, under
 the model's fingerprint (the real zoo module built on the meta device: no memory) and the
 topology graph a session records (:func:`autotune.probes.graph.job_graph`, the builder
 ``Session._cluster_graph`` calls) for the simulated world, so a later real job on such a
 cluster finds it.
 
-Scores are samples/s over all workers (``Job.batch_per_worker`` samples per worker per
+The Tuner's physics prior is the simulator itself on the noise-free cluster (what a
+session approximates from the facts it knows). Scores are samples/s over all workers (``Job.batch_per_worker`` samples per worker per
 iteration); a trial's ``wall_time`` is its predicted duration (iterations x step time).
 """
 
@@ -45,8 +47,10 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     report (see ``docs/tune.md``)."""
     from autotune import zoo
     from autotune.sim import Cluster, Job, SimulatedObjective, simulate
+    from autotune.sim.prior import prior
     from autotune.store import Store
     from autotune.store.fingerprint import model_graph
+    from autotune.trials import TrialDriver
     from autotune.tuner import Tuner
 
     cluster = cluster_src if isinstance(cluster_src, Cluster) else Cluster.from_json(cluster_src)
@@ -70,38 +74,38 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                                  model_graph=mg, topology_graph=tg, space_facts=dict(space.facts),
                                  simulated=True)
         tuner = Tuner(space, budget=budget, techniques=techniques, seed=seed, warm_start=warm,
+                      reference=default, prior=prior(sim_job, cluster),
                       **({"trial_iterations": trial_iterations} if trial_iterations else {}))
-        default_score = None
+        driver = TrialDriver(space, tuner, store, run_id)
         spent = 0
         try:
-            while (trial := tuner.ask()) is not None:
-                score = objective(trial.config, trial.iterations)
-                tuner.tell(trial, score)
-                if trial.config == default and default_score is None:
-                    default_score = score
+            while (trial := driver.ask()) is not None:
+                scores = objective.samples(trial.config, trial.iterations)
+                for x in scores:
+                    driver.sample(trial.config, x)
                 step = objective.estimate(trial.config).step_s
-                store.add_trial(run_id, index=trial.index, technique=trial.technique,
-                                config=trial.config, iterations=trial.iterations, score=score,
-                                wall_time=trial.iterations * step)
+                driver.finish(trial, sum(scores) / len(scores),
+                              wall_time=trial.iterations * step)
                 spent += trial.iterations
                 if on_progress is not None:
-                    best = tuner.best
                     on_progress({"iteration": spent, "budget": budget,
-                                 "trials": len(tuner.history), "best": best[1] if best else None})
+                                 "trials": len(driver.history),
+                                 "best": driver.results()["best_score"]})
         except BaseException:
-            store.finish_run(run_id, status="failed", best_config=None, best_score=None)
+            driver.close("failed")
             raise
-        best = tuner.best
-        store.finish_run(run_id, status="finished", best_config=best[0] if best else None,
-                         best_score=best[1] if best else None, default_score=default_score)
+        driver.close("finished")
+        result = driver.results()
         run = store.run(run_id)
         trials = store.trials(run_id)
+    best = (result["best_config"], result["best_score"]) if result["best_config"] else None
     best_cfg = best[0] if best else default
     est_best, est_default = objective.estimate(best_cfg), objective.estimate(default)
     ddp = simulate(sim_job, cluster, DDP_LIKE)
     return {
-        "mode": "simulated", "best": best_cfg, "best_score": best[1] if best else None,
-        "default_score": default_score,
+        "mode": "simulated", "best": best_cfg, "best_score": result["best_score"],
+        "best_spread": result["best_spread"], "default_score": result["default_score"],
+        "default_spread": result["default_spread"],
         "predicted": {
             "best": _estimate_dict(est_best), "default": _estimate_dict(est_default),
             "ddp_like": _estimate_dict(ddp),

@@ -55,6 +55,14 @@ class SimulatedObjective:
         sd = self.noise / math.sqrt(max(int(iterations), 1))
         return value * max(0.05, 1.0 + self.rng.gauss(0.0, sd)) if sd else value
 
+    def samples(self, config: Mapping[str, Any], iterations: int) -> list[float]:
+        """``iterations`` noisy per-iteration throughputs of ``config`` (each with the
+        relative deviation ``noise``): what a session measures iteration by iteration."""
+        self.calls += 1
+        value = self.true(config)
+        return [value * max(0.05, 1.0 + self.rng.gauss(0.0, self.noise)) if self.noise else value
+                for _ in range(max(int(iterations), 1))]
+
     def best(self, configs: list[Mapping[str, Any]] | None = None) -> tuple[dict[str, Any], float]:
         """The best configuration (noise-free) among ``configs`` (default: the whole
         space, if it is small enough to enumerate) and its throughput."""

@@ -1,0 +1,194 @@
+"""A physics prior, calibrated online: the surrogate every technique is screened by.
+
+The job is known before the first trial (gradient bytes and tensor count, workers and
+machines, servers, link rates): a cost model such as :func:`autotune.sim.simulate` can
+predict the throughput of every configuration from that. The prediction is never exact,
+so :class:`Surrogate` uses it as the *prior mean* of a Gaussian process (scikit-learn)
+fitted to the trials' residuals ``log(score) - log(prior)``:
+
+    log score(c) ~ log prior(c) + a + GP(features(c))
+
+With no trial the surrogate is the prior (up to scale); each trial corrects it near the
+configurations measured. It answers two questions for the Tuner:
+
+* **ordering**: the :class:`PriorSearch` technique proposes the untried configuration with
+  the best upper confidence bound, so the first trials go where the physics says;
+* **screening**: a proposal of any technique whose *optimistic* prediction is far below
+  the incumbent is not run (safe exploration, see :meth:`Surrogate.clearly_worse`).
+
+A prior is any callable ``prior(configs) -> predicted scores`` (same direction as the
+scores: higher is better; the unit does not matter, the calibration absorbs a constant
+factor). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from autotune.search.base import Key, Observations, Searcher, canonical_table
+from autotune.space import Config, SearchSpace
+
+Prior = Callable[[Sequence[Config]], Sequence[float]]
+
+POOL = 6000          # configurations the surrogate ranks (all of them in smaller spaces)
+NEIGHBOURS_OF = 5    # large spaces: the pool also holds the neighbours of the best few
+
+
+class Surrogate:
+    """The prior, calibrated on the trials told (see the module docstring)."""
+
+    def __init__(self, space: SearchSpace, prior: Prior, seed: int = 0, pool: int = POOL):
+        self.space = space
+        self.prior = prior
+        self.rng = random.Random(seed)
+        self.obs = Observations(space)
+        table = canonical_table(space)
+        if len(table) <= pool:
+            rows = table
+        else:
+            rows = table[np.asarray(self.rng.sample(range(len(table)), pool))]
+        self.keys: list[Key] = [tuple(int(v) for v in r) for r in rows]
+        self._index = {k: i for i, k in enumerate(self.keys)}
+        self.log_prior = self._predict_prior([space.decode(np.asarray(k)) for k in self.keys])
+        self.features = self._features(np.asarray(self.keys, dtype=float))
+        self._gp = None
+        self._offset = 0.0
+        self._fitted = 0
+
+    # ------------------------------------------------------------------ inputs
+    def _predict_prior(self, configs: Sequence[Config]) -> np.ndarray:
+        try:
+            values = np.asarray(self.prior(list(configs)), dtype=float)
+        except Exception as e:  # a prior that cannot predict is no prior
+            raise ValueError(f"the prior failed to predict: {e}") from e
+        if values.shape != (len(configs),):
+            raise ValueError(f"the prior returned {values.shape} values for {len(configs)} "
+                             "configurations")
+        floor = np.nanmax(values[values > 0]) * 1e-6 if np.any(values > 0) else 1e-12
+        values = np.where(np.isfinite(values) & (values > 0), values, floor)
+        return np.log(values)
+
+    def _features(self, rows: np.ndarray) -> np.ndarray:
+        """Each parameter's value index scaled to [0, 1] (ordinal parameters) or one-hot
+        columns (the others)."""
+        cols = []
+        for i, p in enumerate(self.space.params):
+            n = len(p.values)
+            if n < 2:
+                continue
+            if p.ordinal:
+                cols.append(rows[:, i:i + 1] / (n - 1))
+            else:
+                cols.append(np.eye(n)[rows[:, i].astype(int)])
+        return np.hstack(cols) if cols else np.zeros((len(rows), 1))
+
+    def _locate(self, config: Mapping) -> int:
+        """The pool index of ``config``, added to the pool if it is not there yet."""
+        c = self.space.validate(config)
+        k = self.space.key(c)
+        i = self._index.get(k)
+        if i is None:
+            i = len(self.keys)
+            self.keys.append(k)
+            self._index[k] = i
+            self.log_prior = np.append(self.log_prior, self._predict_prior([c]))
+            self.features = np.vstack([self.features,
+                                       self._features(np.asarray([k], dtype=float))])
+        return i
+
+    # ------------------------------------------------------------------ learning
+    def tell(self, config: Mapping, score: float | None, weight: float = 1.0) -> None:
+        self._locate(config)
+        self.obs.add(config, score, weight)
+        self._gp = None
+
+    def _fit(self) -> None:
+        scored = self.obs.scored()
+        if self._gp is not None or not scored:
+            return
+        idx = np.array([self._locate(s.config) for _, s in scored])
+        y = np.log(np.array([max(s.mean, 1e-12) for _, s in scored])) - self.log_prior[idx]
+        self._offset = float(np.median(y))
+        self._fitted = len(idx)
+        if len(idx) < 3:
+            return
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+        kernel = (ConstantKernel(0.05, (1e-4, 4.0)) * Matern(length_scale=0.5,
+                                                            length_scale_bounds=(0.05, 10.0),
+                                                            nu=2.5)
+                  + WhiteKernel(1e-3, (1e-6, 0.1)))
+        gp = GaussianProcessRegressor(kernel, normalize_y=False, n_restarts_optimizer=1,
+                                      random_state=self.rng.randrange(2**31))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gp.fit(self.features[idx], y - self._offset)
+        self._gp = gp
+
+    def predict(self, indices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, std)`` of log score for pool entries ``indices`` (default all)."""
+        self._fit()
+        idx = np.arange(len(self.keys)) if indices is None else np.asarray(indices)
+        mean = self.log_prior[idx] + self._offset
+        std = np.full(len(idx), 0.3 if self._fitted else 1.0)
+        if self._gp is not None:
+            m, s = self._gp.predict(self.features[idx], return_std=True)
+            mean, std = mean + m, s
+        return mean, std
+
+    def predict_config(self, config: Mapping) -> tuple[float, float]:
+        """``(mean, std)`` of the log score of one configuration."""
+        i = self._locate(config)
+        m, s = self.predict(np.array([i]))
+        return float(m[0]), float(s[0])
+
+    def clearly_worse(self, config: Mapping, margin: float) -> bool:
+        """Whether even an optimistic prediction (mean + 2 std) of ``config`` is more
+        than ``margin`` (a fraction) below the incumbent's measured mean."""
+        best = self.obs.best()
+        if best is None or self._fitted_after_tell() < 3:
+            return False
+        m, s = self.predict_config(config)
+        return m + 2 * s < math.log(best[1] * (1 - margin))
+
+    def _fitted_after_tell(self) -> int:
+        self._fit()
+        return self._fitted
+
+    def ranked(self, exclude: Callable[[Key], bool], kappa: float) -> list[Key]:
+        """Pool keys by upper confidence bound ``mean + kappa * std``, best first,
+        skipping those ``exclude`` rejects (large spaces: the best few configurations'
+        one-parameter neighbours join the pool first)."""
+        for _, st in self.obs.ranked()[:NEIGHBOURS_OF]:
+            for c in self.space.neighbours(st.config):
+                self._locate(c)
+        mean, std = self.predict()
+        ucb = mean + kappa * std
+        order = np.argsort(-ucb, kind="stable")
+        return [self.keys[i] for i in order if not exclude(self.keys[i])]
+
+
+class PriorSearch(Searcher):
+    """The ``prior`` technique: the untried configuration the calibrated surrogate rates
+    best (upper confidence bound with ``kappa``)."""
+
+    name = "prior"
+
+    def __init__(self, space: SearchSpace, seed: int = 0, surrogate: Surrogate | None = None,
+                 kappa: float = 1.0):
+        super().__init__(space, seed)
+        if surrogate is None:
+            raise ValueError("the prior technique needs a surrogate (Tuner(prior=...))")
+        self.surrogate = surrogate
+        self.kappa = float(kappa)
+
+    def ask(self) -> Config | None:
+        for key in self.surrogate.ranked(self.seen, self.kappa)[:1]:
+            return self._propose(self.space.decode(np.asarray(key)))
+        return None

@@ -1,0 +1,47 @@
+"""The simulator as the Tuner's physics prior (:mod:`autotune.search.prior`).
+
+:func:`prior` turns a :class:`Job` on a :class:`Cluster` into ``predict(configs) ->
+throughputs``; a configuration the model cannot run predicts 0 (the surrogate treats it
+as very slow). :func:`job_prior` builds one from what a training session knows before
+its first trial: the gradients' sizes in ready order, the world (machines, workers per
+machine, servers) and whether the workers are CPU processes or GPUs. Link rates it has
+not measured are the :class:`Cluster` defaults; the Tuner's calibration absorbs a wrong
+scale, and its GP corrects the rest from the trials.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from autotune.errors import AutotuneError
+
+from .cluster import Cluster
+from .job import Job
+from .model import simulate
+
+
+def prior(job: Job, cluster: Cluster) -> Callable[[Sequence[Mapping[str, Any]]], list[float]]:
+    """``predict(configs)``: the simulated throughput (samples/s) of each configuration."""
+    def predict(configs: Sequence[Mapping[str, Any]]) -> list[float]:
+        out = []
+        for c in configs:
+            try:
+                out.append(simulate(job, cluster, c).throughput)
+            except AutotuneError:
+                out.append(0.0)
+        return out
+    return predict
+
+
+def job_prior(grad_bytes: Sequence[int], *, machines: int, workers_per_machine: int,
+              servers: int, device: str = "cpu", batch_per_worker: int = 1,
+              **cluster: Any) -> Callable[[Sequence[Mapping[str, Any]]], list[float]]:
+    """The prior of a live job: its gradients (bytes, in ready order) on a cluster of
+    ``machines`` x ``workers_per_machine`` with ``servers`` Summation Service machines.
+    ``device``: ``"cpu"`` (worker processes) or ``"gpu"``; ``cluster``: any other
+    :class:`Cluster` field that is known (e.g. a measured ``nic_gbps``)."""
+    job = Job(tuple(int(b) for b in grad_bytes if b > 0) or (4,), compute_s=0.0,
+              batch_per_worker=batch_per_worker)
+    c = Cluster(machines=machines, workers_per_machine=workers_per_machine,
+                server_machines=servers, worker_device=device, **cluster)
+    return prior(job, c)

@@ -1,0 +1,127 @@
+"""The trial driver: ask -> apply -> measure -> tell -> record, one home for both loops.
+
+A training session (:mod:`autotune.session`) applies a trial's configuration through the
+runtime and measures real iterations; offline tuning (:mod:`autotune.offline.simulated`)
+asks the simulator. Both go through :class:`TrialDriver`, which owns what they share:
+
+* the :class:`~autotune.tuner.Tuner` (``ask``/``tell``);
+* every scored iteration of every configuration, so that "best" is one number everywhere
+  (progress bar, table, store, report, ``--json``): the kept configuration's **mean over
+  its scored iterations**, with their standard deviation; the default's likewise (the
+  Tuner measures it as long as the kept one, see ``Tuner(reference=...)``);
+* recording: every trial to the results store (a store failure warns, it never stops
+  training), the run's result at the end, in the run's unit.
+"""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from autotune.space import Config, SearchSpace
+from autotune.tuner import Trial, Tuner
+
+
+@dataclass
+class TrialRecord:
+    """What happened to one trial."""
+
+    index: int
+    technique: str
+    config: Config
+    iterations: int
+    score: float | None
+    error: str | None = None
+    wall_time: float = 0.0
+
+
+class TrialDriver:
+    """Trials of one :class:`Tuner`, measured, told and recorded (module docstring).
+    ``store``/``run_id``: where trials go (``None``: nowhere)."""
+
+    def __init__(self, space: SearchSpace, tuner: Tuner | None, store: Any = None,
+                 run_id: int | None = None):
+        self.space = space
+        self.tuner = tuner
+        self.store = store
+        self.run_id = run_id
+        self.history: list[TrialRecord] = []
+        self.failures: list[TrialRecord] = []
+        self.samples: dict[tuple, list[float]] = {}  # per configuration: scored iterations
+        self._kept: Config | None = None
+
+    # ------------------------------------------------------------------ the loop
+    def ask(self) -> Trial | None:
+        """The next trial, or ``None`` once the Tuner is done."""
+        if self.tuner is None or self.tuner.done:
+            return None
+        return self.tuner.ask()
+
+    def sample(self, config: Config, score: float) -> None:
+        """One scored iteration of ``config`` (its throughput)."""
+        self.samples.setdefault(self.space.key(config), []).append(float(score))
+
+    def finish(self, trial: Trial, score: float | None, *, iterations: int | None = None,
+               error: str | None = None, wall_time: float = 0.0,
+               index: int | None = None) -> TrialRecord:
+        """Tell the Tuner ``trial``'s score (``None``: failed, with ``error``) and record
+        it. ``iterations``: how many of its iterations ran (cut short: the rest go back
+        to the budget); default all. ``index``: the trial's number in the run (default
+        the Tuner's; a session that re-tunes numbers on across Tuners)."""
+        used = trial.iterations if iterations is None else int(iterations)
+        assert self.tuner is not None
+        self.tuner.tell(trial, score, iterations=None if score is None else used)
+        rec = TrialRecord(trial.index if index is None else index, trial.technique, dict(trial.config), used, score,
+                          error, wall_time)
+        self.history.append(rec)
+        if error is not None:
+            self.failures.append(rec)
+        self.record(rec)
+        best = self.tuner.best
+        if best is not None:
+            self._kept = dict(best[0])
+        return rec
+
+    def record(self, rec: TrialRecord) -> None:
+        """Store one trial (also a fault that is not a trial of the Tuner's)."""
+        self._store("add_trial", self.run_id, number=rec.index, technique=rec.technique,
+                    config=rec.config, iterations=rec.iterations, score=rec.score,
+                    error=rec.error, wall_time=rec.wall_time)
+
+    def keep(self, config: Config | None) -> None:
+        """Name the kept configuration (default: the Tuner's best)."""
+        self._kept = None if config is None else dict(config)
+
+    # ------------------------------------------------------------------ results
+    @property
+    def kept(self) -> Config | None:
+        return None if self._kept is None else dict(self._kept)
+
+    def measured(self, config: Config | None) -> tuple[float, float, int] | None:
+        """``(mean, standard deviation, iterations)`` of ``config``'s scored iterations."""
+        xs = self.samples.get(self.space.key(config)) if config else None
+        if not xs:
+            return None
+        return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
+
+    def results(self) -> dict[str, Any]:
+        """The run's result as the store's ``finish_run`` takes it."""
+        best = self.measured(self._kept)
+        default = self.measured(self.space.default())
+        return {"best_config": self.kept, "best_score": best[0] if best else None,
+                "best_spread": best[1] if best else None,
+                "default_score": default[0] if default else None,
+                "default_spread": default[1] if default else None}
+
+    def close(self, status: str = "finished") -> None:
+        self._store("finish_run", self.run_id, status=status, **self.results())
+
+    def _store(self, name: str, *args: Any, **kwargs: Any) -> None:
+        if self.store is None:
+            return
+        try:
+            getattr(self.store, name)(*args, **kwargs)
+        except Exception as exc:  # the store must never stop training
+            warnings.warn(f"could not record to the results store: {exc}")

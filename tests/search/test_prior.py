@@ -1,0 +1,120 @@
+"""The physics prior: the calibrated surrogate, the ``prior`` technique, screening, the
+reference measured as long as the best, the rank credit, and the simulator as a prior."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from autotune.search.prior import PriorSearch, Surrogate
+from autotune.space import MiB, SearchSpace
+from autotune.tuner import CONFIRM, PRIOR, Tuner
+
+SPACE = SearchSpace.build(k_max=2, workers_per_machine=2)
+
+
+def truth(c):
+    """Throughput: best at 6 streams, 8 MiB chunks, push/pull with 2 servers; all-reduce
+    with one stream is ten times slower than the best."""
+    v = 100.0 - 3 * (c["streams"] - 6) ** 2 - 5 * (math.log2(c["chunk_bytes"] / MiB) - 3) ** 2
+    v += 10.0 * c["servers"] if c["transport"] == "pushpull" else 0.0
+    return max(v, 5.0)
+
+
+def perfect(configs):
+    return [truth(c) for c in configs]
+
+
+def scaled_wrong_streams(configs):
+    """A prior 100x off in scale that believes one stream is best (wrong) and is right
+    about the rest."""
+    return [100 * (truth({**c, "streams": 6}) - 3 * (c["streams"] - 1) ** 2) for c in configs]
+
+
+def best_key():
+    return SPACE.key(max(SPACE.all_configs(), key=truth))
+
+
+def test_the_prior_technique_starts_at_the_priors_best():
+    s = Surrogate(SPACE, perfect, seed=0)
+    first = PriorSearch(SPACE, 0, s).ask()
+    assert SPACE.key(first) == best_key()
+
+
+def test_calibration_corrects_a_wrong_prior_from_the_trials():
+    s = Surrogate(SPACE, scaled_wrong_streams, seed=0)
+    rng = random.Random(1)
+    configs = [SPACE.sample(rng) for _ in range(25)]
+    mean0, _ = s.predict()
+    for c in configs:
+        s.tell(c, truth(c))
+    mean1, _ = s.predict()
+    real = np.log([truth(SPACE.decode(np.asarray(k))) for k in s.keys])
+    # scale learnt: predictions within a factor of 2 of the truth on average
+    assert abs(np.median(mean1 - real)) < math.log(2) < abs(np.median(mean0 - real))
+    # and the wrong belief about streams corrected: better rank agreement than the prior
+    def rank_corr(a, b):
+        return np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1]
+    assert rank_corr(mean1, real) > rank_corr(mean0, real) + 0.1
+
+
+def test_screening_keeps_clearly_slow_proposals_from_running():
+    bad = []
+    runs = {}
+    for prior in (None, perfect):
+        t = Tuner(SPACE, budget=60, techniques=("grid", "pbt"), seed=0, prior=prior, confirm=0)
+        while (tr := t.ask()) is not None:
+            t.tell(tr, truth(tr.config))
+        ran = [r for r in t.history if r.technique != PRIOR]
+        runs[prior is None] = t
+        bad.append(sum(truth(r.config) < 0.5 * 130 for r in ran[3:]))
+    assert runs[False].screened > 0
+    assert bad[1] < bad[0]  # with the prior: fewer trials at under half the optimum
+
+
+def test_the_reference_is_measured_as_long_as_the_best():
+    default = SPACE.default()
+    t = Tuner(SPACE, budget=60, techniques=("grid",), seed=0, reference=default, confirm=0.3)
+    t.run(lambda c, it: truth(c))
+    best_key_ = t.obs.ranked()[0][0]
+    ref = t.obs.stats[SPACE.key(default)]
+    assert ref.weight >= t.obs.stats[best_key_].weight
+    assert any(r.technique == CONFIRM and r.config == default for r in t.history)
+
+
+def test_rank_credit_rewards_a_top_quarter_trial_that_is_not_a_new_best():
+    t = Tuner(SPACE, budget=200, techniques=("grid", "pbt"), seed=0, confirm=0)
+    scores = [10, 20, 30, 100, 90]
+    for s in scores:
+        tr = t.ask()
+        t.tell(tr, float(s))
+    # 90 is not a new best (100 is) but ranks second of five: a success in the window
+    last = t.history[-1]
+    assert not last.new_best
+    assert t.bandit.history[-1] == (last.technique, True)
+    tr = t.ask()
+    t.tell(tr, 15.0)  # bottom half: no credit
+    assert t.bandit.history[-1] == (t.history[-1].technique, False)
+
+
+def test_bad_arguments_name_the_problem():
+    with pytest.raises(ValueError, match="needs a prior"):
+        Tuner(SPACE, techniques=("prior", "grid"))
+    with pytest.raises(ValueError, match="screen"):
+        Tuner(SPACE, prior=perfect, screen=1.5)
+    with pytest.raises(ValueError, match="prior returned"):
+        Surrogate(SPACE, lambda cs: [1.0])  # wrong length
+
+
+def test_the_simulator_is_a_prior_for_a_live_job():
+    from autotune.sim.prior import job_prior
+
+    predict = job_prior([4 << 20] * 20, machines=4, workers_per_machine=1, servers=2)
+    space = SearchSpace.build(k_max=2, workers_per_machine=1)
+    configs = list(space.all_configs())[:200]
+    values = predict(configs)
+    assert len(values) == 200 and all(v > 0 and math.isfinite(v) for v in values)
+    assert len(set(values)) > 20  # it tells configurations apart
+    # a configuration the cluster cannot run (more servers than it has) predicts 0
+    assert predict([{**space.default(), "transport": "pushpull", "servers": 5}]) == [0.0]
