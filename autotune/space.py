@@ -205,7 +205,7 @@ class SearchSpace:
     def seeds(self) -> list[Config]:
         """Configurations worth a trial in any job, tried first after a warm start: the
         default and, when servers were launched, push/pull through all of them (BytePS,
-        paper 000 section 4.1: more Summation Services put fewer bytes on each NIC) with
+        the BytePS paper (OSDI 2020, section 4.1): more Summation Services put fewer bytes on each NIC) with
         chunks of :data:`PUSHPULL_SEED_CHUNK_BYTES` (a Summation Service returns a sum
         only once every part of its chunk is in, so push/pull wants smaller chunks than
         all-reduce)."""

@@ -1,6 +1,6 @@
 """Build fixture sysfs trees for the topology probes (and one ``nvidia-smi topo -m`` text).
 
-The two machines of BytePS (paper 000 §4.2, Fig. 6(a) and 8(a)):
+The two machines of BytePS (the BytePS paper (OSDI 2020, §4.2), Fig. 6(a) and 8(a)):
 
 - ``pcie_only``: two sockets, each with one PCIe switch holding four GPUs; the 100G NIC
   sits on its own root port under CPU0 (its own lanes). Also a BMC VGA (not a GPU), an
@@ -109,7 +109,7 @@ def _switch(t: Tree, host: str, root_port: str, up: str, downs: list[str],
 
 
 def pcie_only(root: str | Path) -> Path:
-    """Paper 000 Fig. 6(a): 2 switches x 4 GPUs, the NIC on its own root port under CPU0."""
+    """The BytePS paper (OSDI 2020) Fig. 6(a): 2 switches x 4 GPUs, the NIC on its own root port under CPU0."""
     t = Tree(root)
     t.numa(0, "0-23")
     t.numa(1, "24-47")
@@ -142,7 +142,7 @@ def pcie_only(root: str | Path) -> Path:
 
 
 def nvlink_box(root: str | Path, nics_on: tuple[int, ...] = (0,)) -> Path:
-    """Paper 000 Fig. 8(a): 4 switches x 2 GPUs, the NIC on switch P0 (``nics_on``)."""
+    """The BytePS paper (OSDI 2020) Fig. 8(a): 4 switches x 2 GPUs, the NIC on switch P0 (``nics_on``)."""
     t = Tree(root)
     t.numa(0, "0-19,40-59")
     t.numa(1, "20-39,60-79")

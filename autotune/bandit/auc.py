@@ -1,6 +1,6 @@
 """Sliding-window AUC multi-armed bandit: which search technique to use next.
 
-Paper 004 §VI (after OpenTuner's ``AUCBanditMetaTechnique``): pick the technique ``t``
+The AIACC-Training paper (ICDCS 2022, §VI) (after OpenTuner's ``AUCBanditMetaTechnique``): pick the technique ``t``
 maximising
 
     AUC_t + C * sqrt(2 * lg|H| / H_t)

@@ -1,4 +1,4 @@
-"""BytePS's intra-machine classifier (paper 000 §4.2.3) over a machine graph.
+"""BytePS's intra-machine classifier (the BytePS paper, OSDI 2020, §4.2.3) over a machine graph.
 
 S_n = PCIe switches (uplink groups) holding GPUs and at least one NIC; S_g = switches
 holding only GPUs.

@@ -8,7 +8,7 @@ class devices that are not SR-IOV virtual functions.
 
 PCIe switches are reported as *uplink groups*: every GPU or NIC below the same CPU root
 port shares that port's link to the CPU, which is what BytePS's S_n/S_g rule is about
-(paper 000 §4.2.3). A group holding a single device straight on its root port is a
+(the BytePS paper, OSDI 2020, §4.2.3). A group holding a single device straight on its root port is a
 group of its own (``switched=False``).
 
 GPU local indices follow PCI bus order (what ``nvidia-smi`` and ``CUDA_DEVICE_ORDER=

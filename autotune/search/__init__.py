@@ -1,7 +1,7 @@
 """Search techniques with one ask/tell interface (scores are maximised).
 
 ``grid``, ``pbt``, ``bayes`` (scikit-optimize GP) and ``hyperband`` are the ensemble of
-paper 004 §VI; ``random`` and ``tpe`` / ``optuna-gp`` (Optuna's samplers) are there as
+the AIACC-Training paper (ICDCS 2022, §VI); ``random`` and ``tpe`` / ``optuna-gp`` (Optuna's samplers) are there as
 baselines and alternatives. :func:`make_searcher` builds one by name.
 """
 

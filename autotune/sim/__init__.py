@@ -4,7 +4,7 @@
 communication time, exposed communication, bytes per NIC, a breakdown) for a runtime
 configuration of :mod:`autotune.space` on a described :class:`Cluster`;
 :class:`SimulatedObjective` makes that a noisy throughput objective for the Tuner. The
-model is in :mod:`autotune.sim.model`; paper 000's closed forms in
+model is in :mod:`autotune.sim.model`; the BytePS paper's (OSDI 2020) closed forms in
 :mod:`autotune.sim.formulas`; codec costs (calibrated by timing the real codecs) in
 :mod:`autotune.sim.codecs`. Nothing here imports torch except :meth:`Job.from_model` and
 :func:`calibrate_codecs`.

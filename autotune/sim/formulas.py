@@ -1,4 +1,4 @@
-"""Closed-form communication times of paper 000 (BytePS, §2.1 Table 1 and §4.1).
+"""Closed-form communication times of the BytePS paper (OSDI 2020, §2.1 Table 1 and §4.1).
 
 n worker machines, k server (CPU-only) machines, M bytes of gradients, B bytes/s per
 NIC per direction; sending and receiving overlap (full duplex). The printed Eq. 4 has a

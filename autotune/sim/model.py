@@ -30,7 +30,7 @@ How a configuration is charged (see ``docs/simulator.md`` for the derivation):
 5. **Iteration.** Forward, then backward producing gradients (``backward_fraction`` of
    the compute), then the wait for the last chunk: ``step = max(compute, last finish)``.
 
-In the regime of paper 000's formulas (no latency or overhead, one stream, no per-flow
+In the regime of the BytePS paper's (OSDI 2020) formulas (no latency or overhead, one stream, no per-flow
 cap, free summation, one worker per machine, M much larger than a chunk) the network term
 is exactly ``2(n-1)M/(nB)`` for all-reduce and ``2n(n-1)M/((n^2+kn-2k)B)`` for push/pull.
 """

@@ -1,7 +1,7 @@
 """Model and topology graphs, coarsened and fingerprinted for the results store.
 
 Two jobs are alike when their models produce alike gradients and their clusters are
-alike (paper 004 §VI). Both are described as small labelled networkx graphs:
+alike (the AIACC-Training paper, ICDCS 2022, §VI). Both are described as small labelled networkx graphs:
 
 * **Model graph** (:func:`model_graph`): one node per layer that owns gradients, in the
   order the forward pass uses them, edges where data flows from one to the next

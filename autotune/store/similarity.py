@@ -1,6 +1,6 @@
 """How far apart two jobs are: graph edit distance over model and topology graphs.
 
-Paper 004 §VI starts a new job from the best setting of the most similar earlier one,
+The AIACC-Training paper (ICDCS 2022, §VI) starts a new job from the best setting of the most similar earlier one,
 similarity being the graph edit distance (GED) of the DNN graph and of the cluster
 graph. Here:
 

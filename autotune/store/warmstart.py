@@ -1,7 +1,7 @@
 """Warm start: the best configurations of the most similar stored runs, made usable in
 a new job's search space.
 
-Paper 004 §VI uses the best setting found for the most similar earlier deployment as
+The AIACC-Training paper (ICDCS 2022, §VI) uses the best setting found for the most similar earlier deployment as
 the starting point of the search. Seeding points (rather than a surrogate model) is
 what the Tuner does with them: it tries them first.
 """

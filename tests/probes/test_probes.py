@@ -1,6 +1,6 @@
 """Machine graphs (sysfs, nvidia-smi topo -m), the S_n/S_g classifier, graph JSON.
 
-Fixture sysfs trees come from tests/make_sysfs_fixtures.py (paper 000's two machines and
+Fixture sysfs trees come from tests/make_sysfs_fixtures.py (the BytePS paper's (OSDI 2020) two machines and
 variants); real ``nvidia-smi topo -m`` outputs are in tests/fixtures/topo (copies of
 ../shared/topo). The verdict for each real output is derived by hand from its matrix in
 the comment beside it.
@@ -45,7 +45,7 @@ def fx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------------------
-# paper 000's machines as sysfs trees
+# the BytePS paper's (OSDI 2020) machines as sysfs trees
 
 def test_pcie_only_box_is_symmetric_and_cpu_assisted(fx) -> None:
     g = read_sysfs(fx["pcie_only"])

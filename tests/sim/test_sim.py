@@ -17,7 +17,7 @@ from autotune.sim.codecs import _codec_classes
 
 MiB = 1 << 20
 
-# The regime of paper 000 §4.1: no latency, no per-chunk overhead, one stream at full
+# The regime of the BytePS paper (OSDI 2020, §4.1): no latency, no per-chunk overhead, one stream at full
 # rate, no per-flow cap, summation for free, sends and receives fully overlapped
 # (enough chunks in flight), M much larger than a chunk.
 IDEAL = dict(latency_us=0, intra_latency_us=0, chunk_overhead_us=0, per_flow_gbps=None,
@@ -82,7 +82,7 @@ def test_pushpull_trivial_cases(n: int) -> None:
 
 
 def test_byteps_beats_allreduce_as_paper_says() -> None:
-    # gamma_a = (n^2+kn-2k)/n^2: n = 32, k = 16 gives 1.46 (paper 000 §4.1.1)
+    # gamma_a = (n^2+kn-2k)/n^2: n = 32, k = 16 gives 1.46 (the BytePS paper, OSDI 2020, §4.1.1)
     n, k = 32, 16
     cluster = Cluster(machines=n, server_machines=k, pipeline_depth=256, **IDEAL)
     d = n * n + k * n - 2 * k
@@ -193,7 +193,7 @@ def test_compression_shrinks_bytes_and_allgather_grows_with_workers() -> None:
 # ------------------------------------------------------------------ intra-machine
 def test_byteps_intra_machine_insights() -> None:
     job = Job.from_model("vgg16")
-    # PCIe-only, 8 GPUs under 2 switches (paper 000 §4.2.1): reduce-scatter beats a root
+    # PCIe-only, 8 GPUs under 2 switches (the BytePS paper, OSDI 2020, §4.2.1): reduce-scatter beats a root
     pcie = Cluster(machines=4, workers_per_machine=8, gpus_per_switch=4, nic_gbps=100,
                    server_machines=4)
     pp = {"transport": "pushpull", "servers": 4, "chunk_bytes": 4 * MiB}

@@ -1,4 +1,4 @@
-"""Gradient codecs with error feedback and selective compression (paper 003, HiPress).
+"""Gradient codecs with error feedback and selective compression (the HiPress paper, SOSP 2021).
 
 See ``docs/compression.md``. The runtime uses: :func:`codec_from_config`, a codec's
 ``encode / decode / pack / unpack / payload_numel / summable / after_sum``,
