@@ -125,55 +125,5 @@ def fmt_cfg(cfg: dict) -> str:
 
 # ---- rank side ------------------------------------------------------------------------
 
-def model_shapes(name: str) -> list[tuple[str, tuple[int, ...]]]:
-    """Gradient shapes in ready order of a zoo model; ``resnet50/16`` is ResNet-50 with
-    base width 16 (a quarter of the channels: the same 161 tensors, 7.6 MiB)."""
-    from autotune import zoo
-
-    base, _, width = name.partition("/")
-    return zoo.gradient_shapes(base, **({"base_width": int(width)} if width else {}))
-
-
-def sleepy_model(shapes: list[tuple[str, tuple[int, ...]]], fwd_s: float, bwd_s: float,
-                 value: float):
-    """An ``nn.Module`` with real parameters of ``shapes`` (ready order) whose forward
-    sleeps ``fwd_s`` and whose backward produces the gradients one by one in ready order,
-    sleeping ``bwd_s / len(shapes)`` before each (emulated compute that communication can
-    overlap, as in a real backward). Every gradient is ``value`` everywhere, so the
-    average over workers is known exactly. Call it with any tensor; it returns a scalar."""
-    import time
-
-    import torch
-    from torch import nn
-
-    step = bwd_s / max(1, len(shapes))
-
-    class Layer(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, p, g):  # noqa: D401 - autograd API
-            ctx.g = g
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, grad_out):
-            time.sleep(step)
-            return grad_out, ctx.g, None
-
-    class Sleepy(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            # registered in forward order = reverse ready order, like a real network
-            self.params = nn.ParameterList(nn.Parameter(torch.zeros(s))
-                                           for _, s in reversed(shapes))
-            self.grads = [torch.full(s, float(value)) for _, s in reversed(shapes)]
-            for p in self.params:  # accumulate into .grad; never alias self.grads
-                p.grad = torch.zeros_like(p)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            time.sleep(fwd_s)
-            y = x.sum().reshape(1)
-            for p, g in zip(self.params, self.grads):
-                y = Layer.apply(y, p, g)
-            return y.sum()
-
-    return Sleepy()
+# the emulated-compute job lives in the package (make demo runs it too)
+from autotune.emulate.workload import model_shapes, sleepy_model  # noqa: E402,F401

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import MARK, RESULTS, emit, fmt_cfg, machine, measure_B, median, model_shapes, \
     patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
 
-from autotune.sim.formulas import allreduce_time, byteps_time  # noqa: E402
+from autotune.emulate.workload import optimum_s  # noqa: E402
 
 
 # ---- rank programs --------------------------------------------------------------------
@@ -268,8 +268,8 @@ def summarize(a: argparse.Namespace, out: dict, ks: list[int], wall: float) -> d
         "tensors": out["ddp"]["tensors"], "workers": n, "servers": ks, "rate": a.rate,
         "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms, "budget": a.budget, "measure": a.measure,
         "trial_iterations": a.trial_iterations, "depth": a.depth, "B": B, "link": out["link"],
-        "optimum_s": {"allreduce": allreduce_time(n, M, B) + a.fwd_ms / 1e3,
-                      **{f"byteps_k{k}": byteps_time(n, k, M, B) + a.fwd_ms / 1e3
+        "optimum_s": {"allreduce": optimum_s(n, 0, M, B, a.fwd_ms / 1e3),
+                      **{f"byteps_k{k}": optimum_s(n, k, M, B, a.fwd_ms / 1e3)
                          for k in sorted(set(ks) | {4})}},
         "compute_s": compute, "ddp": ddp, "rows": rows, "sessions": sessions,
         "wall_s": wall, "command": "benchmarks/e2e_bench.py " + " ".join(sys.argv[1:]),
