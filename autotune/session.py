@@ -129,6 +129,7 @@ class Session:
         if cut_short is not None and not 0 < cut_short < 1:
             raise ValueError(f"cut_short is a fraction in (0, 1) or None, got {cut_short}")
         self._warmup_left = warmup
+        self._warmup_times: list[float] = []  # the warm-up iterations' times (the prior's B)
         self.cut_short = cut_short
         self.job = job
         self.use_store = store
@@ -241,7 +242,9 @@ class Session:
 
     def _prior(self):
         """The simulator on what this job knows (:func:`autotune.sim.prior.job_prior`):
-        its gradients in ready order (reverse registration), the world, the device."""
+        its gradients in ready order (reverse registration), the world, the device, and
+        the network rate its warm-up iterations imply (built at the first prediction,
+        which comes after the warm-up)."""
         from autotune.sim.prior import job_prior
 
         info = self.rt.info
@@ -249,11 +252,30 @@ class Session:
         if not params:
             return None
         sizes = [p.numel() * p.element_size() for p in reversed(params)]
-        return job_prior(sizes, machines=info.n_machines,
-                         workers_per_machine=info.workers_per_machine,
-                         servers=len(info.servers),
-                         device="gpu" if params[0].is_cuda else "cpu",
-                         batch_per_worker=self.samples_per_step or 1)
+        made: list = []
+
+        def predict(configs):
+            if not made:
+                made.append(job_prior(sizes, machines=info.n_machines,
+                                      workers_per_machine=info.workers_per_machine,
+                                      servers=len(info.servers),
+                                      device="gpu" if params[0].is_cuda else "cpu",
+                                      batch_per_worker=self.samples_per_step or 1,
+                                      **self._link_estimate(sum(sizes))))
+            return made[0](configs)
+        return predict
+
+    def _link_estimate(self, grad_bytes: int) -> dict[str, float]:
+        """``nic_gbps`` as the warm-up iterations imply it: their median time taken as all
+        communication of the default (a ring all-reduce over every worker, ``2(W-1)/W`` of
+        the bytes per NIC), so a lower bound on the rate; ``{}`` (the simulator's default)
+        without warm-up, or on one machine."""
+        workers = len(self.rt.info.workers)
+        if not self._warmup_times or self.rt.info.n_machines < 2 or workers < 2:
+            return {}
+        t = statistics.median(self._warmup_times)
+        gbps = 8 * 2 * (workers - 1) / workers * grad_bytes / max(t, 1e-6) / 1e9
+        return {"nic_gbps": min(max(gbps, 0.01), 400.0)}
 
     def _build_space(self) -> SearchSpace:
         info = self.rt.info
@@ -477,6 +499,8 @@ class Session:
             # Warm-up iterations (first allocations, caches, connections) train but are
             # not trials: otherwise the first trial, usually the default, pays for them.
             self._warmup_left -= 1
+            if slowest != float("inf"):
+                self._warmup_times.append(slowest)
             return self._next_trial() if self._warmup_left == 0 else self.config
         trial = self._trial
         self.tuning_iterations += 1
@@ -489,7 +513,7 @@ class Session:
             self._trial_times.append(slowest)
             self.trials.sample(trial.config, self._throughput(slowest))
         if self._progress is not None:
-            self._progress.advance(self._task)
+            self._progress.advance()
         if self._trial_left > 0 and not self._clearly_slow(slowest):
             return trial.config
         times = self._trial_times or [slowest]
@@ -511,7 +535,7 @@ class Session:
     def _finish_trial(self, score: float | None, error: str | None) -> None:
         trial = self._trial
         if score is None and self._progress is not None:
-            self._progress.advance(self._task, self._trial_left)
+            self._progress.advance(self._trial_left)
         # A failed trial still used its iterations so far; the tuner's budget counts all.
         # One cut short (clearly slow) gives the rest back to the budget.
         used = trial.iterations - self._trial_left
@@ -523,6 +547,7 @@ class Session:
         best = self.tuner.best
         self._best = (dict(best[0]), best[1]) if best else self._best
         self._trial_left = 0
+        self._update_progress(rec)
 
     def _lock(self) -> Config:
         """The budget is spent: keep the best configuration from now on."""
@@ -717,33 +742,42 @@ class Session:
 
     def _say(self, text: str) -> None:
         if self.verbose and self.is_leader:
-            from rich.console import Console
+            if self._progress is not None:
+                self._progress.say(text)
+            else:
+                from rich.console import Console
 
-            (self._progress.console if self._progress is not None else Console(stderr=True)).print(text)
+                Console(stderr=True).print(text)
 
     def _start_progress(self) -> None:
+        """Rank 0 shows its tuning as it goes (autotune.progress): a bar in its own
+        terminal, events for a launcher that draws the bar, or a plain line per trial."""
         if not self.verbose or self.tuner is None or self.tuner.budget == 0:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from autotune.progress import tuning_display
 
-        self._progress = Progress(
-            TextColumn("[bold]tuning[/]"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.description}"), TimeElapsedColumn(), transient=False,
-        )
-        self._task = self._progress.add_task("", total=self.tuner.budget)
-        self._progress.start()
+        self._progress = tuning_display(self.tuner.budget)
 
-    def _update_progress(self) -> None:
+    def _update_progress(self, finished: TrialRecord | None = None) -> None:
+        """A trial starts (the bar's description) or ``finished`` (a line of its own)."""
         if self._progress is None:
             return
         from autotune.units import fmt_score
 
+        if finished is not None:
+            self._progress.trial(finished.index, finished.technique, finished.config,
+                                 finished.score, self.best_score, self.unit, finished.error)
+            return
         best = f"best {fmt_score(self.best_score, self.unit)}" if self.best_score else "best -"
-        self._progress.update(self._task, description=f"trial {self._trial_index} {self._trial.technique:9s} {best}")
+        self._progress.describe(f"trial {self._trial_index} {self._trial.technique:9s} {best}")
 
     def _stop_progress(self) -> None:
         if self._progress is not None:
-            self._progress.stop()
+            from autotune.units import fmt_config, fmt_score
+
+            kept = (f"kept {fmt_config(self._best[0])} at {fmt_score(self.best_score, self.unit)}"
+                    if self._best else "")
+            self._progress.stop(kept)
             self._progress = None
 
     def _report(self) -> None:

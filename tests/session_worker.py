@@ -67,8 +67,14 @@ def train_session(data_seed: int, steps: int, **kw):
             configs.append(dict(tuner.config))
     hist = [dict(index=r.index, technique=r.technique, config=r.config, iterations=r.iterations,
                  score=r.score, error=r.error) for r in tuner.history]
+    numbers = {}
+    if tuner.trials is not None:  # the leader: what "best" and "default" mean
+        numbers = dict(best_score=tuner.best_score, best_spread=tuner.best_spread,
+                       default_score=tuner.default_score, default_spread=tuner.default_spread,
+                       unit=tuner.unit, measured_best=tuner.trials.measured(tuner.best),
+                       measured_default=tuner.trials.measured(tuner.space.default()))
     return model, dict(losses=losses, sums=sums, configs=configs, history=hist,
-                       best=tuner.best, tuning_iterations=tuner.tuning_iterations)
+                       best=tuner.best, tuning_iterations=tuner.tuning_iterations, **numbers)
 
 
 def main(out: str) -> None:

@@ -47,28 +47,49 @@ class Surrogate:
         self.prior = prior
         self.rng = random.Random(seed)
         self.obs = Observations(space)
-        table = canonical_table(space)
-        if len(table) <= pool:
-            rows = table
-        else:
-            rows = table[np.asarray(self.rng.sample(range(len(table)), pool))]
-        self.keys: list[Key] = [tuple(int(v) for v in r) for r in rows]
-        self._index = {k: i for i, k in enumerate(self.keys)}
-        self.log_prior = self._predict_prior([space.decode(np.asarray(k)) for k in self.keys])
-        self.features = self._features(np.asarray(self.keys, dtype=float))
+        self._pool = pool
+        self.keys: list[Key] = []
+        self._index: dict[Key, int] = {}
+        self.log_prior = np.zeros(0)
+        self.features = np.zeros((0, 1))
+        self._ready = False
+        self.failed: str | None = None  # why the prior was dropped
         self._gp = None
         self._offset = 0.0
         self._fitted = 0
 
+    def _build(self) -> None:
+        """Predict the pool with the prior, on first use (so a session can let its prior
+        learn from the warm-up iterations before the first prediction)."""
+        if self._ready:
+            return
+        self._ready = True
+        table = canonical_table(self.space)
+        if len(table) <= self._pool:
+            rows = table
+        else:
+            rows = table[np.asarray(self.rng.sample(range(len(table)), self._pool))]
+        self.keys = [tuple(int(v) for v in r) for r in rows]
+        self._index = {k: i for i, k in enumerate(self.keys)}
+        self.log_prior = self._predict_prior([self.space.decode(np.asarray(k)) for k in self.keys])
+        self.features = self._features(np.asarray(self.keys, dtype=float))
+
     # ------------------------------------------------------------------ inputs
     def _predict_prior(self, configs: Sequence[Config]) -> np.ndarray:
+        """log of the prior's predictions; a prior that fails is dropped (a warning that
+        says why, then a flat prior: the GP alone) so that it never stops training."""
+        if self.failed is not None:
+            return np.zeros(len(configs))
         try:
             values = np.asarray(self.prior(list(configs)), dtype=float)
+            if values.shape != (len(configs),):
+                raise ValueError(f"it returned {values.shape} values for {len(configs)} "
+                                 "configurations")
         except Exception as e:  # a prior that cannot predict is no prior
-            raise ValueError(f"the prior failed to predict: {e}") from e
-        if values.shape != (len(configs),):
-            raise ValueError(f"the prior returned {values.shape} values for {len(configs)} "
-                             "configurations")
+            self.failed = f"the prior failed to predict ({e}); going on without it"
+            warnings.warn(self.failed, RuntimeWarning, stacklevel=2)
+            self.log_prior = np.zeros(len(self.log_prior))
+            return np.zeros(len(configs))
         floor = np.nanmax(values[values > 0]) * 1e-6 if np.any(values > 0) else 1e-12
         values = np.where(np.isfinite(values) & (values > 0), values, floor)
         return np.log(values)
@@ -89,6 +110,7 @@ class Surrogate:
 
     def _locate(self, config: Mapping) -> int:
         """The pool index of ``config``, added to the pool if it is not there yet."""
+        self._build()
         c = self.space.validate(config)
         k = self.space.key(c)
         i = self._index.get(k)
@@ -133,6 +155,7 @@ class Surrogate:
 
     def predict(self, indices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(mean, std)`` of log score for pool entries ``indices`` (default all)."""
+        self._build()
         self._fit()
         idx = np.arange(len(self.keys)) if indices is None else np.asarray(indices)
         mean = self.log_prior[idx] + self._offset

@@ -103,8 +103,10 @@ def test_bad_arguments_name_the_problem():
         Tuner(SPACE, techniques=("prior", "grid"))
     with pytest.raises(ValueError, match="screen"):
         Tuner(SPACE, prior=perfect, screen=1.5)
-    with pytest.raises(ValueError, match="prior returned"):
-        Surrogate(SPACE, lambda cs: [1.0])  # wrong length
+    broken = Surrogate(SPACE, lambda cs: [1.0])  # wrong length: dropped, never fatal
+    with pytest.warns(RuntimeWarning, match=r"prior failed to predict \(it returned \(1,\) values"):
+        broken.predict()
+    assert broken.failed and np.all(broken.log_prior == 0)
 
 
 def test_the_simulator_is_a_prior_for_a_live_job():

@@ -130,6 +130,23 @@ def test_run_is_recorded_in_the_store(with_server):
     assert len(store.trials(run["id"])) == len(json.loads(json.dumps(with_server[0][0]["session"]["history"])))
 
 
+def test_best_and_default_are_means_over_their_scored_iterations(with_server):
+    from autotune.store import Store
+
+    ranks, tmp = with_server
+    s0 = ranks[0]["session"]
+    mean, spread, n = s0["measured_best"]
+    d_mean, d_spread, d_n = s0["measured_default"]
+    # one number everywhere: the session's best is the kept configuration's mean
+    assert s0["best_score"] == mean and s0["best_spread"] == spread and n >= 2
+    assert s0["default_score"] == d_mean and s0["default_spread"] == d_spread
+    assert d_n >= n  # the default measured as long as the kept configuration
+    (run,) = Store(tmp / "t.db").runs()
+    assert run["unit"] == s0["unit"] == "it/s"  # no samples_per_step
+    assert run["best_score"] == mean and run["best_spread"] == spread
+    assert run["default_score"] == d_mean and run["default_spread"] == d_spread
+
+
 def test_matches_ddp_and_survives_faults(with_faults):
     ranks = with_faults
     for r in ranks:
