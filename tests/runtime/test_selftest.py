@@ -1,0 +1,166 @@
+"""``autotune selftest``: its sweep and bounds, then real jobs (2 workers + 1 server on
+loopback, gloo) under ``autotune launch`` and through ``autotune selftest`` itself, one
+passing and one with injected faults that must be reported as FAILED."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.runtime.config import Limits, RuntimeConfig
+from autotune.selftest import (LOSSY_CODECS, half_codec_bound, label, lossless_bound,
+                               norm_factor, shapes, sweep)
+
+ROOT = Path(__file__).resolve().parents[2]
+AUTOTUNE = Path(sys.executable).parent / "autotune"  # the console script: a Python file
+QUICK = ["--quick", "--size", "0.5", "--iterations", "2", "--tensors", "16"]
+
+
+# ---------------------------------------------------------------------- no processes
+@pytest.mark.parametrize("wpm,servers", [(1, 0), (2, 1), (2, 2), (4, 3)])
+@pytest.mark.parametrize("quick", [True, False])
+def test_sweep_is_valid_and_covers_the_job(wpm: int, servers: int, quick: bool) -> None:
+    configs = sweep(wpm, servers, quick=quick, lossy=True)
+    for cfg in configs:
+        RuntimeConfig.of(cfg).check(Limits(servers=servers, workers_per_machine=wpm))
+    lossless = [c for c in configs if c["compression"] == "none"]
+    assert len({label(c) for c in configs}) == len(configs)
+    assert {c["transport"] for c in lossless} == {"allreduce", "pushpull"}
+    if servers:
+        assert any(c["transport"] == "pushpull" and c["servers"] for c in lossless)
+    intras = {c["intra"] for c in lossless}
+    assert intras == {"flat"} if wpm == 1 else len(intras) >= 2
+    assert {c["compression"] for c in configs} - {"none"} == set(LOSSY_CODECS)
+    assert len({c["streams"] for c in lossless}) >= 2
+    assert len({c["chunk_bytes"] for c in lossless}) >= 2
+    if quick:
+        assert len(lossless) <= 6
+    assert not any(c["compression"] != "none" for c in sweep(wpm, servers, quick=quick))
+
+
+def test_shapes_hold_the_size_and_spread() -> None:
+    specs = shapes(4 << 20, 24, ("float32", "bfloat16"))
+    assert len(specs) == 24 and specs == shapes(4 << 20, 24, ("float32", "bfloat16"))
+    total = sum(torch.Size(s).numel() * (4 if d == "float32" else 2) for s, d in specs)
+    assert 0.9 * (4 << 20) <= total <= 4 << 20
+    sizes = sorted(torch.Size(s).numel() for s, _ in specs)
+    assert sizes[-1] > 100 * sizes[0]  # biases to large matrices
+    assert {len(s) for s, _ in specs} >= {1, 2, 4}
+    assert {d for _, d in specs} == {"float32", "bfloat16"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_lossless_bound_admits_another_order_and_nothing_more(dtype: str) -> None:
+    """Sums of 5 workers in two orders differ, within the bound; a relative error of a
+    few units of the last place on one element does not fit."""
+    g = torch.Generator().manual_seed(3)
+    n = 5
+    dt = getattr(torch, dtype)
+    parts = [(torch.randn(20000, generator=g) * 10 ** (i - 2)).to(dt) for i in range(n)]
+    a, b = parts[0].clone(), parts[-1].clone()
+    for p in parts[1:]:
+        a += p
+    for p in reversed(parts[:-1]):
+        b += p
+    a /= n
+    b /= n
+    assert not torch.equal(a, b)
+    abs_sum = sum(p.double().abs() for p in parts)
+    bound = lossless_bound(a.double(), b.double(), abs_sum, n, dtype)
+    assert ((a.double() - b.double()).abs() <= bound).all()
+    wrong = b.double().clone()
+    i = int(abs_sum.argmax())
+    wrong[i] += 8 * float(abs_sum[i]) * {"float32": 2 ** -23, "float16": 2 ** -10,
+                                         "bfloat16": 2 ** -7}[dtype]
+    assert not ((a.double() - wrong).abs() <= lossless_bound(a.double(), wrong, abs_sum, n,
+                                                             dtype)).all()
+
+
+def test_codec_bounds() -> None:
+    from autotune.runtime.codecs import make_codec
+
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(4096, generator=g) for _ in range(2)]
+    ref = (xs[0] + xs[1]) / 2
+    half = make_codec("fp16", world_size=2)
+    got = sum(half.decode(half.encode(x), 4096) for x in xs) / 2
+    abs_sum = sum(x.double().abs() for x in xs)
+    assert ((got.double() - ref.double()).abs()
+            <= half_codec_bound(ref.double(), got.double(), abs_sum, 2, "float32", "fp16")).all()
+    assert norm_factor({"compression": "topk", "topk_ratio": 0.25, "transport": "allreduce"}) \
+        == pytest.approx(0.75 ** 0.5)
+    assert norm_factor({"compression": "onebit", "transport": "pushpull"}) == 3.0
+    assert norm_factor({"compression": "randomk", "transport": "pushpull"}) == 1.0
+    for name in ("topk", "onebit", "randomk", "powersgd"):
+        c = make_codec(name, world_size=2)
+        for x in xs:
+            y = c.decode(c.encode(x), x.numel())
+            assert (x - y).norm() <= norm_factor({"compression": name}) * x.norm() * (1 + 1e-5)
+
+
+# ---------------------------------------------------------------------- real jobs
+def _run(cmd: list[str], tmp: Path, env: dict[str, str] | None = None,
+         timeout: float = 150) -> tuple[int, str]:
+    full = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_FAULT"}
+    full.update(env or {})
+    proc = subprocess.run(cmd, cwd=tmp, env=full, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_quick_selftest_under_autotune_launch(tmp_path: Path) -> None:
+    out = tmp_path / "selftest.json"
+    code, log = _run([sys.executable, "-m", "autotune.launch", "-n", "2", "-k", "1",
+                      str(AUTOTUNE), "selftest", *QUICK, "--json", str(out)], tmp_path)
+    assert code == 0, log[-6000:]
+    res = json.loads(out.read_text())
+    assert res["passed"] and not res["failed"] and res["device"] == "cpu"
+    assert res["world"]["workers"] == [0, 1] and res["world"]["servers"] == [2]
+    rows = res["configs"]
+    assert len(rows) >= 5
+    for r in rows:
+        assert r["passed"] and r["status"] == "exact", r  # 2 workers: a + b == b + a
+        assert r["max_abs"] == 0.0 and r["bound_ratio"] == 0.0
+        assert len(r["times_ms"]) == 2 and all(t > 0 for t in r["times_ms"])
+        assert r["median_ms"] > 0 and r["vs_ddp"] > 0
+        assert RuntimeConfig.of(r["config"]).as_dict() == r["config"]
+    assert any(r["config"]["transport"] == "pushpull" and r["config"]["servers"] >= 1
+               for r in rows)
+    assert any(r["config"]["intra"] != "flat" for r in rows)
+    ddp = res["reference"]["ddp"]
+    assert ddp["median_ms"] > 0 and "DistributedDataParallel" in ddp["what"]
+    assert res["reference"]["all_reduce"]["median_ms"] > 0
+    assert "vs DDP" in log and "all configurations passed" in log
+
+
+@pytest.mark.slow
+def test_injected_faults_are_reported_failed(tmp_path: Path) -> None:
+    """``autotune selftest`` outside a job starts one itself. One rule fails every
+    push/pull round with a server (recoverable, in wait()), one makes rank 1 unable to
+    apply 4 streams (in sync()): those rows are FAILED with the cause, the others pass,
+    and the exit code is 1."""
+    out = tmp_path / "selftest.json"
+    fault = "transport=pushpull,servers=1@fail;streams=4@configure:1"
+    code, log = _run([str(AUTOTUNE), "selftest", "--workers", "2", "--servers", "1", *QUICK,
+                      "--json", str(out)], tmp_path, env={"AUTOTUNE_FAULT": fault})
+    assert code == 1, log[-6000:]
+    res = json.loads(out.read_text())
+    assert not res["passed"]
+    failed = [r for r in res["configs"] if r["status"] == "FAILED"]
+    passed = [r for r in res["configs"] if r["passed"]]
+    assert passed and all(r["status"] == "exact" for r in passed)
+    injected = [r for r in failed if "injected fault" in r["error"]]
+    assert injected and all(r["config"]["transport"] == "pushpull"
+                            and r["config"]["servers"] == 1 for r in injected)
+    assert all(r["median_ms"] is None and not r["passed"] for r in failed)
+    configure = [r for r in failed if r["config"]["streams"] == 4]
+    assert configure and "rank 1" in configure[0]["error"], configure
+    assert sorted(res["failed_lossless"]) == sorted(r["label"] for r in failed)
+    assert "FAILED" in log and "configuration(s) failed" in log
