@@ -57,6 +57,7 @@ class Surrogate:
         self._gp = None
         self._offset = 0.0
         self._fitted = 0
+        self._z: list[float] = []  # standardised errors of the predictions of told scores
 
     def _build(self) -> None:
         """Predict the pool with the prior, on first use (so a session can let its prior
@@ -125,9 +126,24 @@ class Surrogate:
 
     # ------------------------------------------------------------------ learning
     def tell(self, config: Mapping, score: float | None, weight: float = 1.0) -> None:
+        """Learn ``score``; first, how far it lies from what was predicted (in predicted
+        standard deviations): :attr:`inflation` widens every later prediction when the
+        surrogate proves overconfident (a prior far from this job's physics)."""
+        if score is not None and score > 0:
+            mean, std = self.predict_config(config)
+            self._z.append((math.log(score) - mean) / max(std, 1e-6))
         self._locate(config)
         self.obs.add(config, score, weight)
         self._gp = None
+
+    @property
+    def inflation(self) -> float:
+        """Root mean square of the told scores' standardised errors (at least 1, at most
+        10; 1 until three scores were told)."""
+        z = self._z[3:]  # the first few test the uncalibrated prior, not the surrogate
+        if len(z) < 3:
+            return 1.0
+        return min(10.0, max(1.0, math.sqrt(sum(v * v for v in z) / len(z))))
 
     def _fit(self) -> None:
         scored = self.obs.scored()
@@ -163,7 +179,7 @@ class Surrogate:
         if self._gp is not None:
             m, s = self._gp.predict(self.features[idx], return_std=True)
             mean, std = mean + m, s
-        return mean, std
+        return mean, std * self.inflation
 
     def predict_config(self, config: Mapping) -> tuple[float, float]:
         """``(mean, std)`` of the log score of one configuration."""
