@@ -9,7 +9,8 @@ as under ``torchrun``), so the store outlives any rank and the survivors can tel
 peer died. With ``--machines M`` the workers are split into ``M`` emulated machines
 (``AUTOTUNE_MACHINE=node0..``; servers are ``server0..``), which is how the intra-machine
 modes run on one host. Every line a process prints is streamed with a ``[w<rank>]`` or
-``[s<rank>]`` prefix. If a worker fails, the others get ``grace`` seconds to finish on
+``[s<rank>]`` prefix as soon as it ends; rank 0's tuning bar is drawn here, live, when
+this output is a terminal (plain lines per trial otherwise; :mod:`autotune.progress`). If a worker fails, the others get ``grace`` seconds to finish on
 their own, then are stopped; the launcher exits with the first failing worker's code and
 repeats its last lines. A server that fails is reported and the job goes on: the workers
 drop lost servers (see ``ServerLost``); the exit code is the workers'.
@@ -31,7 +32,7 @@ from typing import IO, Sequence
 
 import click
 
-from autotune import ranks
+from autotune import progress, ranks
 from autotune.ranks import Rank, describe_exit
 
 TAIL_LINES = 25
@@ -131,9 +132,22 @@ def plan_processes(script: Sequence[str], workers: int, servers: int = 0,
     return procs
 
 
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int | None = None,
-            grace: float = 10.0, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
+            grace: float = 10.0, out: IO[str] | None = None, err: IO[str] | None = None,
+            live: bool | None = None) -> int:
     """Start the job, stream its output, return 0 or the first failing rank's exit code.
+
+    Every line is passed on as it comes. ``live`` (default: whether ``out`` is a
+    terminal): rank 0 sends its tuning progress as events and the bar is drawn here, live,
+    below the ranks' lines (:class:`autotune.progress.Terminal`); otherwise rank 0 prints a
+    plain line per trial (``AUTOTUNE_PROGRESS``, when set, is left as it is).
 
     A bad job shape raises ``click.BadParameter`` before anything starts."""
     check_world(workers, servers, machines)
@@ -141,18 +155,26 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
 
     out = out or sys.stdout
     err = err or sys.stderr
+    live = _is_terminal(out) if live is None else live
     store = TCPStore("127.0.0.1", 0, workers + servers, True, wait_for_workers=False)
     procs = plan_processes(script, workers, servers, machines, port=store.port)
+    terminal = None
+    if live:
+        terminal = progress.Terminal(out)
+        for p in procs:
+            p.env.setdefault(progress.ENV, "events")
+    emit = terminal.feed if terminal is not None else ranks.emitter(out)
 
     def lost(rank: Rank, code: int) -> None:  # the workers go on without it
-        out.write(f"autotune launch: rank {rank.rank} (server) failed, "
-                  f"{describe_exit(code)}; the job goes on while its workers do\n")
-        out.flush()
+        emit(f"autotune launch: rank {rank.rank} (server) failed, "
+             f"{describe_exit(code)}; the job goes on while its workers do\n")
 
     try:
-        job = ranks.run([p.as_rank() for p in procs], grace=grace, emit=ranks.emitter(out),
+        job = ranks.run([p.as_rank() for p in procs], grace=grace, emit=emit,
                         keep=TAIL_LINES, on_lost=lost)
     finally:
+        if terminal is not None:
+            terminal.close()
         del store
     failed = job.failed
     if failed is None:

@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, TextIO
 
+from autotune.progress import is_event
+
 POLL_S = 0.05
 KILL_WAIT_S = 2.0  # after SIGKILL, how long to wait before reporting a process that stays
 
@@ -182,9 +184,12 @@ def _wait(procs: list[tuple[Rank, subprocess.Popen]], seen: _Seen, grace: float,
 
 def _pump(p: subprocess.Popen, tag: str, sink: collections.deque, lock: threading.Lock,
           emit: Callable[[str], None] | None) -> None:
+    """Each line as it comes (ranks run unbuffered, and a line is passed on as soon as it
+    ends). Progress events (:mod:`autotune.progress`) go to ``emit`` but are not kept."""
     assert p.stdout is not None
     for line in p.stdout:
-        sink.append(line)
+        if not is_event(line):
+            sink.append(line)
         if emit is not None:
             with lock:
                 emit(f"[{tag}] {line if line.endswith(chr(10)) else line + chr(10)}")

@@ -1,0 +1,195 @@
+"""Rank 0's tuning progress reaches the person as it happens (autotune.progress).
+
+* Under ``autotune launch`` with its output to a pipe: a plain line per finished trial
+  (number, technique, configuration, score, best so far), each passed on while training
+  goes on, not at the end: checked against the ``step`` lines the script prints, in
+  order and in arrival time, with real processes.
+* Under ``autotune launch`` in a terminal (a pty): rank 0 sends events and the launcher
+  draws the bar while the job runs.
+* The pieces: event lines, the launcher's renderer, the plain lines.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune import progress
+
+BUDGET, STEPS = 12, 30
+
+SCRIPT = textwrap.dedent(f"""
+    import os, sys, time
+    import torch
+    import autotune
+
+    rank = int(os.environ["RANK"])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    with autotune.session(model, budget={BUDGET}, store=False, warmup=1,
+                          trial_iterations=2, seed=1) as tuner:
+        for step in range({STEPS}):
+            model(torch.randn(4, 8)).sum().backward()
+            tuner.step()
+            model.zero_grad()
+            time.sleep(0.1)
+            if rank == 0:
+                print(f"step {{step}} tuning={{tuner.tuning}}", flush=True)
+""")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != progress.ENV}
+    env.update(OMP_NUM_THREADS="1", COLUMNS="120")
+    return env
+
+
+def _cmd(script: Path) -> list[str]:
+    return [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2", str(script)]
+
+
+@pytest.mark.slow
+def test_plain_trial_lines_come_while_training_goes_on_through_a_pipe(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.Popen(_cmd(script), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    seen: list[tuple[float, str]] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append((time.monotonic(), line.rstrip("\n")))
+        assert proc.wait(timeout=120) == 0, "\n".join(t for _, t in seen)[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = [t for _, t in seen]
+    log = "\n".join(text)
+    trials = [i for i, t in enumerate(text) if re.match(r"\[w0\] tuning: trial \d+ ", t)]
+    steps = {int(m.group(1)): i for i, t in enumerate(text)
+             if (m := re.match(r"\[w0\] step (\d+) ", t))}
+    assert len(trials) >= 3, log
+    # each line: number, technique, configuration, score with its unit, best so far
+    first = text[trials[0]]
+    assert re.search(r"trial 0 \w+: streams=\d+ chunk_bytes=\d+[KM]iB transport=\w+.*: "
+                     r"[\d.,]+ it/s; best [\d.,]+ it/s \[\d+/12 iterations, ", first), first
+    assert "@autotune-progress" not in log  # no events where no launcher draws them
+    assert any("[w0] tuning: done, 12/12 iterations" in t for t in text), log
+    assert not any("[w1] tuning:" in t for t in text), "only rank 0 shows progress"
+    # passed on as it happens: the first trials come before training has gone far, in
+    # order and in time (the script sleeps 0.1 s per step)
+    assert trials[0] < steps[6] and trials[2] < steps[12], log
+    t_first, t_last_step = seen[trials[0]][0], seen[steps[STEPS - 1]][0]
+    assert t_last_step - t_first > 1.0, (t_first, t_last_step)
+
+
+@pytest.mark.slow
+def test_launch_in_a_terminal_draws_the_bar_while_the_job_runs(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(_cmd(script), env=_env(), stdout=slave, stderr=slave,
+                            stdin=subprocess.DEVNULL, close_fds=True)
+    os.close(slave)
+    chunks: list[tuple[float, bytes]] = []
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # the pty closed: every writer is gone
+                    break
+                if not data:
+                    break
+                chunks.append((time.monotonic(), data))
+            elif proc.poll() is not None:
+                break
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    raw = b"".join(d for _, d in chunks).decode(errors="replace")
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw)
+    assert "@autotune-progress" not in plain  # the events were drawn, not printed
+    assert "tuning: trial" not in plain  # no plain lines in a terminal
+    counts = [int(m.group(1)) for m in re.finditer(r"tuning\s.*?(\d+)/12", plain)]
+    assert counts and counts[-1] == 12, plain[-2000:]
+    # drawn while the job ran: a partial bar arrived before the script's last step
+    t_bar = next(t for t, d in chunks if re.search(rb"tuning.*?\b([1-9]|1[01])/12", d))
+    t_end = next(t for t, d in chunks if f"step {STEPS - 1} ".encode() in d)
+    assert t_end - t_bar > 1.0, (t_bar, t_end)
+    assert "[w0] step 0 tuning=True" in plain
+
+
+def test_event_lines_round_trip():
+    buf = io.StringIO()
+    ev = progress.Events(10, out=buf)
+    ev.describe("trial 0 grid")
+    ev.advance(3)
+    ev.stop("kept x")
+    lines = buf.getvalue().splitlines()
+    assert all(progress.is_event(ln) for ln in lines)
+    tag, last = progress.parse("[w0] " + lines[-1])
+    assert tag == "w0" and last == {"total": 10, "completed": 3, "description": "trial 0 grid",
+                                    "done": True, "summary": "kept x"}
+    assert progress.parse("[w0] step 3") is None and progress.parse(progress.MARK + "{x") is None
+
+
+def test_terminal_prints_lines_and_draws_events():
+    buf = io.StringIO()
+    got = []
+    term = progress.Terminal(buf, on_event=lambda tag, ev: got.append((tag, ev)))
+    term.feed("[w0] hello\n")
+    term.feed(f"[w0] {progress.MARK}" + '{"total": 4, "completed": 1, "description": "t0"}\n')
+    term.feed("[w1] world\n")
+    term.feed(f"[w0] {progress.MARK}" + '{"total": 4, "completed": 4, "done": true}\n')
+    term.close()
+    out = buf.getvalue()
+    assert "[w0] hello" in out and "[w1] world" in out and progress.MARK not in out
+    assert [t for t, _ in got] == ["w0", "w0"] and got[-1][1]["done"]
+
+
+def test_plain_lines_per_trial(monkeypatch):
+    buf = io.StringIO()
+    lines = progress.Lines(6, out=buf)
+    lines.advance(2)
+    lines.trial(0, "grid", {"streams": 2, "chunk_bytes": 1 << 20, "transport": "allreduce"},
+                12.5, 12.5, "it/s")
+    lines.advance(2)
+    lines.trial(1, "bayes", {"streams": 1, "chunk_bytes": 65536, "transport": "pushpull",
+                             "servers": 2}, None, 12.5, "it/s", error="boom")
+    lines.stop("kept streams=2")
+    out = buf.getvalue().splitlines()
+    assert out[0] == "tuning: 6 iterations of trials"
+    assert out[1].startswith("tuning: trial 0 grid: streams=2 chunk_bytes=1MiB "
+                             "transport=allreduce") and ": 12.5 it/s; best 12.5 it/s [2/6" in out[1]
+    assert "servers=2" in out[2] and ": failed; best 12.5 it/s [4/6" in out[2]
+    assert out[3].startswith("tuning: done, 4/6 iterations in ") and out[3].endswith("kept streams=2")
+
+
+def test_mode_follows_the_environment_then_the_terminal(monkeypatch):
+    monkeypatch.setenv(progress.ENV, "events")
+    assert progress.mode(io.StringIO()) == "events"
+    monkeypatch.delenv(progress.ENV)
+    assert progress.mode(io.StringIO()) == "lines"
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert progress.mode(Tty()) == "bar"
