@@ -16,8 +16,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
+# As root (network namespaces): DDP vs autotune.session on an emulated 4+4-host cluster at
+# 300mbit, one table at the end (~3 min). Otherwise it says why and trains a small GPT on
+# loopback under `autotune launch`. See autotune/demo.py.
 demo: $(STAMP)
-	$(BIN)/autotune launch --workers 4 --servers 2 --machines 2 examples/train_transformer.py --steps 200 --budget 100
+	$(BIN)/python -m autotune.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
