@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.emulate.workload import check_average
+
 MARK = "DEMO "  # a rank's result line: MARK + JSON
 WARMUP = 3  # the session's warm-up iterations (its default)
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_transformer.py"
@@ -49,13 +51,6 @@ def _model(a: argparse.Namespace, rank: int):
     from autotune.emulate.workload import model_shapes, sleepy_model
 
     return sleepy_model(model_shapes(a.model), a.fwd_ms / 1e3, a.bwd_ms / 1e3, rank + 1)
-
-
-def _check(model: Any, want: float, what: str) -> None:
-    """Every averaged gradient is exactly the mean of the workers' (rank + 1)."""
-    bad = sum(1 for p in model.params if not bool((p.grad == want).all()))
-    if bad:
-        raise AssertionError(f"{what}: wrong averaged gradients in {bad} tensors")
 
 
 def ddp_job(a: argparse.Namespace) -> None:
@@ -80,7 +75,7 @@ def ddp_job(a: argparse.Namespace) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         if i >= a.ddp_warmup:
             times.append(float(t))
-    _check(model, (n + 1) / 2, "DDP")
+    check_average(model, (n + 1) / 2, "DDP")
     if rank == 0:
         print(MARK + json.dumps({"times_s": times}), flush=True)
     dist.destroy_process_group()
@@ -117,7 +112,7 @@ def session_job(a: argparse.Namespace) -> None:
             else:
                 kept_times.append(dt)
             if i % 5 == 4:  # the exact average, outside the timed window
-                _check(model, (n + 1) / 2, f"session under {tuner.config}")
+                check_average(model, (n + 1) / 2, f"session under {tuner.config}")
     if rank == 0:
         history = [{"index": r.index, "technique": r.technique, "config": r.config,
                     "score": r.score, "error": r.error} for r in tuner.history]

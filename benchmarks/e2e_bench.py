@@ -34,18 +34,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import MARK, RESULTS, emit, fmt_cfg, machine, measure_B, median, model_shapes, \
     patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
 
-from autotune.emulate.workload import optimum_s  # noqa: E402
+from autotune.emulate.workload import check_average, optimum_s  # noqa: E402
 
 
 # ---- rank programs --------------------------------------------------------------------
 
 WARMUP = 3  # the session's warm-up iterations (its default), before the budget
-
-def _check(model, want: float, what: str) -> None:
-    bad = [i for i, p in enumerate(model.params) if not bool((p.grad == want).all())]
-    if bad:
-        raise AssertionError(f"{what}: wrong averaged gradients in {len(bad)} tensors")
-
 
 def ddp_main(a: argparse.Namespace) -> None:
     import torch
@@ -71,7 +65,7 @@ def ddp_main(a: argparse.Namespace) -> None:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             if i >= a.warmup:
                 times.append(float(t))
-        _check(model, (n + 1) / 2, f"DDP bucket {mb} MB")
+        check_average(model, (n + 1) / 2, f"DDP bucket {mb} MB")
         rows.append({"bucket_mb": mb, "times_s": times})
         if rank == 0:
             print(f"DDP bucket {mb:g} MB: {median(times):.3f} s {times}", flush=True)
@@ -138,7 +132,7 @@ def fixed_main(a: argparse.Namespace) -> None:
             t = rt.worker_max(time.perf_counter() - t0)
             if i >= a.warmup:
                 times.append(t)
-        _check(model, (n + 1) / 2, f"fixed {cfg}")
+        check_average(model, (n + 1) / 2, f"fixed {cfg}")
         rows.append({"config": dict(rt.config), "times_s": times})
         if leader:
             print(f"fixed {fmt_cfg(cfg)}: {median(times):.3f} s {times}", flush=True)
@@ -177,7 +171,7 @@ def session_main(a: argparse.Namespace) -> None:
             times.append(time.perf_counter() - t0)
             configs.append(dict(tuner.config))
             if i % 5 == 4 or not tuning[-1]:  # exact average (outside the timed window)
-                _check(model, (n + 1) / 2, f"session under {tuner.config}")
+                check_average(model, (n + 1) / 2, f"session under {tuner.config}")
         best = tuner.best
         history = [{"config": r.config, "iterations": r.iterations, "score": r.score,
                     "technique": r.technique, "error": r.error} for r in tuner.history]

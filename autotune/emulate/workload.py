@@ -69,6 +69,14 @@ def sleepy_model(shapes: list[tuple[str, tuple[int, ...]]], fwd_s: float, bwd_s:
     return Sleepy()
 
 
+def check_average(model, want: float, what: str) -> None:
+    """Every averaged gradient of a :func:`sleepy_model` is exactly ``want`` (the mean
+    of the workers' fills, rank + 1); raise naming ``what`` otherwise."""
+    bad = sum(1 for p in model.params if not bool((p.grad == want).all()))
+    if bad:
+        raise AssertionError(f"{what}: wrong averaged gradients in {bad} tensors")
+
+
 def optimum_s(n: int, k: int, M: float, B: float, fwd_s: float) -> float:
     """The analytic optimum of one iteration: the forward, then communication with the
     backward fully overlapped (BytePS OSDI 2020: push/pull with the optimal split over
