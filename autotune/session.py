@@ -14,7 +14,9 @@ the others are timed on every worker, and the median of the slowest worker's tim
 trial's time. The score is throughput: samples/s when ``samples_per_step`` is given,
 iterations/s otherwise. A trial whose first scored iteration reaches less than
 ``cut_short`` (default 0.5) of the best score so far ends there, and its remaining
-iterations go back to the budget: bad configurations cost little training time.
+iterations go back to the budget: bad configurations cost little training time. One
+clearly slow already on its unscored switch iteration (under ``cut_short`` of the best
+even after :data:`SWITCH_MARGIN` for the switch's own cost) ends after that one.
 Tuning iterations train the model like any other: no step is wasted. After ``budget``
 iterations the best configuration is kept for the rest of the run (and re-tuned briefly
 if ``retune_on_drift`` is set and throughput drops).
@@ -50,6 +52,13 @@ from autotune.trials import TrialDriver, TrialRecord
 from autotune.tuner import Trial, Tuner
 
 __all__ = ["Session", "session", "TrialRecord"]
+
+#: How much slower than the configuration's steady iterations its first one (the switch:
+#: new buffers, first use of stream groups) may be. A trial whose switch iteration is
+#: under ``cut_short`` of the best even when divided by this stops there. Measured on 22
+#: trials of a loopback session (2 workers + 1 server, docs/tuner.md): the switch
+#: iteration took 0.77-1.43x a steady one (median 1.07, 90th percentile 1.30).
+SWITCH_MARGIN = 2.0
 
 
 @dataclass
@@ -149,6 +158,7 @@ class Session:
         self._trial_index = -1
         self._trial_left = 0
         self._trial_times: list[float] = []
+        self._switch_s: float | None = None
         self._trial_start = 0.0
         self._last_good: Config | None = None
         self._t_last: float | None = None
@@ -486,6 +496,7 @@ class Session:
         self._trial_index += 1
         self._trial_left = trial.iterations
         self._trial_times = []
+        self._switch_s = None
         self._trial_start = time.perf_counter()
         self._update_progress()
         return trial.config
@@ -509,23 +520,33 @@ class Session:
         if failed is not None or slowest == float("inf"):
             self._finish_trial(None, failed or "a worker failed under this configuration")
             return self._next_trial()
-        if not first:
+        if first:
+            self._switch_s = slowest
+        else:
             self._trial_times.append(slowest)
             self.trials.sample(trial.config, self._throughput(slowest))
         if self._progress is not None:
             self._progress.advance()
-        if self._trial_left > 0 and not self._clearly_slow(slowest):
+        if self._trial_left > 0 and not self._clearly_slow(slowest, first):
             return trial.config
-        times = self._trial_times or [slowest]
-        self._finish_trial(self._throughput(statistics.median(times)), None)
+        if self._trial_times:
+            score = self._throughput(statistics.median(self._trial_times))
+        else:  # stopped on its switch iteration: at best SWITCH_MARGIN times faster
+            score = self._throughput(slowest / SWITCH_MARGIN)
+        self._finish_trial(score, None)
         return self._next_trial()
 
-    def _clearly_slow(self, slowest: float) -> bool:
-        """Whether the trial's first scored iteration reached less than ``cut_short`` of
-        the best score so far: then the trial ends there and its remaining iterations go
-        back to the budget (with ``trial_iterations=4`` a bad configuration costs 2, not 4)."""
+    def _clearly_slow(self, slowest: float, first: bool) -> bool:
+        """Whether the trial is clearly slow: its unscored switch iteration, even allowing
+        :data:`SWITCH_MARGIN` for the switch's own cost, or its first scored iteration
+        reached less than ``cut_short`` of the best score so far. Then the trial ends
+        there and its remaining iterations go back to the budget."""
         best = self.tuner.best
-        return (self.cut_short is not None and len(self._trial_times) == 1 and best is not None
+        if self.cut_short is None or best is None:
+            return False
+        if first:
+            return self._throughput(slowest) * SWITCH_MARGIN < self.cut_short * best[1]
+        return (len(self._trial_times) == 1
                 and self._throughput(slowest) < self.cut_short * best[1])
 
     def _throughput(self, seconds: float) -> float:
@@ -542,6 +563,7 @@ class Session:
         rec = self.trials.finish(trial, score, iterations=used, error=error,
                                  wall_time=time.perf_counter() - self._trial_start,
                                  index=self._trial_index)
+        rec.switch_s = self._switch_s
         if error is not None:
             self._say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, {rec.config}): {error}")
         best = self.tuner.best

@@ -35,6 +35,7 @@ class TrialRecord:
     score: float | None
     error: str | None = None
     wall_time: float = 0.0
+    switch_s: float | None = None  # the session: its first, unscored iteration's time
 
 
 class TrialDriver:

@@ -108,7 +108,8 @@ def test_a_clearly_slow_trial_is_cut_short(with_server):
     assert (default["technique"], default["iterations"]) == ("warm", 4)
     assert seed["technique"] == "warm"
     assert {k: seed["config"][k] for k in SLOW} == SLOW
-    assert seed["iterations"] == 2 and seed["score"] < 0.5 * default["score"]
+    # stopped on its switch iteration already: far under half the default's speed
+    assert seed["iterations"] == 1 and seed["score"] < 0.5 * default["score"]
 
 
 def test_equals_synchronous_sgd_across_config_switches(with_server):
