@@ -17,10 +17,14 @@ whose NIC rate is the measured duplex B:
   search to minimise the mean relative error on half of the configurations (``fit``),
   and checked on the other half (``held out``).
 
-Prints a table, writes JSON (``--json``) and, with ``--results-md``, appends a section to
-``benchmarks/RESULTS.md``.
+Prints a table, writes JSON (``--json``, default ``benchmarks/results/sim_calibration.json``:
+the measured rows with their raw times, B, the gradient sizes, and the predictions) and,
+with ``--results-md``, appends a section to ``benchmarks/RESULTS.md``. ``--reevaluate
+[JSON]`` re-runs the predictions and the fit on saved measurements, without the emulator
+(after a change to the simulator).
 
     sudo .venv/bin/python benchmarks/sim_calibration.py --repeats 5          # ~4 min
+    .venv/bin/python benchmarks/sim_calibration.py --reevaluate               # seconds
 
 The same file is the worker rank program (``--job``); servers run ``python -m autotune.server``.
 """
@@ -81,7 +85,7 @@ SETS = {label: which for label, _, _, which in CONFIGS}
 GRID: dict[str, list[Any]] = {
     "latency_us": [50, 200, 500, 1000, 2000],
     "chunk_overhead_us": [10, 100, 300, 1000],
-    "stream_overhead": [0.0, 0.02, 0.05, 0.1],
+    "stream_overhead": [0.0, 0.01, 0.02, 0.05, 0.1],
     "pipeline_depth": [4],
     "cpu_sum_gbps": [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 200.0],
 }
@@ -332,13 +336,12 @@ def markdown(res: dict) -> str:
         "",
         "Fitted constants (fit half, grid search, mean |relative error|): "
         + ", ".join(f"`{k}={v}`" for k, v in res["calibrated"].items()) + " (`pipeline_depth` "
-        "is the runtime's, not fitted). All-reduce is predicted closely with the defaults "
-        "already (B measured, nothing fitted). Push/pull through a dedicated server is "
-        "predicted too fast, the more so the bigger the chunks: the simulator's fluid pipeline "
-        "overlaps one chunk's push with another's pull at the Summation Service, while the "
-        "runtime's service is store-and-forward per chunk and the chunks in flight share the "
-        "server's link; no setting of the free constants fixes that, so it is stated as a "
-        "limit (docs/simulator.md, Calibration).",
+        "is the runtime's `SEND_DEPTH`, not fitted). Push/pull is modelled as the runtime "
+        "runs it: a stream keeps `pipeline_depth` pushes on their way out, each Summation "
+        "Service is store-and-forward per chunk (it sends a sum back once every part is in), "
+        "and the chunks of one send window that go to the same owner share its link and "
+        "finish their pushes together, so their pulls start after the last of them "
+        "(docs/simulator.md, How an iteration is charged).",
         "",
     ]
     return "\n".join(lines)
@@ -357,8 +360,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path, default=RESULTS / "sim_calibration.json")
     ap.add_argument("--results-md", type=Path, default=None,
                     help="append the table as a section to this markdown file")
-    ap.add_argument("--refit", type=Path, default=None,
-                    help="fit and tabulate the measurements of a saved JSON instead of measuring")
+    ap.add_argument("--refit", "--reevaluate", type=Path, nargs="?", default=None,
+                    const=RESULTS / "sim_calibration.json", metavar="JSON",
+                    help="re-evaluate the simulator (defaults and fit) on the measurements "
+                         "saved in JSON (default: benchmarks/results/sim_calibration.json) "
+                         "instead of measuring")
     ap.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.job:

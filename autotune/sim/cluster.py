@@ -89,7 +89,7 @@ class Cluster:
     intra_latency_us: float = 5.0
     stream_overhead: float = 0.02
     chunk_overhead_us: float = 10.0
-    pipeline_depth: int = 8
+    pipeline_depth: int = 4
     topology: dict | None = None
     nic: str | None = None
     codecs: dict | None = None

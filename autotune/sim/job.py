@@ -107,18 +107,28 @@ class Job:
         bytes follow ``shares``: every chunk goes to the owner whose bytes would stay the
         smallest multiple of its share (D'Hondt; exact when the shares are whole chunks of
         equal size)."""
+        return self._owners(chunk_bytes, shares)[1]
+
+    def owners(self, chunk_bytes: int, shares: Sequence[float]) -> list[int]:
+        """The owner (index into ``shares``) of each chunk, in plan order, under the
+        assignment of :meth:`owner_bytes`."""
+        return self._owners(chunk_bytes, shares)[0]
+
+    def _owners(self, chunk_bytes: int, shares: Sequence[float]) -> tuple[list[int], list[float]]:
         key = ("owners", int(chunk_bytes), tuple(shares))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         sizes, _ = self.chunks(chunk_bytes)
         owned = [0.0] * len(shares)
+        who: list[int] = []
         # key: owner's bytes after taking one more full chunk, per unit of share
         heap = [(chunk_bytes / s, i) for i, s in enumerate(shares) if s > 0]
         heapq.heapify(heap)
         for b in sizes:
             _, i = heapq.heappop(heap)
             owned[i] += b
+            who.append(i)
             heapq.heappush(heap, ((owned[i] + chunk_bytes) / shares[i], i))
-        self._cache[key] = owned
-        return owned
+        self._cache[key] = (who, owned)
+        return who, owned

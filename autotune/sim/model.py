@@ -22,11 +22,14 @@ How a configuration is charged (see ``docs/simulator.md`` for the derivation):
 4. **Latency and streams.** One chunk on its own takes ``alpha + b*d``: ``alpha`` is the
    per-message latency times the messages on its critical path (``2(E-1)`` ring steps,
    or push + pull, plus local steps) and ``d`` its stage times at single-flow rates
-   (intra reduce, network, summation, codec, intra broadcast). Each stream runs one
-   collective at a time (``pushpull``: ``pipeline_depth`` chunks in flight), so
-   ``streams`` chunks overlap their latencies. The schedule is a max-plus recurrence over
-   chunks: start = max(ready, slot free); finish = max(cluster free after b*c,
-   start + alpha + b*d).
+   (intra reduce, network, summation, codec, intra broadcast). Under ``allreduce`` each
+   stream runs one collective at a time, so ``streams`` chunks overlap their latencies;
+   the schedule is a max-plus recurrence over chunks: start = max(ready, slot free);
+   finish = max(cluster free after b*c, start + alpha + b*d). Under ``pushpull`` the
+   schedule follows the runtime (:func:`_schedule_pushpull`): ``pipeline_depth`` pushes
+   per stream on their way out, and every Summation Service store-and-forward per chunk
+   (pulls start once all parts are in; the chunks of a send window at one owner share
+   its link), with the same two lower bounds.
 5. **Iteration.** Forward, then backward producing gradients (``backward_fraction`` of
    the compute), then the wait for the last chunk: ``step = max(compute, last finish)``.
 
@@ -197,6 +200,9 @@ class _Charges:
     codec_one: float = 0.0
     worker_sum: float = 0.0
     sum_one: float = 0.0
+    owners: list[int] = field(default_factory=list)
+    owner_cost: list[float] = field(default_factory=list)
+    owner_sum: list[float] = field(default_factory=list)
 
 
 def _charge_allreduce(s: _Setting, ch: _Charges) -> None:
@@ -232,6 +238,15 @@ def _charge_pushpull(s: _Setting, ch: _Charges, job: Job) -> None:
     c_share, g_share = byteps_shares(n, k)
     owned = job.owner_bytes(s.cfg["chunk_bytes"], [c_share] * k + [g_share] * n)
     a_srv = max(owned[:k], default=0.0) / s.total
+    # store-and-forward at each owner: seconds per chunk byte on its link, each way, and
+    # to add one part once the last is in
+    srv_rate = min(s.S * n * s.flows * s.cap, s.Bs) * s.eff
+    mach_rate = min(s.S * max(n - 1, 1) * s.flows * s.cap, s.B) * s.eff
+    ch.owners = job.owners(s.cfg["chunk_bytes"], [c_share] * k + [g_share] * n)
+    ch.owner_cost = ([n * bytes_mult * r / srv_rate] * k
+                     + [(n - 1) * bytes_mult * r / mach_rate] * n)
+    add = (r if codec.summable else 1.0) / cpu
+    ch.owner_sum = [add] * (k + n)
     a_mach = owned[k:]
     a_hi, a_lo = max(a_mach) / s.total, min(a_mach) / s.total
     a_m = a_hi if n >= 2 else a_lo
@@ -343,6 +358,84 @@ def _schedule(sizes: list[int], ready: list[float], fwd: float, bwd: float, slot
     return last, first_start
 
 
+def _schedule_pushpull(sizes: list[int], ready: list[float], fwd: float, bwd: float,
+                       streams: int, depth: int, c: float, overhead: float, alpha: float,
+                       d: float, lat: float, owners: list[int], cost: list[float],
+                       add: list[float], edge: float) -> tuple[float, float]:
+    """Push/pull as the runtime runs it: (last finish, first start).
+
+    A stream keeps ``depth`` chunks on their way out (a chunk enters when the push of the
+    chunk ``depth`` places before it on its stream is done) and up to ``8 * depth`` in
+    flight in all. A chunk's Summation Service (``owners[j]``) is store-and-forward: it
+    can send the sum back only once every part is in. Each owner's link is a FIFO each
+    way at ``cost[o]`` seconds per chunk byte (all its remote parts); the chunks that
+    were sent together and go to the same owner share its link and finish their pushes
+    together (TCP's fair share): the pulls of a group start after its last push. The
+    cluster-wide bottleneck (``c``, the fluid steady state) and one chunk alone
+    (``alpha + b*d``) are lower bounds on every finish. ``edge``: per chunk byte before
+    the push and after the pull (intra-machine stages, codec)."""
+    n_chunks = len(sizes)
+    if not n_chunks:
+        return 0.0, 0.0
+    S = max(1, streams)
+    window = S * depth
+    tail = S * 8 * depth
+    nown = len(cost)
+    in_free = [0.0] * nown
+    out_free = [0.0] * nown
+    push_done = [0.0] * n_chunks
+    finish = [0.0] * n_chunks
+    start = [0.0] * n_chunks
+    busy_until = 0.0
+    last = 0.0
+    for g0 in range(0, n_chunks, window):
+        g1 = min(g0 + window, n_chunks)
+        grp_end: dict[int, float] = {}
+        for j in range(g0, g1):
+            b = sizes[j]
+            t = fwd + bwd * ready[j]
+            if j >= S:
+                x = start[j - S]
+                if x > t:
+                    t = x
+                if j >= window:
+                    x = push_done[j - window]
+                    if x > t:
+                        t = x
+                    if j >= tail:
+                        x = finish[j - tail]
+                        if x > t:
+                            t = x
+            start[j] = t
+            occ = b * c
+            if occ < overhead:
+                occ = overhead
+            busy_until = (t if t > busy_until else busy_until) + occ
+            alone = t + alpha + b * d
+            finish[j] = busy_until if busy_until > alone else alone  # the lower bounds
+            o = owners[j]
+            arrive = t + lat + b * edge
+            f = in_free[o]
+            f = (arrive if arrive > f else f) + b * cost[o]
+            in_free[o] = grp_end[o] = f
+        pull_end: dict[int, float] = {}
+        for j in range(g0, g1):
+            o, b = owners[j], sizes[j]
+            ready_sum = grp_end[o] + b * add[o]
+            f = out_free[o]
+            out_free[o] = pull_end[o] = (ready_sum if ready_sum > f else f) + b * cost[o]
+        for j in range(g0, g1):
+            o = owners[j]
+            push_done[j] = grp_end[o]
+            fin = pull_end[o] + lat + sizes[j] * edge
+            if finish[j] > fin:
+                fin = finish[j]
+            finish[j] = fin
+            if fin > last:
+                last = fin
+    return last, start[0]
+
+
 def _estimate(job: Job, s: _Setting, ch: _Charges) -> IterationEstimate:
     """Schedule the chunks and sum up the iteration."""
     agg, sizes, total = ch.agg, s.sizes, s.total
@@ -352,8 +445,14 @@ def _estimate(job: Job, s: _Setting, ch: _Charges) -> IterationEstimate:
     overhead = s.cluster.chunk_overhead_us * 1e-6
     bwd = job.compute_s * job.backward_fraction
     fwd = job.compute_s - bwd
-    slots = s.S * (s.cluster.pipeline_depth if s.transport == "pushpull" else 1)
-    last, first_start = _schedule(sizes, s.ready, fwd, bwd, slots, c, overhead, ch.alpha, d)
+    if s.transport == "pushpull" and ch.owners and sizes:
+        edge = ch.intra_phases / 2 * ch.intra_one + ch.codec_one / 2
+        last, first_start = _schedule_pushpull(
+            sizes, s.ready, fwd, bwd, s.S, s.cluster.pipeline_depth, c, overhead, ch.alpha, d,
+            s.lat, ch.owners, ch.owner_cost, ch.owner_sum, edge)
+    else:
+        slots = s.S * (s.cluster.pipeline_depth if s.transport == "pushpull" else 1)
+        last, first_start = _schedule(sizes, s.ready, fwd, bwd, slots, c, overhead, ch.alpha, d)
 
     step = max(job.compute_s, last)
     exposed = step - job.compute_s

@@ -7,7 +7,7 @@ order backward produces them, and a user's own model comes in as a ``"pkg.module
 factory (:func:`load_factory`).
 
 Built-in names (see :func:`names`): resnet50, resnet101, vgg16, bert-base, bert-large,
-gpt2, gpt2-medium, transformer-base. Layouts follow torchvision / Hugging Face /
+gpt2, gpt2-medium, gpt2-xl, transformer-base. Layouts follow torchvision / Hugging Face /
 Vaswani et al.; see :mod:`autotune.zoo.vision` and :mod:`autotune.zoo.text`.
 """
 
@@ -54,6 +54,7 @@ _SPECS: dict[str, ModelSpec] = {
         ModelSpec("bert-large", text.bert_large, "tokens", "BERT-large encoder + pooler, 335.1M"),
         ModelSpec("gpt2", text.gpt2_small, "tokens", "GPT-2 small (tied LM head), 124.4M"),
         ModelSpec("gpt2-medium", text.gpt2_medium, "tokens", "GPT-2 medium (tied LM head), 354.8M"),
+        ModelSpec("gpt2-xl", text.gpt2_xl, "tokens", "GPT-2 XL (tied LM head), 1557.6M"),
         ModelSpec("transformer-base", text.transformer_base, "seq2seq",
                   "Transformer base (Vaswani et al.), shared 37k vocab, 63.1M"),
     )
@@ -63,6 +64,7 @@ _ALIASES = {
     "resnet-50": "resnet50", "resnet-101": "resnet101", "vgg-16": "vgg16",
     "bert": "bert-base", "bert-base-uncased": "bert-base", "bert-large-uncased": "bert-large",
     "gpt2-small": "gpt2", "gpt-2": "gpt2", "gpt-2-small": "gpt2", "gpt-2-medium": "gpt2-medium",
+    "gpt-2-xl": "gpt2-xl",
     "transformer": "transformer-base",
 }
 

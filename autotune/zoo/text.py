@@ -7,7 +7,7 @@ Written from the papers and the reference implementations' layouts, no downloads
   30,522-token WordPiece embeddings (the pre-training heads are not included).
 - ``GPT2``: Hugging Face ``GPT2LMHeadModel`` (its ``Conv1D`` weights are stored
   ``(in, out)``; the LM head is tied to the token embedding, so it adds no parameters).
-  gpt2 124,439,808, gpt2-medium 354,823,168.
+  gpt2 124,439,808, gpt2-medium 354,823,168, gpt2-xl 1,557,611,200.
 - ``Transformer``: the "base" model of Vaswani et al. 2017 (6+6 layers, d_model 512,
   d_ff 2048, 8 heads, post-norm, sinusoidal positions) with one 37,000-token embedding
   shared by encoder input, decoder input and the pre-softmax projection, as the paper
@@ -241,6 +241,10 @@ def gpt2_small(**kw) -> GPT2:
 
 def gpt2_medium(**kw) -> GPT2:
     return GPT2(**{"layers": 24, "hidden": 1024, "heads": 16, **kw})
+
+
+def gpt2_xl(**kw) -> GPT2:
+    return GPT2(**{"layers": 48, "hidden": 1600, "heads": 25, **kw})
 
 
 # ------------------------------------------------------------------- Transformer (base)

@@ -20,6 +20,7 @@ EXACT = {
     "bert-large": 335_141_888,  # HF BertModel bert-large-uncased, incl. embeddings + pooler: "335M"
     "gpt2": 124_439_808,        # HF gpt2, LM head tied to wte: "124M"
     "gpt2-medium": 354_823_168,  # HF gpt2-medium, tied head: "355M" (OpenAI's table says 345M)
+    "gpt2-xl": 1_557_611_200,   # HF gpt2-xl, tied head: "1.5B" (OpenAI's table says 1542M)
 }
 ROUNDED = {  # name: (published count, relative tolerance)
     "resnet50": (25.6e6, 0.005),
@@ -29,6 +30,7 @@ ROUNDED = {  # name: (published count, relative tolerance)
     "bert-large": (335e6, 0.01),
     "gpt2": (124e6, 0.01),
     "gpt2-medium": (355e6, 0.01),
+    "gpt2-xl": (1.5e9, 0.04),  # the GPT-2 paper's "1.5B" (48 layers, d_model 1600)
     # Vaswani et al. Table 3 "base": 65 (x10^6). Built as the paper describes it: 6+6
     # post-norm layers, d_model 512, d_ff 2048, and ONE 37k-token embedding shared by
     # encoder, decoder and the pre-softmax projection. That architecture has 63.08M
@@ -53,7 +55,7 @@ def transformer_base_by_hand(vocab: int = 37000, d: int = 512, ffn: int = 2048, 
 def test_names_cover_the_issue_list() -> None:
     assert set(zoo.names()) == {
         "resnet50", "resnet101", "vgg16", "bert-base", "bert-large", "gpt2", "gpt2-medium",
-        "transformer-base"}
+        "gpt2-xl", "transformer-base"}
 
 
 @pytest.mark.parametrize("name", sorted(EXACT))
