@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.emulate.workload import check_average
+from autotune.emulate.workload import check_average, time_ddp
 
 MARK = "DEMO "  # a rank's result line: MARK + JSON
 WARMUP = 3  # the session's warm-up iterations (its default)
@@ -57,24 +57,12 @@ def ddp_job(a: argparse.Namespace) -> None:
     """DDP, gloo, default buckets: per-iteration time of the slowest worker."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     model = _model(a, rank)
-    ddp = DDP(model, init_sync=False)
-    x = torch.ones(1)
-    times = []
-    for i in range(a.ddp_warmup + a.ddp_iterations):
-        model.zero_grad(set_to_none=False)
-        dist.barrier()
-        t0 = time.perf_counter()
-        ddp(x).backward()
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        if i >= a.ddp_warmup:
-            times.append(float(t))
+    times = time_ddp(model, a.ddp_warmup, a.ddp_iterations)
     check_average(model, (n + 1) / 2, "DDP")
     if rank == 0:
         print(MARK + json.dumps({"times_s": times}), flush=True)

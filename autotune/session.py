@@ -165,7 +165,6 @@ class Session:
         self._locked = False
         self._window: list[float] = []
         self._progress = None
-        self._task = None
         self._store = None
         self._run_id = None
         self._registered: set[int] = set()

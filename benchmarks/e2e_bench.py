@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import MARK, RESULTS, emit, fmt_cfg, machine, measure_B, median, model_shapes, \
     patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
 
-from autotune.emulate.workload import check_average, optimum_s  # noqa: E402
+from autotune.emulate.workload import check_average, optimum_s, time_ddp  # noqa: E402
 
 
 # ---- rank programs --------------------------------------------------------------------
@@ -44,27 +44,15 @@ WARMUP = 3  # the session's warm-up iterations (its default), before the budget
 def ddp_main(a: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     shapes = model_shapes(a.model)
-    x = torch.ones(1)
     rows = []
     for mb in [float(b) for b in a.buckets.split(",")]:
         model = sleepy_model(shapes, a.fwd_ms / 1e3, a.bwd_ms / 1e3, rank + 1)
-        ddp = DDP(model, bucket_cap_mb=mb, init_sync=False)
-        times = []
-        for i in range(a.warmup + a.repeats):
-            model.zero_grad(set_to_none=False)
-            dist.barrier()
-            t0 = time.perf_counter()
-            ddp(x).backward()
-            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            if i >= a.warmup:
-                times.append(float(t))
+        times = time_ddp(model, a.warmup, a.repeats, bucket_cap_mb=mb)
         check_average(model, (n + 1) / 2, f"DDP bucket {mb} MB")
         rows.append({"bucket_mb": mb, "times_s": times})
         if rank == 0:

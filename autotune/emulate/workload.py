@@ -77,6 +77,30 @@ def check_average(model, want: float, what: str) -> None:
         raise AssertionError(f"{what}: wrong averaged gradients in {bad} tensors")
 
 
+def time_ddp(model, warmup: int, iterations: int, bucket_cap_mb: float = 25.0) -> list[float]:
+    """DDP (the initialised gloo world) on a :func:`sleepy_model`: the slowest worker's
+    time of each of ``iterations`` iterations after ``warmup``."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, init_sync=False)
+    x = torch.ones(1)
+    times = []
+    for i in range(warmup + iterations):
+        model.zero_grad(set_to_none=False)
+        dist.barrier()
+        t0 = time.perf_counter()
+        ddp(x).backward()
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if i >= warmup:
+            times.append(float(t))
+    return times
+
+
 def optimum_s(n: int, k: int, M: float, B: float, fwd_s: float) -> float:
     """The analytic optimum of one iteration: the forward, then communication with the
     backward fully overlapped (BytePS OSDI 2020: push/pull with the optimal split over
