@@ -8,7 +8,10 @@ crosses the wire as an int64 tensor and every rank, servers included, applies it
 
 The first ``warmup`` iterations (default 3) run under the default configuration and are
 not trials: they pay for first allocations and connections, which would otherwise count
-against whichever configuration is tried first. A trial lasts ``trial.iterations``
+against whichever configuration is tried first. Their times give the physics prior its
+network rate; across machines the last of two or more runs the default with
+:data:`PROBE_STREAMS` streams, so that a per-flow cap (one TCP flow held far below the
+NIC rate, as on cloud NICs) shows and the prior favours several streams. A trial lasts ``trial.iterations``
 iterations. The first iteration after a switch is not scored (it pays for the switch);
 the others are timed on every worker, and the median of the slowest worker's times is the
 trial's time. The score is throughput: samples/s when ``samples_per_step`` is given,
@@ -59,6 +62,10 @@ __all__ = ["Session", "session", "TrialRecord"]
 #: trials of a loopback session (2 workers + 1 server, docs/tuner.md): the switch
 #: iteration took 0.77-1.43x a steady one (median 1.07, 90th percentile 1.30).
 SWITCH_MARGIN = 2.0
+
+#: Streams of the last warm-up iteration (when there are two or more, across machines):
+#: enough flows to fill a NIC whose single flow is capped at a quarter of it or more.
+PROBE_STREAMS = 4
 
 
 @dataclass
@@ -139,6 +146,8 @@ class Session:
             raise ValueError(f"cut_short is a fraction in (0, 1) or None, got {cut_short}")
         self._warmup_left = warmup
         self._warmup_times: list[float] = []  # the warm-up iterations' times (the prior's B)
+        self._probe: Config | None = None      # the last warm-up's several-stream default
+        self._probe_times: list[float] = []
         self.cut_short = cut_short
         self.job = job
         self.use_store = store
@@ -233,6 +242,7 @@ class Session:
             self._tuner(self.budget, self.seed, warm)
             self._start_progress()
         if self.is_leader:
+            self._probe = self._flow_probe()
             first = self.space.default() if self._warmup_left else self._next_trial()
             self._apply(first)
         else:
@@ -275,16 +285,27 @@ class Session:
         return predict
 
     def _link_estimate(self, grad_bytes: int) -> dict[str, float]:
-        """``nic_gbps`` as the warm-up iterations imply it: their median time taken as all
-        communication of the default (a ring all-reduce over every worker, ``2(W-1)/W`` of
-        the bytes per NIC), so a lower bound on the rate; ``{}`` (the simulator's default)
-        without warm-up, or on one machine."""
-        workers = len(self.rt.info.workers)
-        if not self._warmup_times or self.rt.info.n_machines < 2 or workers < 2:
+        """The link rates the warm-up iterations imply (:func:`autotune.sim.prior.warmup_link`:
+        the NIC rate and, if several streams ran much faster than one, the per-flow cap);
+        ``{}`` (the simulator's defaults) on one machine."""
+        from autotune.sim.prior import warmup_link
+
+        if self.rt.info.n_machines < 2:
             return {}
-        t = statistics.median(self._warmup_times)
-        gbps = 8 * 2 * (workers - 1) / workers * grad_bytes / max(t, 1e-6) / 1e9
-        return {"nic_gbps": min(max(gbps, 0.01), 400.0)}
+        return warmup_link(self._warmup_times, self._probe_times, grad_bytes,
+                           len(self.rt.info.workers))
+
+    def _flow_probe(self) -> Config | None:
+        """The default with :data:`PROBE_STREAMS` streams, run as the last warm-up iteration
+        (of two or more, across machines): if it is much faster than the default, each TCP
+        flow is capped below the NIC rate, and the physics prior is told so."""
+        if self._warmup_left < 2 or self.rt.info.n_machines < 2 or "streams" not in self.space.names:
+            return None
+        default = self.space.default()
+        streams = self.space["streams"].nearest(PROBE_STREAMS)
+        if streams <= default["streams"]:
+            return None
+        return self.space.project({**default, "streams": streams})
 
     def _build_space(self) -> SearchSpace:
         info = self.rt.info
@@ -510,8 +531,13 @@ class Session:
             # not trials: otherwise the first trial, usually the default, pays for them.
             self._warmup_left -= 1
             if slowest != float("inf"):
-                self._warmup_times.append(slowest)
-            return self._next_trial() if self._warmup_left == 0 else self.config
+                probing = self._probe is not None and self.config == self._probe
+                (self._probe_times if probing else self._warmup_times).append(slowest)
+            if self._warmup_left == 0:
+                return self._next_trial()
+            if self._warmup_left == 1 and self._probe is not None and self._allowed(self._probe):
+                return self._probe
+            return self.config
         trial = self._trial
         self.tuning_iterations += 1
         self._trial_left -= 1

@@ -12,14 +12,22 @@ gradients (``--tensors`` equal tensors); one iteration is ``Runtime.sync`` then
 * BytePS with k servers: ``2n(n-1)M/((n^2+kn-2k)B)`` (``M/B`` for k >= n);
 
 with B the best one-way host-to-host sample (torch.distributed send/recv, same links).
+With ``--flow-cap`` (the cloud case: every TCP flow capped below the NIC rate) B is the
+NIC rate, measured with several flows at once, and the one-flow rate is reported beside
+it; the default settings then include several streams.
 A plain gloo ``all_reduce`` of the same bytes among the workers is timed as well, as a
 reference for what gloo alone reaches. Every iteration's average is checked exactly.
+
+The runtime's CPU cost is measured too: the process CPU time (every thread) of a worker
+from ``sync`` to the end of ``wait``, the slowest worker's, per GB of gradients ("CPU s/GB":
+seconds of CPU per iteration per GB).
 
 Prints a table (ratio = optimum / measured median: 1.0 is the optimum), writes JSON and
 a PNG:
 
     sudo .venv/bin/python benchmarks/goodput_bench.py                       # ~8 min
     sudo .venv/bin/python benchmarks/goodput_bench.py --settings 1x4M,4x4M --servers 0,4
+    sudo .venv/bin/python benchmarks/goodput_bench.py --rate 400mbit --flow-cap 100mbit
 """
 
 from __future__ import annotations
@@ -33,12 +41,13 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import MARK, MiB, RESULTS, emit, fmt_cfg, machine, measure_B, median, \
-    patch_depth, pyplot, report, require_emulator, save_figure  # noqa: E402
+from benchlib import MARK, MiB, RESULTS, describe_link, emit, fmt_cfg, machine, measure_B, \
+    median, patch_depth, pyplot, report, require_emulator, save_figure  # noqa: E402
 
 from autotune.sim.formulas import allreduce_time, byteps_time  # noqa: E402
 
 DEFAULT_SETTINGS = "1x4M,1x1M,1x256K,1x64K"
+CAPPED_SETTINGS = "1x4M,4x1M,4x256K,8x1M,8x256K"  # one flow cannot fill a capped NIC
 
 
 def parse_settings(text: str) -> list[tuple[int, int]]:
@@ -111,21 +120,24 @@ def rank_main(a: argparse.Namespace) -> None:
     rows = []
     leader = rank == rt.info.leader
     for cfg in json.loads(a.configs):
-        times, exact = [], True
+        times, cpu, exact = [], [], True
         for i in range(a.warmup + a.repeats):
             for p in params:
                 p.grad.fill_(mine)
+            c0 = time.process_time()  # every thread of this process: the runtime's CPU
             active = rt.sync(cfg if leader else None)
             t0 = time.perf_counter()
             rt.wait()
-            t = rt.worker_max(time.perf_counter() - t0)
+            t, c = time.perf_counter() - t0, time.process_time() - c0
+            t, c = rt.worker_max(t), rt.worker_max(c)
             exact = exact and all(bool((p.grad == mean).all()) for p in params)
             if i >= a.warmup:
                 times.append(t)
+                cpu.append(c)
         assert all(active[k] == v for k, v in cfg.items()), (active, cfg)
         if not exact:
             raise AssertionError(f"rank {rank}: wrong average under {cfg}")
-        rows.append({"config": active, "times_s": times})
+        rows.append({"config": active, "times_s": times, "cpu_s": cpu})
         if leader:
             print(f"{fmt_cfg(active):16s} {median(times):.3f} s  {times}", flush=True)
     if leader:
@@ -154,7 +166,7 @@ def run(a: argparse.Namespace) -> dict:
     n, kmax = a.workers, max(a.server_counts)
     cfgs = configs(a)
     started = time.time()
-    with Cluster(hosts=n + kmax, rate=a.rate) as c:
+    with Cluster(hosts=n + kmax, rate=a.rate, flow_cap=a.flow_cap) as c:
         con.print(f"[bold]cluster[/] {c.describe()}")
         with con.status("measuring B"):
             link = measure_B(c, repeats=3)
@@ -174,7 +186,8 @@ def run(a: argparse.Namespace) -> dict:
         med = median(row["times_s"])
         opt = optimum(cfg["transport"], n, k, M, B)
         rows.append({"config": cfg, "k": k, "times_s": row["times_s"], "median_s": med,
-                     "optimum_s": opt, "ratio": opt / med})
+                     "optimum_s": opt, "ratio": opt / med,
+                     "cpu_s_per_gb": median(row["cpu_s"]) / (M / 1e9)})
     summary = []
     default = (1, 4 * MiB)  # the space's default streams and chunk_bytes
     for transport, k in variants(a.server_counts):
@@ -187,7 +200,7 @@ def run(a: argparse.Namespace) -> dict:
     ref = r["gloo_allreduce_s"]
     return {
         "benchmark": "goodput_bench", "workers": n, "servers": a.server_counts,
-        "rate": a.rate, "depth": a.depth, "mbytes": a.mbytes, "bytes": M, "tensors": a.tensors,
+        "rate": a.rate, "flow_cap": a.flow_cap, "depth": a.depth, "mbytes": a.mbytes, "bytes": M, "tensors": a.tensors,
         "repeats": a.repeats, "warmup": a.warmup, "B": B, "link": link,
         "gloo_allreduce": {"times_s": ref, "median_s": median(ref),
                            "optimum_s": allreduce_time(n, M, B),
@@ -202,7 +215,8 @@ def print_table(res: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"goodput: {res['workers']} workers at {res['rate']}, "
+    cap = f" (per-flow cap {res['flow_cap']})" if res.get("flow_cap") else ""
+    t = Table(title=f"goodput: {res['workers']} workers at {res['rate']}{cap}, "
                     f"{res['mbytes']} MiB, medians of {res['repeats']}")
     for col in ("transport", "k", "optimum", "default (1 stream, 4 MiB)", "ratio",
                 "best setting", "best", "ratio "):
@@ -218,9 +232,9 @@ def print_table(res: dict) -> None:
               f"{g['ratio']:.3f}", "(reference)", "", "")
     Console(width=140).print(t)
     lk = res["link"]
-    print(f"ratio = optimum / measured median. B = {res['B'] / 1e6:.2f} MB/s (best of "
-          f"{len(lk['samples_s'])} one-way samples; median {lk['bytes_per_s'] / 1e6:.2f} MB/s; "
-          f"NIC {lk['nominal_bytes_per_s'] / 1e6:.2f} MB/s). Load average at the end: "
+    print(f"ratio = optimum / measured median. {describe_link(lk)}; best of "
+          f"{len(lk['samples_s'])} one-way samples (one flow: median {lk['bytes_per_s'] / 1e6:.2f} "
+          f"MB/s; nominal NIC {lk['nominal_bytes_per_s'] / 1e6:.2f} MB/s). Load average at the end: "
           f"{', '.join(f'{x:.1f}' for x in res['machine']['loadavg'])}.")
     Console(width=140).print(all_table(res))
 
@@ -229,11 +243,12 @@ def all_table(res: dict):
     from rich.table import Table
 
     t = Table(title="every configuration timed")
-    for col in ("configuration", "median", "optimum", "ratio", "samples"):
+    for col in ("configuration", "median", "optimum", "ratio", "CPU s/GB", "samples"):
         t.add_column(col, justify="left" if col in ("configuration", "samples") else "right")
     for x in res["rows"]:
         t.add_row(fmt_cfg(x["config"]), f"{x['median_s']:.3f} s", f"{x['optimum_s']:.3f} s",
-                  f"{x['ratio']:.3f}", " ".join(f"{v:.2f}" for v in x["times_s"]))
+                  f"{x['ratio']:.3f}", f"{x['cpu_s_per_gb']:.2f}",
+                  " ".join(f"{v:.2f}" for v in x["times_s"]))
     return t
 
 
@@ -270,16 +285,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--servers", default="0,1,2,4", help="server counts k to time (pushpull)")
     ap.add_argument("--rate", default="200mbit")
+    ap.add_argument("--flow-cap", default=None, help="cap per TCP flow, e.g. 50mbit")
     ap.add_argument("--mbytes", type=int, default=64, help="MiB of gradients per worker")
     ap.add_argument("--tensors", type=int, default=16, help="equal gradient tensors")
-    ap.add_argument("--settings", default=DEFAULT_SETTINGS,
-                    help="streams x chunk_bytes to try per variant (default %(default)s)")
+    ap.add_argument("--settings", default=None,
+                    help=f"streams x chunk_bytes to try per variant (default {DEFAULT_SETTINGS}; "
+                         f"{CAPPED_SETTINGS} with --flow-cap)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1200.0)
     ap.add_argument("--verbose", action="store_true", help="echo the ranks' output")
-    ap.add_argument("--json", type=Path, default=RESULTS / "goodput_bench.json")
-    ap.add_argument("--plot", type=Path, default=RESULTS / "goodput_bench.png")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="default results/goodput_bench.json (_cap.json with --flow-cap)")
+    ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--depth", default=None,
                     help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
     ap.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
@@ -289,7 +307,11 @@ def main(argv: list[str] | None = None) -> None:
         rank_main(a)
         return
     a.server_counts = [int(k) for k in a.servers.split(",")]
+    a.settings = a.settings or (CAPPED_SETTINGS if a.flow_cap else DEFAULT_SETTINGS)
     a.setting_list = parse_settings(a.settings)
+    tag = "goodput_bench" + ("_cap" if a.flow_cap else "")
+    a.json = a.json or RESULTS / f"{tag}.json"
+    a.plot = a.plot or RESULTS / f"{tag}.png"
     require_emulator("goodput_bench")
     res = run(a)
     report(res, print_table, a.json, plot, a.plot)

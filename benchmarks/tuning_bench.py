@@ -22,7 +22,12 @@ sweep's best, and the total time of the N tuned iterations vs the N fixed ones (
 within 3%), also extrapolated to 1000 iterations (the issue's N) from the measured
 tuning phase and per-iteration times.
 
+With ``--flow-cap`` every TCP flow is capped below the NIC rate (the cloud case); the
+sweep's streams should then reach past NIC / cap (default ``--streams 1,4`` does at a
+quarter), and B is the NIC rate measured with several flows.
+
     sudo .venv/bin/python benchmarks/tuning_bench.py                      # ~10 min
+    sudo .venv/bin/python benchmarks/tuning_bench.py --rate 400mbit --flow-cap 100mbit
 """
 
 from __future__ import annotations
@@ -37,8 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import MARK, MiB, RESULTS, emit, fmt_cfg, machine, measure_B, median, model_shapes, \
-    patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
+from benchlib import MARK, MiB, RESULTS, describe_link, emit, fmt_cfg, machine, measure_B, \
+    median, model_shapes, patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
 
 
 def parse_size(text: str) -> int:
@@ -177,7 +182,7 @@ def run(a: argparse.Namespace) -> dict:
     con = Console(stderr=True)
     cfgs = sweep_configs(a)
     started = time.time()
-    with Cluster(hosts=a.workers + a.servers, rate=a.rate) as c:
+    with Cluster(hosts=a.workers + a.servers, rate=a.rate, flow_cap=a.flow_cap) as c:
         con.print(f"[bold]cluster[/] {c.describe()}")
         with con.status("measuring B"):
             link = measure_B(c, repeats=3)
@@ -226,7 +231,7 @@ def summarize(a: argparse.Namespace, r: dict, link: dict, wall: float) -> dict:
     extrap_own = N * min(kept_t, fixed_t) if kept_t else None
     return {
         "benchmark": "tuning_bench", "model": a.model, "workers": a.workers,
-        "servers": a.servers, "rate": a.rate, "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms,
+        "servers": a.servers, "rate": a.rate, "flow_cap": a.flow_cap, "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms,
         "iterations": a.iterations, "budget": budget, "trial_iterations": a.trial_iterations,
         "depth": a.depth, "B": link["B"], "link": link, "sweep": r["sweep"],
         "sweep_best": {"config": r["best"], "median_s": best_t, "throughput": best_tp},
@@ -254,7 +259,9 @@ def print_table(res: dict) -> None:
 
     s, sb, tot, ex = res["session"], res["sweep_best"], res["total"], res["extrapolated_1000"]
     t = Table(title=f"tuning: {res['model']} on {res['workers']} workers + {res['servers']} "
-                    f"server hosts at {res['rate']}, N = {res['iterations']}, budget "
+                    f"server hosts at {res['rate']}"
+                    + (f" (per-flow cap {res['flow_cap']})" if res.get("flow_cap") else "")
+                    + f", N = {res['iterations']}, budget "
                     f"{res['budget']}")
     t.add_column("what")
     t.add_column("value", justify="right")
@@ -277,7 +284,8 @@ def print_table(res: dict) -> None:
     Console(width=140).print(t)
     print(f"tuning phase (warm-up + trials): {s['tuning_s']:.1f} s for "
           f"{s['tuning_iterations']} iterations; fixed run "
-          f"median {res['fixed']['median_s']:.3f} s/it. Load average at the end: "
+          f"median {res['fixed']['median_s']:.3f} s/it. {describe_link(res['link'])}. "
+          "Load average at the end: "
           f"{', '.join(f'{x:.1f}' for x in res['machine']['loadavg'])}.")
     print("trials: " + ", ".join(
         f"{fmt_cfg(h['config'])}={h['score']:.2f}" if h["score"] else
@@ -318,6 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--streams", default="1,4", help="streams in the sweep")
     ap.add_argument("--chunks", default="64K,256K,1M,4M,16M", help="chunk sizes in the sweep")
     ap.add_argument("--rate", default="200mbit")
+    ap.add_argument("--flow-cap", default=None, help="cap per TCP flow, e.g. 50mbit")
     ap.add_argument("--fwd-ms", type=float, default=20.0)
     ap.add_argument("--bwd-ms", type=float, default=60.0)
     ap.add_argument("--repeats", type=int, default=3, help="timed iterations per sweep point")
@@ -329,8 +338,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--verbose", action="store_true")
-    ap.add_argument("--json", type=Path, default=RESULTS / "tuning_bench.json")
-    ap.add_argument("--plot", type=Path, default=RESULTS / "tuning_bench.png")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="default results/tuning_bench.json (_cap.json with --flow-cap)")
+    ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--configs", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -338,6 +348,9 @@ def main(argv: list[str] | None = None) -> None:
         rank_main(a)
         return
     require_emulator("tuning_bench")
+    tag = "tuning_bench" + ("_cap" if a.flow_cap else "")
+    a.json = a.json or RESULTS / f"{tag}.json"
+    a.plot = a.plot or RESULTS / f"{tag}.png"
     res = run(a)
     report(res, print_table, a.json, plot, a.plot)
 

@@ -45,3 +45,35 @@ def job_prior(grad_bytes: Sequence[int], *, machines: int, workers_per_machine: 
     c = Cluster(machines=machines, workers_per_machine=workers_per_machine,
                 server_machines=servers, worker_device=device, **cluster)
     return prior(job, c)
+
+
+#: a warm-up iteration with several streams this much faster than one stream means
+#: each TCP flow is capped below the NIC rate (the cloud case of AIACC-Training)
+FLOW_CAP_SPEEDUP = 1.5
+
+
+def warmup_link(one_stream_s: Sequence[float], many_streams_s: Sequence[float],
+                grad_bytes: int, workers: int) -> dict[str, float]:
+    """The link rates a session's warm-up implies, as :class:`Cluster` fields.
+
+    ``one_stream_s``: the times of warm-up iterations under the default (one ring
+    all-reduce stream, ``2(W-1)/W`` of the gradient bytes through each NIC);
+    ``many_streams_s``: those of the warm-up iterations with several streams, if any.
+    Each time is taken as all communication, so every rate is a lower bound. When
+    several streams ran :data:`FLOW_CAP_SPEEDUP` times faster than one, one flow is
+    capped: ``per_flow_gbps`` is the one-stream rate and ``nic_gbps`` the several-stream
+    one; otherwise ``nic_gbps`` is the faster of the two. ``{}`` without a time."""
+    def gbps(times: Sequence[float]) -> float | None:
+        ts = sorted(t for t in times if 0 < t < float("inf"))
+        if not ts or workers < 2:
+            return None
+        t = ts[len(ts) // 2]  # the median (upper one of two)
+        rate = 8 * 2 * (workers - 1) / workers * grad_bytes / t / 1e9
+        return min(max(rate, 0.01), 400.0)
+
+    one, many = gbps(one_stream_s), gbps(many_streams_s)
+    if one is None and many is None:
+        return {}
+    if one is not None and many is not None and many >= FLOW_CAP_SPEEDUP * one:
+        return {"nic_gbps": many, "per_flow_gbps": one}
+    return {"nic_gbps": max(r for r in (one, many) if r is not None)}

@@ -67,3 +67,18 @@ def test_optimum_is_the_papers_formulas():
         assert optimum("pushpull", n, k, M, B) == pytest.approx(
             2 * n * (n - 1) * M / ((n * n + k * n - 2 * k) * B))
     assert optimum("pushpull", n, 4, M, B) == pytest.approx(M / B)
+
+
+@pytest.mark.root
+@pytest.mark.timeout(180)
+def test_measure_B_under_a_flow_cap_is_the_nic_rate_and_one_flow_the_cap():
+    from autotune.emulate import Cluster
+
+    with Cluster(hosts=2, rate="200mbit", flow_cap="50mbit") as c:
+        link = benchlib.measure_B(c, repeats=3, nbytes=4 << 20)
+    nic = 200e6 / 8
+    # several flows fill the NIC (payload is at most 0.956 of it); one flow gets the cap
+    assert 0.75 * nic <= link["B"] <= nic, link
+    assert link["flow_B"] <= 0.3 * nic, link
+    assert link["nic"]["streams"] == 8
+    assert "one flow" in benchlib.describe_link(link)

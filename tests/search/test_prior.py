@@ -120,3 +120,29 @@ def test_the_simulator_is_a_prior_for_a_live_job():
     assert len(set(values)) > 20  # it tells configurations apart
     # a configuration the cluster cannot run (more servers than it has) predicts 0
     assert predict([{**space.default(), "transport": "pushpull", "servers": 5}]) == [0.0]
+
+
+def test_the_warm_up_shows_a_per_flow_cap_and_the_prior_then_favours_streams():
+    from autotune.sim.prior import job_prior, warmup_link
+
+    grad, W = 64 << 20, 4
+    ring = 8 * 2 * (W - 1) / W * grad / 1e9  # gigabits through each NIC per iteration
+    # one stream at 1 Gbit/s, four at 3.6: the flow is capped, the NIC is four times it
+    link = warmup_link([ring / 1.0] * 2, [ring / 3.6], grad, W)
+    assert link == pytest.approx({"nic_gbps": 3.6, "per_flow_gbps": 1.0})
+    # four streams barely faster: no cap, the NIC is the faster rate
+    assert warmup_link([ring / 1.0, ring / 1.1], [ring / 1.2], grad, W) == pytest.approx(
+        {"nic_gbps": 1.2})
+    assert warmup_link([ring / 2.0], [], grad, W) == pytest.approx({"nic_gbps": 2.0})
+    assert warmup_link([], [], grad, W) == {} and warmup_link([1.0], [], grad, 1) == {}
+
+    space = SearchSpace.build(k_max=0)
+    one = {**space.default(), "transport": "pushpull", "servers": 0, "streams": 1}
+    four = {**one, "streams": 4}
+    capped = job_prior([4 << 20] * 16, machines=W, workers_per_machine=1, servers=0, **link)
+    plain = job_prior([4 << 20] * 16, machines=W, workers_per_machine=1, servers=0,
+                      nic_gbps=3.6)
+    c1, c4 = capped([one, four])
+    p1, p4 = plain([one, four])
+    assert c4 > 2.5 * c1  # under the cap, four flows fill the NIC one flow cannot
+    assert p4 < 1.3 * p1  # without it, streams buy little

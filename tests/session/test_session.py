@@ -30,9 +30,11 @@ STEPS, BUDGET = 60, 40
 pytestmark = pytest.mark.slow
 
 
-def launch(tmp: Path, workers: int, servers: int, env: dict[str, str]) -> list[dict]:
+def launch(tmp: Path, workers: int, servers: int, env: dict[str, str],
+           machines: int | None = None) -> list[dict]:
     cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", str(workers),
-           "--servers", str(servers), str(Path(sw.__file__)), str(tmp)]
+           "--servers", str(servers)] + (["--machines", str(machines)] if machines else []) + [
+           str(Path(sw.__file__)), str(tmp)]
     full = {**os.environ, "SESSION_STEPS": str(STEPS), "SESSION_BUDGET": str(BUDGET),
             "OMP_NUM_THREADS": "1", **env}
     proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=600)
@@ -73,7 +75,8 @@ def with_server(tmp_path_factory) -> tuple[list[dict], Path]:
 def with_faults(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("session_faults")
     faults = "streams=2@fail;chunk_bytes=2097152@configure:1"
-    return launch(tmp, 2, 0, {"SESSION_DDP": "1", "AUTOTUNE_FAULT": faults})
+    # one worker per emulated machine: the warm-up probes for a per-flow cap
+    return launch(tmp, 2, 0, {"SESSION_DDP": "1", "AUTOTUNE_FAULT": faults}, machines=2)
 
 
 def test_trains_and_workers_stay_identical(with_server):
@@ -99,6 +102,16 @@ def test_exactly_budget_tuning_iterations_then_fixed(with_server):
     assert len(kept) == 1
     assert json.loads(kept.pop()) == s0["best"]
     assert ranks[1]["session"]["configs"] == s0["configs"]  # every rank applied the same
+
+
+def test_across_machines_the_last_warm_up_iteration_runs_several_streams(with_server, with_faults):
+    from autotune.session import PROBE_STREAMS
+
+    # one machine: the warm-up is the default throughout (checked above); two machines:
+    # the default, then the default with several streams (configs[i] is for iteration i + 1)
+    c = with_faults[0]["session"]["configs"]
+    assert c[1] == {**c[0], "streams": PROBE_STREAMS} and c[0]["streams"] == 1
+    assert with_faults[1]["session"]["configs"][:2] == c[:2]
 
 
 def test_a_clearly_slow_trial_is_cut_short(with_server):
