@@ -48,10 +48,11 @@ def measure_B(cluster: Any, repeats: int = 3, nbytes: int = 16 * MiB) -> dict[st
 
     ``B`` is the NIC rate: the best sample (a busy CPU only ever slows a sample, so the
     best one is the link's capacity) of one flow, or, when the cluster caps each TCP flow,
-    of enough flows to fill the NIC (twice ``NIC / cap``: flows hashed into one bucket of
-    the emulator share a cap). ``flow_B`` is one flow's best sample: what a job that opens
-    one connection per peer (gloo, so DDP) can reach. The analytic optima use ``B``; the
-    one-flow bound uses ``flow_B``. Without a cap both are the same measurement.
+    of four times ``NIC / cap`` flows, over two probe jobs (new connections, new ports:
+    the emulator tells flows apart by port bits, and flows that collide share a cap).
+    ``flow_B`` is one flow's best sample: what a job that opens one connection per peer
+    (gloo, so DDP) can reach. The analytic optima use ``B``; the one-flow bound uses
+    ``flow_B``. Without a cap both are the same measurement.
     """
     import math
 
@@ -62,8 +63,10 @@ def measure_B(cluster: Any, repeats: int = 3, nbytes: int = 16 * MiB) -> dict[st
     d["flow_B"] = d["B"] = one.best_bytes_per_s
     cap = cluster.link.flow_cap_bps
     if cap:
-        flows = 2 * math.ceil(cluster.link.rate_bps / cap)
-        nic = measure_bandwidth(cluster, 0, 1, nbytes=nbytes, repeats=repeats, streams=flows)
+        flows = 4 * math.ceil(cluster.link.rate_bps / cap)
+        nic = max((measure_bandwidth(cluster, 0, 1, nbytes=2 * nbytes, repeats=repeats,
+                                     streams=flows) for _ in range(2)),
+                  key=lambda m: m.best_bytes_per_s)
         d.update(B=nic.best_bytes_per_s, nic=nic.to_dict(), flow_cap_bps=cap)
     return d
 

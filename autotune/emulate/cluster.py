@@ -52,7 +52,7 @@ class Cluster:
 
     def __init__(self, hosts: int = 3, rate: str | int = "200mbit", *,
                  flow_cap: str | int | None = None, latency: str | float | None = None,
-                 flow_bits: int = 3, name: str | None = None) -> None:
+                 flow_bits: int = 4, name: str | None = None) -> None:
         if not 1 <= hosts <= MAX_HOSTS:
             raise EmulatorError(f"hosts must be in 1..{MAX_HOSTS}, got {hosts}")
         self.link = LinkSpec.build(rate, flow_cap=flow_cap, latency=latency, flow_bits=flow_bits)

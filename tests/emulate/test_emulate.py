@@ -51,8 +51,12 @@ def test_per_flow_cap_rules_bucket_every_port_pair():
     spec = LinkSpec.build("200mbit", flow_cap="50mbit", flow_bits=2)
     lines = tc_lines("h3", spec)
     classes = [ln for ln in lines if ln.startswith("class add") and "ceil 50000000bit" in ln]
-    filters = [ln for ln in lines if ln.startswith("filter add")]
+    filters = [ln for ln in lines if ln.startswith("filter add") and "sport" in ln]
     assert len(classes) == len(filters) == spec.buckets == 16
+    # pure ACKs (IP total length under 256) go to the NIC-rate class before any bucket
+    (acks,) = [ln for ln in lines if ln.startswith("filter add") and "sport" not in ln]
+    assert "prio 1 " in acks and "match u16 0x0000 0xff00 at 2 flowid 1:2" in acks
+    assert all("prio 2 " in ln for ln in filters)
     # every (sport bits, dport bits) pair has exactly one filter, on bits 1..2 (mask 0x6)
     pairs = {(ln.split("sport ")[1].split()[0], ln.split("dport ")[1].split()[0]) for ln in filters}
     assert pairs == {(str(s << 1), str(d << 1)) for s in range(4) for d in range(4)}

@@ -80,5 +80,5 @@ def test_measure_B_under_a_flow_cap_is_the_nic_rate_and_one_flow_the_cap():
     # several flows fill the NIC (payload is at most 0.956 of it); one flow gets the cap
     assert 0.75 * nic <= link["B"] <= nic, link
     assert link["flow_B"] <= 0.3 * nic, link
-    assert link["nic"]["streams"] == 8
+    assert link["nic"]["streams"] == 16
     assert "one flow" in benchlib.describe_link(link)
