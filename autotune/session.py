@@ -11,7 +11,8 @@ not trials: they pay for first allocations and connections, which would otherwis
 against whichever configuration is tried first. Their times give the physics prior its
 network rate; across machines the last of two or more runs the default with
 :data:`PROBE_STREAMS` streams, so that a per-flow cap (one TCP flow held far below the
-NIC rate, as on cloud NICs) shows and the prior favours several streams. A trial lasts ``trial.iterations``
+NIC rate, as on cloud NICs) shows: the prior then favours several streams, and the
+first trials are the seed configurations with that many streams. A trial lasts ``trial.iterations``
 iterations. The first iteration after a switch is not scored (it pays for the switch);
 the others are timed on every worker, and the median of the slowest worker's times is the
 trial's time. The score is throughput: samples/s when ``samples_per_step`` is given,
@@ -295,6 +296,18 @@ class Session:
         return warmup_link(self._warmup_times, self._probe_times, grad_bytes,
                            len(self.rt.info.workers))
 
+    def _seed_streams(self) -> None:
+        """After the warm-up: if it showed a per-flow cap, the tuner first tries the seed
+        configurations (``space.seeds()``: the default, push/pull through every server)
+        with the probe's streams, the AIACC-Training remedy."""
+        if self._probe is None or not self._probe_times or self.tuner is None:
+            return
+        grad = sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+        if "per_flow_gbps" not in self._link_estimate(grad):
+            return
+        streams = self._probe["streams"]
+        self.tuner.try_first([{**c, "streams": streams} for c in self.space.seeds()])
+
     def _flow_probe(self) -> Config | None:
         """The default with :data:`PROBE_STREAMS` streams, run as the last warm-up iteration
         (of two or more, across machines): if it is much faster than the default, each TCP
@@ -534,6 +547,7 @@ class Session:
                 probing = self._probe is not None and self.config == self._probe
                 (self._probe_times if probing else self._warmup_times).append(slowest)
             if self._warmup_left == 0:
+                self._seed_streams()
                 return self._next_trial()
             if self._warmup_left == 1 and self._probe is not None and self._allowed(self._probe):
                 return self._probe

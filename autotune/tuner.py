@@ -171,15 +171,7 @@ class Tuner:
         self._next_index = 0
         self._scores: list[float] = []  # every trial's score, for the rank credit
         self._warm: list[Config] = []
-        keys: set[Key] = set()
-        for c in warm_start:
-            p = space.project(c)
-            if p is None:
-                continue
-            k = space.key(p)
-            if k not in keys:
-                keys.add(k)
-                self._warm.append(p)
+        self.try_first(warm_start)
 
     # ---------------------------------------------------------------- state
     @property
@@ -200,6 +192,25 @@ class Tuner:
     def score_of(self, config: Mapping[str, Any]) -> float | None:
         """Mean score of ``config`` over its trials (``None``: never scored)."""
         return self.obs.mean(self.space.key(config))
+
+    def try_first(self, configs: Iterable[Mapping[str, Any]]) -> None:
+        """Try ``configs`` next, before any warm-start configuration not yet asked and
+        before the techniques (technique ``"warm"``): a warm start learnt during the run.
+        Each is projected into the space; duplicates, and configurations already tried
+        or queued, are dropped."""
+        seen = {self.space.key(c) for c in self._warm}
+        seen |= {p.key for p in self._pending.values()}
+        seen |= {self.space.key(r.config) for r in self.history}
+        first: list[Config] = []
+        for c in configs:
+            p = self.space.project(c)
+            if p is None:
+                continue
+            k = self.space.key(p)
+            if k not in seen:
+                seen.add(k)
+                first.append(p)
+        self._warm[:0] = first
 
     # ------------------------------------------------------------- ask/tell
     def _length(self, wanted: int | None) -> int:

@@ -59,16 +59,17 @@ def warmup_link(one_stream_s: Sequence[float], many_streams_s: Sequence[float],
     ``one_stream_s``: the times of warm-up iterations under the default (one ring
     all-reduce stream, ``2(W-1)/W`` of the gradient bytes through each NIC);
     ``many_streams_s``: those of the warm-up iterations with several streams, if any.
-    Each time is taken as all communication, so every rate is a lower bound. When
+    Each time is taken as all communication, so every rate is a lower bound; the fastest
+    iteration of each kind counts (a busy CPU, or the first iteration's connections, only
+    ever slow one down). When
     several streams ran :data:`FLOW_CAP_SPEEDUP` times faster than one, one flow is
     capped: ``per_flow_gbps`` is the one-stream rate and ``nic_gbps`` the several-stream
     one; otherwise ``nic_gbps`` is the faster of the two. ``{}`` without a time."""
     def gbps(times: Sequence[float]) -> float | None:
-        ts = sorted(t for t in times if 0 < t < float("inf"))
+        ts = [t for t in times if 0 < t < float("inf")]
         if not ts or workers < 2:
             return None
-        t = ts[len(ts) // 2]  # the median (upper one of two)
-        rate = 8 * 2 * (workers - 1) / workers * grad_bytes / t / 1e9
+        rate = 8 * 2 * (workers - 1) / workers * grad_bytes / min(ts) / 1e9
         return min(max(rate, 0.01), 400.0)
 
     one, many = gbps(one_stream_s), gbps(many_streams_s)

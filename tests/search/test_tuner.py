@@ -174,3 +174,18 @@ def test_bad_arguments_and_tells():
     t.tell(tr, 1.0)
     with pytest.raises(ValueError, match="already told"):
         t.tell(tr, 1.0)
+
+
+def test_try_first_puts_configurations_ahead_of_the_queue_once():
+    a = SPACE.validate({"streams": 4, "chunk_bytes": 16 * MiB})
+    b = SPACE.validate({"streams": 2, "chunk_bytes": MiB})
+    t = Tuner(SPACE, budget=30, seed=0, warm_start=[a], options=FAST)
+    first = t.ask()
+    assert first.config == a
+    t.tell(first, objective(first.config))
+    # a was tried, b twice and the default once are new: b, then the default, then techniques
+    t.try_first([a, b, b, {"nonsense": 1}])
+    trials = [t.ask() for _ in range(3)]
+    assert [tr.config for tr in trials[:2]] == [b, SPACE.default()]
+    assert [tr.technique for tr in trials] == [WARM, WARM, trials[2].technique]
+    assert trials[2].technique in t.techniques

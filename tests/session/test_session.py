@@ -74,8 +74,9 @@ def with_server(tmp_path_factory) -> tuple[list[dict], Path]:
 @pytest.fixture(scope="module")
 def with_faults(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("session_faults")
-    faults = "streams=2@fail;chunk_bytes=2097152@configure:1"
-    # one worker per emulated machine: the warm-up probes for a per-flow cap
+    # one stream made slow (as under a per-flow cap) ...
+    faults = "streams=2@fail;chunk_bytes=2097152@configure:1;streams=1@delay:0.5"
+    # ... and one worker per emulated machine: the warm-up probes for a per-flow cap
     return launch(tmp, 2, 0, {"SESSION_DDP": "1", "AUTOTUNE_FAULT": faults}, machines=2)
 
 
@@ -112,6 +113,10 @@ def test_across_machines_the_last_warm_up_iteration_runs_several_streams(with_se
     c = with_faults[0]["session"]["configs"]
     assert c[1] == {**c[0], "streams": PROBE_STREAMS} and c[0]["streams"] == 1
     assert with_faults[1]["session"]["configs"][:2] == c[:2]
+    # one stream was much slower than several (the injected delay): taken as a per-flow
+    # cap, so the first trial is the seed (here the default) with the probe's streams
+    first = with_faults[0]["session"]["history"][0]
+    assert (first["technique"], first["config"]) == ("warm", c[1])
 
 
 def test_a_clearly_slow_trial_is_cut_short(with_server):
