@@ -48,7 +48,7 @@ def measure_B(cluster: Any, repeats: int = 3, nbytes: int = 16 * MiB) -> dict[st
 
     ``B`` is the NIC rate: the best sample (a busy CPU only ever slows a sample, so the
     best one is the link's capacity) of one flow, or, when the cluster caps each TCP flow,
-    of four times ``NIC / cap`` flows, over two probe jobs (new connections, new ports:
+    of four times ``NIC / cap`` flows, over three probe jobs (new connections, new ports:
     the emulator tells flows apart by port bits, and flows that collide share a cap).
     ``flow_B`` is one flow's best sample: what a job that opens one connection per peer
     (gloo, so DDP) can reach. The analytic optima use ``B``; the one-flow bound uses
@@ -65,7 +65,7 @@ def measure_B(cluster: Any, repeats: int = 3, nbytes: int = 16 * MiB) -> dict[st
     if cap:
         flows = 4 * math.ceil(cluster.link.rate_bps / cap)
         nic = max((measure_bandwidth(cluster, 0, 1, nbytes=2 * nbytes, repeats=repeats,
-                                     streams=flows) for _ in range(2)),
+                                     streams=flows) for _ in range(3)),
                   key=lambda m: m.best_bytes_per_s)
         d.update(B=nic.best_bytes_per_s, nic=nic.to_dict(), flow_cap_bps=cap)
     return d
