@@ -64,6 +64,17 @@ __all__ = ["Session", "session", "TrialRecord"]
 #: iteration took 0.77-1.43x a steady one (median 1.07, 90th percentile 1.30).
 SWITCH_MARGIN = 2.0
 
+def trial_seconds(scored: list[float], switch_s: float, cut: bool) -> float:
+    """The time per iteration a trial is scored with: the median of its ``scored``
+    iterations; with none, its switch iteration ``switch_s``, divided by
+    :data:`SWITCH_MARGIN` if the trial was ``cut`` there as clearly slow (at best that much
+    faster: it stays slow), as it is if the trial had no other iteration (the end of the
+    budget: counted with the switch's cost rather than credited with an optimistic bound)."""
+    if scored:
+        return statistics.median(scored)
+    return switch_s / SWITCH_MARGIN if cut else switch_s
+
+
 #: Streams of the last warm-up iteration (when there are two or more, across machines):
 #: enough flows to fill a NIC whose single flow is capped at a quarter of it or more.
 PROBE_STREAMS = 4
@@ -568,10 +579,8 @@ class Session:
             self._progress.advance()
         if self._trial_left > 0 and not self._clearly_slow(slowest, first):
             return trial.config
-        if self._trial_times:
-            score = self._throughput(statistics.median(self._trial_times))
-        else:  # stopped on its switch iteration: at best SWITCH_MARGIN times faster
-            score = self._throughput(slowest / SWITCH_MARGIN)
+        score = self._throughput(trial_seconds(self._trial_times, slowest,
+                                               cut=self._trial_left > 0))
         self._finish_trial(score, None)
         return self._next_trial()
 

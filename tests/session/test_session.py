@@ -178,3 +178,13 @@ def test_matches_ddp_and_survives_faults(with_faults):
     assert all(h["config"]["streams"] == 2 or h["config"]["chunk_bytes"] == 2097152 for h in failed)
     assert len(ranks[0]["session"]["losses"]) == STEPS
     assert ranks[0]["session"]["sums"] == ranks[1]["session"]["sums"]
+
+
+def test_a_trial_with_only_its_switch_iteration_is_not_credited_as_faster():
+    from autotune.session import SWITCH_MARGIN, trial_seconds
+
+    assert trial_seconds([0.4, 0.6, 0.5], 2.0, cut=False) == 0.5  # the scored iterations
+    # cut short on its switch iteration as clearly slow: the optimistic bound, still slow
+    assert trial_seconds([], 2.0, cut=True) == 2.0 / SWITCH_MARGIN
+    # a one-iteration trial (the budget's last iteration): the switch counts as measured
+    assert trial_seconds([], 2.0, cut=False) == 2.0
