@@ -64,6 +64,7 @@ __all__ = ["Session", "session", "TrialRecord"]
 #: iteration took 0.77-1.43x a steady one (median 1.07, 90th percentile 1.30).
 SWITCH_MARGIN = 2.0
 
+
 def trial_seconds(scored: list[float], switch_s: float, cut: bool) -> float:
     """The time per iteration a trial is scored with: the median of its ``scored``
     iterations; with none, its switch iteration ``switch_s``, divided by

@@ -61,10 +61,10 @@ def warmup_link(one_stream_s: Sequence[float], many_streams_s: Sequence[float],
     ``many_streams_s``: those of the warm-up iterations with several streams, if any.
     Each time is taken as all communication, so every rate is a lower bound; the fastest
     iteration of each kind counts (a busy CPU, or the first iteration's connections, only
-    ever slow one down). When
-    several streams ran :data:`FLOW_CAP_SPEEDUP` times faster than one, one flow is
-    capped: ``per_flow_gbps`` is the one-stream rate and ``nic_gbps`` the several-stream
-    one; otherwise ``nic_gbps`` is the faster of the two. ``{}`` without a time."""
+    ever slow one down). When several streams ran :data:`FLOW_CAP_SPEEDUP` times faster
+    than one, one flow is capped: ``per_flow_gbps`` is the one-stream rate and
+    ``nic_gbps`` the several-stream one; otherwise ``nic_gbps`` is the faster of the two.
+    ``{}`` without a time."""
     def gbps(times: Sequence[float]) -> float | None:
         ts = [t for t in times if 0 < t < float("inf")]
         if not ts or workers < 2:
