@@ -73,6 +73,7 @@ def train_session(data_seed: int, steps: int, **kw):
                        default_score=tuner.default_score, default_spread=tuner.default_spread,
                        unit=tuner.unit, measured_best=tuner.trials.measured(tuner.best),
                        measured_default=tuner.trials.measured(tuner.space.default()))
+    numbers["warmup_s"] = (tuner._warmup_times, tuner._probe_times)  # the cap probe's evidence
     return model, dict(losses=losses, sums=sums, configs=configs, history=hist,
                        best=tuner.best, tuning_iterations=tuner.tuning_iterations, **numbers)
 

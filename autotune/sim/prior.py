@@ -69,12 +69,14 @@ def warmup_link(one_stream_s: Sequence[float], many_streams_s: Sequence[float],
         ts = [t for t in times if 0 < t < float("inf")]
         if not ts or workers < 2:
             return None
-        rate = 8 * 2 * (workers - 1) / workers * grad_bytes / min(ts) / 1e9
+        return 8 * 2 * (workers - 1) / workers * grad_bytes / min(ts) / 1e9
+
+    def clip(rate: float) -> float:  # what the simulator takes as a NIC
         return min(max(rate, 0.01), 400.0)
 
     one, many = gbps(one_stream_s), gbps(many_streams_s)
     if one is None and many is None:
         return {}
     if one is not None and many is not None and many >= FLOW_CAP_SPEEDUP * one:
-        return {"nic_gbps": many, "per_flow_gbps": one}
-    return {"nic_gbps": max(r for r in (one, many) if r is not None)}
+        return {"nic_gbps": clip(many), "per_flow_gbps": clip(one)}
+    return {"nic_gbps": clip(max(r for r in (one, many) if r is not None))}

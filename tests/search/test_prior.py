@@ -146,3 +146,12 @@ def test_the_warm_up_shows_a_per_flow_cap_and_the_prior_then_favours_streams():
     p1, p4 = plain([one, four])
     assert c4 > 2.5 * c1  # under the cap, four flows fill the NIC one flow cannot
     assert p4 < 1.3 * p1  # without it, streams buy little
+
+
+def test_the_cap_is_judged_on_the_measured_rates_not_the_clipped_ones():
+    from autotune.sim.prior import warmup_link
+
+    # a small job: both rates under the simulator's floor of 0.01 Gbit/s, 40x apart
+    link = warmup_link([0.5], [0.0125], 20_000, 2)
+    assert set(link) == {"nic_gbps", "per_flow_gbps"}
+    assert link["per_flow_gbps"] == 0.01 and link["nic_gbps"] == pytest.approx(0.0128)
