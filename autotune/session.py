@@ -280,10 +280,10 @@ class Session:
         from autotune.sim.prior import job_prior
 
         info = self.rt.info
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if not params:
+        sizes = self._grad_sizes()
+        if not sizes:
             return None
-        sizes = [p.numel() * p.element_size() for p in reversed(params)]
+        cuda = next(p for p in self.model.parameters() if p.requires_grad).is_cuda
         made: list = []
 
         def predict(configs):
@@ -291,11 +291,16 @@ class Session:
                 made.append(job_prior(sizes, machines=info.n_machines,
                                       workers_per_machine=info.workers_per_machine,
                                       servers=len(info.servers),
-                                      device="gpu" if params[0].is_cuda else "cpu",
+                                      device="gpu" if cuda else "cpu",
                                       batch_per_worker=self.samples_per_step or 1,
                                       **self._link_estimate(sum(sizes))))
             return made[0](configs)
         return predict
+
+    def _grad_sizes(self) -> list[int]:
+        """Bytes of each gradient, in ready order (reverse registration)."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return [p.numel() * p.element_size() for p in reversed(params)]
 
     def _link_estimate(self, grad_bytes: int) -> dict[str, float]:
         """The link rates the warm-up iterations imply (:func:`autotune.sim.prior.warmup_link`:
@@ -314,8 +319,7 @@ class Session:
         with the probe's streams, the AIACC-Training remedy."""
         if self._probe is None or not self._probe_times or self.tuner is None:
             return
-        grad = sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
-        if "per_flow_gbps" not in self._link_estimate(grad):
+        if "per_flow_gbps" not in self._link_estimate(sum(self._grad_sizes())):
             return
         streams = self._probe["streams"]
         self.tuner.try_first([{**c, "streams": streams} for c in self.space.seeds()])

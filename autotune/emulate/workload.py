@@ -6,11 +6,15 @@ emulated compute, and the analytic optimum to compare with.
 backward *sleep* for the compute time (the backward yields the gradients one by one in
 ready order, so communication overlaps it as in a real job), and whose gradients are
 known exactly; :func:`optimum_s` is the fastest an iteration of it can be on ``n`` workers
-and ``k`` servers at ``B`` bytes/s (BytePS's formulas). Used by ``make demo``
-(:mod:`autotune.demo`) and the benchmarks (benchmarks/benchlib.py).
+and ``k`` servers at ``B`` bytes/s (BytePS's formulas); :func:`time_ddp` times DDP on a
+job, the reference they are all compared with. Used by ``make demo``
+(:mod:`autotune.demo`), the benchmarks (benchmarks/benchlib.py), and ``time_ddp`` also
+by the ``autotune tune`` job (:mod:`autotune.offline.worker`).
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 from autotune.sim.formulas import allreduce_time, byteps_time
 
@@ -77,20 +81,25 @@ def check_average(model, want: float, what: str) -> None:
         raise AssertionError(f"{what}: wrong averaged gradients in {bad} tensors")
 
 
-def time_ddp(model, warmup: int, iterations: int, bucket_cap_mb: float = 25.0) -> list[float]:
-    """DDP (the initialised gloo world) on a :func:`sleepy_model`: the slowest worker's
-    time of each of ``iterations`` iterations after ``warmup``."""
+def time_ddp(module, warmup: int, iterations: int, *, bucket_cap_mb: float = 25.0,
+             x=None, init_sync: bool = False,
+             after: Callable[[int], None] | None = None) -> list[float]:
+    """DDP (the initialised gloo world) on ``module``, called with ``x`` (default
+    ``torch.ones(1)``): the slowest worker's time of each of ``iterations`` iterations
+    after ``warmup``. Each iteration starts with a barrier (the part of a session's
+    per-iteration sync); ``after(i)`` runs after iteration ``i``, its gradients in
+    ``.grad``."""
     import time
 
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, init_sync=False)
-    x = torch.ones(1)
+    ddp = DDP(module, bucket_cap_mb=bucket_cap_mb, init_sync=init_sync)
+    x = torch.ones(1) if x is None else x
     times = []
     for i in range(warmup + iterations):
-        model.zero_grad(set_to_none=False)
+        module.zero_grad(set_to_none=False)
         dist.barrier()
         t0 = time.perf_counter()
         ddp(x).backward()
@@ -98,6 +107,8 @@ def time_ddp(model, warmup: int, iterations: int, bucket_cap_mb: float = 25.0) -
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         if i >= warmup:
             times.append(float(t))
+        if after is not None:
+            after(i)
     return times
 
 

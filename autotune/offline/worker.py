@@ -128,27 +128,20 @@ def ddp_phase(spec: dict, rank: int, model: Any, job: Any) -> dict:
     """Time ``job`` under DDP on the default (workers-only) process group."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from autotune.emulate.workload import time_ddp
 
     world = dist.get_world_size()
-    ddp = DDP(job)
-    x = torch.tensor(float(rank + 1))
     warmup, iterations = int(spec["ddp_warmup"]), int(spec["ddp_iterations"])
-    times = []
-    for i in range(warmup + iterations):
-        dist.barrier()  # plays the part of the session's per-iteration sync
-        t0 = time.perf_counter()
-        ddp(x).backward()
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        if i >= warmup:
-            times.append(float(t))
+
+    def after(i: int) -> None:
         if i == 0 and not _check_average(model, world):
             raise SystemExit(f"rank {rank}: DDP gradients are not the average")
-        model.zero_grad(set_to_none=False)
         if rank == 0:
             _emit(PROGRESS, {"phase": "ddp", "iteration": i + 1, "budget": warmup + iterations})
-    del ddp
+
+    times = time_ddp(job, warmup, iterations, x=torch.tensor(float(rank + 1)),
+                     init_sync=True, after=after)
     model.zero_grad(set_to_none=True)
     med = statistics.median(times)
     return {"mode": "ddp", "times_s": times, "median_s": med, "score": 1.0 / med}
