@@ -1,6 +1,6 @@
 """autotune.session() with real processes under `autotune launch` (gloo).
 
-Two process groups, each started once and running a whole training job:
+Three process groups, each started once and running a whole training job:
 
 * 2 workers + 1 Summation Service server: the session trains, parameters are identical on
   both workers after every step, exactly ``budget`` iterations are tuning iterations and
@@ -11,6 +11,9 @@ Two process groups, each started once and running a whole training job:
 * 2 workers, no servers, with faults injected into two configurations: a plain DDP run of
   the same seed and data ends with the same parameters as the session, and the failed
   trials are reported while training goes on.
+* 2 workers on 2 emulated machines, one stream made slow: the warm-up's last iteration
+  runs several streams, reads the slowness as a per-flow cap, and the first trial is the
+  seed with several streams.
 """
 
 from __future__ import annotations
@@ -74,10 +77,17 @@ def with_server(tmp_path_factory) -> tuple[list[dict], Path]:
 @pytest.fixture(scope="module")
 def with_faults(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("session_faults")
-    # one stream made slow (as under a per-flow cap) ...
-    faults = "streams=2@fail;chunk_bytes=2097152@configure:1;streams=1@delay:0.5"
-    # ... and one worker per emulated machine: the warm-up probes for a per-flow cap
-    return launch(tmp, 2, 0, {"SESSION_DDP": "1", "AUTOTUNE_FAULT": faults}, machines=2)
+    faults = "streams=2@fail;chunk_bytes=2097152@configure:1"
+    return launch(tmp, 2, 0, {"SESSION_DDP": "1", "AUTOTUNE_FAULT": faults})
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory) -> list[dict]:
+    """One worker per emulated machine (the warm-up probes for a per-flow cap) and one
+    stream made slow, as under a cap."""
+    tmp = tmp_path_factory.mktemp("session_capped")
+    return launch(tmp, 2, 0, {"AUTOTUNE_FAULT": "streams=1@delay:0.5", "SESSION_STEPS": "12",
+                              "SESSION_BUDGET": "6"}, machines=2)
 
 
 def test_trains_and_workers_stay_identical(with_server):
@@ -105,19 +115,19 @@ def test_exactly_budget_tuning_iterations_then_fixed(with_server):
     assert ranks[1]["session"]["configs"] == s0["configs"]  # every rank applied the same
 
 
-def test_across_machines_the_last_warm_up_iteration_runs_several_streams(with_server, with_faults):
+def test_across_machines_the_last_warm_up_iteration_runs_several_streams(with_server, capped):
     from autotune.session import PROBE_STREAMS
 
     # one machine: the warm-up is the default throughout (checked above); two machines:
     # the default, then the default with several streams (configs[i] is for iteration i + 1)
-    c = with_faults[0]["session"]["configs"]
+    c = capped[0]["session"]["configs"]
     assert c[1] == {**c[0], "streams": PROBE_STREAMS} and c[0]["streams"] == 1
-    assert with_faults[1]["session"]["configs"][:2] == c[:2]
+    assert capped[1]["session"]["configs"][:2] == c[:2]
     # one stream was much slower than several (the injected delay): taken as a per-flow
     # cap, so the first trial is the seed (here the default) with the probe's streams
-    first = with_faults[0]["session"]["history"][0]
+    first = capped[0]["session"]["history"][0]
     assert (first["technique"], first["config"]) == ("warm", c[1]), \
-        with_faults[0]["session"]["warmup_s"]
+        capped[0]["session"]["warmup_s"]
 
 
 def test_a_clearly_slow_trial_is_cut_short(with_server):
