@@ -19,11 +19,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "session": "autotune.session",
     "Session": "autotune.session",
-    "Tuner": "autotune.tuner",
-    "Trial": "autotune.tuner",
-    "SearchSpace": "autotune.space",
-    "Config": "autotune.space",
-    "ConfigError": "autotune.space",
+    "Tuner": "autotune.tuning.tuner",
+    "Trial": "autotune.tuning.tuner",
+    "SearchSpace": "autotune.tuning.space",
+    "Config": "autotune.tuning.space",
+    "ConfigError": "autotune.tuning.space",
     "AutotuneError": "autotune.errors",
 }
 

@@ -2,7 +2,7 @@
 
 It joins the ``torch.distributed`` world (initialising it from the environment when the
 user has not), bootstraps the communication runtime, and on rank 0 drives a
-:class:`~autotune.tuner.Tuner` over the space built from the job's facts. Every
+:class:`~autotune.tuning.tuner.Tuner` over the space built from the job's facts. Every
 iteration boundary is a ``Runtime.sync``: rank 0's configuration for the next iteration
 crosses the wire as an int64 tensor and every rank, servers included, applies it.
 
@@ -51,9 +51,9 @@ import torch
 import torch.distributed as dist
 
 from autotune.runtime.errors import ServerLost, UsageError
-from autotune.space import Config, ConfigError, SearchSpace
-from autotune.trials import TrialDriver, TrialRecord
-from autotune.tuner import Trial, Tuner
+from autotune.tuning.space import Config, ConfigError, SearchSpace
+from autotune.tuning.trials import TrialDriver, TrialRecord
+from autotune.tuning.tuner import Trial, Tuner
 
 __all__ = ["Session", "session", "TrialRecord"]
 
@@ -168,7 +168,7 @@ class Session:
         self.use_prior = prior
         self._drift = _Drift(retune_on_drift, drift_window, max(10, budget // 5)) if retune_on_drift else None
 
-        self.trials: TrialDriver | None = None  # the leader's trials (autotune.trials)
+        self.trials: TrialDriver | None = None  # the leader's trials (autotune.tuning.trials)
         self.iteration = 0          # iterations completed (step() calls)
         self.tuning_iterations = 0  # iterations spent inside trials
         self.config: Config | None = None
@@ -273,11 +273,11 @@ class Session:
         return self.tuner
 
     def _prior(self):
-        """The simulator on what this job knows (:func:`autotune.sim.prior.job_prior`):
+        """The simulator on what this job knows (:func:`autotune.sim.predict.job_prior`):
         its gradients in ready order (reverse registration), the world, the device, and
         the network rate its warm-up iterations imply (built at the first prediction,
         which comes after the warm-up)."""
-        from autotune.sim.prior import job_prior
+        from autotune.sim.predict import job_prior
 
         info = self.rt.info
         sizes = self._grad_sizes()
@@ -303,10 +303,10 @@ class Session:
         return [p.numel() * p.element_size() for p in reversed(params)]
 
     def _link_estimate(self, grad_bytes: int) -> dict[str, float]:
-        """The link rates the warm-up iterations imply (:func:`autotune.sim.prior.warmup_link`:
+        """The link rates the warm-up iterations imply (:func:`autotune.sim.predict.warmup_link`:
         the NIC rate and, if several streams ran much faster than one, the per-flow cap);
         ``{}`` (the simulator's defaults) on one machine."""
-        from autotune.sim.prior import warmup_link
+        from autotune.sim.predict import warmup_link
 
         if self.rt.info.n_machines < 2:
             return {}

@@ -105,9 +105,9 @@ def fmt_value(name: str, value: Any, *, compact: bool = False) -> str:
 @lru_cache(maxsize=1)
 def _conditions() -> dict[str, tuple[tuple[str, tuple], ...]]:
     """Each parameter's activity condition, from the widest search space (so this follows
-    :mod:`autotune.space`: ``servers`` only under ``transport=pushpull``, ``reduce_root``
+    :mod:`autotune.tuning.space`: ``servers`` only under ``transport=pushpull``, ``reduce_root``
     only under ``intra=root``, codec parameters only under their codecs)."""
-    from autotune.space import SearchSpace
+    from autotune.tuning.space import SearchSpace
 
     space = SearchSpace.build(k_max=1, workers_per_machine=2, allow_lossy=True)
     return {p.name: p.when for p in space.params}

@@ -2,7 +2,7 @@
 
 Each :class:`Scenario` is a job on a cluster (machines, workers per machine, dedicated
 Summation Service processes, NIC bandwidth, per-message latency, ...). ``step_time``
-turns a configuration of :mod:`autotune.space` into a training-step time with the
+turns a configuration of :mod:`autotune.tuning.space` into a training-step time with the
 formulas of the papers, kept deliberately transparent:
 
 - **Bandwidth.** Ring all-reduce moves ``2(n-1)/n * M`` bytes per NIC; BytePS push/pull
@@ -42,8 +42,8 @@ from functools import cached_property
 
 import numpy as np
 
-from autotune.search.base import canonical_table
-from autotune.space import Config, MiB, SearchSpace
+from autotune.tuning.search.base import canonical_table
+from autotune.tuning.space import Config, MiB, SearchSpace
 
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 

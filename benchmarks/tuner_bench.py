@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from objectives import SCENARIOS, Scenario  # noqa: E402
 
-from autotune.tuner import DEFAULT_TECHNIQUES, Tuner  # noqa: E402
+from autotune.tuning.tuner import DEFAULT_TECHNIQUES, Tuner  # noqa: E402
 
 SINGLE = ("prior", *DEFAULT_TECHNIQUES)
 METHODS: dict[str, tuple[str, ...]] = {

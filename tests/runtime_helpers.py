@@ -42,7 +42,7 @@ def combos(servers: int = 2) -> list[tuple[str, int, str, int]]:
 def config_of(combo: tuple, streams: int, chunk: int) -> dict:
     """The complete configuration (as ``rt.sync`` returns it: the runtime's space has the
     codec parameters too, at their defaults here)."""
-    from autotune.space import SearchSpace
+    from autotune.tuning.space import SearchSpace
 
     t, k, intra, root = combo
     space = SearchSpace.build(k_max=2, workers_per_machine=2, allow_lossy=True)

@@ -1,11 +1,11 @@
 """``autotune tune --simulate cluster.json``: the Tuner against the cluster simulator.
 
-The same :class:`~autotune.tuner.Tuner` a training session uses asks for configurations;
+The same :class:`~autotune.tuning.tuner.Tuner` a training session uses asks for configurations;
 :class:`~autotune.sim.SimulatedObjective` answers with the predicted (noisy) throughput
 of the model's gradients on the described cluster, for clusters of any size. The run is
 recorded like a session's (warm start from the nearest stored runs first, the default
 configuration measured as long as the kept one, every trial stored, through the same
-:class:`~autotune.trials.TrialDriver`) but marked ``simulated``, under
+:class:`~autotune.tuning.trials.TrialDriver`) but marked ``simulated``, under
 the model's fingerprint (the real zoo module built on the meta device: no memory) and the
 topology graph a session records (:func:`autotune.probes.graph.job_graph`, the builder
 ``Session._cluster_graph`` calls) for the simulated world, so a later real job on such a
@@ -47,11 +47,11 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     report (see ``docs/tune.md``)."""
     from autotune import zoo
     from autotune.sim import Cluster, Job, SimulatedObjective, simulate
-    from autotune.sim.prior import prior
+    from autotune.sim.predict import prior
     from autotune.store import Store
     from autotune.store.fingerprint import model_graph
-    from autotune.trials import TrialDriver
-    from autotune.tuner import Tuner
+    from autotune.tuning.trials import TrialDriver
+    from autotune.tuning.tuner import Tuner
 
     cluster = cluster_src if isinstance(cluster_src, Cluster) else Cluster.from_json(cluster_src)
     module = zoo.build(model, device="meta")  # shapes only, no memory

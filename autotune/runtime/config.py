@@ -8,10 +8,10 @@ behaviour has one configuration), and it crosses the wire as one int64 per field
 What this job's world allows (servers launched, workers per machine, streams made at
 bootstrap) is checked separately, against :class:`Limits`.
 
-The tuner's :class:`~autotune.space.SearchSpace` is a grid of search points over these
+The tuner's :class:`~autotune.tuning.space.SearchSpace` is a grid of search points over these
 fields (a subset of values of each); it maps its points onto a ``RuntimeConfig``, never
 the other way round, so nothing here knows about tuning. The domains' values and
-defaults live here, and :mod:`autotune.space` builds its grid from them.
+defaults live here, and :mod:`autotune.tuning.space` builds its grid from them.
 
 A ``RuntimeConfig`` is also a read-only mapping (``cfg["transport"] == "pushpull"``,
 ``dict(cfg)``), with plain values (strings, not enum members).

@@ -2,7 +2,7 @@
 
 ``simulate(job, cluster, config)`` predicts one training iteration (step time,
 communication time, exposed communication, bytes per NIC, a breakdown) for a runtime
-configuration of :mod:`autotune.space` on a described :class:`Cluster`;
+configuration of :mod:`autotune.tuning.space` on a described :class:`Cluster`;
 :class:`SimulatedObjective` makes that a noisy throughput objective for the Tuner. The
 model is in :mod:`autotune.sim.model`; the BytePS paper's (OSDI 2020) closed forms in
 :mod:`autotune.sim.formulas`; codec costs (calibrated by timing the real codecs) in

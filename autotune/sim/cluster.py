@@ -172,8 +172,8 @@ class Cluster:
         return sorted(range(m.w), key=lambda g: (m.nic_sw is not None and m.sw[g] == m.nic_sw, g))
 
     def space(self, allow_lossy: bool = False, **kw: Any):
-        """The :class:`autotune.space.SearchSpace` of a job on this cluster."""
-        from autotune.space import SearchSpace
+        """The :class:`autotune.tuning.space.SearchSpace` of a job on this cluster."""
+        from autotune.tuning.space import SearchSpace
 
         return SearchSpace.build(k_max=self.server_machines,
                                  workers_per_machine=self.workers_per_machine,

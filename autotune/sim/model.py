@@ -97,7 +97,7 @@ def _check_config(config: Mapping[str, Any], cluster: Cluster,
 
 def simulate(job: Job, cluster: Cluster, config: Mapping[str, Any]) -> IterationEstimate:
     """Predict one iteration of ``job`` on ``cluster`` under ``config`` (a Config dict
-    of :mod:`autotune.space`; missing keys take their defaults, unknown keys are ignored)."""
+    of :mod:`autotune.tuning.space`; missing keys take their defaults, unknown keys are ignored)."""
     table = codec_table(cluster.codecs)
     cfg = _check_config(config, cluster, table)
     s = _Setting.of(job, cluster, cfg, table)

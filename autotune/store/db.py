@@ -44,7 +44,7 @@ from autotune.units import UNITS
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
 
-    from autotune.space import Config, SearchSpace
+    from autotune.tuning.space import Config, SearchSpace
 
 DEFAULT_PATH = "autotune.db"
 ENV_VAR = "AUTOTUNE_DB"

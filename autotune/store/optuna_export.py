@@ -29,7 +29,7 @@ def _space_distributions(facts: Mapping[str, Any]) -> dict[str, Any]:
     from optuna.distributions import (CategoricalDistribution, FloatDistribution,
                                       IntDistribution)
 
-    from autotune.space import SearchSpace
+    from autotune.tuning.space import SearchSpace
 
     keys = ("k_max", "workers_per_machine", "root_candidates", "allow_lossy", "max_streams")
     try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
 
-    from autotune.space import Config, SearchSpace
+    from autotune.tuning.space import Config, SearchSpace
     from autotune.store.db import Store
 
 

@@ -42,7 +42,7 @@ TOL_F32, TOL_F16 = 1e-5, 4e-3
 
 
 def config(**kw: Any) -> dict:
-    from autotune.space import SearchSpace
+    from autotune.tuning.space import SearchSpace
 
     space = SearchSpace.build(k_max=SERVERS, workers_per_machine=WORKERS // MACHINES,
                               allow_lossy=True)

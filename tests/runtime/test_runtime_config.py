@@ -6,7 +6,7 @@ import pytest
 
 from autotune.runtime.config import (NAMES, ConfigError, Intra, Limits, RuntimeConfig,
                                      Transport)
-from autotune.space import MiB, SearchSpace
+from autotune.tuning.space import MiB, SearchSpace
 
 
 def test_defaults_enums_and_the_mapping_view():

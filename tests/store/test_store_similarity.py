@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from autotune.space import SearchSpace
+from autotune.tuning.space import SearchSpace
 from autotune.store.fingerprint import MAX_NODES, fingerprint, layers_graph, model_graph
 from autotune.store.similarity import (Candidate, Matcher, Summary, assignment_bound, edit_distance,
                                        job_distance, lower_bound)

@@ -3,7 +3,7 @@
 ``make_codec("topk", ratio=0.01, world_size=4)`` builds one codec; ``codec_from_config``
 builds the codec a configuration asks for. The codec parameters' domains live in
 :mod:`autotune.runtime.config` (no torch there); the tuner's grid over them is
-:func:`autotune.space.codec_params`.
+:func:`autotune.tuning.space.codec_params`.
 
 Configuration keys read here: ``compression``, ``topk_ratio`` (topk), ``randomk_ratio``
 (randomk), ``powersgd_rank`` (powersgd), ``compress_min_bytes`` (every lossy codec).

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 
-from autotune.search.base import Searcher
-from autotune.space import Config, SearchSpace
+from autotune.tuning.search.base import Searcher
+from autotune.tuning.space import Config, SearchSpace
 
 
 class PopulationBasedSearch(Searcher):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.search.base import Observations, Searcher, canonical_table
-from autotune.search.bayes import BayesianSearch, OptunaSearch
-from autotune.search.grid import GridSearch
-from autotune.search.hyperband import Hyperband
-from autotune.search.pbt import PopulationBasedSearch
-from autotune.search.random import RandomSearch
-from autotune.space import SearchSpace
+from autotune.tuning.search.base import Observations, Searcher, canonical_table
+from autotune.tuning.search.bayes import BayesianSearch, OptunaSearch
+from autotune.tuning.search.grid import GridSearch
+from autotune.tuning.search.hyperband import Hyperband
+from autotune.tuning.search.pbt import PopulationBasedSearch
+from autotune.tuning.search.random import RandomSearch
+from autotune.tuning.space import SearchSpace
 
 def _bayes(space: SearchSpace, seed: int = 0, sampler: str = "gp", **options: Any) -> Searcher:
     """The ``bayes`` technique: scikit-optimize's GP (``sampler="gp"``), or Optuna's

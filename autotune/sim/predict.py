@@ -1,4 +1,4 @@
-"""The simulator as the Tuner's physics prior (:mod:`autotune.search.prior`).
+"""The simulator as the Tuner's physics prior (:mod:`autotune.tuning.prior`).
 
 :func:`prior` turns a :class:`Job` on a :class:`Cluster` into ``predict(configs) ->
 throughputs``; a configuration the model cannot run predicts 0 (the surrogate treats it

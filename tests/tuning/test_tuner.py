@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from autotune.space import MiB, SearchSpace
-from autotune.tuner import CONFIRM, WARM, Tuner
+from autotune.tuning.space import MiB, SearchSpace
+from autotune.tuning.tuner import CONFIRM, WARM, Tuner
 
 SPACE = SearchSpace.build(k_max=2, workers_per_machine=2)
 SMALL = SearchSpace.build(k_max=1, max_streams=4, min_chunk_bytes=1 * MiB, max_chunk_bytes=8 * MiB)

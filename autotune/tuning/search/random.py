@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from autotune.search.base import Searcher
-from autotune.space import Config
+from autotune.tuning.search.base import Searcher
+from autotune.tuning.space import Config
 
 
 class RandomSearch(Searcher):

@@ -30,8 +30,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from autotune.search.base import Key, Observations, Searcher, canonical_table
-from autotune.space import Config, SearchSpace
+from autotune.tuning.search.base import Key, Observations, Searcher, canonical_table
+from autotune.tuning.space import Config, SearchSpace
 
 Prior = Callable[[Sequence[Config]], Sequence[float]]
 

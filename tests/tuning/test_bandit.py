@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from autotune.bandit import AUCBandit
+from autotune.tuning.bandit import AUCBandit
 
 
 def test_untried_techniques_first_in_order():

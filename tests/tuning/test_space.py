@@ -1,4 +1,4 @@
-"""Tests for autotune.space: domains, validation, encoding, moves, grid."""
+"""Tests for autotune.tuning.space: domains, validation, encoding, moves, grid."""
 
 import random
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.space import ConfigError, MiB, SearchSpace
+from autotune.tuning.space import ConfigError, MiB, SearchSpace
 
 spaces = st.builds(
     lambda k, w, lossy: SearchSpace.build(k_max=k, workers_per_machine=w, allow_lossy=lossy),

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.search.base import Searcher, canonical_table
-from autotune.space import Config, SearchSpace
+from autotune.tuning.search.base import Searcher, canonical_table
+from autotune.tuning.space import Config, SearchSpace
 
 
 class GridSearch(Searcher):

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from autotune.search import (
+from autotune.tuning.search import (
     GridSearch, Hyperband, Observations, PopulationBasedSearch, TECHNIQUES, make_searcher,
 )
-from autotune.space import MiB, SearchSpace
+from autotune.tuning.space import MiB, SearchSpace
 
 ALL = ("grid", "pbt", "bayes", "hyperband", "random", "tpe")
 FAST_OPTS = {"bayes": {"n_initial_points": 4}}

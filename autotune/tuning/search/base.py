@@ -9,7 +9,7 @@ sample. A score of ``None`` is a failed trial: that configuration is never propo
 again and never counts as good.
 
 Nothing here imports torch: searchers see configurations only through
-:class:`autotune.space.SearchSpace`.
+:class:`autotune.tuning.space.SearchSpace`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from autotune.space import Config, SearchSpace
+from autotune.tuning.space import Config, SearchSpace
 
 Key = tuple[int, ...]
 

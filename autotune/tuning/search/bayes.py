@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from autotune.search.base import Key, Searcher, canonical_table
-from autotune.space import Config, SearchSpace
+from autotune.tuning.search.base import Key, Searcher, canonical_table
+from autotune.tuning.space import Config, SearchSpace
 
 
 class BayesianSearch(Searcher):

@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from autotune.search.prior import PriorSearch, Surrogate
-from autotune.space import MiB, SearchSpace
-from autotune.tuner import CONFIRM, PRIOR, Tuner
+from autotune.tuning.prior import PriorSearch, Surrogate
+from autotune.tuning.space import MiB, SearchSpace
+from autotune.tuning.tuner import CONFIRM, PRIOR, Tuner
 
 SPACE = SearchSpace.build(k_max=2, workers_per_machine=2)
 
@@ -110,7 +110,7 @@ def test_bad_arguments_name_the_problem():
 
 
 def test_the_simulator_is_a_prior_for_a_live_job():
-    from autotune.sim.prior import job_prior
+    from autotune.sim.predict import job_prior
 
     predict = job_prior([4 << 20] * 20, machines=4, workers_per_machine=1, servers=2)
     space = SearchSpace.build(k_max=2, workers_per_machine=1)
@@ -123,7 +123,7 @@ def test_the_simulator_is_a_prior_for_a_live_job():
 
 
 def test_the_warm_up_shows_a_per_flow_cap_and_the_prior_then_favours_streams():
-    from autotune.sim.prior import job_prior, warmup_link
+    from autotune.sim.predict import job_prior, warmup_link
 
     grad, W = 64 << 20, 4
     ring = 8 * 2 * (W - 1) / W * grad / 1e9  # gigabits through each NIC per iteration
@@ -149,7 +149,7 @@ def test_the_warm_up_shows_a_per_flow_cap_and_the_prior_then_favours_streams():
 
 
 def test_the_cap_is_judged_on_the_measured_rates_not_the_clipped_ones():
-    from autotune.sim.prior import warmup_link
+    from autotune.sim.predict import warmup_link
 
     # a small job: both rates under the simulator's floor of 0.01 Gbit/s, 40x apart
     link = warmup_link([0.5], [0.0125], 20_000, 2)

@@ -28,7 +28,7 @@ and by offline callers alike::
   after tuning is not just the luckiest sample. A ``reference`` configuration (the
   session passes the default) is measured there first until it has as many iterations as
   the best, so a speed-up over it compares like with like.
-- With a ``prior`` (a physics model of the job, see :mod:`autotune.search.prior`) the
+- With a ``prior`` (a physics model of the job, see :mod:`autotune.tuning.prior`) the
   calibrated surrogate is a technique of its own (``"prior"``, tried first) and screens
   every other technique's proposals: one predicted, even optimistically, more than
   ``screen`` below the incumbent is not run (:attr:`screened` counts them). Budget left when every technique has
@@ -49,11 +49,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from autotune.bandit.auc import AUCBandit
-from autotune.search import TECHNIQUES, make_searcher
-from autotune.search.base import Key, Observations, Searcher
-from autotune.search.prior import Prior, PriorSearch, Surrogate
-from autotune.space import Config, SearchSpace
+from autotune.tuning.bandit import AUCBandit
+from autotune.tuning.search import TECHNIQUES, make_searcher
+from autotune.tuning.search.base import Key, Observations, Searcher
+from autotune.tuning.prior import Prior, PriorSearch, Surrogate
+from autotune.tuning.space import Config, SearchSpace
 
 DEFAULT_TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
 PRIOR = "prior"  # technique name of the calibrated physics prior (with Tuner(prior=...))

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 
-from autotune.search.base import Key, Searcher
-from autotune.space import Config, SearchSpace
+from autotune.tuning.search.base import Key, Searcher
+from autotune.tuning.space import Config, SearchSpace
 
 
 class Hyperband(Searcher):
@@ -38,7 +38,7 @@ class Hyperband(Searcher):
         self.sampler = sampler
         self._model: Searcher | None = None
         if sampler == "tpe":  # BOHB-style: new configs from a model of all results
-            from autotune.search.bayes import OptunaSearch
+            from autotune.tuning.search.bayes import OptunaSearch
 
             self._model = OptunaSearch(space, seed, sampler="tpe")
         if min_iterations < 1 or max_iterations < min_iterations:

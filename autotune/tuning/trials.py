@@ -4,7 +4,7 @@ A training session (:mod:`autotune.session`) applies a trial's configuration thr
 runtime and measures real iterations; offline tuning (:mod:`autotune.offline.simulated`)
 asks the simulator. Both go through :class:`TrialDriver`, which owns what they share:
 
-* the :class:`~autotune.tuner.Tuner` (``ask``/``tell``);
+* the :class:`~autotune.tuning.tuner.Tuner` (``ask``/``tell``);
 * every scored iteration of every configuration, so that "best" is one number everywhere
   (progress bar, table, store, report, ``--json``): the kept configuration's **mean over
   its scored iterations**, with their standard deviation; the default's likewise (the
@@ -20,8 +20,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from autotune.space import Config, SearchSpace
-from autotune.tuner import Trial, Tuner
+from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.tuner import Trial, Tuner
 
 
 @dataclass
