@@ -25,6 +25,8 @@ _EXPORTS = {
     "Config": "autotune.tuning.space",
     "ConfigError": "autotune.tuning.space",
     "AutotuneError": "autotune.errors",
+    "ArgumentError": "autotune.errors",
+    "TrialSchedule": "autotune.tuning.schedule",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

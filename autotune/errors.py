@@ -7,8 +7,13 @@ base too (``ValueError`` for bad input, ``RuntimeError`` for failures), so exist
 
 from __future__ import annotations
 
-__all__ = ["AutotuneError"]
+__all__ = ["AutotuneError", "ArgumentError"]
 
 
 class AutotuneError(Exception):
     """Base class of autotune's errors."""
+
+
+class ArgumentError(AutotuneError, ValueError):
+    """An argument of a public call is out of its range; the message names the argument,
+    what was given and what is allowed."""

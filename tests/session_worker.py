@@ -73,7 +73,9 @@ def train_session(data_seed: int, steps: int, **kw):
                        default_score=tuner.default_score, default_spread=tuner.default_spread,
                        unit=tuner.unit, measured_best=tuner.trials.measured(tuner.best),
                        measured_default=tuner.trials.measured(tuner.space.default()))
-    numbers["warmup_s"] = (tuner._warmup_times, tuner._probe_times)  # the cap probe's evidence
+    schedule = tuner.schedule  # the leader's
+    numbers["warmup_s"] = ((schedule.warmup_times, schedule.probe_times) if schedule  # the cap
+                           else ([], []))                                             # probe's evidence
     return model, dict(losses=losses, sums=sums, configs=configs, history=hist,
                        best=tuner.best, tuning_iterations=tuner.tuning_iterations, **numbers)
 

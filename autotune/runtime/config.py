@@ -91,14 +91,29 @@ CODEC_PARAM_USERS = {
 }
 
 
+#: all-reduce stream groups made at bootstrap when servers run, so that the workers can go
+#: on alone if servers are lost (no group can be created once a member is dead)
+FALLBACK_STREAMS = 4
+
+
 @dataclass(frozen=True)
 class Limits:
     """What a job's world allows: dedicated servers launched, workers on every machine
-    (1 when machines differ), streams whose groups may be made."""
+    (1 when machines differ), streams whose groups may be made, transports. The one
+    home of these limits: the runtime checks configurations against them
+    (:meth:`RuntimeConfig.check`) and the tuner's space is built from them."""
 
     servers: int = 0
     workers_per_machine: int = 1
     max_streams: int = 16
+    transports: tuple[str, ...] = TRANSPORTS
+
+    def after_server_loss(self) -> "Limits":
+        """What is left once servers are lost: all-reduce among the workers, intra-machine
+        flat, on the :data:`FALLBACK_STREAMS` stream groups made at bootstrap."""
+        return Limits(servers=0, workers_per_machine=1,
+                      max_streams=min(self.max_streams, FALLBACK_STREAMS),
+                      transports=(Transport.ALLREDUCE.value,))
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,6 +189,9 @@ class RuntimeConfig(Mapping[str, Any]):
         if self.streams > limits.max_streams:
             raise ConfigError(f"streams={self.streams}: this job made groups for at most "
                               f"{limits.max_streams} (max_streams)")
+        if self.transport.value not in limits.transports:
+            raise ConfigError(f"transport={self.transport.value!r} is not possible in this "
+                              f"job (only {', '.join(limits.transports)})")
         if self.servers > limits.servers:
             raise ConfigError(f"servers={self.servers} but the job has {limits.servers}")
         if self.intra is not Intra.FLAT and limits.workers_per_machine < 2:

@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 
 from .compat import all_gather as _all_gather
-from .config import SIGNATURE, ConfigError, Limits, RuntimeConfig
+from .config import FALLBACK_STREAMS, SIGNATURE, ConfigError, Limits, RuntimeConfig
 from .control import ControlPlane
 from .engine import OpError
 from .errors import RuntimeFault, ServerLost, UsageError
@@ -47,7 +47,7 @@ from .faults import FaultInjector, Liveness
 from .groups import GroupCache, keep_forever, needed_groups
 from .iteration import Iterations
 from .layout import Layout
-from .reconfigure import FALLBACK_STREAMS, Active, Candidate
+from .reconfigure import Active, Candidate
 from .setup import Setup
 from .world import WorldInfo, discover, local_machine, local_role
 
@@ -90,7 +90,8 @@ class Runtime:
 
     # ================================================================== bootstrap
     @classmethod
-    def bootstrap(cls, timeout: float = 300.0, *, role: str | None = None, max_streams: int = 16,
+    def bootstrap(cls, timeout: float = 300.0, *, role: str | None = None,
+                  max_streams: int = Limits.max_streams,
                   control_timeout: float = 3600.0, heartbeat: float = 0.5,
                   faults: FaultInjector | None = None) -> "Runtime":
         """Collective on an initialised ``torch.distributed`` world (every rank, servers

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from .compression import Residuals, summation_key
-from .config import ConfigError, RuntimeConfig, Transport
+from .config import FALLBACK_STREAMS, ConfigError, RuntimeConfig, Transport
 from .errors import RuntimeFault
 from .faults import FaultInjector
 from .groups import GroupCache, needed_groups
@@ -34,9 +34,6 @@ from .setup import Setup, build_setup
 from .summation import BufferPool
 from .world import WorldInfo
 
-# all-reduce stream groups made at bootstrap when servers run, so that the workers can go on
-# alone if servers are lost (no group can be created once a member is dead)
-FALLBACK_STREAMS = 4
 
 
 @dataclass

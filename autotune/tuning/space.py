@@ -31,8 +31,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from autotune.runtime.config import (
     COMPRESS_MIN_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESS_MIN_BYTES,
     DEFAULT_POWERSGD_RANK, DEFAULT_RANDOMK_RATIO, DEFAULT_TOPK_RATIO, INTRA_MODES,
-    LOSSY_CODECS, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, POWERSGD_RANKS, RANDOMK_RATIOS,
-    TOPK_RATIOS, TRANSPORTS, ConfigError, KiB, MiB)
+    LOSSY_CODECS, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, NAMES, POWERSGD_RANKS, RANDOMK_RATIOS,
+    TOPK_RATIOS, TRANSPORTS, ConfigError, KiB, Limits, MiB, RuntimeConfig)
 
 Config = dict[str, Any]
 
@@ -111,6 +111,15 @@ class SearchSpace:
 
     # ------------------------------------------------------------------ building
     @classmethod
+    def of(cls, limits: Limits, *, root_candidates: Sequence[int] | None = None,
+           allow_lossy: bool = False, fixed: Mapping[str, Any] | None = None) -> "SearchSpace":
+        """The space of a job whose world allows ``limits`` (the runtime's
+        :class:`~autotune.runtime.config.Limits`); see :meth:`build` for the rest."""
+        return cls.build(k_max=limits.servers, workers_per_machine=limits.workers_per_machine,
+                         max_streams=limits.max_streams, transports=limits.transports,
+                         root_candidates=root_candidates, allow_lossy=allow_lossy, fixed=fixed)
+
+    @classmethod
     def build(
         cls,
         *,
@@ -118,10 +127,11 @@ class SearchSpace:
         workers_per_machine: int = 1,
         root_candidates: Sequence[int] | None = None,
         allow_lossy: bool = False,
-        max_streams: int = 16,
+        max_streams: int = Limits.max_streams,
         min_chunk_bytes: int = MIN_CHUNK_BYTES,
         max_chunk_bytes: int = MAX_CHUNK_BYTES,
         transports: Sequence[str] = TRANSPORTS,
+        fixed: Mapping[str, Any] | None = None,
     ) -> "SearchSpace":
         """The space of a job, from its facts.
 
@@ -131,6 +141,10 @@ class SearchSpace:
         worker indices allowed as reduce root, best first (from the topology classifier;
         default: all local workers). ``allow_lossy``: let compression codecs in.
         ``transports``: a subset of :data:`TRANSPORTS` (after a server loss, all-reduce only).
+        ``fixed``: knobs the user pins, ``{name: value}``, or narrows, ``{name: [values]}``
+        (as BytePS's ``BYTEPS_PARTITION_BYTES`` or DDP's ``bucket_cap_mb`` fix the
+        partition size); a value outside the tuner's grid is fine if the runtime can run
+        it in this job, anything else is a :class:`ConfigError` naming the knob.
         """
         transports = tuple(dict.fromkeys(transports))
         if not transports or any(t not in TRANSPORTS for t in transports):
@@ -176,13 +190,17 @@ class SearchSpace:
                   doc="local worker that reduces for its machine under intra=root"),
             Param("compression", compression, "none", doc="gradient codec"),
         ) + codec_params(compression)
+        limits = Limits(servers=k_max, workers_per_machine=workers_per_machine,
+                        max_streams=max_streams, transports=transports)
+        pins = _pins(params, fixed or {}, limits, allow_lossy)
+        params = tuple(pins.get(p.name, p) for p in params)
         facts = (
             ("k_max", k_max),
             ("workers_per_machine", workers_per_machine),
             ("root_candidates", roots),
             ("allow_lossy", allow_lossy),
             ("max_streams", max_streams),
-        )
+        ) + ((("fixed", tuple((n, pins[n].values) for n in sorted(pins))),) if pins else ())
         return cls(params, facts)
 
     # ---------------------------------------------------------------- inspection
@@ -445,6 +463,62 @@ class SearchSpace:
 
     def describe(self) -> str:
         return "\n".join(f"{p.name:12s} {p.describe()} (default {p.default!r})" for p in self.params)
+
+
+def _pins(params: Sequence[Param], fixed: Mapping[str, Any], limits: Limits,
+          allow_lossy: bool) -> dict[str, Param]:
+    """The parameters ``fixed`` pins or narrows, each as its new :class:`Param`; every
+    value is checked against what the runtime runs in a job with ``limits``."""
+    by_name = {p.name: p for p in params}
+    out: dict[str, Param] = {}
+    for name, wanted in fixed.items():
+        if name not in by_name:
+            if name in NAMES and not allow_lossy:
+                raise ConfigError(f"cannot fix {name}: it is a codec parameter, and codecs "
+                                  "are lossy (pass allow_lossy=True)")
+            import difflib
+
+            close = difflib.get_close_matches(str(name), by_name, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"cannot fix {name!r}: not a tunable knob{hint}; the knobs are "
+                              f"{', '.join(by_name)}")
+        p = by_name[name]
+        many = isinstance(wanted, (list, tuple, set, frozenset, range))
+        values = tuple(dict.fromkeys(wanted if many else (wanted,)))
+        if not values:
+            raise ConfigError(f"cannot fix {name}: no value given")
+        values = tuple(dict.fromkeys(_runnable(p, v, limits, allow_lossy, by_name)
+                                     for v in values))
+        if p.ordinal:
+            values = tuple(sorted(values))
+        default = p.default if p.default in values else values[0]
+        out[name] = Param(p.name, values, default, ordinal=p.ordinal, log=p.log, when=p.when,
+                          doc=p.doc)
+    return out
+
+
+def _runnable(p: Param, value: Any, limits: Limits, allow_lossy: bool,
+              by_name: Mapping[str, Param]) -> Any:
+    """``value`` as the runtime holds it (``4194304.0`` -> ``4194304``); a
+    :class:`ConfigError` naming ``p`` if the runtime cannot run it in a job with ``limits``
+    (with ``p`` active: its conditions met)."""
+    if p.name == "compression" and value != "none" and not allow_lossy:
+        raise ConfigError(f"cannot fix compression={value!r}: the codec is lossy "
+                          "(pass allow_lossy=True)")
+    if not p.ordinal and value not in p.values:
+        raise ConfigError(f"cannot fix {p.name}={value!r}: this job allows {p.describe()}")
+    config = {parent: allowed[0] for parent, allowed in p.when}
+    config[p.name] = value
+    for parent in list(config):
+        # the parent's own condition (a codec parameter under a lossy codec)
+        for grand, allowed in by_name[parent].when if parent in by_name else ():
+            config.setdefault(grand, allowed[0])
+    if isinstance(value, bool):
+        raise ConfigError(f"cannot fix {p.name}={value!r}: not a value of {p.describe()}")
+    try:
+        return RuntimeConfig.of(config).check(limits)[p.name]
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise ConfigError(f"cannot fix {p.name}={value!r}: {exc}") from None
 
 
 def codec_params(compression_values: Sequence[str] = ("none",) + LOSSY_CODECS) -> tuple[Param, ...]:

@@ -17,25 +17,10 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.tuner import Trial, Tuner
-
-
-@dataclass
-class TrialRecord:
-    """What happened to one trial."""
-
-    index: int
-    technique: str
-    config: Config
-    iterations: int
-    score: float | None
-    error: str | None = None
-    wall_time: float = 0.0
-    switch_s: float | None = None  # the session: its first, unscored iteration's time
+from autotune.tuning.tuner import Trial, TrialRecord, Tuner
 
 
 class TrialDriver:
@@ -73,9 +58,10 @@ class TrialDriver:
         the Tuner's; a session that re-tunes numbers on across Tuners)."""
         used = trial.iterations if iterations is None else int(iterations)
         assert self.tuner is not None
-        self.tuner.tell(trial, score, iterations=None if score is None else used)
-        rec = TrialRecord(trial.index if index is None else index, trial.technique, dict(trial.config), used, score,
-                          error, wall_time)
+        told = self.tuner.tell(trial, score, iterations=None if score is None else used)
+        rec = TrialRecord(trial.index if index is None else index, trial.technique,
+                          dict(trial.config), used, score, error, wall_time,
+                          new_best=told.new_best)
         self.history.append(rec)
         if error is not None:
             self.failures.append(rec)

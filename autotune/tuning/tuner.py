@@ -72,15 +72,21 @@ class Trial:
 
 
 @dataclass
-class Record:
-    """One told trial, as kept in :attr:`Tuner.history`."""
+class TrialRecord:
+    """What happened to one trial: the one record type of the Tuner's history, the trial
+    driver's, the session's and the store's. ``score`` is ``None`` for a failed trial
+    (``error`` says why); ``iterations`` is how many of its iterations ran (a trial cut
+    short gives the rest back to the budget)."""
 
-    trial: int
-    config: Config
+    index: int
     technique: str
+    config: Config
     iterations: int
     score: float | None
-    new_best: bool = False
+    error: str | None = None
+    wall_time: float = 0.0
+    switch_s: float | None = None  # the session: its first, unscored iteration's time
+    new_best: bool = False         # the Tuner: it made its configuration the best so far
 
 
 @dataclass
@@ -163,7 +169,7 @@ class Tuner:
             self.searchers[name] = make_searcher(name, space, sub_seed, **opts)
         self.bandit = AUCBandit(techniques, window=window, C=C)
         self.obs = Observations(space)
-        self.history: list[Record] = []
+        self.history: list[TrialRecord] = []
         self.spent = 0
         self._exhausted: set[str] = set()
         self._stalled = False  # nothing left to propose and nothing to re-measure
@@ -285,7 +291,7 @@ class Tuner:
         least = min(range(len(ranked)), key=lambda i: (ranked[i][1].weight, i))
         return dict(ranked[least][1].config)
 
-    def tell(self, trial: Trial, score: float | None, iterations: int | None = None) -> Record:
+    def tell(self, trial: Trial, score: float | None, iterations: int | None = None) -> TrialRecord:
         """Report the score of ``trial`` (maximised; ``None`` for a failed trial).
 
         ``iterations``: how many of its iterations the trial ran, when it was cut short
@@ -318,8 +324,8 @@ class Tuner:
             # the window counts training iterations, so a long trial weighs more
             for _ in range(used):
                 self.bandit.credit(trial.technique, success)
-        record = Record(trial.index, dict(trial.config), trial.technique, used,
-                        None if score is None else float(score), new_best)
+        record = TrialRecord(trial.index, trial.technique, dict(trial.config), used,
+                             None if score is None else float(score), new_best=new_best)
         self.history.append(record)
         return record
 

@@ -1,0 +1,28 @@
+"""``autotune.session()``: tune the gradient communication of a model while it trains.
+
+It joins the ``torch.distributed`` world (initialising it from the environment when the
+user has not), bootstraps the communication runtime, and on the leader drives a
+:class:`~autotune.tuning.tuner.Tuner` through the trial schedule
+(:mod:`autotune.tuning.schedule`: warm-up, trials, cut-short, lock, drift, start-over).
+Tuning iterations train the model like any other: no step is wasted. It keeps DDP's
+semantics (``docs/ddp.md``): the leader's parameters and buffers at the start, the
+leader's buffers before each training forward, ``no_sync()`` for gradient accumulation.
+
+- :mod:`~autotune.session.core`: :class:`Session`, the world, the runtime, each step;
+- :mod:`~autotune.session.parity`: DDP's semantics for the native runtime;
+- :mod:`~autotune.session.facts`: the job's space and physics prior;
+- :mod:`~autotune.session.record`: the run in the results store;
+- :mod:`~autotune.session.display`: the progress and the final table.
+"""
+
+from __future__ import annotations
+
+from autotune.session.core import Session
+from autotune.tuning.schedule import PROBE_STREAMS, SWITCH_MARGIN, trial_seconds
+from autotune.tuning.tuner import TrialRecord
+
+#: ``autotune.session(model, budget=100, ...)``: a :class:`Session` (its arguments).
+session = Session
+
+__all__ = ["Session", "session", "TrialRecord", "PROBE_STREAMS", "SWITCH_MARGIN",
+           "trial_seconds"]

@@ -1,0 +1,89 @@
+"""A session's run in the results store: opened at the start, every trial, closed at the end.
+
+The leader opens a run (the job's name, world, backend, model and cluster graphs, the
+space's facts, the unit), reads what similar earlier jobs found (warm start, found by
+graph edit distance) and, after a ``torchrun --max-restarts`` restart, the stored best of
+the same job. A store that cannot be read or written warns; it never stops training.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from autotune.tuning.space import Config, ConfigError, SearchSpace
+
+
+def job_name(job: str | None) -> str:
+    """The job's name in the store: ``job``, else ``AUTOTUNE_JOB``'s file name, else
+    ``session``."""
+    return job or Path(os.environ.get("AUTOTUNE_JOB", "session")).name
+
+
+class SessionRun:
+    """The leader's run in the store at ``db`` (``None``: ``./autotune.db``)."""
+
+    def __init__(self, db: str | os.PathLike | None, job: str | None):
+        self.db = db
+        self.job = job_name(job)
+        self.store: Any = None
+        self.run_id: int | None = None
+        self._model_graph: Any = None
+        self._cluster_graph: Any = None
+
+    def open(self, model: Any, info: Any, backend: str, space: SearchSpace, unit: str) -> None:
+        """Start the run (status ``running``)."""
+        try:
+            from autotune.probes.graph import job_graph
+            from autotune.store import Store
+            from autotune.store.fingerprint import model_graph
+        except ImportError:
+            return
+        self.store = Store(self.db)
+        self._model_graph = model_graph(model)
+        # worker machines and servers joined through one switch node: O(n) edges, so
+        # large jobs stay cheap to compare
+        self._cluster_graph = job_graph(info.n_machines, info.workers_per_machine,
+                                        len(info.servers))
+        self.run_id = self.store.start_run(
+            job=self.job,
+            world={"workers": len(info.workers), "servers": len(info.servers),
+                   "machines": info.n_machines, "workers_per_machine": info.workers_per_machine},
+            backend=backend, model_graph=self._model_graph,
+            topology_graph=self._cluster_graph, space_facts=dict(space.facts), unit=unit)
+
+    def warm_start(self, space: SearchSpace) -> list[Config]:
+        """The best configurations of similar stored jobs, then the space's seeds."""
+        warm: list[Config] = []
+        if self.store is not None:
+            try:
+                warm = self.store.warm_start_configs(self._model_graph, self._cluster_graph,
+                                                     space)
+            except Exception as exc:
+                warnings.warn(f"warm start from {self.db or 'autotune.db'} failed: {exc}")
+        return warm + [c for c in space.seeds() if c not in warm]
+
+    def restarted_best(self, space: SearchSpace) -> Config | None:
+        """Under ``torchrun --max-restarts``, after a restart (``TORCHELASTIC_RESTART_COUNT``
+        > 0): the best configuration stored by an earlier run of the same job, if it still
+        fits ``space``."""
+        try:
+            restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        except ValueError:
+            restarts = 0
+        if restarts <= 0 or self.store is None:
+            return None
+        try:
+            runs = self.store.runs(job=self.job)
+        except Exception as exc:
+            warnings.warn(f"could not read earlier runs from the results store: {exc}")
+            return None
+        for run in runs:
+            if run["id"] != self.run_id and run.get("best_config"):
+                try:
+                    return space.validate(run["best_config"])
+                except ConfigError:
+                    continue
+        return None

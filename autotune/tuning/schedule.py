@@ -1,0 +1,410 @@
+"""The trial schedule: given what the last training iteration measured, what the next runs.
+
+A torch-free state machine of the tuning leader, shared by every way a job is tuned
+while it trains (the native runtime's session, and the DDP comm hook). The caller runs
+one iteration under the configuration it was given, measures it (the slowest worker's
+seconds, ``inf`` when a worker failed), and asks :meth:`TrialSchedule.next` what to run
+next. The phases:
+
+``warmup``
+    The first ``warmup`` iterations run the default and are not trials: they pay for
+    first allocations and connections, which would otherwise count against whichever
+    configuration is tried first. Their times give the physics prior its network rate.
+    Across machines (``probe=True``) the last of two or more runs the default with
+    :data:`PROBE_STREAMS` streams, so that a per-flow cap (one TCP flow held far below
+    the NIC rate, as on cloud NICs) shows; if ``capped()`` then says so, the seed
+    configurations with that many streams are the first trials (AIACC-Training's
+    remedy).
+``trial``
+    A trial lasts ``trial.iterations`` iterations. The first after a switch is not scored
+    (it pays for the switch); the median of the others is the trial's time, and the
+    score is throughput (``samples_per_step`` samples per iteration, 1 by default). A
+    trial whose first scored iteration reaches less than ``cut_short`` of the best score
+    so far ends there and gives its remaining iterations back to the budget; one clearly
+    slow already on its switch iteration (under ``cut_short`` of the best even after
+    :data:`SWITCH_MARGIN` for the switch's cost) ends after that one. A failed iteration
+    fails its trial.
+``locked``
+    The budget is spent: the best configuration is kept. With a drift watch, a median
+    over ``window`` iterations below ``(1 - threshold)`` of the kept score starts a short
+    re-tune (``budget`` iterations) that measures the old best again first.
+
+Two more events come from outside: a configuration the runtime refused to apply
+(:meth:`rejected`: its trial fails, the next is proposed) and lost servers
+(:meth:`servers_lost`: the space shrinks, and at the next iteration the tuning starts
+over on what is left, or keeps the kept configuration if it can still run).
+
+What a person sees goes through a :class:`Listener` (a progress bar, or nothing).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from autotune.tuning.space import Config, ConfigError, SearchSpace
+from autotune.tuning.trials import TrialDriver
+from autotune.tuning.tuner import Trial, TrialRecord, Tuner
+
+__all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "SWITCH_MARGIN",
+           "trial_seconds"]
+
+#: How much slower than the configuration's steady iterations its first one (the switch:
+#: new buffers, first use of stream groups) may be. A trial whose switch iteration is
+#: under ``cut_short`` of the best even when divided by this stops there. Measured on 22
+#: trials of a loopback session (2 workers + 1 server, docs/tuner.md): the switch
+#: iteration took 0.77-1.43x a steady one (median 1.07, 90th percentile 1.30).
+SWITCH_MARGIN = 2.0
+
+#: Streams of the last warm-up iteration (when there are two or more, across machines):
+#: enough flows to fill a NIC whose single flow is capped at a quarter of it or more.
+PROBE_STREAMS = 4
+
+WARMUP, TRIAL, LOCKED = "warmup", "trial", "locked"
+
+
+def trial_seconds(scored: list[float], switch_s: float, cut: bool) -> float:
+    """The time per iteration a trial is scored with: the median of its ``scored``
+    iterations; with none, its switch iteration ``switch_s``, divided by
+    :data:`SWITCH_MARGIN` if the trial was ``cut`` there as clearly slow (at best that much
+    faster: it stays slow), as it is if the trial had no other iteration (the end of the
+    budget: counted with the switch's cost rather than credited with an optimistic bound)."""
+    if scored:
+        return statistics.median(scored)
+    return switch_s / SWITCH_MARGIN if cut else switch_s
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Re-tune for ``budget`` iterations when the median of ``window`` iterations is more
+    than ``threshold`` (a fraction) below the kept configuration's score."""
+
+    threshold: float
+    window: int
+    budget: int
+
+
+class Listener:
+    """What the schedule tells a person; the default says nothing."""
+
+    def tuning(self, budget: int) -> None:
+        """Trials start (or start again) with ``budget`` iterations."""
+
+    def trial_started(self, index: int, trial: Trial) -> None:
+        """Trial number ``index`` (counted across re-tunes) starts."""
+
+    def advanced(self, iterations: int) -> None:
+        """``iterations`` of the tuning budget went by."""
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        """A trial ended (``record.error`` set when it failed)."""
+
+    def settled(self, kept: Config | None) -> None:
+        """The budget is spent; ``kept`` runs from now on."""
+
+    def say(self, text: str) -> None:
+        """Something worth a line (rich markup)."""
+
+
+class TrialSchedule:
+    """The leader's schedule of one job (module docstring).
+
+    ``driver`` measures, tells and records trials; ``new_tuner(budget, seed, warm)``
+    makes the Tuner for a (re-)tune; ``capped()`` says whether the warm-up showed a
+    per-flow cap (read :attr:`warmup_times` and :attr:`probe_times`).
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        driver: TrialDriver,
+        new_tuner: Callable[[int, int, list[Config]], Tuner],
+        *,
+        budget: int,
+        warmup: int = 3,
+        cut_short: float | None = 0.5,
+        samples_per_step: int | None = None,
+        drift: Drift | None = None,
+        seed: int = 0,
+        probe: bool = False,
+        capped: Callable[[], bool] | None = None,
+        listener: Listener | None = None,
+    ) -> None:
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0, got {budget}")
+        if warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {warmup}")
+        if cut_short is not None and not 0 < cut_short < 1:
+            raise ValueError(f"cut_short is a fraction in (0, 1) or None, got {cut_short}")
+        self.space = space
+        self.driver = driver
+        self._new_tuner = new_tuner
+        self.budget = budget
+        self.cut_short = cut_short
+        self.samples_per_step = samples_per_step
+        self.drift = drift
+        self.seed = seed
+        self._capped = capped
+        self.listener = listener or Listener()
+        self.phase = WARMUP
+        self.iteration = 0          # iterations measured (next() calls)
+        self.tuning_iterations = 0  # iterations spent inside trials
+        self.warmup_left = warmup
+        self.warmup_times: list[float] = []  # the default's warm-up times (the prior's rate)
+        self.probe_times: list[float] = []   # the several-stream probe's
+        self.probe = self._flow_probe() if probe else None
+        self.tuner: Tuner | None = None
+        self.trial: Trial | None = None
+        self.trial_index = -1
+        self._trial_left = 0
+        self._trial_times: list[float] = []
+        self._switch_s: float | None = None
+        self._trial_start = 0.0
+        self.best: tuple[Config, float] | None = None  # (config, the Tuner's mean score)
+        self.last_good: Config | None = None
+        self._window: list[float] = []
+        self._replan = False
+
+    # ---------------------------------------------------------------- start
+    def start(self, warm: Sequence[Config], keep: Config | None = None) -> Config:
+        """The first configuration. ``warm``: warm-start configurations (the first is kept
+        as it is when ``budget`` is 0); ``keep``: a configuration to keep without tuning
+        (a restarted job's stored best)."""
+        if keep is not None or self.budget == 0:
+            self.phase = LOCKED
+            return keep if keep is not None else (warm[0] if warm else self.space.default())
+        self._tune(self.budget, self.seed, list(warm))
+        if self.warmup_left:
+            return self.space.default()
+        self.phase = TRIAL
+        return self._next_trial()
+
+    # ------------------------------------------------------------ each iteration
+    def next(self, config: Config, seconds: float, failed: str | None = None) -> Config:
+        """``config`` ran one iteration in ``seconds`` (the slowest worker's; ``inf``, or
+        ``failed`` with the reason, when it failed): the configuration to run next."""
+        self.iteration += 1
+        if seconds != float("inf") and failed is None:
+            self.last_good = dict(config)
+        if self._replan:
+            return self._start_over(failed, config)
+        if self.phase == LOCKED:
+            return self._watch_drift(seconds, config)
+        if self.phase == WARMUP:
+            return self._warmed(config, seconds)
+        return self._measured(seconds, failed)
+
+    def rejected(self, config: Config, error: str, retrying: bool = False) -> Config:
+        """The runtime could not apply ``config`` (identically on every rank): outside a
+        trial (or ``retrying`` a failed iteration) the fallback, else the trial fails and
+        the next one is proposed."""
+        if retrying or self.phase != TRIAL or self.trial is None:
+            fallback = self.fallback()
+            return fallback if config != fallback else self.space.default()
+        self._finish(None, f"could not apply the configuration: {error}")
+        return self._next_trial()
+
+    def servers_lost(self, space: SearchSpace, servers: Sequence[int], error: str,
+                     config: Config | None) -> None:
+        """Servers stopped and ``space`` is what is left: reported and recorded now; the
+        tuning starts over at the next iteration."""
+        self.space = space
+        self._replan = True
+        self.listener.say(f"[red]lost server(s)[/] {list(servers)}: {error}. Training goes "
+                          "on with all-reduce among the workers.")
+        self.driver.space = space
+        self.driver.record(TrialRecord(self.trial_index + 1, "fault", dict(config or {}), 0,
+                                       None, f"lost server(s) {list(servers)}: {error}"))
+
+    def fallback(self) -> Config:
+        """The last configuration that ran, if it is still allowed, else the default."""
+        good = self.last_good
+        return good if good is not None and self.allowed(good) else self.space.default()
+
+    def allowed(self, config: Config) -> bool:
+        try:
+            self.space.validate(config)
+        except ConfigError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ state
+    @property
+    def tuning(self) -> bool:
+        """Whether trials (or the warm-up before them) are still running."""
+        return self.phase != LOCKED
+
+    @property
+    def kept(self) -> Config | None:
+        """The best configuration so far (after the budget: the one kept)."""
+        return dict(self.best[0]) if self.best is not None else None
+
+    def throughput(self, seconds: float) -> float:
+        return (self.samples_per_step or 1) / max(seconds, 1e-9)
+
+    # --------------------------------------------------------------- phases
+    def _flow_probe(self) -> Config | None:
+        """The default with :data:`PROBE_STREAMS` streams, run as the last warm-up
+        iteration of two or more; ``None`` when it cannot show anything."""
+        if self.warmup_left < 2 or "streams" not in self.space.names:
+            return None
+        default = self.space.default()
+        streams = self.space["streams"].nearest(PROBE_STREAMS)
+        if streams <= default["streams"]:
+            return None
+        return self.space.project({**default, "streams": streams})
+
+    def _warmed(self, config: Config, seconds: float) -> Config:
+        """A warm-up iteration ran: trains, but is not a trial."""
+        self.warmup_left -= 1
+        if seconds != float("inf"):
+            probing = self.probe is not None and config == self.probe
+            (self.probe_times if probing else self.warmup_times).append(seconds)
+        if self.warmup_left == 0:
+            self._seed_streams()
+            self.phase = TRIAL
+            return self._next_trial()
+        if self.warmup_left == 1 and self.probe is not None and self.allowed(self.probe):
+            return self.probe
+        return config
+
+    def _seed_streams(self) -> None:
+        """If the warm-up showed a per-flow cap, the seed configurations (the default,
+        push/pull through every server) with the probe's streams are tried first."""
+        if (self.probe is None or not self.probe_times or self.tuner is None
+                or self._capped is None or not self._capped()):
+            return
+        streams = self.probe["streams"]
+        self.tuner.try_first([{**c, "streams": streams} for c in self.space.seeds()])
+
+    def _measured(self, seconds: float, failed: str | None) -> Config:
+        """An iteration of the trial under way ran."""
+        trial = self.trial
+        assert trial is not None
+        self.tuning_iterations += 1
+        self._trial_left -= 1
+        first = self._trial_left == trial.iterations - 1
+        if failed is not None or seconds == float("inf"):
+            self._finish(None, failed or "a worker failed under this configuration")
+            return self._next_trial()
+        if first:
+            self._switch_s = seconds
+        else:
+            self._trial_times.append(seconds)
+            self.driver.sample(trial.config, self.throughput(seconds))
+        self.listener.advanced(1)
+        if self._trial_left > 0 and not self._clearly_slow(seconds, first):
+            return trial.config
+        score = self.throughput(trial_seconds(self._trial_times, seconds,
+                                              cut=self._trial_left > 0))
+        self._finish(score, None)
+        return self._next_trial()
+
+    def _clearly_slow(self, seconds: float, first: bool) -> bool:
+        """Its unscored switch iteration, even allowing :data:`SWITCH_MARGIN`, or its first
+        scored iteration reached less than ``cut_short`` of the best score so far."""
+        best = self.tuner.best if self.tuner is not None else None
+        if self.cut_short is None or best is None:
+            return False
+        if first:
+            return self.throughput(seconds) * SWITCH_MARGIN < self.cut_short * best[1]
+        return (len(self._trial_times) == 1
+                and self.throughput(seconds) < self.cut_short * best[1])
+
+    def _tune(self, budget: int, seed: int, warm: list[Config]) -> None:
+        self.tuner = self._new_tuner(budget, seed, warm)
+        self.driver.space, self.driver.tuner = self.space, self.tuner
+        if budget > 0:
+            self.listener.tuning(budget)
+
+    def _next_trial(self) -> Config:
+        trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
+        if trial is None:
+            return self._lock()
+        self.trial = trial
+        self.trial_index += 1
+        self._trial_left = trial.iterations
+        self._trial_times = []
+        self._switch_s = None
+        self._trial_start = time.perf_counter()
+        self.listener.trial_started(self.trial_index, trial)
+        return trial.config
+
+    def _finish(self, score: float | None, error: str | None) -> None:
+        trial = self.trial
+        assert trial is not None and self.tuner is not None
+        # A failed trial still used its iterations so far (the Tuner counts them all);
+        # one cut short gives the rest back to the budget.
+        used = trial.iterations - self._trial_left
+        if score is None:
+            self.listener.advanced(self._trial_left)
+        rec = self.driver.finish(trial, score, iterations=used, error=error,
+                                 wall_time=time.perf_counter() - self._trial_start,
+                                 index=self.trial_index)
+        rec.switch_s = self._switch_s
+        if error is not None:
+            self.listener.say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, "
+                              f"{rec.config}): {error}")
+        best = self.tuner.best
+        self.best = (dict(best[0]), best[1]) if best else self.best
+        self._trial_left = 0
+        self.listener.trial_finished(rec)
+
+    def _lock(self) -> Config:
+        """The budget is spent: keep the best configuration from now on."""
+        self.phase = LOCKED
+        self._window = []
+        kept = self.best[0] if self.best else self.fallback()
+        self.listener.settled(self.kept)
+        return kept
+
+    def _watch_drift(self, seconds: float, config: Config) -> Config:
+        kept = self.best[0] if self.best else config
+        if self.drift is None or self.best is None or seconds == float("inf"):
+            return kept
+        self._window.append(seconds)
+        if len(self._window) < self.drift.window:
+            return kept
+        now = self.throughput(statistics.median(self._window))
+        self._window = []
+        if now >= (1 - self.drift.threshold) * self.best[1]:
+            return kept
+        self.listener.say(f"[yellow]throughput drifted[/] from {self.best[1]:.2f} to "
+                          f"{now:.2f}/s: re-tuning for {self.drift.budget} iterations")
+        # The old best is stale: measure it again first, alongside its neighbours.
+        old = self.best[0]
+        self.best = None
+        self.phase = TRIAL
+        self._tune(self.drift.budget, self.seed + self.iteration, [old])
+        return self._next_trial()
+
+    def _start_over(self, failed: str | None, config: Config) -> Config:
+        """After a server loss. Settled: keep the configuration if it can still run, else
+        re-tune briefly (with ``budget`` 0: the fallback). Tuning: the trial under way
+        failed, and a new Tuner over the smaller space gets the budget left, warm-started
+        from the best so far if that can still run."""
+        self._replan = False
+        best = self.best[0] if self.best and self.allowed(self.best[0]) else None
+        if self.phase == LOCKED:
+            kept = self.best[0] if self.best else config
+            if self.allowed(kept):
+                return kept
+            if self.budget == 0:
+                return self.fallback()
+            budget = max(10, self.budget // 5)
+        else:
+            if self.phase == TRIAL and self.trial is not None and self._trial_left > 0:
+                self._finish(None, failed or "servers lost")
+            budget = self.tuner.remaining if self.tuner is not None else 0
+        self.best = ((best, self.tuner.score_of(best) or 0.0)
+                     if best and self.tuner is not None else None)
+        if budget <= 0:
+            return self._lock()
+        self._tune(budget, self.seed + self.iteration, [best] if best else [])
+        if self.warmup_left > 0:
+            self.phase = WARMUP
+            return self.fallback()
+        self.phase = TRIAL
+        return self._next_trial()
