@@ -88,9 +88,11 @@ def main(out: str) -> None:
     if os.environ.get("SESSION_DDP") == "1":
         dist.init_process_group("gloo")  # the session joins this world as it is
         result["ddp"] = train_ddp(1, steps).tolist()
+    fixed = json.loads(os.environ.get("SESSION_FIXED", "null"))  # knobs the user pins
     model, result["session"] = train_session(1, steps, budget=budget, db=os.path.join(out, "t.db"),
                                              seed=3, verbose=RANK == 0, timeout=60,
-                                             trial_iterations=4)  # long enough to cut short
+                                             trial_iterations=4,  # long enough to cut short
+                                             fixed=fixed)
     result["session"]["final"] = flat(model).tolist()
     with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
         json.dump(result, f)

@@ -34,13 +34,16 @@ pytestmark = pytest.mark.slow
 
 
 def launch(tmp: Path, workers: int, servers: int, env: dict[str, str],
-           machines: int | None = None) -> list[dict]:
+           machines: int | None = None, check: bool = True) -> list[dict] | str:
     cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", str(workers),
            "--servers", str(servers)] + (["--machines", str(machines)] if machines else []) + [
            str(Path(sw.__file__)), str(tmp)]
     full = {**os.environ, "SESSION_STEPS": str(STEPS), "SESSION_BUDGET": str(BUDGET),
             "OMP_NUM_THREADS": "1", **env}
     proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=600)
+    if not check:  # the launch must fail: its output
+        assert proc.returncode != 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        return proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (tmp / "launch.log").write_text(proc.stdout + proc.stderr)
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(workers)]
@@ -199,3 +202,21 @@ def test_a_trial_with_only_its_switch_iteration_is_not_credited_as_faster():
     assert trial_seconds([], 2.0, cut=True) == 2.0 / SWITCH_MARGIN
     # a one-iteration trial (the budget's last iteration): the switch counts as measured
     assert trial_seconds([], 2.0, cut=False) == 2.0
+
+
+def test_pinned_and_narrowed_knobs_hold_and_bad_pins_fail_at_start(tmp_path):
+    """``fixed=``: every trial keeps the pinned chunk size (3 MiB: off the tuner's grid, but
+    the runtime runs it) and the narrowed streams; the workers stay identical. A pin the
+    runtime cannot run fails at the start on every rank, naming the knob, without a hang."""
+    pins = {"chunk_bytes": 3 << 20, "streams": [1, 2]}
+    env = {"SESSION_STEPS": "16", "SESSION_BUDGET": "10", "SESSION_FIXED": json.dumps(pins)}
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "bad").mkdir()
+    ranks = launch(tmp_path / "ok", 2, 0, env)
+    configs = ranks[0]["session"]["configs"]
+    assert {c["chunk_bytes"] for c in configs} == {3 << 20}
+    assert {c["streams"] for c in configs} <= {1, 2}
+    assert ranks[0]["session"]["sums"] == ranks[1]["session"]["sums"]
+    bad = {**env, "SESSION_FIXED": json.dumps({"streams": 20})}
+    out = launch(tmp_path / "bad", 2, 0, bad, check=False)
+    assert "cannot fix streams=20" in out and "at most 16" in out

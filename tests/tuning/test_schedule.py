@@ -1,0 +1,215 @@
+"""The trial schedule as a state machine, without processes: a real Tuner over a real
+space, iteration times from a function of the configuration."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, SWITCH_MARGIN, TRIAL, WARMUP,
+                                      Drift, Listener, TrialSchedule)
+from autotune.tuning.space import SearchSpace
+from autotune.tuning.trials import TrialDriver
+from autotune.tuning.tuner import Tuner
+
+
+def seconds_of(config) -> float:
+    """More streams and push/pull are faster; 1 s for the default."""
+    s = 1.0 / (1 + 0.2 * (config["streams"] - 1))
+    return s * (0.5 if config["transport"] == "pushpull" else 1.0)
+
+
+class Heard(Listener):
+    def __init__(self):
+        self.events = []
+
+    def tuning(self, budget):
+        self.events.append(("tuning", budget))
+
+    def trial_started(self, index, trial):
+        self.events.append(("start", index))
+
+    def trial_finished(self, record):
+        self.events.append(("finish", record.index, record.error))
+
+    def settled(self, kept):
+        self.events.append(("settled", kept))
+
+    def say(self, text):
+        self.events.append(("say", text))
+
+
+def make(space=None, budget=20, trial_iterations=2, **kw):
+    space = space or SearchSpace.build(k_max=2)
+    driver = TrialDriver(space, None)
+    heard = Heard()
+
+    def new_tuner(b, seed, warm):
+        return Tuner(driver.space, budget=b, seed=seed, warm_start=warm,
+                     techniques=("grid", "pbt"), reference=driver.space.default(),
+                     trial_iterations=trial_iterations)
+
+    kw.setdefault("listener", heard)
+    return TrialSchedule(space, driver, new_tuner, budget=budget, **kw), heard
+
+
+def drive(schedule, config, n, time_of=seconds_of):
+    """Run ``n`` iterations; the configurations run, in order."""
+    ran = []
+    for _ in range(n):
+        ran.append(config)
+        config = schedule.next(config, time_of(config))
+    return ran, config
+
+
+def test_warmup_runs_the_default_and_is_no_trial():
+    s, heard = make(warmup=3)
+    first = s.start(s.space.seeds())
+    assert first == s.space.default() and s.phase == WARMUP
+    ran, nxt = drive(s, first, 3)
+    assert ran == [s.space.default()] * 3
+    assert s.warmup_times == [1.0] * 3 and s.probe_times == []
+    assert s.driver.history == [] and s.phase == TRIAL and s.tuning_iterations == 0
+    assert s.trial is not None and nxt == s.trial.config
+    assert ("tuning", 20) in heard.events and ("start", 0) in heard.events
+
+
+def test_flow_probe_is_the_last_warmup_and_seeds_the_capped_case():
+    s, _ = make(warmup=3, probe=True, capped=lambda: True)
+    cfg = s.start([])
+    ran, _ = drive(s, cfg, 3)
+    assert ran[2] == {**s.space.default(), "streams": PROBE_STREAMS}
+    assert len(s.probe_times) == 1 and len(s.warmup_times) == 2
+    # the capped case: the seeds with the probe's streams are the first trials
+    assert s.trial.config == {**s.space.seeds()[0], "streams": PROBE_STREAMS}
+    assert s.trial.technique == "warm"
+
+
+def test_no_probe_without_two_warmups_or_when_not_capped():
+    assert make(warmup=1, probe=True)[0].probe is None
+    s, _ = make(warmup=3, probe=True, capped=lambda: False)
+    drive(s, s.start([]), 3)
+    assert s.trial.config == s.space.default()  # uncapped: the default first, as ever
+
+
+def test_switch_iteration_is_not_scored():
+    s, _ = make(warmup=0, trial_iterations=4, cut_short=None)
+    cfg = s.start([])
+    trial = s.trial
+    times = iter([10.0] + [0.5] * 20)
+    for _ in range(trial.iterations):
+        cfg = s.next(cfg, next(times))
+    rec = s.driver.history[0]
+    assert rec.score == pytest.approx(1 / 0.5) and rec.switch_s == 10.0
+    assert rec.iterations == trial.iterations
+
+
+def test_clearly_slow_trials_end_early_and_give_iterations_back():
+    s, _ = make(warmup=0, budget=40, cut_short=0.5)
+    cfg = s.start([])
+
+    def time_of(c):  # everything but the default is 10x slower
+        return 0.1 if c == s.space.default() else 1.0
+
+    drive(s, cfg, 30, time_of)
+    slow = [r for r in s.driver.history if r.config != s.space.default() and r.score]
+    assert slow, "some trial of another configuration ran"
+    # cut on the switch iteration: 10x slower is below cut_short even after SWITCH_MARGIN
+    assert all(r.iterations == 1 for r in slow)
+    assert all(r.score == pytest.approx(SWITCH_MARGIN / 1.0) for r in slow)  # 1 s / margin
+
+
+def test_failed_iteration_fails_the_trial_and_moves_on():
+    s, heard = make(warmup=0)
+    cfg = s.start([])
+    index = s.trial.index
+    nxt = s.next(cfg, math.inf, "rank 1 timed out")
+    rec = s.driver.history[-1]
+    assert rec.score is None and rec.error == "rank 1 timed out"
+    assert s.driver.failures == [rec] and s.trial.index == index + 1 and nxt == s.trial.config
+    assert ("finish", 0, "rank 1 timed out") in heard.events
+
+
+def test_rejected_configuration():
+    s, _ = make(warmup=2)
+    cfg = s.start([])
+    # outside a trial: the fallback (nothing ran yet: the default), or the default
+    assert s.rejected({**cfg, "streams": 3}, "no") == s.space.default()
+    drive(s, cfg, 2)
+    bad = s.trial.config
+    nxt = s.rejected(bad, "no group for stream 3")
+    assert s.driver.history[-1].error == "could not apply the configuration: no group for stream 3"
+    assert nxt == s.trial.config
+
+
+def test_budget_spent_locks_the_best():
+    s, heard = make(warmup=0, budget=30)
+    cfg = s.start(s.space.seeds())
+    for _ in range(200):
+        if s.phase == LOCKED:
+            break
+        cfg = s.next(cfg, seconds_of(cfg))
+    assert s.phase == LOCKED and not s.tuning
+    scored = [r for r in s.driver.history if r.score]
+    assert cfg == s.kept == max(scored, key=lambda r: r.score).config
+    assert heard.events[-1] == ("settled", s.kept)
+    assert s.next(cfg, seconds_of(cfg)) == s.kept  # stays
+
+
+def test_budget_zero_keeps_the_first_warm_start():
+    s, heard = make(budget=0)
+    pushpull = s.space.seeds()[1]
+    assert s.start([pushpull]) == pushpull and s.phase == LOCKED and s.tuner is None
+    assert heard.events == []
+    s2, _ = make(budget=10)
+    assert s2.start([], keep=pushpull) == pushpull and s2.phase == LOCKED
+
+
+def test_drift_starts_a_short_retune_from_the_old_best():
+    s, heard = make(warmup=0, budget=20, drift=Drift(0.2, 5, 8))
+    cfg = s.start(s.space.seeds())
+    while s.phase != LOCKED:
+        cfg = s.next(cfg, seconds_of(cfg))
+    old = s.kept
+    for _ in range(5):  # the same speed: no re-tune
+        cfg = s.next(cfg, seconds_of(cfg))
+    assert s.phase == LOCKED
+    for _ in range(5):  # 3x slower
+        cfg = s.next(cfg, 3 * seconds_of(cfg))
+    assert s.phase == TRIAL and s.tuner.budget == 8 and s.best is None
+    assert s.trial.config == old and s.trial.technique == "warm"
+    assert any(e[0] == "say" and "drifted" in e[1] for e in heard.events)
+
+
+def test_server_loss_mid_trial_starts_over_on_the_smaller_space(tmp_path):
+    from autotune.store import Store
+
+    s, heard = make(warmup=0, budget=40)
+    store = Store(tmp_path / "t.db")
+    s.driver.store = store
+    s.driver.run_id = store.start_run(job="j", world={}, backend="gloo", model_graph=None,
+                                      topology_graph=None, space_facts={}, unit="it/s")
+    cfg = s.start(s.space.seeds())
+    cfg = s.next(cfg, seconds_of(cfg))
+    left_before = s.tuner.remaining
+    small = SearchSpace.build(k_max=0, max_streams=4, transports=("allreduce",))
+    s.servers_lost(small, [2], "rank 2 stopped", cfg)
+    assert [t["technique"] for t in store.trials(s.driver.run_id)] == ["fault"]
+    assert any(e[0] == "say" and "lost server(s)" in e[1] for e in heard.events)
+    nxt = s.next(cfg, math.inf, "server lost")
+    assert s.driver.history[-1].error == "server lost"  # the trial under way failed
+    assert s.space is small and s.tuner.space is small
+    assert s.tuner.budget <= left_before
+    assert small.contains(nxt)
+
+
+def test_server_loss_after_lock_keeps_what_still_runs():
+    s, _ = make(warmup=0, budget=20)
+    cfg = s.start([s.space.default()])
+    while s.phase != LOCKED:
+        cfg = s.next(cfg, 1.0 if cfg["transport"] == "allreduce" else 2.0)
+    assert cfg["transport"] == "allreduce"
+    small = SearchSpace.build(k_max=0, max_streams=16, transports=("allreduce",))
+    s.servers_lost(small, [2], "gone", cfg)
+    assert s.next(cfg, 1.0) == cfg and s.phase == LOCKED
