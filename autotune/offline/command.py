@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
+from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 
 def _compute_ms(value: str) -> float | str:
@@ -36,10 +36,10 @@ def _compute_ms(value: str) -> float | str:
 
 def _techniques(value: str) -> tuple[str, ...]:
     names = tuple(t.strip() for t in value.split(",") if t.strip())
-    bad = [t for t in names if t not in TECHNIQUES]
+    bad = [t for t in names if t not in DEFAULT_TECHNIQUES]
     if not names or bad:
-        raise click.BadParameter(f"choose from {', '.join(TECHNIQUES)} (comma-separated), got {value!r}",
-                                 param_hint="--techniques")
+        raise click.BadParameter(f"choose from {', '.join(DEFAULT_TECHNIQUES)} (comma-separated), "
+                                 f"got {value!r}", param_hint="--techniques")
     return names
 
 
@@ -105,7 +105,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
               help="Iterations per trial (default: the Tuner's).")
 @click.option("--verify-iterations", type=click.IntRange(1, None), default=8, show_default=True,
               help="Iterations timed under the kept configuration after the budget.")
-@click.option("--techniques", default=",".join(TECHNIQUES), show_default=True)
+@click.option("--techniques", default=",".join(DEFAULT_TECHNIQUES), show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--allow-lossy", is_flag=True, help="Let compression codecs into the space.")
 @click.option("--noise", type=click.FloatRange(0, 0.5), default=0.03, show_default=True,

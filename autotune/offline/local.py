@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from autotune.errors import AutotuneError
 from autotune.offline.worker import RESULT
+from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 #: Copies of the gradient bytes one worker holds: parameters, gradients, the runtime's
 #: packed input and output buffers, and the Summation Service's working buffers.
@@ -53,7 +54,7 @@ class LocalPlan:
     compute_ms: float = 0.0
     backward_fraction: float = 2 / 3
     seed: int = 0
-    techniques: tuple[str, ...] = ("grid", "pbt", "bayes", "hyperband")
+    techniques: tuple[str, ...] = DEFAULT_TECHNIQUES
     trial_iterations: int | None = None
     allow_lossy: bool = False
     timeout: float = 3600.0

@@ -22,6 +22,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from autotune.runtime.config import RuntimeConfig
+from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 #: DDP's default: 25 MiB buckets, one all-reduce at a time, every worker in one ring.
 DDP_LIKE = RuntimeConfig(chunk_bytes=25 << 20).as_dict()
@@ -38,7 +39,7 @@ def cluster_graph(machines: int, workers_per_machine: int, servers: int):
 def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                    db: str | os.PathLike | None = None, compute_ms: float = 0.0,
                    backward_fraction: float = 2 / 3, batch_per_worker: int = 32,
-                   seed: int = 0, techniques: Sequence[str] = ("grid", "pbt", "bayes", "hyperband"),
+                   seed: int = 0, techniques: Sequence[str] = DEFAULT_TECHNIQUES,
                    trial_iterations: int | None = None, noise: float = 0.03,
                    allow_lossy: bool = False, job: str | None = None,
                    on_progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
