@@ -4,7 +4,10 @@
     autotune tune --model resnet50 --workers 4 --emulate 200mbit        # root: shaped links
     autotune tune --model bert-large --simulate cluster.json            # any size, simulated
 
-See ``docs/tune.md``. Heavy imports (torch) happen inside the command.
+Progress shows on stderr through :mod:`autotune.progress`, as a session's does: a bar on
+a terminal, plain lines per trial otherwise (local and emulated jobs: rank 0's events,
+shown by a :class:`~autotune.progress.Viewer`). See ``docs/tune.md``. Heavy imports (torch)
+happen inside the command.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import click
 
-TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
+from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 
 def _compute_ms(value: str) -> float | str:
@@ -36,10 +39,10 @@ def _compute_ms(value: str) -> float | str:
 
 def _techniques(value: str) -> tuple[str, ...]:
     names = tuple(t.strip() for t in value.split(",") if t.strip())
-    bad = [t for t in names if t not in TECHNIQUES]
+    bad = [t for t in names if t not in DEFAULT_TECHNIQUES]
     if not names or bad:
-        raise click.BadParameter(f"choose from {', '.join(TECHNIQUES)} (comma-separated), got {value!r}",
-                                 param_hint="--techniques")
+        raise click.BadParameter(f"choose from {', '.join(DEFAULT_TECHNIQUES)} (comma-separated), "
+                                 f"got {value!r}", param_hint="--techniques")
     return names
 
 
@@ -105,7 +108,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
               help="Iterations per trial (default: the Tuner's).")
 @click.option("--verify-iterations", type=click.IntRange(1, None), default=8, show_default=True,
               help="Iterations timed under the kept configuration after the budget.")
-@click.option("--techniques", default=",".join(TECHNIQUES), show_default=True)
+@click.option("--techniques", default=",".join(DEFAULT_TECHNIQUES), show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--allow-lossy", is_flag=True, help="Let compression codecs into the space.")
 @click.option("--noise", type=click.FloatRange(0, 0.5), default=0.03, show_default=True,
@@ -269,42 +272,8 @@ class _status:
             self._ctx.__exit__(*exc)
 
 
-class _Bar:
-    """The progress bar: one task per phase (tune, ddp), fed by progress events."""
-
-    def __init__(self, quiet: bool) -> None:
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
-
-        self.progress = Progress(TextColumn("[bold]{task.fields[phase]}[/]"), BarColumn(),
-                                 MofNCompleteColumn(), TextColumn("{task.description}"),
-                                 TimeElapsedColumn(), console=Console(stderr=True),
-                                 disable=quiet, transient=False)
-        self.tasks: dict[str, Any] = {}
-
-    def __enter__(self) -> "_Bar":
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.stop()
-
-    def starting(self, phase: str, text: str) -> None:
-        self.tasks[phase] = self.progress.add_task(text, total=None, phase=phase)
-
-    def update(self, data: dict, phase: str | None = None) -> None:
-        phase = data.get("phase", phase or "tune")
-        task = self.tasks.get(phase)
-        if task is None:
-            task = self.tasks[phase] = self.progress.add_task("", total=None, phase=phase)
-        best = data.get("best")
-        text = f"trial {data['trials']}  best {best:.3g}/s" if "trials" in data and best else ""
-        self.progress.update(task, completed=data["iteration"], total=data["budget"], description=text)
-
-
 def _local(req: _Request) -> dict:
-    from autotune import zoo
+    from autotune import progress, zoo
     from autotune.offline.local import LocalPlan, TuneError, memory_check, tune_local
     from autotune.offline.synthetic import gradient_bytes
 
@@ -323,12 +292,19 @@ def _local(req: _Request) -> dict:
                      job=f"tune:{name}", verify_iterations=o.verify_iterations,
                      compare_ddp=o.compare_ddp)
     where = f"emulated cluster at {o.emulate}" if o.emulate else "this machine"
-    with _Bar(o.as_json) as bar:
-        bar.starting("tune", f"starting {o.workers} worker(s) + {o.servers} server(s) on {where}")
-        try:
-            res = tune_local(plan, on_progress=bar.update)
-        except TuneError as exc:
-            raise click.ClickException(str(exc)) from None
+    # rank 0's events, shown on stderr (a bar on a terminal, else lines); the mode is
+    # chosen here, before the ranks' environment (AUTOTUNE_PROGRESS=events) is set
+    viewer = None if o.as_json else progress.Viewer(out=sys.stderr)
+    if viewer is not None:
+        progress.message(f"autotune tune: starting {o.workers} worker(s) + {o.servers} "
+                         f"server(s) on {where}", sys.stderr)
+    try:
+        res = tune_local(plan, on_event=None if viewer is None else viewer.event)
+    except TuneError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if viewer is not None:
+            viewer.close()
     run = res["run"]
     ddp_score = res["ddp"]["score"] if res.get("ddp") else None
     failed = sum(1 for t in res["trials"] if t["score"] is None)
@@ -350,14 +326,18 @@ def _simulated(req: _Request) -> dict:
     from autotune.offline.simulated import tune_simulated
 
     o, name = req.options, req.model
-    with _Bar(o.as_json) as bar:
-        bar.starting("simulate", f"tuning {name} on the simulated cluster {o.simulate}")
-        res = tune_simulated(name, req.cluster, budget=o.budget, db=req.db,
-                             compute_ms=req.compute_ms, backward_fraction=o.backward_fraction,
-                             batch_per_worker=o.batch, seed=o.seed, techniques=req.techniques,
-                             trial_iterations=o.trial_iterations, noise=o.noise,
-                             allow_lossy=o.allow_lossy,
-                             on_progress=lambda d: bar.update(d, "simulate"))
+    display = None
+    if not o.as_json:
+        from autotune import progress
+
+        progress.message(f"autotune tune: {name} on the simulated cluster {o.simulate}",
+                         sys.stderr)
+        display = progress.tuning_display(o.budget, out=sys.stderr)
+    res = tune_simulated(name, req.cluster, budget=o.budget, db=req.db,
+                         compute_ms=req.compute_ms, backward_fraction=o.backward_fraction,
+                         batch_per_worker=o.batch, seed=o.seed, techniques=req.techniques,
+                         trial_iterations=o.trial_iterations, noise=o.noise,
+                         allow_lossy=o.allow_lossy, display=display)
     run, pred = res["run"], res["predicted"]
     ddp = pred["ddp_like"]["throughput"] if o.compare_ddp else None
     return {

@@ -3,8 +3,10 @@
 :func:`tune_local` writes a spec, starts the job's ranks (workers run
 :mod:`autotune.offline.worker`, servers ``python -m autotune.server``) either on this
 machine through ``autotune launch``'s machinery (:func:`autotune.launch.run_job`) or on
-the emulated cluster (:mod:`autotune.emulate`, root only), follows rank 0's progress
-lines, and returns what rank 0 reported together with the run the session stored. With
+the emulated cluster (:mod:`autotune.emulate`, root only), passes rank 0's progress
+events (:mod:`autotune.progress`: the ranks run with ``AUTOTUNE_PROGRESS=events``, the
+events are read with :func:`autotune.progress.parse`) to the caller as they come, and
+returns the report rank 0 wrote together with the run the session stored. With
 ``compare_ddp`` the same synthetic job also runs under PyTorch DDP on the same workers.
 
 Each worker holds the model's parameters, their gradients and the runtime's buffers
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -24,16 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune import progress
 from autotune.errors import AutotuneError
-from autotune.offline.worker import RESULT
+from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 #: Copies of the gradient bytes one worker holds: parameters, gradients, the runtime's
 #: packed input and output buffers, and the Summation Service's working buffers.
 COPIES = 5
 #: Fixed memory of one rank (Python, torch, gloo), bytes.
 RANK_OVERHEAD = 400 << 20
-
-_LINE = re.compile(r"^\[w0(?:@h\d+)?\] (PROGRESS|RESULT) (.*)$")
+#: lines of the ranks' output kept for an error message
+TAIL = 40
 
 
 class TuneError(AutotuneError, RuntimeError):
@@ -53,7 +55,7 @@ class LocalPlan:
     compute_ms: float = 0.0
     backward_fraction: float = 2 / 3
     seed: int = 0
-    techniques: tuple[str, ...] = ("grid", "pbt", "bayes", "hyperband")
+    techniques: tuple[str, ...] = DEFAULT_TECHNIQUES
     trial_iterations: int | None = None
     allow_lossy: bool = False
     timeout: float = 3600.0
@@ -65,9 +67,11 @@ class LocalPlan:
     compare_ddp: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
 
-    def spec(self, mode: str) -> dict[str, Any]:
+    def spec(self, mode: str, result: str) -> dict[str, Any]:
+        """What the rank program runs (``mode`` tune or ddp); rank 0 writes its report to
+        ``result``."""
         return {
-            "mode": mode, "ddp_in_job": self.compare_ddp and self.servers == 0,
+            "mode": mode, "result": result, "ddp_in_job": self.compare_ddp and self.servers == 0,
             "model": self.model, "budget": self.budget,
             "db": str(Path(self.db).resolve()), "compute_ms": self.compute_ms,
             "backward_fraction": self.backward_fraction, "seed": self.seed,
@@ -115,13 +119,13 @@ def memory_check(model: str, grad_bytes: int, workers: int, servers: int,
             f"cluster (--simulate cluster.json), or raise --max-memory (GiB).")
 
 
-class _Follower:
-    """Reads the ranks' prefixed output: rank 0's PROGRESS/RESULT lines, and a tail of
-    everything for error messages. Usable as a stream (``write``) or a callable."""
+class _Output:
+    """The ranks' prefixed output as it comes: progress events (:func:`progress.parse`;
+    only rank 0 sends them) go to ``on_event``, every other line to a tail for error
+    messages. Usable as a stream (``write``) or a callable."""
 
-    def __init__(self, on_progress: Callable[[dict], None] | None) -> None:
-        self.on_progress = on_progress
-        self.result: dict | None = None
+    def __init__(self, on_event: Callable[[dict], None] | None) -> None:
+        self.on_event = on_event
         self.tail: list[str] = []
         self._buf = ""
         self._lock = threading.Lock()
@@ -141,48 +145,43 @@ class _Follower:
         pass
 
     def _line(self, line: str) -> None:
-        m = _LINE.match(line)
-        if m is None:
-            self.tail = (self.tail + [line])[-40:]
-            return
-        try:
-            data = json.loads(m.group(2))
-        except ValueError:  # a garbled line must not stop the reader (the rank would block)
-            self.tail = (self.tail + [line])[-40:]
-            return
-        if m.group(1) == RESULT.strip():
-            self.result = data
-        elif self.on_progress is not None:
-            self.on_progress(data)
+        ev = progress.parse(line)
+        if ev is None:
+            self.tail = (self.tail + [line])[-TAIL:]
+        elif self.on_event is not None:
+            self.on_event(ev[1])
 
 
 def _env(plan: LocalPlan) -> dict[str, str]:
     # A factory "pkg.module:attr" must import in the ranks as it did here.
     paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "OMP_NUM_THREADS": "1",
-            "AUTOTUNE_TIMEOUT": str(min(plan.timeout, 600.0)), **plan.extra_env}
+            "AUTOTUNE_TIMEOUT": str(min(plan.timeout, 600.0)), progress.ENV: "events",
+            **plan.extra_env}
 
 
 def _run(plan: LocalPlan, mode: str, workers: int, servers: int,
-         on_progress: Callable[[dict], None] | None) -> dict:
-    """One job (``mode`` tune or ddp) on ``workers`` + ``servers`` ranks; rank 0's RESULT."""
-    follower = _Follower(on_progress)
+         on_event: Callable[[dict], None] | None) -> dict:
+    """One job (``mode`` tune or ddp) on ``workers`` + ``servers`` ranks; rank 0's report."""
+    output = _Output(on_event)
     with tempfile.TemporaryDirectory(prefix="autotune-tune-") as tmp:
-        spec_path = Path(tmp) / "spec.json"
-        spec_path.write_text(json.dumps(plan.spec(mode)))
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        spec_path.write_text(json.dumps(plan.spec(mode, str(result_path))))
         argv = [sys.executable, "-m", "autotune.offline.worker", str(spec_path)]
         if plan.emulate:
-            failure = _run_emulated(plan, argv, workers, servers, follower)
+            failure = _run_emulated(plan, argv, workers, servers, output)
         else:
-            failure = _run_loopback(plan, argv, workers, servers, follower)
-    if failure is not None or follower.result is None:
-        tail = "\n".join(follower.tail[-25:])
-        raise TuneError(f"the {mode} job failed{': ' + failure if failure else ''}\n{tail}")
-    return follower.result
+            failure = _run_loopback(plan, argv, workers, servers, output)
+        result = json.loads(result_path.read_text()) if result_path.exists() else None
+    if failure is not None or result is None:
+        tail = "\n".join(output.tail[-25:])
+        why = failure or "rank 0 wrote no report"
+        raise TuneError(f"the {mode} job failed: {why}\n{tail}")
+    return result
 
 
 def _run_loopback(plan: LocalPlan, argv: list[str], workers: int, servers: int,
-                  follower: _Follower) -> str | None:
+                  output: _Output) -> str | None:
     import io
 
     from autotune.launch import run_job
@@ -191,7 +190,7 @@ def _run_loopback(plan: LocalPlan, argv: list[str], workers: int, servers: int,
     saved = {k: os.environ.get(k) for k in _env(plan)}
     os.environ.update(_env(plan))  # run_job hands this process's environment to the ranks
     try:
-        code = run_job(argv[1:], workers, servers, plan.machines, grace=10.0, out=follower, err=err)
+        code = run_job(argv[1:], workers, servers, plan.machines, grace=10.0, out=output, err=err)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -204,7 +203,7 @@ def _run_loopback(plan: LocalPlan, argv: list[str], workers: int, servers: int,
 
 
 def _run_emulated(plan: LocalPlan, argv: list[str], workers: int, servers: int,
-                  follower: _Follower) -> str | None:
+                  output: _Output) -> str | None:
     from autotune.emulate import Cluster, EmulatorError
 
     machines = plan.machines or workers
@@ -214,7 +213,7 @@ def _run_emulated(plan: LocalPlan, argv: list[str], workers: int, servers: int,
         with Cluster(hosts=machines + servers, rate=plan.emulate) as cluster:
             job = cluster.launch(argv, workers=workers, servers=servers,
                                  server_argv=[sys.executable, "-m", "autotune.server"],
-                                 timeout_s=plan.timeout, env=_env(plan), echo=follower,
+                                 timeout_s=plan.timeout, env=_env(plan), echo=output,
                                  hosts=hosts)
     except EmulatorError as exc:
         return str(exc)
@@ -225,15 +224,17 @@ def _run_emulated(plan: LocalPlan, argv: list[str], workers: int, servers: int,
     return None
 
 
-def tune_local(plan: LocalPlan, on_progress: Callable[[dict], None] | None = None) -> dict:
+def tune_local(plan: LocalPlan, on_event: Callable[[dict], None] | None = None) -> dict:
     """Run the offline tuning job (and, with ``plan.compare_ddp``, the DDP reference: in
     the same world without servers, else as a second job on the workers); return rank
-    0's report with the stored run (``run``, ``trials``) and the DDP result (``ddp``)."""
+    0's report with the stored run (``run``, ``trials``) and the DDP result (``ddp``).
+    ``on_event`` gets rank 0's progress events as they come (to show them, e.g. with a
+    :class:`autotune.progress.Viewer`)."""
     from autotune.store import Store
 
     with Store(plan.db) as store:
         before = max((r["id"] for r in store.runs(limit=1)), default=0)
-    result = _run(plan, "tune", plan.workers, plan.servers, on_progress)
+    result = _run(plan, "tune", plan.workers, plan.servers, on_event)
     with Store(plan.db) as store:
         runs = [r for r in store.runs(job=plan.job) if r["id"] > before]
         if not runs:
@@ -241,5 +242,5 @@ def tune_local(plan: LocalPlan, on_progress: Callable[[dict], None] | None = Non
         result["run"] = runs[0]
         result["trials"] = store.trials(runs[0]["id"])
     if plan.compare_ddp and result.get("ddp") is None:
-        result["ddp"] = _run(plan, "ddp", plan.workers, 0, on_progress)
+        result["ddp"] = _run(plan, "ddp", plan.workers, 0, on_event)
     return result

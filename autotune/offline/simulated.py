@@ -12,16 +12,23 @@ topology graph a session records (:func:`autotune.probes.graph.job_graph`, the b
 cluster finds it.
 
 The Tuner's physics prior is the simulator itself on the noise-free cluster (what a
-session approximates from the facts it knows). Scores are samples/s over all workers (``Job.batch_per_worker`` samples per worker per
-iteration); a trial's ``wall_time`` is its predicted duration (iterations x step time).
+session approximates from the facts it knows). Scores are samples/s over all workers
+(``Job.batch_per_worker`` samples per worker per iteration); a trial's ``wall_time`` is its
+predicted duration (iterations x step time). Progress goes to a
+:class:`~autotune.progress.TuningDisplay`, as a session's does.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from autotune.progress import TuningDisplay, describe_trial, kept_summary
 from autotune.runtime.config import RuntimeConfig
+from autotune.tuning.tuner import DEFAULT_TECHNIQUES
+
+#: the scores' unit as shown (stored as samples/s in a run marked simulated)
+SHOWN_UNIT = "simulated samples/s"
 
 #: DDP's default: 25 MiB buckets, one all-reduce at a time, every worker in one ring.
 DDP_LIKE = RuntimeConfig(chunk_bytes=25 << 20).as_dict()
@@ -38,13 +45,15 @@ def cluster_graph(machines: int, workers_per_machine: int, servers: int):
 def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                    db: str | os.PathLike | None = None, compute_ms: float = 0.0,
                    backward_fraction: float = 2 / 3, batch_per_worker: int = 32,
-                   seed: int = 0, techniques: Sequence[str] = ("grid", "pbt", "bayes", "hyperband"),
+                   seed: int = 0, techniques: Sequence[str] = DEFAULT_TECHNIQUES,
                    trial_iterations: int | None = None, noise: float = 0.03,
                    allow_lossy: bool = False, job: str | None = None,
-                   on_progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+                   display: TuningDisplay | None = None) -> dict[str, Any]:
     """Tune ``model`` on the simulated cluster ``cluster_src`` (a :class:`~autotune.sim.Cluster`,
     or a JSON path, text or dict); record the run (``simulated=True``) in ``db``; return a
-    report (see ``docs/tune.md``)."""
+    report (see ``docs/tune.md``). ``display`` (for ``budget`` iterations, e.g.
+    :func:`autotune.progress.tuning_display`) shows the trials as they run, and is
+    stopped at the end."""
     from autotune import zoo
     from autotune.sim import Cluster, Job, SimulatedObjective, simulate
     from autotune.sim.predict import prior
@@ -77,25 +86,27 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                       reference=default, prior=prior(sim_job, cluster),
                       **({"trial_iterations": trial_iterations} if trial_iterations else {}))
         driver = TrialDriver(space, tuner, store, run_id)
-        spent = 0
+        shown = display or TuningDisplay(budget)
         try:
             while (trial := driver.ask()) is not None:
+                shown.describe(describe_trial(trial.index, trial.technique,
+                                              driver.results()["best_score"], SHOWN_UNIT))
                 scores = objective.samples(trial.config, trial.iterations)
                 for x in scores:
                     driver.sample(trial.config, x)
                 step = objective.estimate(trial.config).step_s
-                driver.finish(trial, sum(scores) / len(scores),
-                              wall_time=trial.iterations * step)
-                spent += trial.iterations
-                if on_progress is not None:
-                    on_progress({"iteration": spent, "budget": budget,
-                                 "trials": len(driver.history),
-                                 "best": driver.results()["best_score"]})
+                rec = driver.finish(trial, sum(scores) / len(scores),
+                                    wall_time=trial.iterations * step)
+                shown.advance(trial.iterations)
+                shown.trial(rec.index, rec.technique, rec.config, rec.score,
+                            driver.results()["best_score"], SHOWN_UNIT, rec.error)
         except BaseException:
             driver.close("failed")
+            shown.stop()
             raise
         driver.close("finished")
         result = driver.results()
+        shown.stop(kept_summary(result["best_config"], result["best_score"], SHOWN_UNIT))
         run = store.run(run_id)
         trials = store.trials(run_id)
     best = (result["best_config"], result["best_score"]) if result["best_config"] else None

@@ -14,8 +14,12 @@ emulated cluster); servers run ``python -m autotune.server`` as in any job. ``SP
   reference, timed the same way (slowest worker per iteration, median). Without servers
   the tune job runs this first in its own world (``ddp_in_job``), saving a start-up.
 
-Rank 0 prints ``PROGRESS {json}`` after each iteration and ``RESULT {json}`` at the end;
-every rank checks that its gradients came back averaged.
+Rank 0 shows its progress as any session's leader does (:mod:`autotune.progress`; the
+driver sets ``AUTOTUNE_PROGRESS=events``, so these are event lines the driver shows): the
+session's tuning display, and displays of the same kind labelled ``ddp`` and ``verify``
+for the reference and the re-timed iterations. At the end rank 0 writes its report as
+JSON to the spec's ``result`` path. Every rank checks that its gradients came back
+averaged.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import sys
 import time
 from typing import Any
 
-PROGRESS = "PROGRESS "
-RESULT = "RESULT "
+from autotune.progress import TuningDisplay, tuning_display
+from autotune.units import fmt_score
 
 
 def build_model(name: str) -> Any:
@@ -39,8 +43,20 @@ def build_model(name: str) -> Any:
     return materialize(zoo.build(name, device="meta"))
 
 
-def _emit(mark: str, data: dict) -> None:
-    print(mark + json.dumps(data, default=str), flush=True)
+def _write_result(spec: dict, data: dict) -> None:
+    """Rank 0's report, to the spec's ``result`` path (whole or not at all)."""
+    path = spec["result"]
+    with open(path + ".part", "w") as f:
+        json.dump(data, f, default=str)
+    os.replace(path + ".part", path)
+
+
+def _display(rank: int, label: str, total: int, about: str) -> TuningDisplay:
+    """The display of a phase that is not tuning (``ddp``, ``verify``): rank 0's, like
+    the session's; the base display, which shows nothing, on the other ranks."""
+    if rank == 0:
+        return tuning_display(total, label=label, about=about)
+    return TuningDisplay(total, label=label, about=about)
 
 
 def _check_average(model: Any, world: int) -> bool:
@@ -59,9 +75,11 @@ def run_tune(spec: dict, rank: int) -> None:
     job = SyntheticJob(model, spec["compute_ms"] / 1e3, spec["backward_fraction"])
     x = torch.tensor(float(rank + 1))
     budget = int(spec["budget"])
+    # verbose: rank 0 shows the session's tuning display (events for the driver; the
+    # session's closing table goes to the driver's tail of output, shown only on failure)
     kwargs: dict[str, Any] = dict(
         budget=budget, db=spec["db"], seed=spec["seed"], techniques=spec["techniques"],
-        allow_lossy=spec["allow_lossy"], verbose=False, timeout=spec["timeout"], job=spec["job"])
+        allow_lossy=spec["allow_lossy"], verbose=True, timeout=spec["timeout"], job=spec["job"])
     if spec.get("trial_iterations"):
         kwargs["trial_iterations"] = spec["trial_iterations"]
     verify = max(1, int(spec.get("verify_iterations", 1)))
@@ -84,25 +102,22 @@ def run_tune(spec: dict, rank: int) -> None:
             job(x).backward()
             tuner.step()
             step += 1
-            if rank == 0:
-                _emit(PROGRESS, {"phase": "tune", "iteration": tuner.tuning_iterations,
-                                 "budget": budget, "trials": len(tuner.history),
-                                 "best": tuner.best_score})
             going = rank == 0 and tuner.tuning and step < 10 * budget + 100
             model.zero_grad(set_to_none=False)
             if not tuner.rt.worker_max(1.0 if going else 0.0):
                 break
         # The kept configuration, timed like the DDP reference (slowest worker).
         times = []
+        shown = _display(rank, "verify", verify, "under the kept configuration")
         for i in range(verify):
             start = time.perf_counter()
             job(x).backward()
             tuner.step()
             times.append(tuner.rt.worker_max(time.perf_counter() - start))
-            if rank == 0:
-                _emit(PROGRESS, {"phase": "verify", "iteration": i + 1, "budget": verify})
+            shown.advance()
             if i < verify - 1:
                 model.zero_grad(set_to_none=False)
+        shown.stop(fmt_score(1.0 / statistics.median(times), "it/s"))
         # lossless configurations must give the exact average
         exact = _check_average(model, world)
         lossy = tuner.config.get("compression", "none") != "none"
@@ -112,7 +127,7 @@ def run_tune(spec: dict, rank: int) -> None:
     if rank == 0:
         info = tuner.rt.info
         med = statistics.median(times)
-        _emit(RESULT, {
+        _write_result(spec, {
             "mode": "tune", "best": tuner.best, "best_score": tuner.best_score,
             "default_score": tuner.default_score, "wall_s": time.perf_counter() - t0,
             "ddp": ddp, "kept": kept, "verify_times_s": times, "verified_score": 1.0 / med,
@@ -133,17 +148,19 @@ def ddp_phase(spec: dict, rank: int, model: Any, job: Any) -> dict:
 
     world = dist.get_world_size()
     warmup, iterations = int(spec["ddp_warmup"]), int(spec["ddp_iterations"])
+    shown = _display(rank, "ddp", warmup + iterations,
+                   f"under PyTorch DDP (gloo, default buckets; {warmup} warm-up)")
 
     def after(i: int) -> None:
         if i == 0 and not _check_average(model, world):
             raise SystemExit(f"rank {rank}: DDP gradients are not the average")
-        if rank == 0:
-            _emit(PROGRESS, {"phase": "ddp", "iteration": i + 1, "budget": warmup + iterations})
+        shown.advance()
 
     times = time_ddp(job, warmup, iterations, x=torch.tensor(float(rank + 1)),
                      init_sync=True, after=after)
     model.zero_grad(set_to_none=True)
     med = statistics.median(times)
+    shown.stop(fmt_score(1.0 / med, "it/s"))
     return {"mode": "ddp", "times_s": times, "median_s": med, "score": 1.0 / med}
 
 
@@ -157,7 +174,7 @@ def run_ddp(spec: dict, rank: int) -> None:
     job = SyntheticJob(model, spec["compute_ms"] / 1e3, spec["backward_fraction"])
     result = ddp_phase(spec, rank, model, job)
     if rank == 0:
-        _emit(RESULT, result)
+        _write_result(spec, result)
     dist.destroy_process_group()
 
 

@@ -1,5 +1,6 @@
 """Bad command-line input is a usage error (exit code 2, a clear message, no traceback)
-before anything starts: ``autotune launch`` job shapes and ``python -m autotune.server``."""
+before anything starts: ``autotune launch`` job shapes and ``python -m autotune.server``.
+And the ``autotune`` group itself: every registered command loads, lazily (no torch)."""
 
 from __future__ import annotations
 
@@ -171,6 +172,33 @@ def test_tune_summary_has_human_units_and_the_ddp_caveat(capsys, monkeypatch):
     _print_summary(_summary("local"))
     out = capsys.readouterr().out
     assert "3,700 samples/s" in out and "caveat" not in out
+
+
+# ------------------------------------------------------------------ the autotune group
+def test_every_registered_command_loads_under_its_name():
+    from autotune.cli import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == sorted(name for _, name in COMMANDS)
+    for module, name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert isinstance(command, click.Command) and command.name == name, (module, name)
+    assert cli.get_command(ctx, "no-such-command") is None
+    r = CliRunner().invoke(cli, ["no-such-command"])
+    assert r.exit_code == 2 and "No such command" in r.output
+
+
+def test_the_cli_imports_no_command_and_its_help_no_torch():
+    code = ("import sys, autotune.cli as c; loaded = set(sys.modules); "
+            "c.cli(['--help'], standalone_mode=False); "
+            "print(sorted(m for m in loaded if m.startswith('autotune')), 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    *help_text, last = proc.stdout.strip().splitlines()
+    assert last == "['autotune', 'autotune.cli'] False", proc.stdout
+    for name in ("db", "emulate", "launch", "probe", "report", "selftest", "tune"):
+        assert any(ln.strip().startswith(name + " ") for ln in help_text), proc.stdout
 
 
 # ------------------------------------------------------------------ autotune emulate list

@@ -5,13 +5,19 @@
   with the same model and world finds (same fingerprints) and tries first.
 * On the simulator: a 1024-GPU cluster run is stored marked simulated, under the topology
   graph a real session on that world would record; a second run warm-starts from it.
+* Progress goes through :mod:`autotune.progress` in every mode: on loopback rank 0's
+  events (the only protocol between the ranks and the command; its report comes back as
+  a file) are shown as the same per-trial lines a session prints; on the simulator the
+  same lines come from the Tuner's loop.
 * Bad arguments are refused with messages that say what is wrong.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +120,76 @@ def test_simulated_runs_are_stored_and_warm_start(tmp_path):
     assert (t0["technique"], t0["config"]) == ("warm", first["best"])
 
 
+def test_simulated_progress_is_one_line_per_trial_on_stderr(tmp_path):
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"machines": 4, "gpus_per_machine": 2, "nic_gbps": 10}))
+    res = tune("--model", "resnet50", "--simulate", str(cluster), "--budget", "10",
+               "--trial-iterations", "2", "--db", str(tmp_path / "s.db"))
+    assert res.exit_code == 0, res.output
+    err = res.stderr.splitlines()
+    trials = [ln for ln in err if ln.startswith("tuning: trial ")]
+    assert err[1] == "tuning: 10 iterations of trials", err
+    assert len(trials) == 5, err
+    assert re.match(r"tuning: trial 0 warm: streams=\d+ chunk_bytes=\d+[KM]iB .*: [\d,.]+ "
+                    r"simulated samples/s; best [\d,.]+ simulated samples/s \[2/10 iterations, ",
+                    trials[0]), trials[0]
+    assert err[-1].startswith("tuning: done, 10/10 iterations in ") and "; kept " in err[-1]
+    assert "autotune tune:" in res.stdout and "tuning:" not in res.stdout  # the table
+
+
 # -------------------------------------------------------------------------- loopback
+def test_rank_output_is_read_as_progress_events_and_a_tail():
+    from autotune import progress
+    from autotune.offline.local import _Output
+
+    events = io.StringIO()
+    shown = progress.Events(4, out=events)
+    shown.advance(2)
+    got: list[dict] = []
+    out = _Output(got.append)
+    first, second = events.getvalue().splitlines()
+    out.write(f"[w0] {first}\n[w1] hello\n[w0@h0] {second[:10]}")
+    out(second[10:])  # the rest of the line, as a callable (the emulated cluster's echo)
+    out.write("[w0] PROGRESS {\"iteration\": 3}\n")  # not a protocol: just output
+    assert [e["completed"] for e in got] == [0, 2]
+    assert out.tail == ["[w1] hello", "[w0] PROGRESS {\"iteration\": 3}"]
+
+
+@pytest.mark.slow
+def test_tune_on_loopback_shows_rank_0s_progress_through_a_pipe(tmp_path):
+    db = tmp_path / "p.db"
+    cmd = [sys.executable, "-m", "autotune.cli", "tune", "--model", "tune_helpers:tiny",
+           "--workers", "2", "--budget", "8", "--trial-iterations", "2", "--db", str(db),
+           "--compare-ddp", "--verify-iterations", "2"]
+    env = {k: v for k, v in ENV.items() if k != "AUTOTUNE_PROGRESS"}
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    err = proc.stderr.splitlines()
+    log = proc.stderr
+    # the phases, each as a display of autotune.progress, in order
+    starts = [next(i for i, ln in enumerate(err) if ln.startswith(p)) for p in
+              ("ddp: 10 iterations", "tuning: 8 iterations of trials",
+               "verify: 2 iterations under the kept configuration")]
+    assert starts == sorted(starts), log
+    # one line per finished trial: number, technique, configuration, score with its
+    # unit, best so far, iterations
+    trials = [ln for ln in err if ln.startswith("tuning: trial ")]
+    assert len(trials) >= 3, log
+    assert re.match(r"tuning: trial 0 warm: streams=\d+ chunk_bytes=\d+[KM]iB "
+                    r"transport=\w+.*: [\d.,]+ it/s; best [\d.,]+ it/s \[2/8 iterations, ",
+                    trials[0]), trials[0]
+    assert any(ln.startswith("tuning: done, 8/8 iterations in ") and "; kept streams=" in ln
+               for ln in err), log
+    assert re.search(r"^ddp: done, 10/10 iterations in .*; [\d.,]+ it/s$", log, re.M), log
+    # the events were shown, not printed, and nothing else of the ranks' output leaks
+    assert "@autotune-progress" not in log + proc.stdout and "[w0]" not in log, log
+    with Store(db) as store:
+        stored = store.trials(store.runs()[0]["id"])
+    assert len(trials) == len(stored)
+
+
+# -------------------------------------------------------------------------- loopback fixture
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory) -> tuple[dict, Path]:
     tmp = tmp_path_factory.mktemp("tune")

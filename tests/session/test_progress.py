@@ -6,7 +6,9 @@
   order and in arrival time, with real processes.
 * Under ``autotune launch`` in a terminal (a pty): rank 0 sends events and the launcher
   draws the bar while the job runs.
-* The pieces: event lines, the launcher's renderer, the plain lines.
+* The pieces: event lines, the launcher's renderer, the plain lines, and the viewer that
+  shows another process's events as this process's own bar or lines (what ``autotune
+  tune`` does with its rank 0's; its end-to-end test is in tests/offline/test_tune.py).
 """
 
 from __future__ import annotations
@@ -145,9 +147,81 @@ def test_event_lines_round_trip():
     lines = buf.getvalue().splitlines()
     assert all(progress.is_event(ln) for ln in lines)
     tag, last = progress.parse("[w0] " + lines[-1])
-    assert tag == "w0" and last == {"total": 10, "completed": 3, "description": "trial 0 grid",
+    assert tag == "w0" and last == {"label": "tuning", "about": "of trials", "total": 10,
+                                    "completed": 3, "description": "trial 0 grid",
                                     "done": True, "summary": "kept x"}
+    assert progress.parse("[w0@h1] " + lines[0])[0] == "w0@h1"  # the emulated cluster's tags
     assert progress.parse("[w0] step 3") is None and progress.parse(progress.MARK + "{x") is None
+
+
+def _drive(display: progress.TuningDisplay) -> None:
+    """What a tuner does to its display: two trials (one failed), a message, the end."""
+    display.describe("trial 0 grid")
+    display.advance(2)
+    display.trial(0, "grid", {"streams": 2, "chunk_bytes": 1 << 20, "transport": "allreduce"},
+                  12.5, 12.5, "it/s")
+    display.describe("trial 1 bayes")
+    display.advance(2)
+    display.trial(1, "bayes", {"streams": 1, "chunk_bytes": 65536, "transport": "pushpull",
+                               "servers": 2}, None, 12.5, "it/s", error="boom")
+    display.say("[yellow]trial 1 failed[/]: boom")
+    display.stop("kept streams=2")
+
+
+def _without_times(text: str) -> str:
+    return re.sub(r"(, | in )[\d.]+ (ms|s)\b", r"\1T", text)
+
+
+def test_a_viewer_shows_events_as_the_same_lines_a_display_prints():
+    # what a tuner's own Lines print ...
+    direct = io.StringIO()
+    _drive(progress.Lines(6, out=direct))
+    # ... and what another process shows from its events: the same lines
+    events = io.StringIO()
+    _drive(progress.Events(6, out=events))
+    shown = io.StringIO()
+    viewer = progress.Viewer("lines", out=shown)
+    for line in events.getvalue().splitlines():
+        viewer.event(progress.parse("[w0] " + line)[1])
+    assert viewer.display is None  # stopped at the end
+    assert _without_times(shown.getvalue()) == _without_times(direct.getvalue())
+    out = shown.getvalue().splitlines()
+    assert out[1].startswith("tuning: trial 0 grid: streams=2 chunk_bytes=1MiB")
+    assert ": failed; best 12.5 it/s [4/6 iterations" in out[2]
+    assert out[3] == "trial 1 failed: boom"  # the message, markup rendered
+
+
+def test_a_viewer_starts_a_display_per_phase():
+    events = io.StringIO()
+    ddp = progress.Events(3, label="ddp", about="under DDP", out=events)
+    ddp.advance(3)
+    ddp.stop("147 it/s")
+    tuning = progress.Events(4, out=events)
+    tuning.advance(1)
+    verify = progress.Events(2, label="verify", about="under the kept one", out=events)
+    verify.advance(2)  # the tuning display never said done (a lost line): replaced
+    verify.stop()
+    shown = io.StringIO()
+    viewer = progress.Viewer("lines", out=shown)
+    for line in events.getvalue().splitlines():
+        viewer.event(progress.parse(line)[1])
+    out = _without_times(shown.getvalue()).splitlines()
+    assert out == ["ddp: 3 iterations under DDP", "ddp: done, 3/3 iterations in T; 147 it/s",
+                   "tuning: 4 iterations of trials", "tuning: done, 1/4 iterations in T",
+                   "verify: 2 iterations under the kept one",
+                   "verify: done, 2/2 iterations in T"]
+
+
+def test_a_viewer_never_raises_on_a_malformed_event():
+    shown = io.StringIO()
+    viewer = progress.Viewer("lines", out=shown)
+    viewer.event({"total": "many", "completed": None, "description": 3,
+                  "trial": {"index": "x", "config": [1, 2], "score": "fast", "best": {}}})
+    viewer.event({"label": "tuning", "done": True, "summary": None})
+    out = shown.getvalue().splitlines()
+    assert out[0] == "tuning: 0 iterations of trials"
+    assert out[1].startswith("tuning: trial -1 ?: : ; best - [0/0 iterations, ")
+    assert out[2].startswith("tuning: done, 0/0 iterations in ") and "None" not in out[2]
 
 
 def test_terminal_prints_lines_and_draws_events():
@@ -157,11 +231,13 @@ def test_terminal_prints_lines_and_draws_events():
     term.feed("[w0] hello\n")
     term.feed(f"[w0] {progress.MARK}" + '{"total": 4, "completed": 1, "description": "t0"}\n')
     term.feed("[w1] world\n")
+    term.feed(f"[w0] {progress.MARK}" + '{"total": 4, "completed": 2, "say": "[bold]note[/] [x"}\n')
     term.feed(f"[w0] {progress.MARK}" + '{"total": 4, "completed": 4, "done": true}\n')
     term.close()
     out = buf.getvalue()
     assert "[w0] hello" in out and "[w1] world" in out and progress.MARK not in out
-    assert [t for t, _ in got] == ["w0", "w0"] and got[-1][1]["done"]
+    assert "[w0] note [x" in out  # a rank's message, printed as its line
+    assert [t for t, _ in got] == ["w0", "w0", "w0"] and got[-1][1]["done"]
 
 
 def test_plain_lines_per_trial(monkeypatch):
