@@ -102,6 +102,36 @@ def fmt_value(name: str, value: Any, *, compact: bool = False) -> str:
     return str(value)
 
 
+def parse_value(name: str, text: str) -> Any:
+    """A configuration value as a person writes it: ``4MiB``/``256KiB``/``1GiB`` (or
+    bytes) for byte parameters, integers, fractions, names (``pushpull``)."""
+    text = text.strip()
+    if name in BYTE_PARAMS:
+        for unit, size in _BINARY:
+            if text.lower().endswith(unit.lower()):
+                number = float(text[: -len(unit)])
+                if number * size != int(number * size):
+                    raise ValueError(f"{name}={text}: not a whole number of bytes")
+                return int(number * size)
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_knob(text: str) -> tuple[str, Any]:
+    """``"chunk_bytes=4MiB"`` -> ``("chunk_bytes", 4194304)``; several values separated by
+    commas (``"streams=1,2,4"``) narrow the knob to them: a list."""
+    name, sep, values = text.partition("=")
+    name = name.strip()
+    if not sep or not name or not values.strip():
+        raise ValueError(f"{text!r} is not KNOB=VALUE (e.g. chunk_bytes=4MiB, streams=1,2,4)")
+    parsed = [parse_value(name, v) for v in values.split(",") if v.strip()]
+    return name, parsed[0] if len(parsed) == 1 else parsed
+
+
 @lru_cache(maxsize=1)
 def _conditions() -> dict[str, tuple[tuple[str, tuple], ...]]:
     """Each parameter's activity condition, from the widest search space (so this follows

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -111,6 +111,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 @click.option("--techniques", default=",".join(DEFAULT_TECHNIQUES), show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--allow-lossy", is_flag=True, help="Let compression codecs into the space.")
+@click.option("--fix", "fix", multiple=True, metavar="KNOB=VALUE[,VALUE...]",
+              help="Pin a knob (chunk_bytes=4MiB) or narrow it (streams=1,2,4); repeatable.")
 @click.option("--noise", type=click.FloatRange(0, 0.5), default=0.03, show_default=True,
               help="--simulate: relative measurement noise of one iteration.")
 @click.option("--batch", type=click.IntRange(1, None), default=32, show_default=True,
@@ -162,6 +164,7 @@ class TuneOptions:
     techniques: str
     seed: int
     allow_lossy: bool
+    fix: tuple[str, ...]
     noise: float
     batch: int
     max_memory: float | None
@@ -181,6 +184,7 @@ class _Request:
     compute_ms: float
     db: str
     cluster: Any = None
+    fixed: dict[str, Any] = field(default_factory=dict)
 
 
 def _checked(o: TuneOptions) -> _Request:
@@ -197,6 +201,7 @@ def _checked(o: TuneOptions) -> _Request:
         cluster = _simulated_cluster(o)
     else:
         _check_local_world(o)
+    fixed = _fixed(o, cluster)
     name = _resolve_model(o.model)
     if cms == "measure":
         if ":" in name:
@@ -207,7 +212,35 @@ def _checked(o: TuneOptions) -> _Request:
         with _status(o.as_json, f"measuring {name}'s compute on this CPU"):
             cms = measure_compute_ms(name)
     return _Request(options=o, model=name, techniques=techs, compute_ms=float(cms), db=db_path,
-                cluster=cluster)
+                    cluster=cluster, fixed=fixed)
+
+
+def _fixed(o: TuneOptions, cluster: Any) -> dict[str, Any]:
+    """``--fix``: the pinned knobs, checked against this job's space (what its world can
+    run) before anything starts."""
+    from autotune.tuning.space import ConfigError, SearchSpace
+    from autotune.units import parse_knob
+
+    fixed: dict[str, Any] = {}
+    for text in o.fix:
+        try:
+            name, value = parse_knob(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--fix") from None
+        if name in fixed:
+            raise click.BadParameter(f"{name} is fixed twice", param_hint="--fix")
+        fixed[name] = value
+    if not fixed:
+        return fixed
+    try:
+        if cluster is not None:
+            cluster.space(allow_lossy=o.allow_lossy, fixed=fixed)
+        else:
+            SearchSpace.build(k_max=o.servers, allow_lossy=o.allow_lossy, fixed=fixed,
+                              workers_per_machine=o.workers // (o.machines or o.workers))
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--fix") from None
+    return fixed
 
 
 def _simulated_cluster(o: TuneOptions) -> Any:
@@ -290,7 +323,7 @@ def _local(req: _Request) -> dict:
                      techniques=req.techniques, trial_iterations=o.trial_iterations,
                      allow_lossy=o.allow_lossy, timeout=o.timeout, emulate=o.emulate,
                      job=f"tune:{name}", verify_iterations=o.verify_iterations,
-                     compare_ddp=o.compare_ddp)
+                     compare_ddp=o.compare_ddp, fixed=req.fixed)
     where = f"emulated cluster at {o.emulate}" if o.emulate else "this machine"
     # rank 0's events, shown on stderr (a bar on a terminal, else lines); the mode is
     # chosen here, before the ranks' environment (AUTOTUNE_PROGRESS=events) is set
@@ -337,7 +370,7 @@ def _simulated(req: _Request) -> dict:
                          compute_ms=req.compute_ms, backward_fraction=o.backward_fraction,
                          batch_per_worker=o.batch, seed=o.seed, techniques=req.techniques,
                          trial_iterations=o.trial_iterations, noise=o.noise,
-                         allow_lossy=o.allow_lossy, display=display)
+                         allow_lossy=o.allow_lossy, fixed=req.fixed, display=display)
     run, pred = res["run"], res["predicted"]
     ddp = pred["ddp_like"]["throughput"] if o.compare_ddp else None
     return {

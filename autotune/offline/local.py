@@ -65,6 +65,7 @@ class LocalPlan:
     ddp_iterations: int = 8
     ddp_warmup: int = 2
     compare_ddp: bool = False
+    fixed: dict[str, Any] = field(default_factory=dict)  # knobs pinned (--fix)
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def spec(self, mode: str, result: str) -> dict[str, Any]:
@@ -79,6 +80,7 @@ class LocalPlan:
             "allow_lossy": self.allow_lossy, "timeout": min(self.timeout, 600.0),
             "job": self.job, "verify_iterations": self.verify_iterations,
             "ddp_iterations": self.ddp_iterations, "ddp_warmup": self.ddp_warmup,
+            "fixed": self.fixed,
         }
 
 

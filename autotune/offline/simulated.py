@@ -21,7 +21,7 @@ predicted duration (iterations x step time). Progress goes to a
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from autotune.progress import TuningDisplay, describe_trial, kept_summary
 from autotune.runtime.config import RuntimeConfig
@@ -48,10 +48,12 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                    seed: int = 0, techniques: Sequence[str] = DEFAULT_TECHNIQUES,
                    trial_iterations: int | None = None, noise: float = 0.03,
                    allow_lossy: bool = False, job: str | None = None,
+                   fixed: Mapping[str, Any] | None = None,
                    display: TuningDisplay | None = None) -> dict[str, Any]:
     """Tune ``model`` on the simulated cluster ``cluster_src`` (a :class:`~autotune.sim.Cluster`,
     or a JSON path, text or dict); record the run (``simulated=True``) in ``db``; return a
-    report (see ``docs/tune.md``). ``display`` (for ``budget`` iterations, e.g.
+    report (see ``docs/tune.md``). ``fixed``: knobs pinned or narrowed (see
+    :meth:`~autotune.tuning.space.SearchSpace.build`). ``display`` (for ``budget`` iterations, e.g.
     :func:`autotune.progress.tuning_display`) shows the trials as they run, and is
     stopped at the end."""
     from autotune import zoo
@@ -67,7 +69,8 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     sim_job = Job.from_shapes(zoo.module_gradient_shapes(module), compute_s=compute_ms / 1e3,
                               backward_fraction=backward_fraction,
                               batch_per_worker=batch_per_worker, name=model)
-    objective = SimulatedObjective(sim_job, cluster, noise=noise, seed=seed, allow_lossy=allow_lossy)
+    objective = SimulatedObjective(sim_job, cluster, noise=noise, seed=seed, allow_lossy=allow_lossy,
+                                   fixed=fixed)
     space = objective.space
     mg = model_graph(module)
     tg = cluster_graph(cluster.machines, cluster.workers_per_machine, cluster.server_machines)

@@ -79,7 +79,8 @@ def run_tune(spec: dict, rank: int) -> None:
     # session's closing table goes to the driver's tail of output, shown only on failure)
     kwargs: dict[str, Any] = dict(
         budget=budget, db=spec["db"], seed=spec["seed"], techniques=spec["techniques"],
-        allow_lossy=spec["allow_lossy"], verbose=True, timeout=spec["timeout"], job=spec["job"])
+        allow_lossy=spec["allow_lossy"], verbose=True, timeout=spec["timeout"], job=spec["job"],
+        fixed=spec.get("fixed") or None)
     if spec.get("trial_iterations"):
         kwargs["trial_iterations"] = spec["trial_iterations"]
     verify = max(1, int(spec.get("verify_iterations", 1)))

@@ -33,13 +33,11 @@ class SessionDisplay(Listener):
         self._progress = tuning_display(budget)
 
     def trial_started(self, index: int, trial: Trial) -> None:
-        if self._progress is None:
-            return
-        from autotune.units import fmt_score
+        if self._progress is not None:
+            from autotune.progress import describe_trial
 
-        best = self._best_score()
-        shown = f"best {fmt_score(best, self.unit)}" if best else "best -"
-        self._progress.describe(f"trial {index} {trial.technique:9s} {shown}")
+            self._progress.describe(describe_trial(index, trial.technique, self._best_score(),
+                                                   self.unit))
 
     def advanced(self, iterations: int) -> None:
         if self._progress is not None:
@@ -54,10 +52,9 @@ class SessionDisplay(Listener):
     def settled(self, kept: Config | None) -> None:
         if self._progress is None:
             return
-        from autotune.units import fmt_config, fmt_score
+        from autotune.progress import kept_summary
 
-        line = f"kept {fmt_config(kept)} at {fmt_score(self._best_score(), self.unit)}" if kept else ""
-        self._progress.stop(line)
+        self._progress.stop(kept_summary(kept, self._best_score(), self.unit))
         self._progress = None
 
     def say(self, text: str) -> None:

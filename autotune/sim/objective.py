@@ -27,14 +27,14 @@ class SimulatedObjective:
     """
 
     def __init__(self, job: Job, cluster: Cluster, noise: float = 0.03, seed: int = 0,
-                 allow_lossy: bool = False) -> None:
+                 allow_lossy: bool = False, fixed: Mapping[str, Any] | None = None) -> None:
         if not 0.0 <= noise < 1.0:
             raise ValueError(f"noise must be in [0, 1), got {noise}")
         self.job = job
         self.cluster = cluster
         self.noise = float(noise)
         self.rng = random.Random(seed)
-        self.space = cluster.space(allow_lossy=allow_lossy)
+        self.space = cluster.space(allow_lossy=allow_lossy, fixed=fixed)
         self.calls = 0
         self._cache: dict[str, IterationEstimate] = {}
 

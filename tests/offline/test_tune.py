@@ -55,6 +55,13 @@ def tune(*args: str, **kw) -> "CliRunner.Result":
     (["--model", "resnet50", "--workers", "2", "--simulate", "c.json"], "drop --workers"),
     (["--model", "tune_helpers:tiny", "--workers", "1", "--compute-ms", "measure"], "needs a zoo model"),
     (["--model", "vgg16", "--workers", "4", "--max-memory", "1"], "more than the limit of 1.0 GiB"),
+    (["--model", "resnet50", "--workers", "2", "--fix", "streams=40"], "cannot fix streams=40"),
+    (["--model", "resnet50", "--workers", "2", "--fix", "servers=1"], "but the job has 0"),
+    (["--model", "resnet50", "--workers", "2", "--fix", "chunk=4MiB"], "did you mean 'chunk_bytes'"),
+    (["--model", "resnet50", "--workers", "2", "--fix", "chunk_bytes"], "not KNOB=VALUE"),
+    (["--model", "resnet50", "--workers", "2", "--fix", "streams=2", "--fix", "streams=4"],
+     "fixed twice"),
+    (["--model", "resnet50", "--workers", "2", "--fix", "compression=fp16"], "allow_lossy"),
 ])
 def test_bad_arguments_are_refused_clearly(args, message, monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(TESTS))
@@ -241,3 +248,24 @@ def test_a_later_session_starts_from_the_tuned_best(tuned, tmp_path):
     assert json.loads(out.read_text())[0]["config"] == tuned_run["best_config"]
     # and the simulator path describes that world the same way
     assert tuned_run["topology_fp"] == fingerprint(normalize(cluster_graph(1, 2, 0)))
+
+
+def test_fix_pins_knobs_on_the_simulator(tmp_path):
+    """``--fix chunk_bytes=1MiB --fix streams=1,2``: every trial and the kept configuration
+    hold the pins, and the run's stored space facts say so."""
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"machines": 4, "workers_per_machine": 1,
+                                   "server_machines": 2, "nic_gbps": 10}))
+    db = tmp_path / "t.db"
+    r = tune("--model", "resnet50", "--simulate", str(cluster), "--budget", "20", "--db",
+             str(db), "--fix", "chunk_bytes=1MiB", "--fix", "streams=1,2", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["best"]["chunk_bytes"] == 1 << 20 and report["best"]["streams"] in (1, 2)
+    with Store(db) as store:
+        trials = store.trials(report["run_id"])
+        facts = store.runs()[0]["space_facts"]
+    assert trials and {t["config"]["chunk_bytes"] for t in trials} == {1 << 20}
+    assert {t["config"]["streams"] for t in trials} <= {1, 2}
+    assert dict((k, v) for k, v in facts["fixed"]) == {"chunk_bytes": [1 << 20],
+                                                        "streams": [1, 2]}

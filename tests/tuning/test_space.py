@@ -115,3 +115,64 @@ def test_build_rejects_bad_facts():
 def test_signature_tells_spaces_apart():
     assert SearchSpace.build(k_max=1).signature() == SearchSpace.build(k_max=1).signature()
     assert SearchSpace.build(k_max=1).signature() != SearchSpace.build(k_max=2).signature()
+
+
+# ------------------------------------------------------------------ pinned knobs
+def test_a_pinned_knob_has_one_value_even_off_the_grid():
+    s = SearchSpace.build(k_max=2, fixed={"chunk_bytes": 3 * MiB})
+    assert s["chunk_bytes"].values == (3 * MiB,) and s.default()["chunk_bytes"] == 3 * MiB
+    assert all(c["chunk_bytes"] == 3 * MiB for c in s.grid())
+    assert all(c["chunk_bytes"] == 3 * MiB for c in s.seeds())  # push/pull seed too
+    assert dict(s.facts)["fixed"] == (("chunk_bytes", (3 * MiB,)),)
+    rng = random.Random(0)
+    assert {s.perturb(s.default(), rng)["chunk_bytes"] for _ in range(20)} == {3 * MiB}
+
+
+def test_a_narrowed_knob_keeps_its_default_when_it_can():
+    s = SearchSpace.build(fixed={"streams": [8, 1, 4]})
+    assert s["streams"].values == (1, 4, 8) and s.default()["streams"] == 1
+    assert SearchSpace.build(fixed={"streams": [2, 4]}).default()["streams"] == 2
+
+
+@pytest.mark.parametrize("fixed, words", [
+    ({"streams": 20}, "at most 16"),
+    ({"chunk_bytes": 1000}, "multiple of 8"),
+    ({"servers": 3}, "the job has 2"),
+    ({"compression": "fp16"}, "allow_lossy=True"),
+    ({"topk_ratio": 0.1}, "allow_lossy=True"),
+    ({"chunk_byte": 4 * MiB}, "did you mean 'chunk_bytes'"),
+    ({"intra": "root"}, "allows {'flat'}"),
+    ({"streams": True}, "not a value"),
+    ({"streams": []}, "no value"),
+])
+def test_a_pin_the_runtime_cannot_run_is_a_clear_error(fixed, words):
+    name = next(iter(fixed))
+    with pytest.raises(ConfigError, match="cannot fix") as err:
+        SearchSpace.build(k_max=2, fixed=fixed)
+    assert words in str(err.value) and name in str(err.value)
+
+
+def test_the_space_is_built_from_the_runtimes_limits():
+    from autotune.runtime.config import FALLBACK_STREAMS, Limits
+
+    limits = Limits(servers=2, workers_per_machine=4, max_streams=8)
+    s = SearchSpace.of(limits)
+    assert s["servers"].values == (0, 1, 2) and s["streams"].values[-1] == 8
+    assert "root" in s["intra"].values
+    lost = SearchSpace.of(limits.after_server_loss())
+    assert lost["transport"].values == ("allreduce",) and lost["servers"].values == (0,)
+    assert lost["streams"].values[-1] == FALLBACK_STREAMS and lost["intra"].values == ("flat",)
+    assert SearchSpace.build()["streams"].values[-1] == Limits().max_streams
+
+
+def test_knobs_as_people_write_them():
+    from autotune.units import parse_knob
+
+    assert parse_knob("chunk_bytes=4MiB") == ("chunk_bytes", 4 * MiB)
+    assert parse_knob("chunk_bytes=256KiB") == ("chunk_bytes", 256 * 1024)
+    assert parse_knob("streams=1,2,4") == ("streams", [1, 2, 4])
+    assert parse_knob("transport=pushpull") == ("transport", "pushpull")
+    assert parse_knob("topk_ratio=0.01") == ("topk_ratio", 0.01)
+    for bad in ("chunk_bytes", "=4", "streams=", "chunk_bytes=1.3KiB"):
+        with pytest.raises(ValueError):
+            parse_knob(bad)
