@@ -146,62 +146,9 @@ class SearchSpace:
         partition size); a value outside the tuner's grid is fine if the runtime can run
         it in this job, anything else is a :class:`ConfigError` naming the knob.
         """
-        transports = tuple(dict.fromkeys(transports))
-        if not transports or any(t not in TRANSPORTS for t in transports):
-            raise ValueError(f"transports must be a non-empty subset of {TRANSPORTS}, "
-                             f"got {transports}")
-        if k_max < 0:
-            raise ValueError(f"k_max must be >= 0, got {k_max}")
-        if workers_per_machine < 1:
-            raise ValueError(f"workers_per_machine must be >= 1, got {workers_per_machine}")
-        if not 1 <= max_streams <= 64:
-            raise ValueError(f"max_streams must be in 1..64, got {max_streams}")
-        if not (0 < min_chunk_bytes <= DEFAULT_CHUNK_BYTES <= max_chunk_bytes):
-            raise ValueError(
-                f"chunk range [{min_chunk_bytes}, {max_chunk_bytes}] must contain "
-                f"the default {DEFAULT_CHUNK_BYTES}"
-            )
-        if root_candidates is None:
-            root_candidates = range(workers_per_machine)
-        roots = tuple(dict.fromkeys(int(r) for r in root_candidates))
-        if not roots:
-            raise ValueError("root_candidates is empty")
-        bad = [r for r in roots if not 0 <= r < workers_per_machine]
-        if bad:
-            raise ValueError(
-                f"root candidates {bad} are not local worker indices 0..{workers_per_machine - 1}"
-            )
-        intra = INTRA_MODES if workers_per_machine > 1 else ("flat",)
-        compression = ("none",) + (LOSSY_CODECS if allow_lossy else ())
-        params = (
-            Param("streams", tuple(range(1, max_streams + 1)), 1, ordinal=True,
-                  doc="concurrent communication streams"),
-            Param("chunk_bytes", _log2_range(min_chunk_bytes, max_chunk_bytes),
-                  DEFAULT_CHUNK_BYTES, ordinal=True, log=True,
-                  doc="partition size: small gradients packed up to it, large ones split"),
-            Param("transport", transports, transports[0],
-                  doc="allreduce among workers, or push/pull through Summation Services"),
-            Param("servers", tuple(range(k_max + 1)), 0, ordinal=True,
-                  when=(("transport", ("pushpull",)),),
-                  doc="dedicated Summation Service processes used"),
-            Param("intra", intra, "flat",
-                  doc="intra-machine strategy: flat, reduce to a root, or reduce-scatter"),
-            Param("reduce_root", roots, roots[0], when=(("intra", ("root",)),),
-                  doc="local worker that reduces for its machine under intra=root"),
-            Param("compression", compression, "none", doc="gradient codec"),
-        ) + codec_params(compression)
-        limits = Limits(servers=k_max, workers_per_machine=workers_per_machine,
-                        max_streams=max_streams, transports=transports)
-        pins = _pins(params, fixed or {}, limits, allow_lossy)
-        params = tuple(pins.get(p.name, p) for p in params)
-        facts = (
-            ("k_max", k_max),
-            ("workers_per_machine", workers_per_machine),
-            ("root_candidates", roots),
-            ("allow_lossy", allow_lossy),
-            ("max_streams", max_streams),
-        ) + ((("fixed", tuple((n, pins[n].values) for n in sorted(pins))),) if pins else ())
-        return cls(params, facts)
+        return cls(*_job_params(k_max, workers_per_machine, root_candidates, allow_lossy,
+                                 max_streams, min_chunk_bytes, max_chunk_bytes, transports,
+                                 fixed or {}))
 
     # ---------------------------------------------------------------- inspection
     @property
@@ -411,7 +358,7 @@ class SearchSpace:
         default = self.default()
         seen: set[tuple[int, ...]] = set()
         scored: list[tuple[tuple[int, int, tuple[int, ...]], Config]] = []
-        for c in self._walk(coarse):
+        for c in _walk(self, coarse):
             k = self.key(c)
             if k in seen:
                 continue
@@ -430,39 +377,103 @@ class SearchSpace:
     def all_configs(self) -> Iterator[Config]:
         """Every canonical configuration once (for exhaustive evaluation of small spaces)."""
         seen: set[tuple[int, ...]] = set()
-        for c in self._walk({p.name: p.values for p in self.params}):
+        for c in _walk(self, {p.name: p.values for p in self.params}):
             k = self.key(c)
             if k not in seen:
                 seen.add(k)
                 yield c
 
-    def _walk(self, choices: Mapping[str, Sequence]) -> Iterator[Config]:
-        """Canonical configurations over ``choices`` (values per parameter), in product
-        order, with each inactive parameter pinned to its default instead of iterated
-        (conditional codec parameters would otherwise multiply the product). Falls back
-        to filtering the full product when a condition refers to a later parameter."""
-        order = {p.name: i for i, p in enumerate(self.params)}
-        if not all(order.get(parent, len(order)) < order[p.name]
-                   for p in self.params for parent, _ in p.when):
-            for combo in itertools.product(*(choices[p.name] for p in self.params)):
-                yield self.canonical(dict(zip(self.names, combo)))
-            return
-        partial: Config = {}
-
-        def walk(i: int) -> Iterator[Config]:
-            if i == len(self.params):
-                yield dict(partial)
-                return
-            p = self.params[i]
-            for v in (choices[p.name] if p.active(partial) else (p.default,)):
-                partial[p.name] = v
-                yield from walk(i + 1)
-            del partial[p.name]
-
-        yield from walk(0)
-
     def describe(self) -> str:
         return "\n".join(f"{p.name:12s} {p.describe()} (default {p.default!r})" for p in self.params)
+
+
+def _walk(space: SearchSpace, choices: Mapping[str, Sequence]) -> Iterator[Config]:
+    """Canonical configurations over ``choices`` (values per parameter), in product
+    order, with each inactive parameter pinned to its default instead of iterated
+    (conditional codec parameters would otherwise multiply the product). Falls back
+    to filtering the full product when a condition refers to a later parameter."""
+    order = {p.name: i for i, p in enumerate(space.params)}
+    if not all(order.get(parent, len(order)) < order[p.name]
+               for p in space.params for parent, _ in p.when):
+        for combo in itertools.product(*(choices[p.name] for p in space.params)):
+            yield space.canonical(dict(zip(space.names, combo)))
+        return
+    partial: Config = {}
+
+    def walk(i: int) -> Iterator[Config]:
+        if i == len(space.params):
+            yield dict(partial)
+            return
+        p = space.params[i]
+        for v in (choices[p.name] if p.active(partial) else (p.default,)):
+            partial[p.name] = v
+            yield from walk(i + 1)
+        del partial[p.name]
+
+    yield from walk(0)
+
+
+def _job_params(k_max: int, workers_per_machine: int, root_candidates: Sequence[int] | None,
+                allow_lossy: bool, max_streams: int, min_chunk_bytes: int, max_chunk_bytes: int,
+                transports: Sequence[str], fixed: Mapping[str, Any],
+                ) -> tuple[tuple[Param, ...], tuple[tuple[str, Any], ...]]:
+    """The parameters and facts of :meth:`SearchSpace.build` (its arguments, checked)."""
+    transports = tuple(dict.fromkeys(transports))
+    if not transports or any(t not in TRANSPORTS for t in transports):
+        raise ValueError(f"transports must be a non-empty subset of {TRANSPORTS}, "
+                         f"got {transports}")
+    if k_max < 0:
+        raise ValueError(f"k_max must be >= 0, got {k_max}")
+    if workers_per_machine < 1:
+        raise ValueError(f"workers_per_machine must be >= 1, got {workers_per_machine}")
+    if not 1 <= max_streams <= 64:
+        raise ValueError(f"max_streams must be in 1..64, got {max_streams}")
+    if not (0 < min_chunk_bytes <= DEFAULT_CHUNK_BYTES <= max_chunk_bytes):
+        raise ValueError(
+            f"chunk range [{min_chunk_bytes}, {max_chunk_bytes}] must contain "
+            f"the default {DEFAULT_CHUNK_BYTES}"
+        )
+    if root_candidates is None:
+        root_candidates = range(workers_per_machine)
+    roots = tuple(dict.fromkeys(int(r) for r in root_candidates))
+    if not roots:
+        raise ValueError("root_candidates is empty")
+    bad = [r for r in roots if not 0 <= r < workers_per_machine]
+    if bad:
+        raise ValueError(
+            f"root candidates {bad} are not local worker indices 0..{workers_per_machine - 1}"
+        )
+    intra = INTRA_MODES if workers_per_machine > 1 else ("flat",)
+    compression = ("none",) + (LOSSY_CODECS if allow_lossy else ())
+    params = (
+        Param("streams", tuple(range(1, max_streams + 1)), 1, ordinal=True,
+              doc="concurrent communication streams"),
+        Param("chunk_bytes", _log2_range(min_chunk_bytes, max_chunk_bytes),
+              DEFAULT_CHUNK_BYTES, ordinal=True, log=True,
+              doc="partition size: small gradients packed up to it, large ones split"),
+        Param("transport", transports, transports[0],
+              doc="allreduce among workers, or push/pull through Summation Services"),
+        Param("servers", tuple(range(k_max + 1)), 0, ordinal=True,
+              when=(("transport", ("pushpull",)),),
+              doc="dedicated Summation Service processes used"),
+        Param("intra", intra, "flat",
+              doc="intra-machine strategy: flat, reduce to a root, or reduce-scatter"),
+        Param("reduce_root", roots, roots[0], when=(("intra", ("root",)),),
+              doc="local worker that reduces for its machine under intra=root"),
+        Param("compression", compression, "none", doc="gradient codec"),
+    ) + codec_params(compression)
+    limits = Limits(servers=k_max, workers_per_machine=workers_per_machine,
+                    max_streams=max_streams, transports=transports)
+    pins = _pins(params, fixed, limits, allow_lossy)
+    params = tuple(pins.get(p.name, p) for p in params)
+    facts = (
+        ("k_max", k_max),
+        ("workers_per_machine", workers_per_machine),
+        ("root_candidates", roots),
+        ("allow_lossy", allow_lossy),
+        ("max_streams", max_streams),
+    ) + ((("fixed", tuple((n, pins[n].values) for n in sorted(pins))),) if pins else ())
+    return params, facts
 
 
 def _pins(params: Sequence[Param], fixed: Mapping[str, Any], limits: Limits,
