@@ -353,11 +353,14 @@ def test_bad_configs_are_refused() -> None:
 
 
 def test_chunking_packs_small_and_splits_large() -> None:
+    """The runtime's rule: a gradient fills the open chunk and continues in the next ones;
+    a chunk is ready when its last gradient is (tests/sim/test_plan_shared.py compares
+    with the runtime's plan itself)."""
     job = Job((100, 300, 700, 2500, 50, 50))
     sizes, ready = job.chunks(1000)
-    assert sizes == [400, 700, 1000, 1000, 500, 100]
+    assert sizes == [1000, 1000, 1000, 700]
     total = job.total_bytes
-    assert ready == [400 / total, 1100 / total] + [3600 / total] * 3 + [1.0]
+    assert ready == [1100 / total, 3600 / total, 3600 / total, 1.0]
 
 
 # --------------------------------------------------------------------------- scale
