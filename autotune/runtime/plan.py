@@ -148,6 +148,12 @@ def cut(sizes: Sequence[int | Size], chunk_bytes: int) -> list[Span]:
         off, left = offsets[i], numel
         while left:
             if cur is None:
+                if left >= cap:  # whole chunks of this gradient alone
+                    full, only = left // cap, (i,)
+                    spans.extend(Span(dtype, off + q * cap, cap, only) for q in range(full))
+                    off += full * cap
+                    left -= full * cap
+                    continue
                 cur = [dtype, off, 0, []]
             take = min(left, cap - cur[2])
             cur[2] += take

@@ -26,12 +26,13 @@ How a configuration is charged (see ``docs/simulator.md`` for the derivation):
    or push + pull, plus local steps) and ``d`` its stage times at single-flow rates
    (intra reduce, network, summation, codec, intra broadcast). Under ``allreduce`` each
    stream runs one collective at a time, so ``streams`` chunks overlap their latencies;
-   the schedule is a max-plus recurrence over chunks: start = max(ready, slot free);
+   the schedule is a max-plus recurrence over chunks: start = max(ready, stream free);
    finish = max(cluster free after b*c, start + alpha + b*d). Under ``pushpull`` the
    schedule follows the runtime (:func:`_schedule_pushpull`): ``pipeline_depth`` pushes
    per stream on their way out, and every Summation Service store-and-forward per chunk
-   (pulls start once all parts are in; the chunks of a send window at one owner share
-   its link), with the same two lower bounds.
+   (a chunk's pull starts once all its parts are in; at one owner the chunks of a send
+   window share its link evenly across streams and in order within a stream, so a pull
+   overlaps the next push on its stream), with the same two lower bounds.
 5. **Iteration.** Forward, then backward producing gradients (``backward_fraction`` of
    the compute), then the wait for the last chunk: ``step = max(compute, last finish)``.
 
@@ -356,6 +357,53 @@ def _schedule(plan: ChunkPlan, fwd: float, bwd: float, c: float, overhead: float
     return last, first_start
 
 
+def _shared_link(jobs: list[tuple[float, int, float]], free: float) -> list[float]:
+    """Finish times of ``jobs`` (arrival, stream, seconds at the link's full rate) on one
+    link direction of a Summation Service, which it frees at ``free``: the streams with a
+    job in share the link evenly (each stream is its own TCP connection) and each stream
+    serves its jobs in order (a gloo pair sends and receives in order)."""
+    queues: dict[int, list[int]] = {}
+    for i, (_, st, _) in enumerate(jobs):
+        queues.setdefault(st, []).append(i)
+    if len(queues) == 1:  # one stream: a FIFO
+        out = []
+        for a, _, w in jobs:
+            free = (a if a > free else free) + w
+            out.append(free)
+        return out
+    heads = {st: 0 for st in queues}
+    left = [w for _, _, w in jobs]
+    out = [0.0] * len(jobs)
+    t = free
+    while heads:
+        front = [queues[st][h] for st, h in heads.items()]
+        active = [i for i in front if jobs[i][0] <= t]
+        if not active:
+            t = min(jobs[i][0] for i in front)
+            continue
+        m = len(active)
+        least = min(left[i] for i in active)
+        arrival = min((jobs[i][0] for i in front if jobs[i][0] > t), default=math.inf)
+        if t + least * m <= arrival:  # the shortest active job completes first
+            t += least * m
+            for i in active:
+                if left[i] == least:
+                    left[i] = 0.0
+                    out[i] = t
+                    st = jobs[i][1]
+                    heads[st] += 1
+                    if heads[st] == len(queues[st]):
+                        del heads[st]
+                else:
+                    left[i] -= least
+        else:  # a job arrives on an idle stream first
+            share = (arrival - t) / m
+            for i in active:
+                left[i] -= share
+            t = arrival
+    return out
+
+
 def _schedule_pushpull(plan: ChunkPlan, fwd: float, bwd: float, streams: int, depth: int,
                        c: float, overhead: float, alpha: float, d: float, lat: float,
                        cost: list[float], add: list[float], edge: float) -> tuple[float, float]:
@@ -365,13 +413,14 @@ def _schedule_pushpull(plan: ChunkPlan, fwd: float, bwd: float, streams: int, de
     their way out (a chunk enters when the push of the chunk ``depth`` places before it on
     its stream is done) and up to ``8 * depth`` in flight in all. A chunk's Summation
     Service (the plan's owner, ``plan.owners[j]``) is store-and-forward: it can send the
-    sum back only once every part is in. Each owner's link is a FIFO each way at
-    ``cost[o]`` seconds per chunk byte (all its remote parts); the chunks that were sent
-    together (``streams * depth`` consecutive chunks) and go to the same owner share its
-    link and finish their pushes together (TCP's fair share): the pulls of a group start
-    after its last push. The cluster-wide bottleneck (``c``, the fluid steady state) and
-    one chunk alone (``alpha + b*d``) are lower bounds on every finish. ``edge``: per
-    chunk byte before the push and after the pull (intra-machine stages, codec)."""
+    sum back only once every part is in. Each owner's link takes ``cost[o]`` seconds per
+    chunk byte each way (all its remote parts). The chunks sent together (``streams *
+    depth`` consecutive chunks, a send window) that go to the same owner share its link
+    (:func:`_shared_link`): evenly across streams, in order within a stream, so a chunk's
+    pull can overlap the push of the next chunk on its stream; across windows the link is
+    a FIFO. The cluster-wide bottleneck (``c``, the fluid steady state) and one chunk
+    alone (``alpha + b*d``) are lower bounds on every finish. ``edge``: per chunk byte
+    before the push and after the pull (intra-machine stages, codec)."""
     sizes, ready, on, owners = plan.sizes, plan.ready, plan.streams, plan.owners
     n_chunks = len(sizes)
     if not n_chunks:
@@ -389,7 +438,7 @@ def _schedule_pushpull(plan: ChunkPlan, fwd: float, bwd: float, streams: int, de
     last = 0.0
     for g0 in range(0, n_chunks, window):
         g1 = min(g0 + window, n_chunks)
-        grp_end: dict[int, float] = {}
+        group: dict[int, list[int]] = {}  # owner -> its chunks in this window
         for j in range(g0, g1):
             b = sizes[j]
             t = fwd + bwd * ready[j]
@@ -415,26 +464,30 @@ def _schedule_pushpull(plan: ChunkPlan, fwd: float, bwd: float, streams: int, de
             busy_until = (t if t > busy_until else busy_until) + occ
             alone = t + alpha + b * d
             finish[j] = busy_until if busy_until > alone else alone  # the lower bounds
-            o = owners[j]
-            arrive = t + lat + b * edge
-            f = in_free[o]
-            f = (arrive if arrive > f else f) + b * cost[o]
-            in_free[o] = grp_end[o] = f
-        pull_end: dict[int, float] = {}
-        for j in range(g0, g1):
-            o, b = owners[j], sizes[j]
-            ready_sum = grp_end[o] + b * add[o]
-            f = out_free[o]
-            out_free[o] = pull_end[o] = (ready_sum if ready_sum > f else f) + b * cost[o]
-        for j in range(g0, g1):
-            o = owners[j]
-            push_done[j] = grp_end[o]
-            fin = pull_end[o] + lat + sizes[j] * edge
-            if finish[j] > fin:
-                fin = finish[j]
-            finish[j] = fin
-            if fin > last:
-                last = fin
+            group.setdefault(owners[j], []).append(j)
+        for o, js in group.items():
+            w = cost[o]
+            if len(js) == 1:  # alone on the owner's link in this window
+                j = js[0]
+                p = max(start[j] + lat + sizes[j] * edge, in_free[o]) + sizes[j] * w
+                q = max(p + sizes[j] * add[o], out_free[o]) + sizes[j] * w
+                in_free[o], out_free[o] = p, q
+                pushed, pulled = [p], [q]
+            else:
+                pushed = _shared_link([(start[j] + lat + sizes[j] * edge, on[j], sizes[j] * w)
+                                       for j in js], in_free[o])
+                in_free[o] = max(pushed)
+                pulled = _shared_link([(p + sizes[j] * add[o], on[j], sizes[j] * w)
+                                       for j, p in zip(js, pushed)], out_free[o])
+                out_free[o] = max(pulled)
+            for j, p, q in zip(js, pushed, pulled):
+                push_done[j] = p
+                fin = q + lat + sizes[j] * edge
+                if finish[j] > fin:
+                    fin = finish[j]
+                finish[j] = fin
+                if fin > last:
+                    last = fin
     return last, start[0]
 
 
