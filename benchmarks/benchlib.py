@@ -129,16 +129,16 @@ def patch_depth(depth: str | None) -> None:
     """Diagnosis only: set the runtime's pipelining depths in this process, read when a
     configuration is applied: ``SEND[,TAIL[,SUM]]`` = chunks a stream keeps on their way
     out, chunks it keeps in flight in all, units a Summation Service stream keeps posted
-    (with no byte budget); see autotune/runtime/setup.py."""
+    (with no byte budget); see autotune/runtime/prepared.py."""
     if not depth:
         return
-    from autotune.runtime import setup
+    from autotune.runtime import prepared
 
     vals = [int(x) for x in depth.split(",")]
-    setup.set_depths(send=vals[0],
-                     tail=vals[1] if len(vals) > 1 else max(vals[0], setup.TAIL_DEPTH),
-                     sum_=vals[2] if len(vals) > 2 else max(vals[0], setup.SUM_DEPTH),
-                     inflight_bytes=1 << 40)
+    prepared.set_depths(send=vals[0],
+                        tail=vals[1] if len(vals) > 1 else max(vals[0], prepared.TAIL_DEPTH),
+                        sum_=vals[2] if len(vals) > 2 else max(vals[0], prepared.SUM_DEPTH),
+                        inflight_bytes=1 << 40)
 
 
 def fmt_cfg(cfg: dict) -> str:

@@ -21,7 +21,8 @@ Prints a table, writes JSON (``--json``, default ``benchmarks/results/sim_calibr
 the measured rows with their raw times, B, the gradient sizes, and the predictions) and,
 with ``--results-md``, appends a section to ``benchmarks/RESULTS.md``. ``--reevaluate
 [JSON]`` re-runs the predictions and the fit on saved measurements, without the emulator
-(after a change to the simulator).
+(after a change to the simulator), and writes them to ``--json`` (default: the saved file
+itself; its measurements are copied unchanged, its predictions replaced).
 
     sudo .venv/bin/python benchmarks/sim_calibration.py --repeats 5          # ~4 min
     .venv/bin/python benchmarks/sim_calibration.py --reevaluate               # seconds
@@ -336,11 +337,13 @@ def markdown(res: dict) -> str:
         "",
         "Fitted constants (fit half, grid search, mean |relative error|): "
         + ", ".join(f"`{k}={v}`" for k, v in res["calibrated"].items()) + " (`pipeline_depth` "
-        "is the runtime's `SEND_DEPTH`, not fitted). Push/pull is modelled as the runtime "
-        "runs it: a stream keeps `pipeline_depth` pushes on their way out, each Summation "
-        "Service is store-and-forward per chunk (it sends a sum back once every part is in), "
-        "and the chunks of one send window that go to the same owner share its link and "
-        "finish their pushes together, so their pulls start after the last of them "
+        "is the runtime's `SEND_DEPTH`, not fitted). The simulator schedules the runtime's "
+        "own chunks, streams and Summation Service owners (`autotune/runtime/plan.py`). "
+        "Push/pull is modelled as the runtime runs it: a stream keeps `pipeline_depth` "
+        "pushes on their way out, each Summation Service is store-and-forward per chunk (it "
+        "sends a sum back once every part is in), and at one owner the chunks of a send "
+        "window share its link evenly across streams and in order within a stream (one gloo "
+        "pair per stream), so a chunk's pull overlaps the next push on its stream "
         "(docs/simulator.md, How an iteration is charged).",
         "",
     ]

@@ -1,6 +1,7 @@
 """The gradient-communication runtime: multi-stream Communication Service and Summation
-Service on ``torch.distributed`` (BytePS, PHub, AIACC-Training), driven by a configuration
-of :mod:`autotune.tuning.space`. See ``docs/runtime.md``.
+Service on ``torch.distributed`` (BytePS, PHub, AIACC-Training), driven by a
+:class:`~autotune.runtime.config.RuntimeConfig` (its own typed configuration; the runtime
+knows nothing of tuning). See ``docs/runtime.md``.
 
 Import cost: this package imports torch only when :class:`Runtime` is used; the pure plan
 (:func:`make_plan`) and the errors import without it.

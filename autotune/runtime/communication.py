@@ -51,10 +51,10 @@ from .codecs import Context, decode_sum, whole
 from .compat import all_gather
 from .compression import Residuals
 from .config import Intra
-from .engine import Iteration, issue
+from .engine import RoundState, issue
 from .groups import GroupCache
 from .plan import Chunk, shard_bounds
-from .setup import Setup
+from .prepared import Setup
 
 
 class Tail(list):
@@ -73,7 +73,7 @@ def _peers(ranks: Any, me: int) -> tuple[int, ...]:
 class CommunicationStream:
     """One stream's job on a worker for one iteration."""
 
-    def __init__(self, setup: Setup, it: Iteration, inp: dict, out: dict, groups: GroupCache,
+    def __init__(self, setup: Setup, it: RoundState, inp: dict, out: dict, groups: GroupCache,
                  stream: int, timeout: float, residuals: Residuals):
         self.setup = setup
         self.residuals = residuals

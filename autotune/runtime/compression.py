@@ -1,7 +1,7 @@
 """Compression in the runtime: which chunks a configuration compresses, and the
 error-feedback residuals a rank keeps across iterations and configurations.
 
-* :class:`Compression` (part of a :class:`~autotune.runtime.setup.Setup`): the codec of a
+* :class:`Compression` (part of a :class:`~autotune.runtime.prepared.Setup`): the codec of a
   configuration (``None`` for ``compression=none``), built once per configuration, and
   HiPress's selective rule: a chunk of fewer than ``compress_min_bytes`` bytes travels
   uncompressed. Only the cross-machine step is compressed (``intra=root``: the roots'

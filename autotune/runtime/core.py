@@ -11,7 +11,7 @@ Protocol, per iteration, on every rank of the ``torch.distributed`` world::
 flag, the leader's gradient-layout version). When the layout changed (a ``register`` or
 the ready order learnt on the first iteration) the leader's layout follows as one
 broadcast and every worker checks its own gradients against it. When the configuration or
-layout changed, every rank builds the new :class:`~autotune.runtime.setup.Setup` aside,
+layout changed, every rank builds the new :class:`~autotune.runtime.prepared.Setup` aside,
 all ranks vote, and only if all succeeded is it swapped in (creating any process group it
 needs for the first time); otherwise every rank raises the same error and keeps the old
 configuration. ``allreduce`` iterations may also run without a ``sync`` each (hooks arm
@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 
+from .averager import Averager
 from .compat import all_gather as _all_gather
 from .config import FALLBACK_STREAMS, SIGNATURE, ConfigError, Limits, RuntimeConfig
 from .control import ControlPlane
@@ -45,10 +46,9 @@ from .engine import OpError
 from .errors import RuntimeFault, ServerLost, UsageError
 from .faults import FaultInjector, Liveness
 from .groups import GroupCache, keep_forever, needed_groups
-from .iteration import Iterations
 from .layout import Layout
+from .prepared import Setup
 from .reconfigure import Active, Candidate
-from .setup import Setup
 from .world import WorldInfo, discover, local_machine, local_role
 
 MAGIC = 0x4155_5401
@@ -60,7 +60,7 @@ class Runtime:
     """Gradient averaging under any :class:`RuntimeConfig` within :attr:`limits` (see the
     module docstring). Its parts: the :class:`ControlPlane` (bounded control collectives),
     the :class:`Layout` (registered gradients and their order), :class:`Active`
-    (reconfiguration) and :class:`Iterations` (the averaging rounds); the Runtime runs the
+    (reconfiguration) and :class:`Averager` (the averaging rounds); the Runtime runs the
     protocol between them and turns failures into faults that name a rank."""
 
     def __init__(self, info: WorldInfo, limits: Limits, control: Any, workers_group: Any,
@@ -81,7 +81,7 @@ class Runtime:
         self._layout = Layout()               # registration (workers)
         self._hooks: list[Any] = []
         self._active = Active(info, self._layout, self._groups, self._faults)
-        self._rounds = Iterations(info, self._active, self._layout, self._groups, self._faults,
+        self._averager = Averager(info, self._active, self._layout, self._groups, self._faults,
                                   self._liveness, self.timeout, self._lost_peers, self.describe)
         self._stopped = False
         self._broken: RuntimeFault | None = None
@@ -170,7 +170,7 @@ class Runtime:
 
     @property
     def threads(self) -> int:
-        return self._rounds.pool.size
+        return self._averager.pool.size
 
     @property
     def gradient_order(self) -> list[int]:
@@ -181,7 +181,7 @@ class Runtime:
     def round(self) -> int:
         """Averaging rounds started so far on this rank: the ``Context.iteration`` the
         codecs use for the next round (workers count the same everywhere)."""
-        return self._rounds.round
+        return self._averager.round
 
     @property
     def residual_norms(self) -> dict[str, float]:
@@ -196,7 +196,7 @@ class Runtime:
     def progress(self) -> tuple[int, int]:
         """Workers: (chunks completed, chunks) of the iteration under way; (0, 0) if none.
         Chunks complete while backward runs: this is how overlap shows."""
-        it, setup = self._rounds.current, self._active.setup
+        it, setup = self._averager.current, self._active.setup
         if it is None or setup is None:
             return (0, 0)
         return (it.chunks_done, len(setup.plan))
@@ -229,7 +229,7 @@ class Runtime:
         and teaches the leader the real ready order (applied at the following ``sync``)."""
         self._check_alive()
         self._need_worker("register")
-        if self._rounds.current is not None:
+        if self._averager.current is not None:
             raise UsageError("register() during an iteration (between backward and wait)")
         plist = self._layout.register(params)
         for h in self._hooks:
@@ -242,7 +242,7 @@ class Runtime:
             if self._active.setup is None or self._layout.dirty or self._closed \
                     or self._broken is not None:
                 return  # (wait() says why)
-            self._rounds.on_grad(index, param)
+            self._averager.on_grad(index, param)
         return hook
 
     # ================================================================== sync
@@ -258,7 +258,7 @@ class Runtime:
         self._check_alive()
         if self._stopped:
             raise UsageError("sync() after the job was stopped")
-        if self.info.is_worker and self._rounds.open():
+        if self.info.is_worker and self._averager.open():
             self._finish_open_iteration()
         leader = self.info.rank == self.info.leader
         msg = torch.zeros(_H + len(RuntimeConfig()), dtype=torch.int64)
@@ -296,7 +296,7 @@ class Runtime:
             layout = self._exchange_layout(int(msg[_LENGTH]))
         if layout is not None or new != self._active.config:
             self._apply(new, layout, version, reregistered=int(msg[_DIRTY]) > 0)
-        self._rounds.served = self._faults.refuses(self._active.config)
+        self._averager.served = self._faults.refuses(self._active.config)
         return self._active.config.as_dict()  # type: ignore[union-attr]
 
     def _control_op(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -369,7 +369,7 @@ class Runtime:
         dead peer, a timeout or an injected fault, leaving ``.grad`` untouched."""
         self._check_alive()
         self._need_worker("wait")
-        if self._rounds.accumulating:
+        if self._averager.accumulating:
             raise UsageError("wait() inside no_sync(): leave the no_sync() block for the last "
                              "backward pass of the iteration, then wait()")
         self._check_registration()
@@ -379,7 +379,7 @@ class Runtime:
     @property
     def accumulating(self) -> bool:
         """Whether this worker is inside :meth:`no_sync`."""
-        return self._rounds.accumulating
+        return self._averager.accumulating
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -388,17 +388,17 @@ class Runtime:
         and :meth:`wait` returns its average. Enter it before the iteration's first
         backward; every worker accumulates the same number of micro-batches."""
         self._need_worker("no_sync")
-        it = self._rounds.current
+        it = self._averager.current
         if it is not None and any(it.fired):
             raise UsageError("no_sync() entered after a backward pass that already sent its "
                              "gradients: run the accumulating backward passes first, inside "
                              "no_sync(), and the last one outside it")
-        outer = self._rounds.accumulating
-        self._rounds.accumulating = True
+        outer = self._averager.accumulating
+        self._averager.accumulating = True
         try:
             yield
         finally:
-            self._rounds.accumulating = outer
+            self._averager.accumulating = outer
 
     def broadcast_from_leader(self, tensors: Sequence[torch.Tensor], what: str = "tensors",
                               check: bool = False) -> None:
@@ -443,7 +443,7 @@ class Runtime:
         self._check_alive()
         self._need_worker("retry")
         self._check_registration()
-        it = self._rounds.current
+        it = self._averager.current
         if it is not None and any(it.fired):
             raise UsageError("retry() while an iteration is under way; call wait()")
         self._complete(repack_all=True)
@@ -454,9 +454,9 @@ class Runtime:
                              "ranks after register() and before backward")
 
     def _complete(self, repack_all: bool, write: bool = True) -> None:
-        """Complete the open round (:meth:`Iterations.complete`), its failure as a fault."""
+        """Complete the open round (:meth:`Averager.complete`), its failure as a fault."""
         try:
-            self._rounds.complete(repack_all, write)
+            self._averager.complete(repack_all, write)
         except UsageError:
             raise
         except Exception as e:
@@ -466,7 +466,7 @@ class Runtime:
             raise fault from (None if fault is e else e)
         if write:
             self.iterations += 1
-            self._layout.learn(self._rounds.last_order,
+            self._layout.learn(self._averager.last_order,
                                self.info.rank == self.info.leader and not repack_all)
 
     def _lost_peers(self) -> list[int]:
@@ -526,7 +526,7 @@ class Runtime:
             self._control = self._workers_group
             self._control_members = self.info.workers
             self._layout.seen = -1        # every worker takes the leader's layout again
-            self._rounds.reset()
+            self._averager.reset()
             text = (f"{who} stopped (no heartbeat) during {err.what}: {err.cause}. The workers "
                     "go on without servers (all-reduce); the gradients are intact: sync() and "
                     "retry()")
@@ -541,7 +541,7 @@ class Runtime:
         if self.info.is_worker:
             raise UsageError("serve_iteration is for servers")
         try:
-            self._rounds.serve()
+            self._averager.serve()
         except Exception as e:
             fault = self._fault_from(e)
             self._broken = fault
@@ -564,12 +564,12 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        if self._rounds.current is not None:
-            self._rounds.current.abort()
+        if self._averager.current is not None:
+            self._averager.current.abort()
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        self._rounds.pool.shutdown(timeout=2.0 if self._broken else 10.0)
+        self._averager.pool.shutdown(timeout=2.0 if self._broken else 10.0)
         self._liveness.leave()
         self._liveness.stop()
         if self._broken is None and not self._active.lost_servers:

@@ -4,8 +4,10 @@
   per iteration. It grows to the largest number of concurrent jobs seen and never
   shrinks below it, so reconfiguring creates no new threads once warm; daemon threads
   cannot keep a failed process alive.
-* :class:`Iteration`: the state of one averaging round on a worker: which gradients are
-  in, which chunks are ready (per-stream condition variables), progress, the first error.
+* :class:`RoundState`: the state of one averaging round (one iteration's gradients, on a
+  worker; one round of sums, on a server): which gradients are in, which chunks are ready
+  (per-stream condition variables), progress, the first error. The
+  :class:`~autotune.runtime.averager.Averager` makes one per round.
 * :class:`Op`: a ``torch.distributed`` work handle with a description and its peers, so a
   failure can name them. :class:`LocalWork` is the same for a hand-off inside a process.
 * :class:`Mailbox`: the hand-off between a worker's Communication Service and the
@@ -178,8 +180,8 @@ class StreamPool:
             t.join(max(0.0, deadline - time.monotonic()))
 
 
-class Iteration:
-    """One averaging round on a worker (see the module docstring).
+class RoundState:
+    """The state of one averaging round (see the module docstring).
 
     ``pending[c]``: gradients chunk ``c`` still waits for. Jobs report through
     :meth:`job_done`; :attr:`done` is set when all finished or one failed.

@@ -19,7 +19,7 @@ import torch
 
 from .config import ConfigError
 from .plan import DTYPE_BYTES
-from .setup import Setup
+from .prepared import Setup
 
 DTYPES = tuple(DTYPE_BYTES)  # wire codes of gradient dtypes
 

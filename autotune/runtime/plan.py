@@ -2,30 +2,34 @@
 Summation Service.
 
 A pure, deterministic function of (gradient sizes in ready order, configuration, roles):
-every rank computes the same plan, so only the configuration crosses the wire.
+every rank computes the same plan, so only the configuration crosses the wire. It is also
+the simulator's plan (:mod:`autotune.sim.job`): the chunks it predicts are these.
 
 * **Flat layout.** The gradients of one dtype lie back to back, in ready order, in one flat
   buffer per dtype (:func:`flat_layout`). A chunk is a contiguous range of one such buffer.
-* **Packing and splitting** (AIACC-Training §V-B, PHub §3.2.3). Walking the gradients in
-  ready order, small ones are packed into a chunk until it holds ``chunk_bytes``; a large
-  one fills the current chunk and continues in the next ones. A dtype change closes the
-  chunk. So every chunk but the last of each dtype holds exactly ``chunk_bytes``.
-* **Streams.** Chunk ``i`` goes to stream ``i % streams``.
-* **Summation Service owners** (``transport=pushpull``; BytePS §4.1). With ``n`` worker
-  machines and ``k`` servers, each server sums ``2(n-1)/(n^2+kn-2k)`` of the bytes and each
-  worker machine's colocated Summation Service ``(n-k)/(n^2+kn-2k)``. Outside
-  ``1 <= k < n`` it falls back as the paper says: ``k = 0`` all-reduce-like (machines share
-  equally), ``k >= n`` non-colocated PS (servers share equally). Chunks are given, in order,
-  to the owner that would finish its share soonest (least ``(load + bytes) / weight``), so
-  the bytes per owner follow the weights, not the chunk counts.
+* **Packing and splitting** (AIACC-Training §V-B, PHub §3.2.3; :func:`cut`). Walking the
+  gradients in ready order, small ones are packed into a chunk until it holds
+  ``chunk_bytes``; a large one fills the current chunk and continues in the next ones. A
+  dtype change closes the chunk. So every chunk but the last of each dtype holds exactly
+  ``chunk_bytes``.
+* **Streams** (:func:`stream_of`). Chunk ``i`` goes to stream ``i % streams``.
+* **Summation Service owners** (``transport=pushpull``; BytePS §4.1; :func:`owner_weights`,
+  :func:`assign_owners`). With ``n`` worker machines and ``k`` servers, each server sums
+  ``2(n-1)/(n^2+kn-2k)`` of the bytes and each worker machine's colocated Summation
+  Service ``(n-k)/(n^2+kn-2k)``. Outside ``1 <= k < n`` it falls back as the paper says:
+  ``k = 0`` all-reduce-like (machines share equally), ``k >= n`` non-colocated PS (servers
+  share equally). Chunks are given, in order, to the owner that would finish its share
+  soonest (least ``(load + bytes) / weight``), so the bytes per owner follow the weights,
+  not the chunk counts.
 
 Nothing here imports torch.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from .config import Intra, Transport
 
@@ -92,6 +96,13 @@ def summation_shares(n: int, k: int) -> tuple[float, float]:
     return 2 * (n - 1) / denom, (n - k) / denom
 
 
+def owner_weights(n: int, k: int) -> list[float]:
+    """The Summation Services' shares of the bytes, in owner order: ``k`` servers, then the
+    ``n`` worker machines' colocated services (:func:`summation_shares`; may be 0)."""
+    s_share, m_share = summation_shares(n, k)
+    return [s_share] * k + [m_share] * n
+
+
 def summation_owners(config: Mapping[str, Any], info: Any) -> list[tuple[int, float]]:
     """The Summation Services a ``pushpull`` configuration uses, as (rank, share): the
     first ``servers`` server ranks, then each worker machine's host (shares may be 0)."""
@@ -100,34 +111,49 @@ def summation_owners(config: Mapping[str, Any], info: Any) -> list[tuple[int, fl
     if k > len(servers):
         raise ValueError(f"config uses {k} servers, the job launched {len(servers)}")
     hosts = list(info.summation_hosts)
-    s_share, m_share = summation_shares(len(hosts), k)
-    return [(r, s_share) for r in servers[:k]] + [(r, m_share) for r in hosts]
+    return list(zip(servers[:k] + hosts, owner_weights(len(hosts), k)))
 
 
-def make_plan(sizes: Sequence[int | Size], config: Mapping[str, Any], info: Any) -> list[Chunk]:
-    """The chunks for gradients of ``sizes`` (ready order) under ``config``.
+class Span(NamedTuple):
+    """A chunk's extent before it has a stream and an owner: elements ``[offset, offset +
+    numel)`` of the flat buffer of ``dtype``, touching gradients ``tensors`` (ready order)."""
 
-    ``info`` is a :class:`~autotune.runtime.world.WorldInfo` (only ``servers`` and
-    ``summation_hosts`` are read, and only for ``pushpull``)."""
+    dtype: str
+    offset: int
+    numel: int
+    tensors: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+
+def cut(sizes: Sequence[int | Size], chunk_bytes: int) -> list[Span]:
+    """The chunks' extents for gradients of ``sizes`` (ready order), in plan order: small
+    gradients packed up to ``chunk_bytes``, large ones split, a dtype change closing the
+    chunk; zero-sized gradients are in no chunk. A chunk is ready when its last tensor is."""
     norm = normalize_sizes(sizes)
     offsets, _ = flat_layout(norm)
-    chunk_bytes = int(config["chunk_bytes"])
-    streams = int(config["streams"])
-    if chunk_bytes < 1 or streams < 1:
-        raise ValueError(f"chunk_bytes and streams must be positive: {chunk_bytes}, {streams}")
-
-    spans: list[tuple[str, int, int, list[int]]] = []  # dtype, offset, numel, tensors
-    cur: list[Any] | None = None
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be positive: {chunk_bytes}")
+    spans: list[Span] = []
+    cur: list[Any] | None = None  # dtype, offset, numel, tensors of the open chunk
     for i, (numel, dtype) in enumerate(norm):
         if numel == 0:
             continue
         cap = max(1, chunk_bytes // DTYPE_BYTES[dtype])
         if cur is not None and cur[0] != dtype:
-            spans.append(tuple(cur))  # type: ignore[arg-type]
+            spans.append(Span(cur[0], cur[1], cur[2], tuple(cur[3])))
             cur = None
         off, left = offsets[i], numel
         while left:
             if cur is None:
+                if left >= cap:  # whole chunks of this gradient alone
+                    full, only = left // cap, (i,)
+                    spans.extend(Span(dtype, off + q * cap, cap, only) for q in range(full))
+                    off += full * cap
+                    left -= full * cap
+                    continue
                 cur = [dtype, off, 0, []]
             take = min(left, cap - cur[2])
             cur[2] += take
@@ -135,25 +161,69 @@ def make_plan(sizes: Sequence[int | Size], config: Mapping[str, Any], info: Any)
             off += take
             left -= take
             if cur[2] == cap:
-                spans.append(tuple(cur))  # type: ignore[arg-type]
+                spans.append(Span(cur[0], cur[1], cur[2], tuple(cur[3])))
                 cur = None
     if cur is not None:
-        spans.append(tuple(cur))  # type: ignore[arg-type]
+        spans.append(Span(cur[0], cur[1], cur[2], tuple(cur[3])))
+    return spans
 
+
+def stream_of(index: int, streams: int) -> int:
+    """The stream of chunk ``index`` (round robin)."""
+    return index % streams
+
+
+def assign_owners(nbytes: Sequence[int], weights: Sequence[float]) -> list[int]:
+    """For chunks of ``nbytes`` (plan order), the index into ``weights`` of each one's
+    Summation Service: the owner that would finish its share soonest, i.e. least
+    ``(load + bytes) / weight`` (owners of equal weight: least load), ties to the lowest
+    index. Owners of weight 0 own nothing. One heap per distinct weight (there are two:
+    servers and machines), so thousands of owners cost no more than two."""
+    heaps: dict[float, list[tuple[int, int]]] = {}
+    for j, w in enumerate(weights):
+        if w > 0:
+            heaps.setdefault(float(w), []).append((0, j))
+    if not heaps:
+        raise ValueError("no Summation Service has a positive share")
+    classes = list(heaps.items())
+    for _, h in classes:
+        heapq.heapify(h)
+    out: list[int] = []
+    for b in nbytes:
+        best_key: tuple[float, int] | None = None
+        best_heap: list[tuple[int, int]] = classes[0][1]
+        for w, h in classes:
+            load, j = h[0]
+            key = ((load + b) / w, j)
+            if best_key is None or key < best_key:
+                best_key, best_heap = key, h
+        load, j = best_heap[0]
+        heapq.heapreplace(best_heap, (load + b, j))
+        out.append(j)
+    return out
+
+
+def make_plan(sizes: Sequence[int | Size], config: Mapping[str, Any], info: Any) -> list[Chunk]:
+    """The chunks for gradients of ``sizes`` (ready order) under ``config``: :func:`cut`,
+    :func:`stream_of` and, under ``pushpull``, :func:`assign_owners` over
+    :func:`summation_owners`.
+
+    ``info`` is a :class:`~autotune.runtime.world.WorldInfo` (only ``servers`` and
+    ``summation_hosts`` are read, and only for ``pushpull``)."""
+    chunk_bytes = int(config["chunk_bytes"])
+    streams = int(config["streams"])
+    if chunk_bytes < 1 or streams < 1:
+        raise ValueError(f"chunk_bytes and streams must be positive: {chunk_bytes}, {streams}")
+    spans = cut(sizes, chunk_bytes)
     owners: list[int | None] = [None] * len(spans)
     if config.get("transport") == Transport.PUSHPULL:
-        cands = [(r, w) for r, w in summation_owners(config, info) if w > 0]
-        load = [0] * len(cands)
-        for c, (dtype, _, numel, _) in enumerate(spans):
-            nbytes = numel * DTYPE_BYTES[dtype]
-            best = min(range(len(cands)), key=lambda j: ((load[j] + nbytes) / cands[j][1], j))
-            load[best] += nbytes
-            owners[c] = cands[best][0]
-
+        cands = summation_owners(config, info)
+        picks = assign_owners([sp.nbytes for sp in spans], [w for _, w in cands])
+        owners = [cands[j][0] for j in picks]
     return [
-        Chunk(index=c, dtype=dtype, offset=off, numel=numel, tensors=tuple(tensors),
-              stream=c % streams, owner=owners[c])
-        for c, (dtype, off, numel, tensors) in enumerate(spans)
+        Chunk(index=c, dtype=sp.dtype, offset=sp.offset, numel=sp.numel, tensors=sp.tensors,
+              stream=stream_of(c, streams), owner=owners[c])
+        for c, sp in enumerate(spans)
     ]
 
 

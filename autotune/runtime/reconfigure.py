@@ -3,7 +3,7 @@
 A switch happens in three steps (the :class:`~autotune.runtime.core.Runtime` runs them at a
 ``sync`` whose configuration or layout changed):
 
-1. :meth:`Active.prepare` builds the new :class:`~autotune.runtime.setup.Setup` and its flat
+1. :meth:`Active.prepare` builds the new :class:`~autotune.runtime.prepared.Setup` and its flat
    buffers *aside*, checking the configuration against this rank's gradients and, after a
    server loss, against the groups that still exist. It raises; nothing is changed yet.
 2. every rank votes (the Runtime's control plane); a single failure cancels the switch on
@@ -30,7 +30,7 @@ from .errors import RuntimeFault
 from .faults import FaultInjector
 from .groups import GroupCache, needed_groups
 from .layout import DTYPES, Layout, moves
-from .setup import Setup, build_setup
+from .prepared import Setup, build_setup
 from .summation import BufferPool
 from .world import WorldInfo
 

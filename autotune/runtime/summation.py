@@ -27,10 +27,10 @@ import torch.distributed as dist
 
 from .codecs import Context, whole
 from .compression import Residuals
-from .engine import Iteration, Mailbox, issue
+from .engine import Mailbox, RoundState, issue
 from .groups import GroupCache
 from .plan import Unit
-from .setup import Setup
+from .prepared import Setup
 
 
 class BufferPool:
@@ -52,7 +52,7 @@ class BufferPool:
 class SummationStream:
     """One stream's Summation Service job for one iteration."""
 
-    def __init__(self, setup: Setup, it: Iteration | None, mailbox: Mailbox, groups: GroupCache,
+    def __init__(self, setup: Setup, it: RoundState | None, mailbox: Mailbox, groups: GroupCache,
                  stream: int, timeout: float, pool: BufferPool, residuals: Residuals):
         self.setup = setup
         self.residuals = residuals

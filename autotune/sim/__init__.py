@@ -32,11 +32,14 @@ Limits (what the model does not know; see ``docs/simulator.md``):
   ports; QPI/UPI between sockets and host memory bandwidth on GPU machines are not
   limits. Summation Services have a fixed summing rate per process (one process per
   machine).
-- Push/pull follows the runtime's pipeline (``pipeline_depth`` pushes per stream on their
-  way out, store-and-forward Summation Services, the chunks of one send window sharing
-  their owner's link evenly, FIFO across windows); calibrated on one small emulated
-  cluster only (3 workers + 1 server: held-out mean error 6%, max 11%; all-reduce 4%,
-  max 9%; see "Calibration" in ``docs/simulator.md``), not on GPU clusters.
+- Chunks, streams and Summation Service owners are the runtime's own plan
+  (:meth:`Job.plan`, :mod:`autotune.runtime.plan`). Push/pull follows the runtime's
+  pipeline (``pipeline_depth`` pushes per stream on their way out, store-and-forward
+  Summation Services; in a send window an owner's link is shared evenly across streams
+  and FIFO within a stream, FIFO across windows; it carries only the traffic the owner
+  sums); calibrated on one small emulated cluster only (3 workers + 1 server: held-out
+  mean error 6.5%, max 9.2%, predicted too fast; all-reduce 4.0%, max 9.1%; see
+  "Calibration" in ``docs/simulator.md``), not on GPU clusters.
 - Codec costs are per-process throughputs measured on this machine's CPU
   (:func:`calibrate_codecs`) or defaults; lossy codecs' effect on convergence is not
   modelled, only their speed.

@@ -2,9 +2,11 @@
 
 How a configuration is charged (see ``docs/simulator.md`` for the derivation):
 
-1. **Chunks.** The job's gradients are packed/split into chunks of ``chunk_bytes`` in
-   ready order (:meth:`Job.chunks`); a chunk is ready when backward has produced its last
-   gradient.
+1. **Chunks.** The runtime's plan (:meth:`Job.plan`, with the code of
+   :mod:`autotune.runtime.plan`): gradients packed/split into chunks of ``chunk_bytes`` in
+   ready order, chunk ``i`` on stream ``i % streams``, under push/pull each chunk given to
+   a Summation Service so each one's bytes follow BytePS's shares; a chunk is ready when
+   backward has produced its last gradient.
 2. **Resources.** Per byte of gradient, every shared resource of the busiest machine
    gets a load: the worker NIC, a server NIC, PCIe links / switch uplinks / NVLinks /
    host memory for the intra-machine strategy (the NIC's traffic also crosses its
@@ -18,18 +20,19 @@ How a configuration is charged (see ``docs/simulator.md`` for the derivation):
    ``2(E-1)/E`` of the bytes on every NIC (E ring endpoints); all-gather (codecs whose
    payloads cannot be summed) ``E-1``; push/pull follows BytePS's split with k servers:
    a worker machine carries ``(1-a) + (n-1)a`` and a server ``n*a`` where ``a`` is the
-   share its Summation Service owns (chunks are assigned to match the optimal shares).
+   share its Summation Service owns under the plan (whole chunks, so near the optimum).
 4. **Latency and streams.** One chunk on its own takes ``alpha + b*d``: ``alpha`` is the
    per-message latency times the messages on its critical path (``2(E-1)`` ring steps,
    or push + pull, plus local steps) and ``d`` its stage times at single-flow rates
    (intra reduce, network, summation, codec, intra broadcast). Under ``allreduce`` each
    stream runs one collective at a time, so ``streams`` chunks overlap their latencies;
-   the schedule is a max-plus recurrence over chunks: start = max(ready, slot free);
+   the schedule is a max-plus recurrence over chunks: start = max(ready, stream free);
    finish = max(cluster free after b*c, start + alpha + b*d). Under ``pushpull`` the
    schedule follows the runtime (:func:`_schedule_pushpull`): ``pipeline_depth`` pushes
    per stream on their way out, and every Summation Service store-and-forward per chunk
-   (pulls start once all parts are in; the chunks of a send window at one owner share
-   its link), with the same two lower bounds.
+   (a chunk's pull starts once all its parts are in; at one owner the chunks of a send
+   window share its link evenly across streams and in order within a stream, so a pull
+   overlaps the next push on its stream), with the same two lower bounds.
 5. **Iteration.** Forward, then backward producing gradients (``backward_fraction`` of
    the compute), then the wait for the last chunk: ``step = max(compute, last finish)``.
 
@@ -48,8 +51,7 @@ from autotune.runtime.config import NAMES, ConfigError, RuntimeConfig
 
 from .cluster import GBIT, Cluster
 from .codecs import CodecCost, codec_table
-from .formulas import byteps_shares
-from .job import Job
+from .job import ChunkPlan, Job
 
 MiB = 1 << 20
 
@@ -105,18 +107,18 @@ def simulate(job: Job, cluster: Cluster, config: Mapping[str, Any]) -> Iteration
     if s.transport == "allreduce":
         _charge_allreduce(s, ch)
     else:
-        _charge_pushpull(s, ch, job)
+        _charge_pushpull(s, ch)
     _charge_intra(s, ch)
     _charge_worker_cpu_and_codec(s, ch)
     if s.N == 1:  # nothing to exchange
-        ch, s.sizes, s.ready = _Charges(), [], []
+        ch, s.plan = _Charges(), ChunkPlan([], [], [], [], [])
     return _estimate(job, s, ch)
 
 
 @dataclass
 class _Setting:
     """What the charging steps read: the world, the configuration's choices, the chunks
-    and the rates (bytes/s; ``R_agg``/``R_one``: a worker machine's NIC rate with every
+    (the runtime's plan) and the rates (bytes/s; ``R_agg``/``R_one``: a worker machine's NIC rate with every
     stream's flows / with one stream's)."""
 
     cluster: Cluster
@@ -131,8 +133,7 @@ class _Setting:
     codec: CodecCost
     r: float
     total: int
-    sizes: list[int]
-    ready: list[float]
+    plan: ChunkPlan
     lat: float
     ilat: float
     cpu: float
@@ -153,7 +154,6 @@ class _Setting:
         S = cfg["streams"]
         transport = cfg["transport"]
         strategy = cfg["intra"] if w > 1 else "flat"
-        sizes, ready = job.chunks(cfg["chunk_bytes"])
         cap = cluster.per_flow_gbps * GBIT if cluster.per_flow_gbps else math.inf
         eff = 1.0 / (1.0 + cluster.stream_overhead * (S - 1))
         B = cluster.nic_Bps
@@ -170,7 +170,7 @@ class _Setting:
             cluster=cluster, cfg=cfg, n=n, w=w, N=n * w, S=S, transport=transport,
             k=cfg["servers"] if transport == "pushpull" else 0, strategy=strategy,
             codec=codec, r=codec.ratio if cfg["compression"] != "none" else 1.0,
-            total=job.total_bytes, sizes=sizes, ready=ready,
+            total=job.total_bytes, plan=job.plan(cfg, n),
             lat=cluster.latency_us * 1e-6, ilat=cluster.intra_latency_us * 1e-6,
             cpu=cluster.cpu_sum_gbps * GBIT if cluster.cpu_sum_gbps else math.inf,
             B=B, Bs=cluster.server_nic_Bps, cap=cap, eff=eff,
@@ -200,7 +200,6 @@ class _Charges:
     codec_one: float = 0.0
     worker_sum: float = 0.0
     sum_one: float = 0.0
-    owners: list[int] = field(default_factory=list)
     owner_cost: list[float] = field(default_factory=list)
     owner_sum: list[float] = field(default_factory=list)
 
@@ -231,18 +230,17 @@ def _charge_allreduce(s: _Setting, ch: _Charges) -> None:
         ch.agg["worker NIC"] = ch.nic_factor / s.R_agg
 
 
-def _charge_pushpull(s: _Setting, ch: _Charges, job: Job) -> None:
-    """BytePS's split over k servers and the n machines' colocated Summation Services:
-    NIC bytes, the Summation Services' CPU, and one chunk's push + pull."""
+def _charge_pushpull(s: _Setting, ch: _Charges) -> None:
+    """BytePS's split over k servers and the n machines' colocated Summation Services,
+    as the plan realises it chunk by chunk: NIC bytes, the Summation Services' CPU, and one
+    chunk's push + pull."""
     n, k, r, cpu, codec, bytes_mult = s.n, s.k, s.r, s.cpu, s.codec, s.bytes_mult
-    c_share, g_share = byteps_shares(n, k)
-    owned = job.owner_bytes(s.cfg["chunk_bytes"], [c_share] * k + [g_share] * n)
+    owned = s.plan.owned
     a_srv = max(owned[:k], default=0.0) / s.total
     # store-and-forward at each owner: seconds per chunk byte on its link, each way, and
     # to add one part once the last is in
     srv_rate = min(s.S * n * s.flows * s.cap, s.Bs) * s.eff
     mach_rate = min(s.S * max(n - 1, 1) * s.flows * s.cap, s.B) * s.eff
-    ch.owners = job.owners(s.cfg["chunk_bytes"], [c_share] * k + [g_share] * n)
     ch.owner_cost = ([n * bytes_mult * r / srv_rate] * k
                      + [(n - 1) * bytes_mult * r / mach_rate] * n)
     add = (r if codec.summable else 1.0) / cpu
@@ -329,18 +327,19 @@ def _charge_worker_cpu_and_codec(s: _Setting, ch: _Charges) -> None:
     ch.sum_one = ch.agg.get("worker CPU", 0.0)
 
 
-def _schedule(sizes: list[int], ready: list[float], fwd: float, bwd: float, slots: int,
-              c: float, overhead: float, alpha: float, d: float) -> tuple[float, float]:
-    """The max-plus recurrence over chunks: (last finish, first start)."""
-    slot_free = [0.0] * min(slots, max(len(sizes), 1))
-    nslots = len(slot_free)
+def _schedule(plan: ChunkPlan, fwd: float, bwd: float, c: float, overhead: float,
+              alpha: float, d: float) -> tuple[float, float]:
+    """All-reduce: the max-plus recurrence over chunks, one collective at a time per
+    stream (the plan's): (last finish, first start)."""
+    sizes, ready, on = plan.sizes, plan.ready, plan.streams
+    stream_free = [0.0] * (max(on, default=0) + 1)
     busy_until = 0.0
     last = 0.0
     first_start = math.inf
     for j, b in enumerate(sizes):
         t_ready = fwd + bwd * ready[j]
-        sidx = j % nslots
-        start = t_ready if t_ready > slot_free[sidx] else slot_free[sidx]
+        sidx = on[j]
+        start = t_ready if t_ready > stream_free[sidx] else stream_free[sidx]
         occ = b * c
         if occ < overhead:
             occ = overhead
@@ -348,7 +347,7 @@ def _schedule(sizes: list[int], ready: list[float], fwd: float, bwd: float, slot
         fin = start + alpha + b * d
         if busy_until > fin:
             fin = busy_until
-        slot_free[sidx] = fin
+        stream_free[sidx] = fin
         if fin > last:
             last = fin
         if start < first_start:
@@ -358,28 +357,77 @@ def _schedule(sizes: list[int], ready: list[float], fwd: float, bwd: float, slot
     return last, first_start
 
 
-def _schedule_pushpull(sizes: list[int], ready: list[float], fwd: float, bwd: float,
-                       streams: int, depth: int, c: float, overhead: float, alpha: float,
-                       d: float, lat: float, owners: list[int], cost: list[float],
-                       add: list[float], edge: float) -> tuple[float, float]:
+def _shared_link(jobs: list[tuple[float, int, float]], free: float) -> list[float]:
+    """Finish times of ``jobs`` (arrival, stream, seconds at the link's full rate) on one
+    link direction of a Summation Service, which it frees at ``free``: the streams with a
+    job in share the link evenly (each stream is its own TCP connection) and each stream
+    serves its jobs in order (a gloo pair sends and receives in order)."""
+    queues: dict[int, list[int]] = {}
+    for i, (_, st, _) in enumerate(jobs):
+        queues.setdefault(st, []).append(i)
+    if len(queues) == 1:  # one stream: a FIFO
+        out = []
+        for a, _, w in jobs:
+            free = (a if a > free else free) + w
+            out.append(free)
+        return out
+    heads = {st: 0 for st in queues}
+    left = [w for _, _, w in jobs]
+    out = [0.0] * len(jobs)
+    t = free
+    while heads:
+        front = [queues[st][h] for st, h in heads.items()]
+        active = [i for i in front if jobs[i][0] <= t]
+        if not active:
+            t = min(jobs[i][0] for i in front)
+            continue
+        m = len(active)
+        least = min(left[i] for i in active)
+        arrival = min((jobs[i][0] for i in front if jobs[i][0] > t), default=math.inf)
+        if t + least * m <= arrival:  # the shortest active job completes first
+            t += least * m
+            for i in active:
+                if left[i] == least:
+                    left[i] = 0.0
+                    out[i] = t
+                    st = jobs[i][1]
+                    heads[st] += 1
+                    if heads[st] == len(queues[st]):
+                        del heads[st]
+                else:
+                    left[i] -= least
+        else:  # a job arrives on an idle stream first
+            share = (arrival - t) / m
+            for i in active:
+                left[i] -= share
+            t = arrival
+    return out
+
+
+def _schedule_pushpull(plan: ChunkPlan, fwd: float, bwd: float, streams: int, depth: int,
+                       c: float, overhead: float, alpha: float, d: float, lat: float,
+                       cost: list[float], add: list[float], edge: float) -> tuple[float, float]:
     """Push/pull as the runtime runs it: (last finish, first start).
 
-    A stream keeps ``depth`` chunks on their way out (a chunk enters when the push of the
-    chunk ``depth`` places before it on its stream is done) and up to ``8 * depth`` in
-    flight in all. A chunk's Summation Service (``owners[j]``) is store-and-forward: it
-    can send the sum back only once every part is in. Each owner's link is a FIFO each
-    way at ``cost[o]`` seconds per chunk byte (all its remote parts); the chunks that
-    were sent together and go to the same owner share its link and finish their pushes
-    together (TCP's fair share): the pulls of a group start after its last push. The
-    cluster-wide bottleneck (``c``, the fluid steady state) and one chunk alone
-    (``alpha + b*d``) are lower bounds on every finish. ``edge``: per chunk byte before
-    the push and after the pull (intra-machine stages, codec)."""
+    A stream (the plan's) sends its chunks in plan order and keeps ``depth`` of them on
+    their way out (a chunk enters when the push of the chunk ``depth`` places before it on
+    its stream is done) and up to ``8 * depth`` in flight in all. A chunk's Summation
+    Service (the plan's owner, ``plan.owners[j]``) is store-and-forward: it can send the
+    sum back only once every part is in. Each owner's link takes ``cost[o]`` seconds per
+    chunk byte each way (all its remote parts). The chunks sent together (``streams *
+    depth`` consecutive chunks, a send window) that go to the same owner share its link
+    (:func:`_shared_link`): evenly across streams, in order within a stream, so a chunk's
+    pull can overlap the push of the next chunk on its stream; across windows the link is
+    a FIFO. The cluster-wide bottleneck (``c``, the fluid steady state) and one chunk
+    alone (``alpha + b*d``) are lower bounds on every finish. ``edge``: per chunk byte
+    before the push and after the pull (intra-machine stages, codec)."""
+    sizes, ready, on, owners = plan.sizes, plan.ready, plan.streams, plan.owners
     n_chunks = len(sizes)
     if not n_chunks:
         return 0.0, 0.0
-    S = max(1, streams)
-    window = S * depth
-    tail = S * 8 * depth
+    window = max(1, streams) * depth
+    tail = 8 * depth
+    sent: list[list[int]] = [[] for _ in range(max(on) + 1)]  # chunks so far, per stream
     nown = len(cost)
     in_free = [0.0] * nown
     out_free = [0.0] * nown
@@ -390,22 +438,25 @@ def _schedule_pushpull(sizes: list[int], ready: list[float], fwd: float, bwd: fl
     last = 0.0
     for g0 in range(0, n_chunks, window):
         g1 = min(g0 + window, n_chunks)
-        grp_end: dict[int, float] = {}
+        group: dict[int, list[int]] = {}  # owner -> its chunks in this window
         for j in range(g0, g1):
             b = sizes[j]
             t = fwd + bwd * ready[j]
-            if j >= S:
-                x = start[j - S]
+            mine = sent[on[j]]
+            pos = len(mine)
+            if pos:
+                x = start[mine[-1]]
                 if x > t:
                     t = x
-                if j >= window:
-                    x = push_done[j - window]
+                if pos >= depth:
+                    x = push_done[mine[pos - depth]]
                     if x > t:
                         t = x
-                    if j >= tail:
-                        x = finish[j - tail]
+                    if pos >= tail:
+                        x = finish[mine[pos - tail]]
                         if x > t:
                             t = x
+            mine.append(j)
             start[j] = t
             occ = b * c
             if occ < overhead:
@@ -413,46 +464,50 @@ def _schedule_pushpull(sizes: list[int], ready: list[float], fwd: float, bwd: fl
             busy_until = (t if t > busy_until else busy_until) + occ
             alone = t + alpha + b * d
             finish[j] = busy_until if busy_until > alone else alone  # the lower bounds
-            o = owners[j]
-            arrive = t + lat + b * edge
-            f = in_free[o]
-            f = (arrive if arrive > f else f) + b * cost[o]
-            in_free[o] = grp_end[o] = f
-        pull_end: dict[int, float] = {}
-        for j in range(g0, g1):
-            o, b = owners[j], sizes[j]
-            ready_sum = grp_end[o] + b * add[o]
-            f = out_free[o]
-            out_free[o] = pull_end[o] = (ready_sum if ready_sum > f else f) + b * cost[o]
-        for j in range(g0, g1):
-            o = owners[j]
-            push_done[j] = grp_end[o]
-            fin = pull_end[o] + lat + sizes[j] * edge
-            if finish[j] > fin:
-                fin = finish[j]
-            finish[j] = fin
-            if fin > last:
-                last = fin
+            group.setdefault(owners[j], []).append(j)
+        for o, js in group.items():
+            w = cost[o]
+            if len(js) == 1:  # alone on the owner's link in this window
+                j = js[0]
+                p = max(start[j] + lat + sizes[j] * edge, in_free[o]) + sizes[j] * w
+                q = max(p + sizes[j] * add[o], out_free[o]) + sizes[j] * w
+                in_free[o], out_free[o] = p, q
+                pushed, pulled = [p], [q]
+            else:
+                pushed = _shared_link([(start[j] + lat + sizes[j] * edge, on[j], sizes[j] * w)
+                                       for j in js], in_free[o])
+                in_free[o] = max(pushed)
+                pulled = _shared_link([(p + sizes[j] * add[o], on[j], sizes[j] * w)
+                                       for j, p in zip(js, pushed)], out_free[o])
+                out_free[o] = max(pulled)
+            for j, p, q in zip(js, pushed, pulled):
+                push_done[j] = p
+                fin = q + lat + sizes[j] * edge
+                if finish[j] > fin:
+                    fin = finish[j]
+                finish[j] = fin
+                if fin > last:
+                    last = fin
     return last, start[0]
 
 
 def _estimate(job: Job, s: _Setting, ch: _Charges) -> IterationEstimate:
     """Schedule the chunks and sum up the iteration."""
-    agg, sizes, total = ch.agg, s.sizes, s.total
+    agg, plan, total = ch.agg, s.plan, s.total
+    sizes = plan.sizes
     c = max(agg.values(), default=0.0)
     bottleneck = max(agg, key=agg.get) if agg else "none"
     d = ch.net_one + ch.intra_phases * ch.intra_one + ch.codec_one + ch.sum_one
     overhead = s.cluster.chunk_overhead_us * 1e-6
     bwd = job.compute_s * job.backward_fraction
     fwd = job.compute_s - bwd
-    if s.transport == "pushpull" and ch.owners and sizes:
+    if plan.owners:
         edge = ch.intra_phases / 2 * ch.intra_one + ch.codec_one / 2
         last, first_start = _schedule_pushpull(
-            sizes, s.ready, fwd, bwd, s.S, s.cluster.pipeline_depth, c, overhead, ch.alpha, d,
-            s.lat, ch.owners, ch.owner_cost, ch.owner_sum, edge)
+            plan, fwd, bwd, s.S, s.cluster.pipeline_depth, c, overhead, ch.alpha, d, s.lat,
+            ch.owner_cost, ch.owner_sum, edge)
     else:
-        slots = s.S * (s.cluster.pipeline_depth if s.transport == "pushpull" else 1)
-        last, first_start = _schedule(sizes, s.ready, fwd, bwd, slots, c, overhead, ch.alpha, d)
+        last, first_start = _schedule(plan, fwd, bwd, c, overhead, ch.alpha, d)
 
     step = max(job.compute_s, last)
     exposed = step - job.compute_s
@@ -472,7 +527,7 @@ def _estimate(job: Job, s: _Setting, ch: _Charges) -> IterationEstimate:
         "overhead_s": len(sizes) * overhead,
         "latency_per_chunk_s": ch.alpha,
         "chunk_alone_per_byte_s": d,
-        "tail_s": (last - (fwd + bwd * s.ready[-1])) if sizes else 0.0,
+        "tail_s": (last - (fwd + bwd * plan.ready[-1])) if sizes else 0.0,
     }
     return IterationEstimate(
         step_s=step,

@@ -74,13 +74,14 @@ def test_the_wire_encoding_round_trips_points_of_the_space():
 
 
 def test_pipelining_depths_have_a_public_setter():
-    from autotune.runtime import setup
+    from autotune.runtime import prepared
 
-    before = (setup.SEND_DEPTH, setup.TAIL_DEPTH, setup.SUM_DEPTH, setup.SUM_INFLIGHT_BYTES)
+    before = (prepared.SEND_DEPTH, prepared.TAIL_DEPTH, prepared.SUM_DEPTH,
+              prepared.SUM_INFLIGHT_BYTES)
     try:
-        setup.set_depths(send=2, tail=8)
-        assert (setup.SEND_DEPTH, setup.TAIL_DEPTH, setup.SUM_DEPTH) == (2, 8, before[2])
+        prepared.set_depths(send=2, tail=8)
+        assert (prepared.SEND_DEPTH, prepared.TAIL_DEPTH, prepared.SUM_DEPTH) == (2, 8, before[2])
         with pytest.raises(ValueError, match="send must be >= 1"):
-            setup.set_depths(send=0)
+            prepared.set_depths(send=0)
     finally:
-        setup.set_depths(*before)
+        prepared.set_depths(*before)

@@ -14,6 +14,7 @@ from autotune.sim import (
     GBIT, Cluster, ClusterError, Job, SimulatedObjective, byteps_shares, byteps_time,
     allreduce_time, calibrate_codecs, reset_calibration, simulate)
 from autotune.sim.codecs import _codec_classes
+from autotune.sim.model import _shared_link
 
 MiB = 1 << 20
 
@@ -95,6 +96,32 @@ def test_pushpull_summation_is_store_and_forward() -> None:
     # all-reduce is not store-and-forward: its time is flat in the chunk size
     ar = [simulate(job, cal, {"chunk_bytes": c}).step_s for c in (256 * 1024, MiB, 4 * MiB)]
     assert max(ar) < 1.05 * min(ar)
+
+
+def test_summation_link_is_fifo_per_stream_and_shared_across_streams() -> None:
+    """An owner's link: chunks on one stream go in order (one gloo pair, one TCP
+    connection), streams share it evenly; a chunk cannot start before it arrives."""
+    assert _shared_link([(0.0, 0, 1.0), (0.0, 0, 2.0)], 0.0) == [1.0, 3.0]
+    assert _shared_link([(0.0, 0, 1.0), (0.0, 1, 1.0)], 0.5) == [2.5, 2.5]
+    assert _shared_link([(0.0, 0, 1.0), (0.0, 1, 3.0)], 0.0) == [2.0, 4.0]
+    # the second stream's chunk arrives at 1: alone until then, then half the link each
+    assert _shared_link([(0.0, 0, 2.0), (1.0, 1, 1.0)], 0.0) == pytest.approx([3.0, 3.0])
+    assert _shared_link([(2.0, 0, 1.0), (0.0, 0, 1.0)], 0.0) == [3.0, 4.0]  # in order
+
+
+def test_pushpull_pull_overlaps_the_next_push_on_its_stream() -> None:
+    """Two chunks for one server on one stream: the first one's sum comes back while the
+    second one is pushed (push, push + pull, pull: 3 chunk times, not 4); on two streams
+    the pushes share the link and finish together, then both pulls (4)."""
+    n, b, B = 2, 4 * MiB, 10.0 * GBIT
+    cluster = Cluster(machines=n, server_machines=2, pipeline_depth=8, stream_overhead=0, **IDEAL)
+    job = Job((b,) * 4)  # k >= n: the two servers own chunks 0, 2 and 1, 3
+    one = n * b / B      # a chunk's n parts through a server's link
+    fifo = simulate(job, cluster, {"transport": "pushpull", "servers": 2, "chunk_bytes": b})
+    assert fifo.comm_s == pytest.approx(3 * one, rel=1e-9)
+    shared = simulate(job, cluster, {"transport": "pushpull", "servers": 2, "chunk_bytes": b,
+                                     "streams": 4})
+    assert shared.comm_s == pytest.approx(4 * one, rel=1e-9)
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
@@ -353,11 +380,14 @@ def test_bad_configs_are_refused() -> None:
 
 
 def test_chunking_packs_small_and_splits_large() -> None:
+    """The runtime's rule: a gradient fills the open chunk and continues in the next ones;
+    a chunk is ready when its last gradient is (tests/sim/test_plan_shared.py compares
+    with the runtime's plan itself)."""
     job = Job((100, 300, 700, 2500, 50, 50))
     sizes, ready = job.chunks(1000)
-    assert sizes == [400, 700, 1000, 1000, 500, 100]
+    assert sizes == [1000, 1000, 1000, 700]
     total = job.total_bytes
-    assert ready == [400 / total, 1100 / total] + [3600 / total] * 3 + [1.0]
+    assert ready == [1100 / total, 3600 / total, 3600 / total, 1.0]
 
 
 # --------------------------------------------------------------------------- scale

@@ -1,4 +1,6 @@
-"""Everything a configuration fixes for one rank, computed once when it is applied.
+"""A configuration prepared for one rank: :class:`Setup`, everything the configuration
+fixes for this rank (plan, per-stream chunks, units it sums, codec, pipelining depths),
+computed once when it is applied; and the pipelining depths themselves.
 
 A :class:`Setup` is immutable and built away from the active one (``Runtime.sync`` builds
 it, votes, and only then swaps it in), so a configuration that cannot be applied leaves

@@ -1,14 +1,15 @@
-"""The iteration: gradients in, chunks out, averages back into ``.grad``.
+"""One rank's gradient averaging: gradients in, chunks out, averages back into ``.grad``.
 
-:class:`Iterations` runs the averaging rounds of one rank under the active configuration
+:class:`Averager` runs the averaging rounds of one rank (one per iteration), each with its
+:class:`~autotune.runtime.engine.RoundState`, under the active configuration
 (:class:`~autotune.runtime.reconfigure.Active`):
 
 * workers: the first gradient hook of a round *arms* it (one Communication Service job per
   stream, and a Summation Service job per stream this rank sums for); each hook copies its
   gradient into the flat input buffer and marks it ready, so chunks leave while backward
-  runs; :meth:`Iterations.complete` packs what did not arrive, waits, and writes the
+  runs; :meth:`Averager.complete` packs what did not arrive, waits, and writes the
   averages back into ``.grad`` only once every chunk completed;
-* servers: :meth:`Iterations.serve` runs the Summation Service jobs of one round.
+* servers: :meth:`Averager.serve` runs the Summation Service jobs of one round.
 
 Waits are bounded: a stretch of ``timeout`` without progress, or a peer another rank posted
 as lost, ends the round. Failures are returned as raw errors (the
@@ -25,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from .communication import CommunicationStream
-from .engine import Aborted, Iteration, Mailbox, OpError, StreamPool
+from .engine import Aborted, Mailbox, OpError, RoundState, StreamPool
 from .errors import RuntimeFault, UsageError
 from .faults import FaultInjector, Liveness
 from .groups import GroupCache
@@ -35,7 +36,7 @@ from .summation import SummationStream
 from .world import WorldInfo
 
 
-class Iterations:
+class Averager:
     """One rank's averaging rounds (see the module docstring)."""
 
     def __init__(self, info: WorldInfo, active: Active, layout: Layout, groups: GroupCache,
@@ -52,7 +53,7 @@ class Iterations:
         self.info = info
         self.pool = StreamPool(f"autotune-r{info.rank}")
         self._lock = threading.RLock()
-        self.current: Iteration | None = None
+        self.current: RoundState | None = None
         self.round = 0                        # averaging rounds started (codecs' iteration)
         self.served = True                    # the round of the last sync has run
         self.accumulating = False             # inside no_sync(): hooks leave .grad alone
@@ -65,7 +66,7 @@ class Iterations:
         self.served = True
 
     # ------------------------------------------------------------------ workers
-    def arm(self) -> Iteration:
+    def arm(self) -> RoundState:
         """The open round, started under the active configuration if there is none."""
         with self._lock:
             if self.current is not None:
@@ -74,7 +75,7 @@ class Iterations:
             setup = a.setup
             if setup is None:
                 raise UsageError("call rt.sync() on all ranks before the first iteration")
-            it = Iteration(setup.plan, setup.tensor_chunks, setup.streams,
+            it = RoundState(setup.plan, setup.tensor_chunks, setup.streams,
                            refused=self.faults.refuses(a.config))
             it.round = self.round
             self.round += 1
@@ -184,7 +185,7 @@ class Iterations:
         setup = a.setup
         if setup is None or self.faults.refuses(a.config) or not setup.owns_units:
             return
-        it = Iteration((), (), setup.streams)
+        it = RoundState((), (), setup.streams)
         it.round = self.round
         self.round += 1
         jobs = [SummationStream(setup, it, Mailbox(), self.groups, s, self.timeout,
@@ -196,14 +197,14 @@ class Iterations:
             raise it.error
 
     # ------------------------------------------------------------------ both
-    def _submit(self, it: Iteration, jobs: list) -> None:
+    def _submit(self, it: RoundState, jobs: list) -> None:
         config = self.active.config
         stall, delay = self.faults.stalls(config), self.faults.delay(config)
         it.add_jobs(len(jobs))
         for fn in jobs:
             self.pool.submit(self._wrap(it, fn, stall, delay))
 
-    def _wrap(self, it: Iteration, fn: Any, stall: bool, delay: float) -> Any:
+    def _wrap(self, it: RoundState, fn: Any, stall: bool, delay: float) -> Any:
         def run() -> None:
             err: BaseException | None = None
             try:
@@ -222,7 +223,7 @@ class Iterations:
                 it.abort()
         return run
 
-    def _await(self, it: Iteration) -> None:
+    def _await(self, it: RoundState) -> None:
         """Wait for the round's jobs; a stretch of ``timeout`` without progress fails."""
         last, since = -1, time.monotonic()
         while not it.done.wait(0.5):
