@@ -24,7 +24,7 @@ import torch.distributed as dist
 from autotune.errors import ArgumentError
 from autotune.runtime.errors import ServerLost, UsageError
 from autotune.session.display import SessionDisplay, report
-from autotune.session.facts import job_prior, job_space, link_estimate
+from autotune.session.facts import JobTuners, job_space
 from autotune.session.parity import DDPParity
 from autotune.session.record import SessionRun
 from autotune.tuning.schedule import Drift, TrialSchedule
@@ -46,6 +46,29 @@ def init_world(timeout: float) -> None:
             f"torch.distributed.init_process_group() first (missing env: {', '.join(missing)})")
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+
+
+def _check_arguments(model: Any, budget: int, samples_per_step: int | None,
+                     retune_on_drift: float | None, warmup: int, cut_short: float | None,
+                     fixed: Any) -> None:
+    """Bad arguments of :class:`Session`, each an error that says what to pass instead."""
+    if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        raise TypeError(
+            f"session() got a model wrapped in {type(model).__name__}: the session does "
+            "DDP's work itself. Pass the module: autotune.session(model.module, ...), or "
+            "build the model without the wrapper")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"session() needs an nn.Module, got {type(model).__name__}")
+    _check(budget >= 0, f"budget must be >= 0 iterations (0: no tuning), got {budget}")
+    _check(samples_per_step is None or samples_per_step > 0,
+           f"samples_per_step must be a positive batch size, got {samples_per_step}")
+    _check(retune_on_drift is None or 0 < retune_on_drift < 1,
+           f"retune_on_drift is a fraction in (0, 1), e.g. 0.2, got {retune_on_drift}")
+    _check(warmup >= 0, f"warmup must be >= 0 iterations, got {warmup}")
+    _check(cut_short is None or 0 < cut_short < 1,
+           f"cut_short is a fraction in (0, 1), or None to never cut, got {cut_short}")
+    _check(fixed is None or isinstance(fixed, Mapping),
+           f"fixed is a dict of knob: value, got {type(fixed).__name__}")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -95,23 +118,8 @@ class Session:
         prior: bool = True,
         fixed: Mapping[str, Any] | None = None,
     ) -> None:
-        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
-            raise TypeError(
-                f"session() got a model wrapped in {type(model).__name__}: the session does "
-                "DDP's work itself. Pass the module: autotune.session(model.module, ...), or "
-                "build the model without the wrapper")
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"session() needs an nn.Module, got {type(model).__name__}")
-        _check(budget >= 0, f"budget must be >= 0 iterations (0: no tuning), got {budget}")
-        _check(samples_per_step is None or samples_per_step > 0,
-               f"samples_per_step must be a positive batch size, got {samples_per_step}")
-        _check(retune_on_drift is None or 0 < retune_on_drift < 1,
-               f"retune_on_drift is a fraction in (0, 1), e.g. 0.2, got {retune_on_drift}")
-        _check(warmup >= 0, f"warmup must be >= 0 iterations, got {warmup}")
-        _check(cut_short is None or 0 < cut_short < 1,
-               f"cut_short is a fraction in (0, 1), or None to never cut, got {cut_short}")
-        _check(fixed is None or isinstance(fixed, Mapping),
-               f"fixed is a dict of knob: value, got {type(fixed).__name__}")
+        _check_arguments(model, budget, samples_per_step, retune_on_drift, warmup, cut_short,
+                         fixed)
         self.model = model
         self.budget = budget
         self.allow_lossy = allow_lossy
@@ -181,11 +189,14 @@ class Session:
         if self.use_store:
             self._run.open(self.model, self.rt.info, dist.get_backend(), self.space, self.unit)
         self.trials = TrialDriver(self.space, None, self._run.store, self._run.run_id)
-        self.schedule = TrialSchedule(
-            self.space, self.trials, self._new_tuner, budget=self.budget, warmup=self.warmup,
+        tuners = JobTuners(self.rt, self.parity.params, techniques=self.techniques,
+                           trial_iterations=self.trial_iterations,
+                           samples_per_step=self.samples_per_step, prior=self.use_prior)
+        self.schedule = tuners.schedule = TrialSchedule(
+            self.space, self.trials, tuners, budget=self.budget, warmup=self.warmup,
             cut_short=self.cut_short, samples_per_step=self.samples_per_step,
             drift=self._drift, seed=self.seed, probe=self.rt.info.n_machines > 1,
-            capped=lambda: "per_flow_gbps" in self._link(), listener=self.display)
+            capped=tuners.capped, listener=self.display)
         warm = self._run.warm_start(self.space)
         restarted = self._run.restarted_best(self.space)
         if restarted is not None:
@@ -193,28 +204,6 @@ class Session:
             self.display.say(f"restart {os.environ['TORCHELASTIC_RESTART_COUNT']}: keeping "
                              f"the stored best configuration of job {self._run.job!r}")
         self._apply(self.schedule.start(warm, keep=restarted))
-
-    def _new_tuner(self, budget: int, seed: int, warm: list[Config]) -> Tuner:
-        """A Tuner over this job's space: the default as its reference (measured as long
-        as the kept configuration) and, unless ``prior=False``, the simulator's prediction
-        for this job as its physics prior."""
-        extra = {"trial_iterations": self.trial_iterations} if self.trial_iterations else {}
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        prior = job_prior(self.rt, self._grad_sizes(), cuda=bool(params) and params[0].is_cuda,
-                          samples_per_step=self.samples_per_step,
-                          link=self._link) if self.use_prior else None
-        return Tuner(self.schedule.space, budget=budget, techniques=self.techniques,
-                     seed=seed, warm_start=warm, reference=self.schedule.space.default(),
-                     prior=prior, **extra)
-
-    def _grad_sizes(self) -> list[int]:
-        """Bytes of each gradient, in ready order (reverse registration)."""
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        return [p.numel() * p.element_size() for p in reversed(params)]
-
-    def _link(self) -> dict[str, float]:
-        s = self.schedule
-        return link_estimate(self.rt, s.warmup_times, s.probe_times, sum(self._grad_sizes()))
 
     # ------------------------------------------------------------ the hot path
     def step(self) -> None:
@@ -252,13 +241,7 @@ class Session:
     def no_sync(self) -> Iterator[None]:
         """As DDP's ``no_sync``: backward passes inside only accumulate into ``.grad``
         locally; the next backward outside it communicates the accumulated gradient and
-        ``step()`` returns its average::
-
-            with tuner.no_sync():
-                loss_fn(model(x1), y1).backward()
-            loss_fn(model(x2), y2).backward()
-            tuner.step()
-        """
+        ``step()`` returns its average (``docs/ddp.md``)."""
         with self.rt.no_sync():
             yield
 
@@ -323,35 +306,34 @@ class Session:
     def failures(self) -> list[TrialRecord]:
         return self.trials.failures if self.trials is not None else []
 
-    def _measured(self, config: Config | None) -> tuple[float, float, int] | None:
-        return self.trials.measured(config) if self.trials is not None else None
+    def _numbers(self, config: Config | None) -> tuple[float | None, float | None]:
+        """``config``'s mean and spread over its scored iterations (leader)."""
+        m = self.trials.measured(config) if self.trials is not None and config else None
+        return (m[0], m[1]) if m else (None, None)
 
     @property
     def best_score(self) -> float | None:
         """The kept (best) configuration's mean throughput over its scored iterations:
         the one "best" number of the progress bar, the table, the store and the report."""
         best = self.schedule.best if self.schedule is not None else None
-        m = self._measured(best[0]) if best else None
-        return m[0] if m else (best[1] if best else None)
+        mean = self._numbers(best[0] if best else None)[0]
+        return mean if mean is not None else (best[1] if best else None)
 
     @property
     def best_spread(self) -> float | None:
         """Standard deviation of the kept configuration's scored iterations."""
         best = self.schedule.best if self.schedule is not None else None
-        m = self._measured(best[0]) if best else None
-        return m[1] if m else None
+        return self._numbers(best[0] if best else None)[1]
 
     @property
     def default_score(self) -> float | None:
-        """The default configuration's mean throughput over its scored iterations (the
-        Tuner measures it as long as the kept one)."""
-        m = self._measured(self.space.default()) if self.space else None
-        return m[0] if m else None
+        """The default's mean throughput over its scored iterations (the Tuner measures it
+        as long as the kept one); ``default_spread``: their standard deviation."""
+        return self._numbers(self.space.default() if self.space else None)[0]
 
     @property
     def default_spread(self) -> float | None:
-        m = self._measured(self.space.default()) if self.space else None
-        return m[1] if m else None
+        return self._numbers(self.space.default() if self.space else None)[1]
 
     @property
     def unit(self) -> str:
@@ -376,7 +358,7 @@ class Session:
             self.display.settled(None)
             self.rt.shutdown()
             if self.is_leader and self.trials is not None:
-                self._close_run("failed")
+                self.trials.close("failed", kept=self.best)
             return None
         with warnings.catch_warnings():
             # The sync after the last step() opened an iteration nobody runs; the runtime
@@ -390,12 +372,7 @@ class Session:
         if self.is_leader:
             self.display.settled(self.best)
             if self.trials is not None:
-                self._close_run("finished")
+                self.trials.close("finished", kept=self.best)
             if self.verbose:
                 report(self)
         return None
-
-    def _close_run(self, status: str) -> None:
-        """Record how the run ended: the kept configuration and its measured numbers."""
-        self.trials.keep(self.best)
-        self.trials.close(status)

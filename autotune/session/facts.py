@@ -1,10 +1,10 @@
 """What the tuner learns from a running job: its space and its physics prior.
 
-The space comes from the runtime's :class:`~autotune.runtime.config.Limits` (servers
+The space (:func:`job_space`) comes from the runtime's :class:`~autotune.runtime.config.Limits` (servers
 launched, workers per machine, stream groups, transports; after a server loss what is
 left), the topology probe's reduce-root candidates and the user's pins. The physics prior
 is the simulator on the job's gradients, world and device, at the network rate its
-warm-up iterations imply (:func:`autotune.sim.predict.job_prior`).
+warm-up iterations imply (:class:`JobTuners`, which makes each Tuner).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 from autotune.tuning.space import Config, ConfigError, SearchSpace
+from autotune.tuning.tuner import Tuner
 
 
 def job_space(rt: Any, *, allow_lossy: bool, fixed: Mapping[str, Any] | None) -> SearchSpace:
@@ -41,36 +42,62 @@ def job_space(rt: Any, *, allow_lossy: bool, fixed: Mapping[str, Any] | None) ->
                           fixed=fixed)
 
 
-def link_estimate(rt: Any, warmup_times: Sequence[float], probe_times: Sequence[float],
-                  grad_bytes: int) -> dict[str, float]:
-    """The link rates the warm-up iterations imply (:func:`autotune.sim.predict.warmup_link`:
-    the NIC rate and, if several streams ran much faster than one, the per-flow cap);
-    ``{}`` (the simulator's defaults) on one machine."""
-    from autotune.sim.predict import warmup_link
+class JobTuners:
+    """Makes the Tuner of each (re-)tune of a live job (the schedule's ``new_tuner``):
+    over the schedule's current space, the default as its reference (measured as long as
+    the kept configuration) and, with ``prior``, the simulator on what this job knows as
+    its physics prior: its gradients (``params`` in ready order: reverse registration),
+    world and device, and the link rates its warm-up implies (read from ``schedule``, set
+    once the schedule exists)."""
 
-    if rt.info.n_machines < 2:
-        return {}
-    return warmup_link(list(warmup_times), list(probe_times), grad_bytes,
-                       len(rt.info.workers))
+    def __init__(self, rt: Any, params: Sequence[Any], *, techniques: Sequence[str],
+                 trial_iterations: int | None, samples_per_step: int | None, prior: bool):
+        self.rt = rt
+        self.sizes = [p.numel() * p.element_size() for p in reversed(list(params))]
+        self.cuda = bool(params) and params[0].is_cuda
+        self.techniques = tuple(techniques)
+        self.trial_iterations = trial_iterations
+        self.samples_per_step = samples_per_step
+        self.prior = prior
+        self.schedule: Any = None
 
+    def __call__(self, budget: int, seed: int, warm: list[Config]) -> Tuner:
+        space = self.schedule.space
+        extra = {"trial_iterations": self.trial_iterations} if self.trial_iterations else {}
+        return Tuner(space, budget=budget, techniques=self.techniques, seed=seed,
+                     warm_start=warm, reference=space.default(),
+                     prior=self._predictor() if self.prior and self.sizes else None, **extra)
 
-def job_prior(rt: Any, sizes: Sequence[int], *, cuda: bool, samples_per_step: int | None,
-              link: Callable[[], dict[str, float]]) -> Callable[[list[Config]], Any] | None:
-    """The simulator on what this job knows: ``sizes`` (bytes of each gradient in ready
-    order), the world, the device, and the network rate ``link()`` gives (called at the
-    first prediction, which comes after the warm-up). ``None`` without gradients."""
-    from autotune.sim.predict import job_prior as simulated
+    def link(self) -> dict[str, float]:
+        """The link rates the warm-up iterations imply (:func:`autotune.sim.predict.
+        warmup_link`: the NIC rate and, if several streams ran much faster than one, the
+        per-flow cap); ``{}`` (the simulator's defaults) on one machine."""
+        from autotune.sim.predict import warmup_link
 
-    if not sizes:
-        return None
-    info = rt.info
-    made: list = []
+        if self.rt.info.n_machines < 2:
+            return {}
+        return warmup_link(list(self.schedule.warmup_times), list(self.schedule.probe_times),
+                           sum(self.sizes), len(self.rt.info.workers))
 
-    def predict(configs: list[Config]) -> Any:
-        if not made:
-            made.append(simulated(list(sizes), machines=info.n_machines,
-                                  workers_per_machine=info.workers_per_machine,
-                                  servers=len(info.servers), device="gpu" if cuda else "cpu",
-                                  batch_per_worker=samples_per_step or 1, **link()))
-        return made[0](configs)
-    return predict
+    def capped(self) -> bool:
+        """Whether the warm-up showed a per-flow cap."""
+        return "per_flow_gbps" in self.link()
+
+    def _predictor(self) -> Callable[[list[Config]], Any]:
+        """The simulator's prediction for this job, built at its first call (after the
+        warm-up, whose times give the network rate)."""
+        from autotune.sim.predict import job_prior
+
+        info = self.rt.info
+        made: list = []
+
+        def predict(configs: list[Config]) -> Any:
+            if not made:
+                made.append(job_prior(self.sizes, machines=info.n_machines,
+                                      workers_per_machine=info.workers_per_machine,
+                                      servers=len(info.servers),
+                                      device="gpu" if self.cuda else "cpu",
+                                      batch_per_worker=self.samples_per_step or 1,
+                                      **self.link()))
+            return made[0](configs)
+        return predict

@@ -102,7 +102,11 @@ class TrialDriver:
                 "default_score": default[0] if default else None,
                 "default_spread": default[1] if default else None}
 
-    def close(self, status: str = "finished") -> None:
+    def close(self, status: str = "finished", kept: Config | None = None) -> None:
+        """Record how the run ended (``kept``: the configuration kept, if not the Tuner's
+        best) with its measured numbers."""
+        if kept is not None:
+            self.keep(kept)
         self._store("finish_run", self.run_id, status=status, **self.results())
 
     def _store(self, name: str, *args: Any, **kwargs: Any) -> None:
