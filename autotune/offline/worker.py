@@ -4,7 +4,7 @@ Started on every worker rank by the launcher (``autotune launch``'s machinery, o
 emulated cluster); servers run ``python -m autotune.server`` as in any job. ``SPEC.json``
 (written by the driver, :mod:`autotune.offline.local`) says what to run:
 
-* ``mode: "tune"``: the model's :class:`~autotune.offline.synthetic.SyntheticJob` trains
+* ``mode: "tune"``: the model's :class:`~autotune.workload.SyntheticJob` trains
   for ``budget`` iterations inside :func:`autotune.session`, which tunes, fingerprints the
   model and the world, warm-starts from and records to the store, exactly as a real job
   would; then ``verify_iterations`` more under the kept configuration are timed like the
@@ -34,7 +34,7 @@ RESULT = "RESULT "
 def build_model(name: str) -> Any:
     """The zoo model or factory ``name``, with uninitialised (zeroed) CPU storage."""
     from autotune import zoo
-    from autotune.offline.synthetic import materialize
+    from autotune.workload import materialize
 
     return materialize(zoo.build(name, device="meta"))
 
@@ -53,7 +53,7 @@ def run_tune(spec: dict, rank: int) -> None:
     import torch
 
     import autotune
-    from autotune.offline.synthetic import SyntheticJob
+    from autotune.workload import SyntheticJob
 
     model = build_model(spec["model"])
     job = SyntheticJob(model, spec["compute_ms"] / 1e3, spec["backward_fraction"])
@@ -129,7 +129,7 @@ def ddp_phase(spec: dict, rank: int, model: Any, job: Any) -> dict:
     import torch
     import torch.distributed as dist
 
-    from autotune.emulate.workload import time_ddp
+    from autotune.workload import time_ddp
 
     world = dist.get_world_size()
     warmup, iterations = int(spec["ddp_warmup"]), int(spec["ddp_iterations"])
@@ -150,7 +150,7 @@ def ddp_phase(spec: dict, rank: int, model: Any, job: Any) -> dict:
 def run_ddp(spec: dict, rank: int) -> None:
     import torch.distributed as dist
 
-    from autotune.offline.synthetic import SyntheticJob
+    from autotune.workload import SyntheticJob
 
     dist.init_process_group("gloo")
     model = build_model(spec["model"])
