@@ -25,7 +25,7 @@ from autotune.launch import launch; cli.add_command(launch)  # noqa: E402,E702
 from autotune.emulate.command import emulate; cli.add_command(emulate)  # noqa: E402,E702
 from autotune.store.command import db; cli.add_command(db)  # noqa: E402,E702
 from autotune.store.report import report; cli.add_command(report)  # noqa: E402,E702
-from autotune.selftest import selftest; cli.add_command(selftest)  # noqa: E402,E702
+from autotune.selftest.command import selftest; cli.add_command(selftest)  # noqa: E402,E702
 
 
 def main() -> None:
