@@ -21,7 +21,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("autotune.launch", "launch"),
     ("autotune.probes.command", "probe"),
     ("autotune.store.report", "report"),
-    ("autotune.selftest", "selftest"),
+    ("autotune.selftest.command", "selftest"),
     ("autotune.offline.command", "tune"),
 )
 

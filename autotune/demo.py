@@ -7,7 +7,7 @@ Where the emulated cluster can run (root and network namespaces,
 hosts with slow NICs (300mbit each way) and trains, on the same hosts and links, a
 communication-bound job: ResNet-50's 161 gradient tensors at half width (26 MiB, real
 shapes from :mod:`autotune.zoo`) with emulated compute (a forward and a backward that
-sleep, the backward yielding gradients in ready order; :mod:`autotune.emulate.workload`):
+sleep, the backward yielding gradients in ready order; :mod:`autotune.workload`):
 
 1. PyTorch DDP (gloo, its default 25 MB buckets), timed over a few iterations;
 2. ``autotune.session`` with the 4 server hosts available, so it may choose push/pull
@@ -35,9 +35,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from autotune.emulate.workload import check_average, time_ddp
+from autotune.workload import check_average, time_ddp
 
 MARK = "DEMO "  # a rank's result line: MARK + JSON
 WARMUP = 3  # the session's warm-up iterations (its default)
@@ -48,7 +47,7 @@ LOOPBACK = ["--steps", "200", "--budget", "100"]
 # ---- rank programs ----------------------------------------------------------------------
 
 def _model(a: argparse.Namespace, rank: int):
-    from autotune.emulate.workload import model_shapes, sleepy_model
+    from autotune.workload import model_shapes, sleepy_model
 
     return sleepy_model(model_shapes(a.model), a.fwd_ms / 1e3, a.bwd_ms / 1e3, rank + 1)
 
@@ -128,7 +127,7 @@ def _ratio(a: float, sa: float, b: float, sb: float) -> tuple[float, float]:
 def summarize(a: argparse.Namespace, link: dict, ddp: dict, sess: dict,
               wall_s: float) -> dict:
     """The table's numbers (it/s, mean ± std) from what the jobs printed."""
-    from autotune.emulate.workload import gradient_bytes, model_shapes, optimum_s
+    from autotune.workload import gradient_bytes, model_shapes, optimum_s
 
     shapes = model_shapes(a.model)
     M = gradient_bytes(shapes)
@@ -221,7 +220,7 @@ def emulated(a: argparse.Namespace) -> dict:
 
     from autotune import progress
     from autotune.emulate import Cluster, measure_bandwidth
-    from autotune.emulate.workload import gradient_bytes, model_shapes
+    from autotune.workload import gradient_bytes, model_shapes
     from autotune.units import fmt_bytes
 
     con = Console(stderr=True, highlight=False)

@@ -152,4 +152,4 @@ def fmt_cfg(cfg: dict) -> str:
 # ---- rank side ------------------------------------------------------------------------
 
 # the emulated-compute job lives in the package (make demo runs it too)
-from autotune.emulate.workload import model_shapes, sleepy_model  # noqa: E402,F401
+from autotune.workload import model_shapes, sleepy_model  # noqa: E402,F401

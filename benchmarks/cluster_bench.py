@@ -51,10 +51,9 @@ def _timed(dist, torch, fn, repeats: int) -> list[float]:
 def rank_main(a: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from autotune import zoo
+    from autotune.workload import check_average, gradient_bytes, model_shapes, sleepy_model, \
+        time_ddp
 
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -69,37 +68,15 @@ def rank_main(a: argparse.Namespace) -> None:
     dist.all_reduce(buf)
     assert bool((buf == n * (n + 1) / 2).all()), "all_reduce sum is wrong"
 
-    # DDP on the model's gradient set: parameters registered in reverse ready order, loss
-    # built so backward produces the gradients in ready order (what DDP's buckets assume)
-    shapes = zoo.gradient_shapes(a.model)
-    params = nn.ParameterList(nn.Parameter(torch.zeros(s)) for _, s in reversed(shapes))
-    holder = nn.Module()
-    holder.params = params
-
-    class Grads(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.p = params
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            loss = x.sum() * 0
-            for p in self.p:
-                loss = loss + p.sum()
-            return loss * x.sum()
-
-    model = DDP(Grads())
-    x = torch.full((1,), float(rank + 1))
-
-    def step() -> None:
-        model.zero_grad(set_to_none=False)
-        model(x).backward()
-
+    # DDP on the model's gradient set, no compute: the workload's job, whose backward
+    # produces the gradients in ready order (what DDP's buckets assume), each rank + 1
+    shapes = model_shapes(a.model)
+    model = sleepy_model(shapes, 0.0, 0.0, rank + 1)
     res["ddp_model"] = a.model
-    res["ddp_bytes"] = sum(p.numel() * 4 for p in params)
+    res["ddp_bytes"] = gradient_bytes(shapes)
     res["ddp_tensors"] = len(shapes)
-    res["ddp_s"] = _timed(dist, torch, step, a.repeats)
-    want = sum(range(1, n + 1)) / n  # d loss / dp = x = rank + 1, averaged by DDP
-    assert all(bool((p.grad == want).all()) for p in params), "DDP gradients are wrong"
+    res["ddp_s"] = time_ddp(model, 1, a.repeats, init_sync=True)
+    check_average(model, (n + 1) / 2, "DDP")
     if rank == 0:
         emit(res)
     dist.destroy_process_group()

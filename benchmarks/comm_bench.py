@@ -74,6 +74,7 @@ def _worker(args: argparse.Namespace) -> None:
     from autotune import zoo
     from autotune.runtime import Runtime
     from autotune.runtime.config import RuntimeConfig
+    from autotune.workload import gradient_bytes
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -101,7 +102,7 @@ def _worker(args: argparse.Namespace) -> None:
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen)
         grads = [p.grad for p in params]
-        nbytes = sum(p.numel() * 4 for p in params)
+        nbytes = gradient_bytes(params)
 
         def per_tensor() -> None:
             for g in grads:

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import MARK, RESULTS, describe_link, emit, fmt_cfg, machine, measure_B, median, \
     model_shapes, patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
 
-from autotune.emulate.workload import check_average, optimum_s, time_ddp  # noqa: E402
+from autotune.workload import check_average, gradient_bytes, optimum_s, time_ddp  # noqa: E402
 
 
 # ---- rank programs --------------------------------------------------------------------
@@ -66,16 +66,9 @@ def ddp_main(a: argparse.Namespace) -> None:
             print(f"DDP bucket {mb:g} MB: {median(times):.3f} s {times}", flush=True)
         del model
     if rank == 0:
-        emit({"ddp": rows, "bytes": sum(4 * _numel(s) for _, s in shapes),
+        emit({"ddp": rows, "bytes": gradient_bytes(shapes),
               "tensors": len(shapes)})
     dist.destroy_process_group()
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out
 
 
 def parse_fixed(text: str) -> list[dict]:

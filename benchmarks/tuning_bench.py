@@ -45,6 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import MARK, MiB, RESULTS, describe_link, emit, fmt_cfg, machine, measure_B, \
     median, model_shapes, patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
 
+from autotune.workload import check_average  # noqa: E402
+
 
 def parse_size(text: str) -> int:
     text = text.strip().upper()
@@ -96,8 +98,7 @@ def rank_main(a: argparse.Namespace) -> None:
     x = torch.ones(1)
 
     def check(what: str) -> None:
-        if not all(bool((p.grad == want).all()) for p in model.params):
-            raise AssertionError(f"rank {rank}: wrong averaged gradients ({what})")
+        check_average(model, want, f"rank {rank}: {what}")
 
     # ---- the runtime directly: the sweep, then the fixed run in two halves that
     # bracket the session in time (the machine is shared: load drifts)
@@ -136,7 +137,7 @@ def rank_main(a: argparse.Namespace) -> None:
         check("fixed run")
         rt.sync(stop=True) if leader else rt.sync()
         rt.shutdown()
-        for p in model.params:
+        for p in model.parameters():
             p.grad.zero_()
         return sweep, best, total
 

@@ -207,7 +207,7 @@ def _checked(o: TuneOptions) -> _Request:
         if ":" in name:
             raise click.BadParameter("'measure' needs a zoo model; give milliseconds for a "
                                      "factory", param_hint="--compute-ms")
-        from autotune.offline.synthetic import measure_compute_ms
+        from autotune.workload import measure_compute_ms
 
         with _status(o.as_json, f"measuring {name}'s compute on this CPU"):
             cms = measure_compute_ms(name)
@@ -308,7 +308,7 @@ class _status:
 def _local(req: _Request) -> dict:
     from autotune import progress, zoo
     from autotune.offline.local import LocalPlan, TuneError, memory_check, tune_local
-    from autotune.offline.synthetic import gradient_bytes
+    from autotune.workload import gradient_bytes
 
     o, name = req.options, req.model
     try:

@@ -4,7 +4,7 @@ Started on every worker rank by the launcher (``autotune launch``'s machinery, o
 emulated cluster); servers run ``python -m autotune.server`` as in any job. ``SPEC.json``
 (written by the driver, :mod:`autotune.offline.local`) says what to run:
 
-* ``mode: "tune"``: the model's :class:`~autotune.offline.synthetic.SyntheticJob` trains
+* ``mode: "tune"``: the model's :class:`~autotune.workload.SyntheticJob` trains
   for ``budget`` iterations inside :func:`autotune.session`, which tunes, fingerprints the
   model and the world, warm-starts from and records to the store, exactly as a real job
   would; then ``verify_iterations`` more under the kept configuration are timed like the
@@ -38,7 +38,7 @@ from autotune.units import fmt_score
 def build_model(name: str) -> Any:
     """The zoo model or factory ``name``, with uninitialised (zeroed) CPU storage."""
     from autotune import zoo
-    from autotune.offline.synthetic import materialize
+    from autotune.workload import materialize
 
     return materialize(zoo.build(name, device="meta"))
 
@@ -60,16 +60,22 @@ def _display(rank: int, label: str, total: int, about: str) -> TuningDisplay:
 
 
 def _check_average(model: Any, world: int) -> bool:
-    """Every gradient equals the mean of ``rank + 1`` over the workers."""
-    want = (world + 1) / 2
-    return all(bool((p.grad == want).all()) for p in model.parameters() if p.requires_grad)
+    """Whether every gradient equals the mean of ``rank + 1`` over the workers
+    (:func:`autotune.workload.check_average`)."""
+    from autotune.workload import AverageError, check_average
+
+    try:
+        check_average(model, (world + 1) / 2, "the averaged gradients")
+    except AverageError:
+        return False
+    return True
 
 
 def run_tune(spec: dict, rank: int) -> None:
     import torch
 
     import autotune
-    from autotune.offline.synthetic import SyntheticJob
+    from autotune.workload import SyntheticJob
 
     model = build_model(spec["model"])
     job = SyntheticJob(model, spec["compute_ms"] / 1e3, spec["backward_fraction"])
@@ -145,7 +151,7 @@ def ddp_phase(spec: dict, rank: int, model: Any, job: Any) -> dict:
     import torch
     import torch.distributed as dist
 
-    from autotune.emulate.workload import time_ddp
+    from autotune.workload import time_ddp
 
     world = dist.get_world_size()
     warmup, iterations = int(spec["ddp_warmup"]), int(spec["ddp_iterations"])
@@ -168,7 +174,7 @@ def ddp_phase(spec: dict, rank: int, model: Any, job: Any) -> dict:
 def run_ddp(spec: dict, rank: int) -> None:
     import torch.distributed as dist
 
-    from autotune.offline.synthetic import SyntheticJob
+    from autotune.workload import SyntheticJob
 
     dist.init_process_group("gloo")
     model = build_model(spec["model"])

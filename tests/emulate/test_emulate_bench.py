@@ -1,16 +1,14 @@
-"""The pieces of the emulated-cluster benchmarks that run without root: the emulated-compute
-model (gradients in ready order, exact values, overlap-friendly backward) and the
-command-line parsers. The benchmarks themselves need root and minutes; see
+"""The pieces of the emulated-cluster benchmarks that run without root: the command-line
+parsers and the optimum (their emulated-compute job is autotune.workload's, tested in
+tests/workload/). The benchmarks themselves need root and minutes; see
 benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -18,33 +16,6 @@ import benchlib  # noqa: E402
 from e2e_bench import parse_fixed  # noqa: E402
 from goodput_bench import optimum, parse_settings  # noqa: E402
 from tuning_bench import parse_size  # noqa: E402
-
-
-def test_sleepy_model_yields_gradients_in_ready_order_with_exact_values():
-    shapes = benchlib.model_shapes("resnet50/16")
-    assert len(shapes) == 161
-    model = benchlib.sleepy_model(shapes, fwd_s=0.0, bwd_s=0.05, value=3.0)
-    ready: list[tuple[int, float]] = []
-    params = list(model.params)
-    for i, p in enumerate(params):
-        p.register_post_accumulate_grad_hook(
-            lambda p, i=i: ready.append((i, time.perf_counter())))
-    for _ in range(2):  # .grad accumulates into zeros; the model's own tensors stay intact
-        model.zero_grad(set_to_none=False)
-        ready.clear()
-        t0 = time.perf_counter()
-        model(torch.ones(1)).backward()
-        assert time.perf_counter() - t0 >= 0.05
-        # ready order is the shapes' order: the last registered parameter comes first
-        assert [len(params) - 1 - i for i, _ in ready] == list(range(len(shapes)))
-        assert [tuple(params[i].shape) for i, _ in ready] == [s for _, s in shapes]
-        assert all(bool((p.grad == 3.0).all()) for p in params)
-        # gradients arrive spread over the backward, not all at its end
-        assert ready[-1][1] - ready[0][1] >= 0.03
-    params[0].grad.fill_(7.0)  # writing .grad must not alter the next backward's gradient
-    model.zero_grad(set_to_none=False)
-    model(torch.ones(1)).backward()
-    assert bool((params[0].grad == 3.0).all())
 
 
 def test_parsers():

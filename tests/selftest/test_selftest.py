@@ -1,6 +1,7 @@
-"""``autotune selftest``: its sweep and bounds, then real jobs (2 workers + 1 server on
-loopback, gloo) under ``autotune launch`` and through ``autotune selftest`` itself, one
-passing and one with injected faults that must be reported as FAILED."""
+"""``autotune selftest``: its sweep and bounds, its usage errors (one line, exit 2), then
+real jobs (2 workers + 1 server on loopback, gloo) under ``autotune launch`` and through
+``autotune selftest`` itself, one passing and one with injected faults that must be
+reported as FAILED."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from autotune.errors import AutotuneError
 from autotune.runtime.config import Limits, RuntimeConfig
-from autotune.selftest import (LOSSY_CODECS, half_codec_bound, label, lossless_bound,
-                               norm_factor, shapes, sweep)
+from autotune.selftest import SelftestError
+from autotune.selftest.bounds import half_codec_bound, lossless_bound, norm_factor
+from autotune.selftest.sweep import LOSSY_CODECS, label, shapes, sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTOTUNE = Path(sys.executable).parent / "autotune"  # the console script: a Python file
@@ -42,6 +45,14 @@ def test_sweep_is_valid_and_covers_the_job(wpm: int, servers: int, quick: bool) 
     if quick:
         assert len(lossless) <= 6
     assert not any(c["compression"] != "none" for c in sweep(wpm, servers, quick=quick))
+
+
+def test_the_sweep_takes_the_stream_limit_from_the_runtime() -> None:
+    assert Limits().max_streams >= 4
+    assert sweep(2, 1) == sweep(2, 1, max_streams=Limits().max_streams)
+    capped = sweep(2, 1, max_streams=2)
+    assert max(c["streams"] for c in capped) == 2
+    assert max(c["streams"] for c in sweep(2, 1)) == 4
 
 
 def test_shapes_hold_the_size_and_spread() -> None:
@@ -102,6 +113,41 @@ def test_codec_bounds() -> None:
         for x in xs:
             y = c.decode(c.encode(x), x.numel())
             assert (x - y).norm() <= norm_factor({"compression": name}) * x.norm() * (1 + 1e-5)
+
+
+# ---------------------------------------------------------------------- usage errors
+def test_selftest_error_is_an_autotune_error() -> None:
+    assert issubclass(SelftestError, AutotuneError) and issubclass(SelftestError, ValueError)
+    with pytest.raises(SelftestError, match="--tensors must be >= 1, got 0"):
+        shapes(1 << 20, 0)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--tensors", "0"], "Error: --tensors must be >= 1, got 0"),
+    (["--size", "-1"], "Error: --size must be > 0 MiB, got -1.0"),
+    (["--dtypes", "float8"], "Error: --dtypes: float8; choose from float32, float16, "
+                             "bfloat16"),
+])
+def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], message: str,
+                                               tmp_path: Path) -> None:
+    """The command as users run it (a process, not click's test runner): the cause in
+    one line on stderr, no traceback, nothing started."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "selftest", *args],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [message] and proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+
+
+def test_inside_a_job_the_world_options_are_refused(tmp_path: Path) -> None:
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1")
+    proc = subprocess.run([sys.executable, "-m", "autotune.selftest", "--workers", "2"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "Error: --workers/--servers/--machines start a job; inside one (RANK and WORLD_SIZE "
+        "are set) the job's own shape is used"]
 
 
 # ---------------------------------------------------------------------- real jobs
