@@ -9,9 +9,13 @@ under ``transport=allreduce``, ``reduce_root`` unless ``intra=root``) always hol
 default, so two configurations that behave the same compare equal.
 
 Every domain is finite and ordered, so a configuration encodes as one integer per
-parameter: the index of its value in the domain. That vector is what rank 0 broadcasts
-as an int64 tensor (nothing is pickled across ranks) and what model-based searchers
-search over. ``decode(encode(c)) == c`` for every valid ``c``.
+parameter: the index of its value in the domain, what model-based searchers search over
+and the key of a configuration. ``decode(encode(c)) == c`` for every valid ``c``. (What
+crosses the wire between ranks is the runtime's own encoding, ``RuntimeConfig.encode``.)
+
+The domains come from the runtime's :class:`~autotune.runtime.config.Limits`
+(:meth:`SearchSpace.of`); a user may pin or narrow any knob (``fixed``), checked against
+what the runtime can run.
 
 Nothing here imports torch: searchers use this module and know nothing of torch.
 """
