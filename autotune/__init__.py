@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "session": "autotune.session",
     "Session": "autotune.session",
+    "DDPSession": "autotune.session",
     "Tuner": "autotune.tuning.tuner",
     "Trial": "autotune.tuning.tuner",
     "SearchSpace": "autotune.tuning.space",

@@ -36,6 +36,24 @@ def bn_net() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 1))
 
 
+def wide() -> nn.Module:
+    """1 MiB of gradients: a bucket is cut into many 64 KiB chunks over several streams."""
+    return nn.Sequential(nn.Linear(8, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(),
+                         nn.Linear(512, 1))
+
+
+class Unused(nn.Module):
+    """A parameter that gets no gradient: DDP needs ``find_unused_parameters=True``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = mlp()
+        self.unused = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
 def data(rank: int, steps: int, micro: int = 1) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     g = torch.Generator().manual_seed(7 + rank)
     w = torch.linspace(-1, 1, 8)
@@ -73,13 +91,24 @@ def train(build: Callable[[], nn.Module], micro: int, wrap: str, **kw: Any) -> d
             opt.step()
             opt.zero_grad()
 
+    unused = isinstance(model, Unused)
     if wrap == "ddp":
-        ddp = nn.parallel.DistributedDataParallel(model)
+        ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=unused)
         loop(ddp, ddp.no_sync, lambda: None)
         return state(model)
     import autotune
 
     configs = set()
+    if wrap == "hook":  # keep DDP: autotune.session(ddp_model) tunes its comm hook
+        ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=unused)
+        with autotune.session(ddp, budget=16, store=False, verbose=False, timeout=60, warmup=1,
+                              **kw) as tuner:
+            def hook_step() -> None:
+                tuner.step()
+                configs.add(json.dumps(tuner.config, sort_keys=True))
+
+            loop(ddp, tuner.no_sync, hook_step)
+        return dict(state(model), _configs=len(configs), _history=len(tuner.history))
     with autotune.session(model, budget=12, store=False, verbose=False, timeout=60, **kw) as tuner:
         def step() -> None:
             tuner.step()
@@ -96,8 +125,21 @@ def misuse(kind: str) -> str:
     torch.manual_seed(5)
     model = mlp()
     x, y = data(RANK, 1)[0][0]
-    if kind == "wrapped":
+    if kind == "wrapped":  # the native runtime's class given a DDP model
+        from autotune.session import Session
+
+        try:
+            Session(nn.parallel.DistributedDataParallel(model))
+        except Exception as e:  # noqa: BLE001
+            return f"{type(e).__name__}: {e}"
+        return ""
+    if kind == "dataparallel":
+        model = nn.DataParallel(model)
+    if kind == "hooked":  # a DDP model that already has a comm hook
         model = nn.parallel.DistributedDataParallel(model)
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
     if kind == "different":
         model = nn.Sequential(nn.Linear(8, 32 + RANK), nn.Tanh(), nn.Linear(32 + RANK, 1))
     try:
@@ -120,7 +162,13 @@ def parity(out: str) -> None:
     for name, build, micro in (("unseeded", mlp, 1), ("batchnorm", bn_net, 1),
                                ("no_sync", bn_net, 2)):
         result[name] = {"ddp": train(build, micro, "ddp"), "session": train(build, micro, "session")}
-    result["misuse"] = {k: misuse(k) for k in ("twice", "replaced", "wrapped", "different")}
+    for name, build, micro, kw in (("hook_unseeded", mlp, 1, {}), ("hook_batchnorm", bn_net, 1, {}),
+                                   ("hook_no_sync", bn_net, 2, {}), ("hook_unused", Unused, 1, {}),
+                                   ("hook_wide", wide, 1,
+                                    {"fixed": {"chunk_bytes": [64 << 10, 256 << 10]}})):
+        result[name] = {"ddp": train(build, micro, "ddp"), "session": train(build, micro, "hook", **kw)}
+    result["misuse"] = {k: misuse(k) for k in ("twice", "replaced", "wrapped", "different",
+                                               "dataparallel", "hooked")}
     with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
         json.dump(result, f)
 

@@ -16,21 +16,16 @@ import os
 import time
 import warnings
 from datetime import timedelta
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
 
-from autotune.errors import ArgumentError
 from autotune.runtime.errors import ServerLost, UsageError
-from autotune.session.display import SessionDisplay, report
-from autotune.session.facts import JobTuners, job_space
+from autotune.session.base import DDP, TuningSession
+from autotune.session.facts import job_space
 from autotune.session.parity import DDPParity
-from autotune.session.record import SessionRun
-from autotune.tuning.schedule import Drift, TrialSchedule
-from autotune.tuning.space import Config, ConfigError, SearchSpace
-from autotune.tuning.trials import TrialDriver
-from autotune.tuning.tuner import DEFAULT_TECHNIQUES, TrialRecord, Tuner
+from autotune.tuning.space import Config, ConfigError
 
 
 def init_world(timeout: float) -> None:
@@ -48,104 +43,21 @@ def init_world(timeout: float) -> None:
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
 
 
-def _check_arguments(model: Any, budget: int, samples_per_step: int | None,
-                     retune_on_drift: float | None, warmup: int, cut_short: float | None,
-                     fixed: Any) -> None:
-    """Bad arguments of :class:`Session`, each an error that says what to pass instead."""
-    if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
-        raise TypeError(
-            f"session() got a model wrapped in {type(model).__name__}: the session does "
-            "DDP's work itself. Pass the module: autotune.session(model.module, ...), or "
-            "build the model without the wrapper")
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"session() needs an nn.Module, got {type(model).__name__}")
-    _check(budget >= 0, f"budget must be >= 0 iterations (0: no tuning), got {budget}")
-    _check(samples_per_step is None or samples_per_step > 0,
-           f"samples_per_step must be a positive batch size, got {samples_per_step}")
-    _check(retune_on_drift is None or 0 < retune_on_drift < 1,
-           f"retune_on_drift is a fraction in (0, 1), e.g. 0.2, got {retune_on_drift}")
-    _check(warmup >= 0, f"warmup must be >= 0 iterations, got {warmup}")
-    _check(cut_short is None or 0 < cut_short < 1,
-           f"cut_short is a fraction in (0, 1), or None to never cut, got {cut_short}")
-    _check(fixed is None or isinstance(fixed, Mapping),
-           f"fixed is a dict of knob: value, got {type(fixed).__name__}")
+class Session(TuningSession):
+    """The native runtime's session: autotune averages the gradients itself (a
+    multi-stream Communication Service, Summation Services) and keeps DDP's semantics.
+    Made by ``autotune.session(model, ...)`` for a plain module; arguments:
+    :class:`~autotune.session.base.TuningSession`."""
 
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ArgumentError(message)
-
-
-class Session:
-    """``autotune.session(model, ...)``: use it as a context manager around the loop, and
-    call :meth:`step` after each ``loss.backward()``. Arguments (all but ``model`` by
-    keyword):
-
-    ``budget``: training iterations spent on trials (0: no tuning: the best stored
-    configuration of a similar job, or the default). ``db``: the results store (default
-    ``./autotune.db``); ``store=False``: none. ``allow_lossy``: let codecs in.
-    ``samples_per_step``: the score is samples/s (else it/s). ``techniques``, ``seed``,
-    ``prior``: the Tuner's. ``retune_on_drift``: re-tune when throughput falls by this
-    fraction over ``drift_window`` iterations. ``timeout``: seconds any wait may take.
-    ``trial_iterations``, ``warmup``, ``cut_short``: the trial schedule's
-    (:mod:`autotune.tuning.schedule`). ``job``: its name in the store.
-    ``broadcast_buffers``: as DDP's. ``fixed``: knobs to pin, ``{"chunk_bytes": 4 << 20}``,
-    or to narrow, ``{"streams": [1, 2, 4]}``; one the runtime cannot run is a
-    :class:`~autotune.tuning.space.ConfigError` at the start. ``verbose``: the progress
-    bar and the final table.
-    """
-
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        *,
-        budget: int = 100,
-        db: str | os.PathLike | None = None,
-        allow_lossy: bool = False,
-        samples_per_step: int | None = None,
-        techniques: Sequence[str] = DEFAULT_TECHNIQUES,
-        seed: int = 0,
-        verbose: bool = True,
-        retune_on_drift: float | None = None,
-        drift_window: int = 50,
-        timeout: float = 300.0,
-        trial_iterations: int | None = None,
-        warmup: int = 3,
-        cut_short: float | None = 0.5,
-        job: str | None = None,
-        store: bool = True,
-        broadcast_buffers: bool = True,
-        prior: bool = True,
-        fixed: Mapping[str, Any] | None = None,
-    ) -> None:
-        _check_arguments(model, budget, samples_per_step, retune_on_drift, warmup, cut_short,
-                         fixed)
-        self.model = model
-        self.budget = budget
-        self.allow_lossy = allow_lossy
-        self.samples_per_step = samples_per_step
-        self.techniques = tuple(techniques)
-        self.seed = seed
-        self.verbose = verbose
-        self.timeout = timeout
-        self.trial_iterations = trial_iterations
-        self.warmup = warmup
-        self.cut_short = cut_short
-        self.use_store = store
-        self.use_prior = prior
-        self.fixed = dict(fixed or {})
-        self._drift = (Drift(retune_on_drift, drift_window, max(10, budget // 5))
-                       if retune_on_drift else None)
-        self._run = SessionRun(db, job)
-        self._broadcast_buffers = broadcast_buffers
-        self.display = SessionDisplay(verbose, self.unit, lambda: self.best_score)
+    def __init__(self, model: torch.nn.Module, **options: Any) -> None:
+        if isinstance(model, DDP):
+            raise TypeError(
+                "Session is the native runtime, which does DDP's work itself: pass the module "
+                "(Session(model.module, ...)), or autotune.session(ddp_model, ...) to keep DDP "
+                "and tune its communication")
+        super().__init__(model, **options)
         self.rt: Any = None
         self.parity: DDPParity | None = None
-        self.space: SearchSpace | None = None
-        self.trials: TrialDriver | None = None     # the leader's
-        self.schedule: TrialSchedule | None = None  # the leader's
-        self.config: Config | None = None
-        self.iteration = 0  # iterations completed (step() calls)
         self._t_last = 0.0
         self._servers_dropped = False
 
@@ -179,31 +91,15 @@ class Session:
 
     def _start(self) -> None:
         """Workers: register, start like DDP, build the space, apply the first config."""
-        self.parity = DDPParity(self.model, self.rt, self._broadcast_buffers)
+        self.info = self.rt.info
+        self.parity = DDPParity(self.model, self.rt, self.broadcast_buffers)
         self.rt.register(self.parity.params)
         self.parity.start()
         self.space = job_space(self.rt, allow_lossy=self.allow_lossy, fixed=self.fixed)
         if not self.is_leader:
             self._apply(None)
             return
-        if self.use_store:
-            self._run.open(self.model, self.rt.info, dist.get_backend(), self.space, self.unit)
-        self.trials = TrialDriver(self.space, None, self._run.store, self._run.run_id)
-        tuners = JobTuners(self.rt, self.parity.params, techniques=self.techniques,
-                           trial_iterations=self.trial_iterations,
-                           samples_per_step=self.samples_per_step, prior=self.use_prior)
-        self.schedule = tuners.schedule = TrialSchedule(
-            self.space, self.trials, tuners, budget=self.budget, warmup=self.warmup,
-            cut_short=self.cut_short, samples_per_step=self.samples_per_step,
-            drift=self._drift, seed=self.seed, probe=self.rt.info.n_machines > 1,
-            capped=tuners.capped, listener=self.display)
-        warm = self._run.warm_start(self.space)
-        restarted = self._run.restarted_best(self.space)
-        if restarted is not None:
-            # torchrun --max-restarts brought the job back: no tuning again
-            self.display.say(f"restart {os.environ['TORCHELASTIC_RESTART_COUNT']}: keeping "
-                             f"the stored best configuration of job {self._run.job!r}")
-        self._apply(self.schedule.start(warm, keep=restarted))
+        self._apply(self._lead(self.parity.params, dist.get_backend()))
 
     # ------------------------------------------------------------ the hot path
     def step(self) -> None:
@@ -283,73 +179,6 @@ class Session:
             raise RuntimeFault("no configuration could be applied: 1000 in a row failed")
         self._t_last = time.perf_counter()
 
-    # --------------------------------------------------------------- results
-    @property
-    def tuner(self) -> Tuner | None:
-        """The leader's current Tuner (a new one after a re-tune)."""
-        return self.schedule.tuner if self.schedule is not None else None
-
-    @property
-    def best(self) -> Config | None:
-        """The configuration the session settled on (on rank 0: the best measured so far)."""
-        kept = self.schedule.kept if self.schedule is not None else None
-        if kept is not None:
-            return kept
-        return dict(self.config) if self.config is not None else None
-
-    @property
-    def history(self) -> list[TrialRecord]:
-        """Every trial so far (leader)."""
-        return self.trials.history if self.trials is not None else []
-
-    @property
-    def failures(self) -> list[TrialRecord]:
-        return self.trials.failures if self.trials is not None else []
-
-    def _numbers(self, config: Config | None) -> tuple[float | None, float | None]:
-        """``config``'s mean and spread over its scored iterations (leader)."""
-        m = self.trials.measured(config) if self.trials is not None and config else None
-        return (m[0], m[1]) if m else (None, None)
-
-    @property
-    def best_score(self) -> float | None:
-        """The kept (best) configuration's mean throughput over its scored iterations:
-        the one "best" number of the progress bar, the table, the store and the report."""
-        best = self.schedule.best if self.schedule is not None else None
-        mean = self._numbers(best[0] if best else None)[0]
-        return mean if mean is not None else (best[1] if best else None)
-
-    @property
-    def best_spread(self) -> float | None:
-        """Standard deviation of the kept configuration's scored iterations."""
-        best = self.schedule.best if self.schedule is not None else None
-        return self._numbers(best[0] if best else None)[1]
-
-    @property
-    def default_score(self) -> float | None:
-        """The default's mean throughput over its scored iterations (the Tuner measures it
-        as long as the kept one); ``default_spread``: their standard deviation."""
-        return self._numbers(self.space.default() if self.space else None)[0]
-
-    @property
-    def default_spread(self) -> float | None:
-        return self._numbers(self.space.default() if self.space else None)[1]
-
-    @property
-    def unit(self) -> str:
-        """What the scores count: ``samples/s`` with ``samples_per_step``, else ``it/s``."""
-        return "samples/s" if self.samples_per_step else "it/s"
-
-    @property
-    def tuning(self) -> bool:
-        """True while trials are running (rank 0 only knows)."""
-        return self.schedule.tuning if self.schedule is not None else False
-
-    @property
-    def tuning_iterations(self) -> int:
-        """Iterations spent inside trials (leader)."""
-        return self.schedule.tuning_iterations if self.schedule is not None else 0
-
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.parity is not None:
             self.parity.remove()
@@ -357,8 +186,8 @@ class Session:
             # Another rank may be waiting in a collective: don't join one, just release.
             self.display.settled(None)
             self.rt.shutdown()
-            if self.is_leader and self.trials is not None:
-                self.trials.close("failed", kept=self.best)
+            if self.is_leader:
+                self._finish(ok=False)
             return None
         with warnings.catch_warnings():
             # The sync after the last step() opened an iteration nobody runs; the runtime
@@ -370,9 +199,5 @@ class Session:
                 self.rt.sync()
         self.rt.shutdown()
         if self.is_leader:
-            self.display.settled(self.best)
-            if self.trials is not None:
-                self.trials.close("finished", kept=self.best)
-            if self.verbose:
-                report(self)
+            self._finish(ok=True)
         return None

@@ -99,8 +99,8 @@ def report(session: Any) -> None:
                  else "") + ")")
     best = s.best or {}
     uses_servers = best.get("transport") == "pushpull" and best.get("servers", 0) > 0
-    if s.rt.info.servers and not uses_servers:
-        t.add_row("idle servers", f"{len(s.rt.info.servers)} launched server rank(s) sum "
+    if s.info.servers and not uses_servers:
+        t.add_row("idle servers", f"{len(s.info.servers)} launched server rank(s) sum "
                   "nothing under this configuration: launch without them next time "
                   "(autotune launch -k 0)")
     Console(stderr=True).print(t)

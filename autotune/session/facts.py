@@ -43,16 +43,17 @@ def job_space(rt: Any, *, allow_lossy: bool, fixed: Mapping[str, Any] | None) ->
 
 
 class JobTuners:
-    """Makes the Tuner of each (re-)tune of a live job (the schedule's ``new_tuner``):
+    """Makes the Tuner of each (re-)tune of a live job in the world ``info`` (the
+    schedule's ``new_tuner``):
     over the schedule's current space, the default as its reference (measured as long as
     the kept configuration) and, with ``prior``, the simulator on what this job knows as
     its physics prior: its gradients (``params`` in ready order: reverse registration),
     world and device, and the link rates its warm-up implies (read from ``schedule``, set
     once the schedule exists)."""
 
-    def __init__(self, rt: Any, params: Sequence[Any], *, techniques: Sequence[str],
+    def __init__(self, info: Any, params: Sequence[Any], *, techniques: Sequence[str],
                  trial_iterations: int | None, samples_per_step: int | None, prior: bool):
-        self.rt = rt
+        self.info = info
         self.sizes = [p.numel() * p.element_size() for p in reversed(list(params))]
         self.cuda = bool(params) and params[0].is_cuda
         self.techniques = tuple(techniques)
@@ -74,10 +75,10 @@ class JobTuners:
         per-flow cap); ``{}`` (the simulator's defaults) on one machine."""
         from autotune.sim.predict import warmup_link
 
-        if self.rt.info.n_machines < 2:
+        if self.info.n_machines < 2:
             return {}
         return warmup_link(list(self.schedule.warmup_times), list(self.schedule.probe_times),
-                           sum(self.sizes), len(self.rt.info.workers))
+                           sum(self.sizes), len(self.info.workers))
 
     def capped(self) -> bool:
         """Whether the warm-up showed a per-flow cap."""
@@ -88,7 +89,7 @@ class JobTuners:
         warm-up, whose times give the network rate)."""
         from autotune.sim.predict import job_prior
 
-        info = self.rt.info
+        info = self.info
         made: list = []
 
         def predict(configs: list[Config]) -> Any:

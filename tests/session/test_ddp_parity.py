@@ -1,9 +1,12 @@
-"""``autotune.session()`` as a drop-in for DDP, against real DDP in the same processes.
+"""``autotune.session()`` as a drop-in for DDP, and inside DDP, against real DDP in the same
+processes.
 
 One group of 2 workers (``autotune launch``) runs each scenario under
 ``DistributedDataParallel`` and then under a session that tunes (and so switches
 configurations) on the same unseeded, per-rank initialisation and per-rank data
-(tests/ddp_worker.py). A ``torchrun`` world whose rank 0 is a server checks that the leader
+(tests/ddp_worker.py): the native runtime (``autotune.session(model)``) and DDP kept with
+autotune's comm hook (``autotune.session(ddp_model)``: unseeded, BatchNorm, ``no_sync``,
+unused parameters, a model whose bucket is cut into many chunks over several streams). A ``torchrun`` world whose rank 0 is a server checks that the leader
 is the first worker.
 """
 
@@ -64,10 +67,26 @@ def test_buffers_stay_per_rank_as_under_ddp(parity):
         assert a != b
 
 
+@pytest.mark.parametrize("scenario", ["hook_unseeded", "hook_batchnorm", "hook_no_sync",
+                                      "hook_unused", "hook_wide"])
+def test_ddp_with_the_hook_ends_where_plain_ddp_does(parity, scenario):
+    """DDP kept, its communication tuned through autotune's comm hook: after 30 steps with
+    several configuration switches, parameters and buffers equal plain DDP's on every rank,
+    bit for bit (2 workers: every sum has one order)."""
+    for rank in parity:
+        r = rank[scenario]
+        assert r["session"]["_configs"] >= 3, "the session should have switched configurations"
+        for k in r["ddp"]:
+            assert r["session"][k] == r["ddp"][k], f"{scenario}: {k} differs from DDP's"
+    assert parity[0][scenario]["session"]["_history"] >= 3  # the leader ran trials
+
+
 @pytest.mark.parametrize("misuse, error, says", [
     ("twice", "UsageError", "tuner.no_sync()"),       # two backwards without no_sync()
     ("replaced", "UsageError", "'2.weight'"),         # a parameter replaced after the start
-    ("wrapped", "TypeError", "model.module"),         # a model already wrapped in DDP
+    ("wrapped", "TypeError", "model.module"),         # Session (native) given a DDP model
+    ("dataparallel", "TypeError", "DistributedDataParallel"),  # DataParallel stays an error
+    ("hooked", "UsageError", "comm hook"),            # DDP with a comm hook of its own
     ("different", "ConfigError", "rank 1 (worker"),   # workers built different models
 ])
 def test_misuse_is_a_clear_error_on_every_worker(parity, misuse, error, says):

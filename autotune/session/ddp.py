@@ -1,0 +1,118 @@
+"""Keep DDP, add autotune: the session of a ``DistributedDataParallel`` model.
+
+``autotune.session(ddp_model, ...)`` leaves DDP in charge of everything it owns (the start,
+buffers, ``no_sync``, unused and static-graph handling, buckets and their CUDA streams,
+checkpoints) and tunes how each bucket crosses the wire: autotune's comm hook
+(:class:`~autotune.runtime.ddp_hook.BucketTransport`) averages it under the current
+configuration, a chunk of the bucket on each stream's process group. ``step()`` only
+counts the iteration (DDP has averaged the gradients when backward returns), measures it
+(the slowest worker's time) and, between iterations, puts in force what the leader's
+trial schedule says runs next: the configuration crosses ranks as int64s
+(``RuntimeConfig.encode``) on a gloo group of DDP's ranks, nothing pickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from datetime import timedelta
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from autotune.runtime.config import RuntimeConfig
+from autotune.runtime.errors import UsageError
+from autotune.session.base import DDP, TuningSession
+from autotune.tuning.space import Config, ConfigError, SearchSpace
+
+
+class DDPSession(TuningSession):
+    """The session of a DDP model (module docstring). Made by ``autotune.session(ddp_model,
+    ...)``; arguments: :class:`~autotune.session.base.TuningSession`."""
+
+    def __init__(self, model: DDP, **options: Any) -> None:
+        if not isinstance(model, DDP):
+            raise TypeError(f"DDPSession needs a DistributedDataParallel model, got "
+                            f"{type(model).__name__}: autotune.session(model) picks the kind")
+        super().__init__(model, **options)
+        self.transport: Any = None
+        self._control: Any = None
+        self._ranks: list[int] = []
+        self._t_last = 0.0
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this rank is the first of DDP's group: it tunes, records and shows."""
+        return bool(self._ranks) and dist.get_rank() == self._ranks[0]
+
+    def __enter__(self) -> "DDPSession":
+        from autotune.runtime.ddp_hook import BucketTransport
+        from autotune.runtime.world import discover, local_machine
+
+        group = self.model.process_group
+        self._ranks = list(dist.get_process_group_ranks(group))
+        # the control plane: the leader's configuration and the slowest time, on gloo
+        # whatever DDP's backend (tiny int64 messages), with bounded waits
+        self._control = dist.new_group(self._ranks, backend="gloo",
+                                       timeout=timedelta(seconds=self.timeout))
+        me = self._ranks.index(dist.get_rank())
+        self.info = discover(me, len(self._ranks), "worker", local_machine(), self._control)
+        self.transport = BucketTransport.install(self.model, timeout=self.timeout)
+        self.space = SearchSpace.of(self.transport.limits, allow_lossy=self.allow_lossy,
+                                    fixed=self.fixed)
+        params = [p for p in self.model.module.parameters() if p.requires_grad]
+        try:
+            first = (self._lead(params, dist.get_backend(group)) if self.is_leader
+                     else None)
+            self._apply(first)
+        except BaseException:
+            self.display.settled(None)
+            raise
+        return self
+
+    def step(self) -> None:
+        """After backward (DDP has averaged the gradients): measure the iteration and put
+        the next configuration in force. Collective over DDP's ranks, once per iteration."""
+        elapsed = time.perf_counter() - self._t_last
+        slowest = torch.tensor([elapsed], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=self._control)
+        self.iteration += 1
+        nxt = (self.schedule.next(self.config, float(slowest.item())) if self.is_leader
+               else None)
+        self._apply(nxt)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """DDP's own ``no_sync`` (``ddp_model.no_sync()`` is the same)."""
+        with self.model.no_sync():
+            yield
+
+    def _apply(self, config: Config | None) -> None:
+        """The leader's ``config`` reaches every rank (int64s) and the hook takes it. One
+        the hook cannot run fails alike on every rank: the leader's schedule says what
+        instead (the trial fails, or the fallback)."""
+        n = len(RuntimeConfig().encode())
+        for _ in range(1000):
+            msg = torch.zeros(n, dtype=torch.int64)
+            if self.is_leader:
+                msg[:] = torch.tensor(RuntimeConfig.of(config).encode(), dtype=torch.int64)
+            dist.broadcast(msg, src=self._ranks[0], group=self._control)
+            wanted = RuntimeConfig.decode(msg.tolist())
+            try:
+                self.transport.set_config(wanted)
+                break
+            except ConfigError as exc:
+                if self.is_leader:
+                    config = self.schedule.rejected(config, str(exc))
+        else:  # pragma: no cover - every config in a row failing to apply
+            raise UsageError("no configuration could be applied to the DDP hook: 1000 in a "
+                             "row failed")
+        self.config = {k: wanted[k] for k in self.space.names}
+        self._t_last = time.perf_counter()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.is_leader:
+            self._finish(ok=exc_type is None)
+        return None
+
