@@ -3,8 +3,9 @@ Service on ``torch.distributed`` (BytePS, PHub, AIACC-Training), driven by a
 :class:`~autotune.runtime.config.RuntimeConfig` (its own typed configuration; the runtime
 knows nothing of tuning). See ``docs/runtime.md``.
 
-Import cost: this package imports torch only when :class:`Runtime` is used; the pure plan
-(:func:`make_plan`) and the errors import without it.
+Import cost: this package imports torch only when :class:`Runtime` (or
+:class:`~autotune.runtime.ddp_hook.BucketTransport`, autotune inside DDP) is used; the pure
+plan (:func:`make_plan`) and the errors import without it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from .errors import ConfigError, RuntimeFault, ServerLost, UsageError
 from .plan import Chunk, make_plan, summation_shares
 from .world import WorldInfo
 
-__all__ = ["Chunk", "ConfigError", "Runtime", "RuntimeFault", "ServerLost", "UsageError",
-           "WorldInfo", "make_plan", "summation_shares"]
+__all__ = ["BucketTransport", "Chunk", "ConfigError", "Runtime", "RuntimeFault", "ServerLost",
+           "UsageError", "WorldInfo", "make_plan", "summation_shares"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "Runtime":
         from .core import Runtime
         return Runtime
+    if name == "BucketTransport":
+        from .ddp_hook import BucketTransport
+        return BucketTransport
     raise AttributeError(f"module 'autotune.runtime' has no attribute {name!r}")
