@@ -1,6 +1,8 @@
 """The results store: runs and trials in SQLite, job similarity, warm start.
 
-``Store`` (:mod:`autotune.store.db`) records runs and trials and answers look-ups;
+``Store`` (:mod:`autotune.store.db`) records runs and trials and answers look-ups,
+through :mod:`~autotune.store.connection` (the file), :mod:`~autotune.store.writer`,
+:mod:`~autotune.store.reader` and :mod:`~autotune.store.nearest`;
 :mod:`autotune.store.fingerprint` turns a model or cluster into a small labelled graph;
 :mod:`autotune.store.similarity` measures graph edit distance between jobs;
 :mod:`autotune.store.warmstart` maps the nearest runs' best configs into a new space.

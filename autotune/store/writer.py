@@ -1,0 +1,198 @@
+"""The results store's write side: a run starts (with its model and cluster graphs),
+gets its trials, finishes with what it found; old runs are pruned. Each call is one
+transaction on the :class:`~autotune.store.connection.Connection`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timedelta, timezone
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Mapping
+
+import sqlite_utils
+
+from autotune.store.connection import Connection, StoreError
+from autotune.store.fingerprint import fingerprint, normalize, to_json
+from autotune.store.rows import STATUSES, check_unit, dumps, now
+
+if TYPE_CHECKING:  # pragma: no cover
+    import networkx as nx
+
+
+def parse_age(text: str | float | int | timedelta) -> timedelta:
+    """``"30d"``, ``"12h"``, ``"90m"``, ``"45s"``, ``"2w"`` (or seconds, or a timedelta)."""
+    if isinstance(text, timedelta):
+        return text
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return timedelta(seconds=float(text))
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", str(text))
+    if not m:
+        raise StoreError(f"cannot read the age {text!r}: use a number and a unit, e.g. 30d, 12h, 90m")
+    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[m.group(2)]
+    return timedelta(**{unit: float(m.group(1))})
+
+
+def _spread(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise StoreError(f"{name} is a standard deviation (finite, >= 0), got {value!r}")
+    return value
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class RunWriter:
+    """Records runs and trials in one store file; see :class:`autotune.store.db.Store`,
+    which is how callers reach it."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def start_run(
+        self,
+        *,
+        job: str,
+        world: Mapping[str, Any],
+        backend: str,
+        model_graph: "nx.Graph | None",
+        topology_graph: "nx.Graph | None",
+        space_facts: Mapping[str, Any],
+        simulated: bool = False,
+        unit: str = "samples/s",
+    ) -> int:
+        """Record a new run (status ``running``) with its graphs; returns its id.
+
+        ``unit``: what every score of the run is in, one of
+        :data:`autotune.units.UNITS` (with ``simulated``, ``samples/s`` is recorded as
+        ``simulated samples/s``); runs in different units are never ranked together."""
+        import autotune
+
+        unit = check_unit(unit, bool(simulated))
+
+        mg, tg = normalize(model_graph), normalize(topology_graph)
+        mfp, tfp = fingerprint(mg), fingerprint(tg)
+        world = dict(world)
+        row = {
+            "created": now(), "status": "running", "job": str(job),
+            "autotune_version": autotune.__version__, "torch_version": _version("torch"),
+            "workers": world.get("workers"), "servers": world.get("servers"),
+            "machines": world.get("machines"), "world": dumps(world),
+            "backend": str(backend), "simulated": int(bool(simulated)), "unit": unit,
+            "model_fp": mfp, "topology_fp": tfp, "space_facts": dumps(dict(space_facts)),
+        }
+
+        def write(db: sqlite_utils.Database) -> int:
+            self._put_graph(db, mg, mfp, "model")
+            self._put_graph(db, tg, tfp, "topology")
+            return int(db["runs"].insert(row).last_pk)
+
+        return self.connection.write(write)
+
+    def add_trial(
+        self,
+        run_id: int,
+        *,
+        number: int | None = None,
+        technique: str,
+        config: Mapping[str, Any],
+        iterations: int,
+        score: float | None,
+        error: str | None = None,
+        wall_time: float | None = None,
+        index: int | None = None,
+    ) -> int:
+        """Record one measured configuration (``score`` None and ``error`` set when it
+        failed); returns the trial's id. ``number`` is the trial's place in the run
+        (0, 1, ...); ``index`` is its old name, still accepted (deprecated)."""
+        if number is None and index is None:
+            raise StoreError("add_trial needs the trial's number")
+        if number is not None and index is not None and int(number) != int(index):
+            raise StoreError(f"add_trial got number={number} and index={index}; give number only")
+        number = number if number is not None else index
+        if score is not None and not math.isfinite(float(score)):
+            error = error or f"score {score}"
+            score = None
+        row = {
+            "run": int(run_id), "number": int(number), "technique": str(technique),
+            "config": dumps(dict(config)), "iterations": int(iterations),
+            "score": None if score is None else float(score), "error": error,
+            "wall_time": None if wall_time is None else float(wall_time), "created": now(),
+        }
+
+        def write(db: sqlite_utils.Database) -> int:
+            self._require_run(db, int(run_id))
+            return int(db["trials"].insert(row).last_pk)
+
+        return self.connection.write(write)
+
+    def finish_run(
+        self,
+        run_id: int,
+        *,
+        status: str = "finished",
+        best_config: Mapping[str, Any] | None,
+        best_score: float | None,
+        default_score: float | None = None,
+        best_spread: float | None = None,
+        default_spread: float | None = None,
+    ) -> None:
+        """Record how a run ended and what it found; the spreads are the standard
+        deviations of the per-iteration scores of the kept and of the default
+        configuration (in the run's unit)."""
+        if status not in STATUSES:
+            raise StoreError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+        values = {
+            "best_spread": _spread("best_spread", best_spread),
+            "default_spread": _spread("default_spread", default_spread),
+            "status": status, "finished": now(),
+            "best_config": dumps(dict(best_config)) if best_config is not None else None,
+            "best_score": None if best_score is None else float(best_score),
+            "default_score": None if default_score is None else float(default_score),
+        }
+
+        def write(db: sqlite_utils.Database) -> None:
+            self._require_run(db, int(run_id))
+            db["runs"].update(int(run_id), values)
+
+        self.connection.write(write)
+
+    def prune(self, older_than: str | float | timedelta, *, dry_run: bool = False) -> int:
+        """Delete runs created more than ``older_than`` ago (``"30d"``, seconds or a
+        timedelta), their trials, and graphs no run uses any more. Returns how many runs
+        were (or, with ``dry_run``, would be) deleted."""
+        cutoff = (datetime.now(timezone.utc) - parse_age(older_than)).isoformat(timespec="milliseconds")
+
+        def write(db: sqlite_utils.Database) -> int:
+            n = db.execute("select count(*) from runs where created < ?", [cutoff]).fetchone()[0]
+            if dry_run or n == 0:
+                return n
+            db.execute("delete from trials where run in (select id from runs where created < ?)",
+                       [cutoff])
+            db.execute("delete from runs where created < ?", [cutoff])
+            db.execute(
+                "delete from graphs where fingerprint not in (select model_fp from runs) "
+                "and fingerprint not in (select topology_fp from runs)")
+            return n
+
+        return self.connection.write(write)
+
+    @staticmethod
+    def _put_graph(db: sqlite_utils.Database, g: "nx.Graph", fp: str, kind: str) -> None:
+        db["graphs"].insert(
+            {"fingerprint": fp, "kind": kind, "graph": to_json(g), "nodes": g.number_of_nodes(),
+             "edges": g.number_of_edges(), "created": now()},
+            pk="fingerprint", ignore=True,
+        )
+
+    def _require_run(self, db: sqlite_utils.Database, run_id: int) -> None:
+        if db.execute("select 1 from runs where id = ?", [run_id]).fetchone() is None:
+            raise StoreError(f"no run {run_id} in {self.connection.path}")
