@@ -4,10 +4,11 @@
 :class:`~autotune.runtime.engine.RoundState`, under the active configuration
 (:class:`~autotune.runtime.reconfigure.Active`):
 
-* workers: the first gradient hook of a round *arms* it (one Communication Service job per
-  stream, and a Summation Service job per stream this rank sums for); each hook copies its
-  gradient into the flat input buffer and marks it ready, so chunks leave while backward
-  runs; :meth:`Averager.complete` packs what did not arrive, waits, and writes the
+* workers: the gradient hooks (:meth:`Averager.hook`; inside ``no_sync`` they leave
+  ``.grad`` alone) feed the rounds. The first hook of a round *arms* it (one Communication
+  Service job per stream, and a Summation Service job per stream this rank sums for); each
+  hook copies its gradient into the flat input buffer and marks it ready, so chunks leave
+  while backward runs; :meth:`Averager.complete` packs what did not arrive, waits, and writes the
   averages back into ``.grad`` only once every chunk completed;
 * servers: :meth:`Averager.serve` runs the Summation Service jobs of one round.
 
@@ -19,9 +20,10 @@ into :class:`~autotune.runtime.errors.RuntimeFault` naming the rank to blame.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -41,14 +43,13 @@ class Averager:
 
     def __init__(self, info: WorldInfo, active: Active, layout: Layout, groups: GroupCache,
                  faults: FaultInjector, liveness: Liveness, timeout: float,
-                 lost_peers: Callable[[], list[int]], describe: Callable[[int], str]):
+                 describe: Callable[[int], str]):
         self.active = active
         self.layout = layout
         self.groups = groups
         self.faults = faults
         self.liveness = liveness
         self.timeout = timeout
-        self.lost_peers = lost_peers
         self.describe = describe
         self.info = info
         self.pool = StreamPool(f"autotune-r{info.rank}")
@@ -57,15 +58,59 @@ class Averager:
         self.round = 0                        # averaging rounds started (codecs' iteration)
         self.served = True                    # the round of the last sync has run
         self.accumulating = False             # inside no_sync(): hooks leave .grad alone
+        self._hooks: list[Any] = []           # gradient hooks (workers)
         self._had_grad: list[bool] = []
-        self.last_order: list[int] = []       # ready order of the last completed round
 
     def reset(self) -> None:
         """Forget the open round (after the servers were dropped: it is averaged again)."""
         self.current = None
         self.served = True
 
+    def close(self, timeout: float) -> None:
+        """Remove the gradient hooks, abort the open round and stop the stream threads
+        (waiting up to ``timeout``)."""
+        self.unhook()
+        if self.current is not None:
+            self.current.abort()
+        self.pool.shutdown(timeout=timeout)
+
     # ------------------------------------------------------------------ workers
+    def hook(self, params: Sequence[torch.Tensor], live: Callable[[], bool]) -> None:
+        """Replace the gradient hooks by one per parameter of ``params`` (registration
+        order): each hands its gradient to :meth:`on_grad` while ``live()`` and a layout is
+        active and up to date (else :meth:`complete` packs it, or ``wait()`` says why not)."""
+        self.unhook()
+        self._hooks = [p.register_post_accumulate_grad_hook(self._hook_for(i, live))
+                       for i, p in enumerate(params)]
+
+    def unhook(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def _hook_for(self, index: int, live: Callable[[], bool]) -> Callable[[torch.Tensor], None]:
+        def hook(param: torch.Tensor) -> None:
+            if self.active.setup is None or self.layout.dirty or not live():
+                return
+            self.on_grad(index, param)
+        return hook
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Workers, ``no_sync``: gradient hooks leave ``.grad`` alone inside (nestable).
+        Raises :class:`UsageError` when the open round already sent gradients."""
+        it = self.current
+        if it is not None and any(it.fired):
+            raise UsageError("no_sync() entered after a backward pass that already sent its "
+                             "gradients: run the accumulating backward passes first, inside "
+                             "no_sync(), and the last one outside it")
+        outer = self.accumulating
+        self.accumulating = True
+        try:
+            yield
+        finally:
+            self.accumulating = outer
+
     def arm(self) -> RoundState:
         """The open round, started under the active configuration if there is none."""
         with self._lock:
@@ -124,7 +169,8 @@ class Averager:
 
     def complete(self, repack_all: bool, write: bool = True) -> None:
         """Pack what did not arrive (everything with ``repack_all``), wait for the round
-        and, with ``write``, put the averages into ``.grad``. Raises the round's error."""
+        and, with ``write``, put the averages into ``.grad`` (and let the layout learn the
+        ready order, :meth:`Layout.learn`). Raises the round's error."""
         it = self.current or self.arm()
         params = self.layout.params
         for pos, reg in enumerate(self.layout.order):
@@ -157,7 +203,8 @@ class Averager:
                 "`with tuner.no_sync():` (Runtime.no_sync()), as with DDP")
         if write:
             self._write_back()
-            self.last_order = list(it.order)
+            leader = self.info.rank == self.info.leader
+            self.layout.learn(list(it.order), leader and not repack_all)
 
     def _write_back(self) -> None:
         a = self.active
@@ -171,6 +218,13 @@ class Averager:
                 p.grad.copy_(view)
             elif not self._had_grad[pos] and numel and bool(view.any()):
                 p.grad = view.clone(memory_format=torch.contiguous_format)
+
+    def progress(self) -> tuple[int, int]:
+        """(chunks completed, chunks) of the round under way; (0, 0) if none."""
+        it, setup = self.current, self.active.setup
+        if it is None or setup is None:
+            return (0, 0)
+        return (it.chunks_done, len(setup.plan))
 
     def open(self) -> bool:
         """Whether a round was started (or a push/pull round announced) and not completed."""
@@ -222,6 +276,12 @@ class Averager:
             if err is not None and not isinstance(err, Aborted):
                 it.abort()
         return run
+
+    def lost_peers(self) -> list[int]:
+        """Servers another rank posted as lost that this rank has not dropped yet."""
+        if not self.info.servers:
+            return []
+        return sorted(set(self.liveness.lost()) - set(self.active.lost_servers))
 
     def _await(self, it: RoundState) -> None:
         """Wait for the round's jobs; a stretch of ``timeout`` without progress fails."""

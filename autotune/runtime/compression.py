@@ -18,7 +18,7 @@ error-feedback residuals a rank keeps across iterations and configurations.
   a new registration (other parameters) resets them. A Summation Service's residual is
   kept while it re-encodes exactly the same units with the same codec; otherwise it is
   handed back to a worker (the same process for a worker machine's Summation Service, the
-  leader for a dedicated server, see ``Runtime._apply``) and goes out with that worker's
+  leader for a dedicated server, see ``Active.commit``) and goes out with that worker's
   next gradients.
 """
 
@@ -117,6 +117,13 @@ class Residuals:
                     continue
                 old, new, sizes, total = moves[dtype]
                 ef.relayout(old, new, sizes, numel=total)
+
+    def norms(self) -> dict[str, float]:
+        """L2 norm of what is held back, per ``kind:dtype`` (``worker``: this rank's own
+        encodings; ``summation``: its Summation Service's)."""
+        return {f"{kind}:{d}": ef.norm()
+                for kind, efs in (("worker", self.worker), ("summation", self.summation))
+                for d, ef in sorted(efs.items())}
 
     def summation_pending(self) -> bool:
         return any(ef.allocated and ef.norm() > 0 for ef in self.summation.values())

@@ -1,4 +1,9 @@
-"""The control plane's waits: every collective at an iteration boundary is bounded.
+"""The control plane: its groups, and bounded waits for every collective at an iteration
+boundary.
+
+The control group holds every rank (made at bootstrap); once servers are lost a worker's
+control plane runs over the workers' group instead (:meth:`ControlPlane.without_servers`),
+which also carries the workers-only collectives (``worker_max``, the leader's broadcast).
 
 A rank in ``sync`` waits for the others to finish their iteration: servers wait while the
 workers run forward and backward, workers wait for a worker that evaluates or writes a
@@ -14,7 +19,8 @@ asynchronously and waited on in slices of a second; between slices it
   with its heartbeat thread still running).
 
 Each end is an :class:`~autotune.runtime.engine.OpError` whose ``peers`` are the ranks to
-blame; the runtime turns it into a :class:`~autotune.runtime.errors.RuntimeFault`.
+blame; the runtime turns it into a :class:`~autotune.runtime.errors.RuntimeFault`
+(:class:`~autotune.runtime.blame.Blame`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 from typing import Any, Callable, Sequence
+
+import torch.distributed as dist
 
 from .engine import OpError
 from .faults import Liveness
@@ -34,12 +42,41 @@ def _timed_out(exc: BaseException) -> bool:
 
 
 class ControlPlane:
-    """Bounded waits on ``torch.distributed`` work (see the module docstring)."""
+    """The control group, the workers' group, and bounded waits on ``torch.distributed``
+    work (see the module docstring)."""
 
-    def __init__(self, liveness: Liveness, timeout: float, idle_timeout: float):
+    def __init__(self, liveness: Liveness, timeout: float, idle_timeout: float, group: Any,
+                 workers_group: Any, everyone: Sequence[int], workers: Sequence[int]):
         self.liveness = liveness
         self.timeout = float(timeout)
         self.idle_timeout = max(float(idle_timeout), self.timeout)
+        self.group = group                    # the control group
+        self.members: tuple[int, ...] = tuple(everyone)
+        self.workers_group = workers_group
+        self.workers: tuple[int, ...] = tuple(workers)
+
+    def without_servers(self) -> None:
+        """Servers were given up: the control plane runs over the workers' group now."""
+        self.group, self.members = self.workers_group, self.workers
+
+    def op(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` as a control-plane operation: a collective
+        (``all_reduce``, ``broadcast``) through :meth:`call`, a point-to-point one
+        (``isend``, ``irecv``) through :meth:`wait`, anything else (group creation, DDP's
+        coalesced broadcast, bounded by its group's timeout) called as it is. A failure is
+        an :class:`OpError` naming the members of ``group`` (the workers when it is the
+        workers' group, else the control group's members)."""
+        members = self.workers if kwargs.get("group") is self.workers_group else self.members
+        try:
+            if fn in (dist.all_reduce, dist.broadcast):
+                return self.call(what, fn, *args, members=members, **kwargs)
+            if fn in (dist.isend, dist.irecv):
+                return self.wait(fn(*args, **kwargs), what, members)
+            return fn(*args, **kwargs)
+        except OpError:
+            raise
+        except Exception as e:
+            raise OpError(what, members, e) from e
 
     def call(self, what: str, fn: Callable[..., Any], *args: Any,
              members: Sequence[int], **kwargs: Any) -> None:

@@ -1,12 +1,12 @@
 """Reconfiguration: what each rank does around the vote on a new configuration.
 
-A switch happens in three steps (the :class:`~autotune.runtime.core.Runtime` runs them at a
-``sync`` whose configuration or layout changed):
+A switch happens in three steps (:class:`~autotune.runtime.sync.SyncProtocol` runs them at
+a ``sync`` whose configuration or layout changed):
 
 1. :meth:`Active.prepare` builds the new :class:`~autotune.runtime.prepared.Setup` and its flat
    buffers *aside*, checking the configuration against this rank's gradients and, after a
    server loss, against the groups that still exist. It raises; nothing is changed yet.
-2. every rank votes (the Runtime's control plane); a single failure cancels the switch on
+2. every rank votes (over the control plane); a single failure cancels the switch on
    every rank, so all keep the old configuration;
 3. :meth:`Active.commit` swaps the candidate in and moves the error-feedback residuals
    along (re-laid out when the gradient order changed; a Summation Service's residual
@@ -67,6 +67,10 @@ class Active:
         self.pools: list[BufferPool] = []
         self.residuals = Residuals()          # error feedback, kept across configurations
         self.lost_servers: tuple[int, ...] = ()  # servers given up; the workers go on alone
+
+    def release(self) -> None:
+        """Let go of the buffers (at shutdown)."""
+        self.inp, self.out, self.pools = {}, {}, []
 
     # ------------------------------------------------------------------ step 1
     def prepare(self, config: RuntimeConfig, rows: list[list[int]] | None, version: int,
