@@ -16,7 +16,7 @@ control plane's groups and bounded waits (:mod:`~autotune.runtime.control`), the
 ``sync`` with its vote (:mod:`~autotune.runtime.sync`), reconfiguration
 (:mod:`~autotune.runtime.reconfigure`), the gradient hooks and averaging rounds
 (:mod:`~autotune.runtime.averager`), fault attribution (:mod:`~autotune.runtime.blame`),
-DDP's habits (:mod:`~autotune.runtime.ddp`). The Runtime checks each call against the
+DDP's habits (:mod:`~autotune.runtime.broadcast`). The Runtime checks each call against the
 protocol (:class:`UsageError`) and keeps whether the job was stopped and the runtime shut
 down (whether a fault broke it is :attr:`Blame.broken`).
 
@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from . import ddp
+from . import broadcast
 from .averager import Averager
 from .blame import Blame
 from .bootstrap import Joined, join
@@ -294,10 +294,10 @@ class Runtime:
         (coalesced per dtype over the workers' group, as DDP, bounded by ``timeout``). Every
         worker passes tensors of the same shapes in the same order; ``check=True`` first
         verifies that (one small all-reduce) and raises :class:`ConfigError` naming the
-        first differing rank instead of a garbled broadcast (:mod:`autotune.runtime.ddp`)."""
+        first differing rank instead of a garbled broadcast (:mod:`autotune.runtime.broadcast`)."""
         self._check_alive()
         self._need_worker("broadcast_from_leader")
-        ddp.broadcast_from_leader(tensors, what, check, self.info, self._plane.workers_group,
+        broadcast.broadcast_from_leader(tensors, what, check, self.info, self._plane.workers_group,
                                   self._blame.op, self.describe)
 
     def worker_max(self, x: float) -> float:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from typing import Any, Sequence
+from typing import Any
 
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import Trial, TrialRecord, Tuner
