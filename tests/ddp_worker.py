@@ -101,8 +101,8 @@ def train(build: Callable[[], nn.Module], micro: int, wrap: str, **kw: Any) -> d
     configs = set()
     if wrap == "hook":  # keep DDP: autotune.session(ddp_model) tunes its comm hook
         ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=unused)
-        with autotune.session(ddp, budget=16, store=False, verbose=False, timeout=60, warmup=1,
-                              **kw) as tuner:
+        with autotune.session(ddp, **{"budget": 16, "store": False, "verbose": False,
+                                      "timeout": 60, "warmup": 1, **kw}) as tuner:
             def hook_step() -> None:
                 tuner.step()
                 configs.add(json.dumps(tuner.config, sort_keys=True))
@@ -167,6 +167,8 @@ def parity(out: str) -> None:
                                    ("hook_wide", wide, 1,
                                     {"fixed": {"chunk_bytes": [64 << 10, 256 << 10]}})):
         result[name] = {"ddp": train(build, micro, "ddp"), "session": train(build, micro, "hook", **kw)}
+    result["hook_store"] = train(mlp, 1, "hook", store=True, db=os.path.join(out, "hook.db"),
+                                 job="hook-store")
     result["misuse"] = {k: misuse(k) for k in ("twice", "replaced", "wrapped", "different",
                                                "dataparallel", "hooked")}
     with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:

@@ -112,8 +112,9 @@ class TuningSession:
     def _lead(self, params: Sequence[torch.nn.Parameter], backend: str) -> Config:
         """On the leader: open the run, make the schedule and its Tuners; the first
         configuration to run."""
-        if self.use_store:
-            self._run.open(self.model, self.info, backend, self.space, self.unit)
+        if self.use_store:  # fingerprinted as the module, with or without DDP around it
+            module = self.model.module if isinstance(self.model, DDP) else self.model
+            self._run.open(module, self.info, backend, self.space, self.unit)
         self.trials = TrialDriver(self.space, None, self._run.store, self._run.run_id)
         tuners = JobTuners(self.info, params, techniques=self.techniques,
                            trial_iterations=self.trial_iterations,

@@ -81,6 +81,22 @@ def test_ddp_with_the_hook_ends_where_plain_ddp_does(parity, scenario):
     assert parity[0][scenario]["session"]["_history"] >= 3  # the leader ran trials
 
 
+def test_ddp_with_the_hook_records_its_run_like_a_session(parity, tmp_path_factory):
+    """The DDP mode's leader records the run (finished, its trials, the kept configuration),
+    under the module's fingerprint: the same as the module's without DDP around it."""
+    from autotune.store import Store
+    from autotune.store.fingerprint import fingerprint, model_graph
+
+    import ddp_worker
+
+    db = next(Path(tmp_path_factory.getbasetemp()).glob("ddp_parity*/hook.db"))
+    (run,) = Store(db).runs()
+    assert run["status"] == "finished" and run["job"] == "hook-store" and run["unit"] == "it/s"
+    assert run["best_config"]["transport"] == "allreduce"
+    assert len(Store(db).trials(run["id"])) == parity[0]["hook_store"]["_history"] >= 3
+    assert run["model_fp"] == fingerprint(model_graph(ddp_worker.mlp()))
+
+
 @pytest.mark.parametrize("misuse, error, says", [
     ("twice", "UsageError", "tuner.no_sync()"),       # two backwards without no_sync()
     ("replaced", "UsageError", "'2.weight'"),         # a parameter replaced after the start
