@@ -5,6 +5,7 @@ benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import benchlib  # noqa: E402
+import ddp_hook_bench  # noqa: E402
 from e2e_bench import parse_fixed  # noqa: E402
 from goodput_bench import optimum, parse_settings  # noqa: E402
 from tuning_bench import parse_size  # noqa: E402
@@ -53,3 +55,45 @@ def test_measure_B_under_a_flow_cap_is_the_nic_rate_and_one_flow_the_cap():
     assert link["flow_B"] <= 0.3 * nic, link
     assert link["nic"]["streams"] == 16
     assert "one flow" in benchlib.describe_link(link)
+
+
+def test_ddp_hook_bench_cases_and_summary():
+    assert ddp_hook_bench.parse_cases("uncapped, capped") == ["capped", "uncapped"]
+    with pytest.raises(ValueError):
+        ddp_hook_bench.parse_cases("capped,cloud")
+    M, B = 24 << 20, 48e6
+    link = {"B": B, "flow_B": B / 4}
+    run = {"bytes": M, "best": {"transport": "allreduce", "streams": 4, "chunk_bytes": 1 << 20},
+           "tuning_s": 30.0}
+    case = {"link": link, "servers": 0, "flow_cap": "100mbit",
+            "runs": [dict(run, ddp_times_s=[3.6, 3.7, 3.5], kept_times_s=[1.0, 1.1, 0.9]),
+                     dict(run, ddp_times_s=[3.6], kept_times_s=[1.2])]}
+    row = ddp_hook_bench.summarize_case("capped", case, 4, 0.05)
+    assert row["ddp_s"] == pytest.approx(3.6) and row["hook_s"] == pytest.approx(1.1)
+    assert row["ratios"] == pytest.approx([3.6, 3.0]) and row["ratio_spread"] == [3.0, 3.6]
+    assert row["met"] and row["optimum_s"] == pytest.approx(1.5 * M / B + 0.05)
+    assert row["ddp_bound_s"] == pytest.approx(1.5 * M / (B / 4) + 0.05)
+    servers = dict(case, servers=4, flow_cap=None,
+                   runs=[dict(run, ddp_times_s=[1.0], kept_times_s=[0.98])])
+    row = ddp_hook_bench.summarize_case("servers", servers, 4, 0.05)
+    assert not row["met"] and "no push/pull" in row["why_missed"]
+    assert row["byteps_optimum_s"] < row["optimum_s"]
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_ddp_hook_bench_runs_end_to_end(tmp_path, capsys):
+    """The benchmark, tiny: 2 workers (+ 2 idle server hosts), ResNet-50 at 1/8 width
+    (2 MiB), 4 tuning iterations; every gradient checked exactly (~25 s)."""
+    out = tmp_path / "ddp_hook.json"
+    ddp_hook_bench.main(["--workers", "2", "--model", "resnet50/8", "--budget", "4",
+                         "--measure", "2", "--repeats", "1", "--cases", "servers,uncapped",
+                         "--fwd-ms", "5", "--bwd-ms", "15", "--json", str(out)])
+    res = json.loads(out.read_text())
+    assert [r["case"] for r in res["rows"]] == ["servers", "uncapped"]
+    for r in res["rows"]:
+        assert r["ddp_s"] > 0 and r["hook_s"] > 0 and r["kept_iterations"] == [2]
+        assert r["kept"][0]["transport"] == "allreduce"
+    assert res["raw"]["servers"]["runs"][0]["world"] == 4
+    assert "no push/pull" in capsys.readouterr().out  # said for the servers case
