@@ -179,10 +179,7 @@ def run(a: argparse.Namespace, cases: list[str]) -> dict:
                               + (f" ({k} server hosts idle)" if k else ""))
                     t0 = time.time()
                     job = c.launch(me + ["--seed", str(a.seed + r)], workers=n, servers=k,
-                                   timeout_s=a.timeout, echo=echo,
-                                   # DDPSession makes groups over the workers only; torch
-                                   # then must not barrier the whole world (its default)
-                                   env={"TORCH_DIST_INIT_BARRIER": "0"}).check()
+                                   timeout_s=a.timeout, echo=echo).check()
                     res = job.last_json(MARK)
                     res["wall_s"] = time.time() - t0
                     res["seed"] = a.seed + r

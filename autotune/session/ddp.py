@@ -54,8 +54,11 @@ class DDPSession(TuningSession):
         self._ranks = list(dist.get_process_group_ranks(group))
         # the control plane: the leader's configuration and the slowest time, on gloo
         # whatever DDP's backend (tiny int64 messages), with bounded waits
+        # (DDP's group may be a subgroup: then only its members make the control group)
+        subgroup = len(self._ranks) < dist.get_world_size()
         self._control = dist.new_group(self._ranks, backend="gloo",
-                                       timeout=timedelta(seconds=self.timeout))
+                                       timeout=timedelta(seconds=self.timeout),
+                                       use_local_synchronization=subgroup)
         me = self._ranks.index(dist.get_rank())
         self.info = discover(me, len(self._ranks), "worker", local_machine(), self._control)
         self.transport = BucketTransport.install(self.model, timeout=self.timeout)
