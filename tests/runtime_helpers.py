@@ -5,6 +5,7 @@ Run under ``autotune launch`` (by the tests, through :func:`launch_group`)::
     python tests/runtime_helpers.py sweep OUTDIR     # correctness sweep + error cases
     python tests/runtime_helpers.py faults OUTDIR    # injected fault + retry, killed server
     python tests/runtime_helpers.py stall OUTDIR     # a silent peer -> timeout
+    python tests/runtime_helpers.py staged OUTDIR    # the sweep through host staging
 
 Each worker writes ``OUTDIR/rank<r>.json`` with what it saw; the tests compare. Gradients
 are made by a real backward pass (``loss = sum(p * target)``, so ``p.grad == target``), the
@@ -39,13 +40,13 @@ def combos(servers: int = 2) -> list[tuple[str, int, str, int]]:
     return out
 
 
-def config_of(combo: tuple, streams: int, chunk: int) -> dict:
+def config_of(combo: tuple, streams: int, chunk: int, k_max: int = 2) -> dict:
     """The complete configuration (as ``rt.sync`` returns it: the runtime's space has the
     codec parameters too, at their defaults here)."""
     from autotune.tuning.space import SearchSpace
 
     t, k, intra, root = combo
-    space = SearchSpace.build(k_max=2, workers_per_machine=2, allow_lossy=True)
+    space = SearchSpace.build(k_max=k_max, workers_per_machine=2, allow_lossy=True)
     return space.validate({"streams": streams, "chunk_bytes": chunk, "transport": t,
                            "servers": k if t == "pushpull" else 0, "intra": intra,
                            "reduce_root": root if intra == "root" else 0,
@@ -66,6 +67,20 @@ def sweep_cases(full: bool = False) -> list[tuple[str, dict]]:
         cases.append(("tiny", config_of(c, STREAMS[i % 6], CHUNKS[i % 5])))
     for i, c in enumerate(cs):
         cases.append(("huge", config_of(c, STREAMS[(i + 3) % 6], CHUNKS[(i + 1) % 5])))
+    return cases
+
+
+def staged_cases() -> list[tuple[str, dict]]:
+    """(shape set, config) of the staging launch: 2 workers on one machine and 1 server;
+    every (transport, k, intra) with two (streams, chunk) pairs on the mixed set, then the
+    tiny and huge sets."""
+    cs = combos(servers=1)
+    cases = [("mixed", config_of(c, STREAMS[(i + a) % 6], CHUNKS[(i + 2 * a) % 5], k_max=1))
+             for i, c in enumerate(cs) for a in range(2)]
+    cases += [("tiny", config_of(c, STREAMS[i % 6], CHUNKS[i % 5], k_max=1))
+              for i, c in enumerate(cs)]
+    cases += [("huge", config_of(c, STREAMS[(i + 3) % 6], CHUNKS[(i + 1) % 5], k_max=1))
+              for i, c in enumerate(cs) if i % 3 == 0]
     return cases
 
 
@@ -138,6 +153,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
     info = rt.info
     rank, n = info.rank, len(info.workers)
     active = rt.sync(cfg if rank == info.leader else None)
+    copies = rt._averager.staged_copies  # copies through host staging (AUTOTUNE_STAGE_CPU)
     g = torch.Generator().manual_seed(1000 * it + rank)
     targets = [torch.randn(q.shape, generator=g).to(q.dtype) for q in params]
     for q in params:
@@ -161,7 +177,8 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
     t0 = time.perf_counter()
     rt.wait()
     ms = (time.perf_counter() - t0) * 1000
-    worst, none_ok, ident_ok = 0.0, True, True
+    copies = rt._averager.staged_copies - copies
+    worst, none_ok, ident_ok, exact = 0.0, True, True, True
     for i, q in enumerate(params):
         if use[i] in ("frozen", "none"):  # never registered / never used anywhere
             none_ok &= q.grad is None
@@ -173,9 +190,11 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
         tol = 1e-5 if q.dtype == torch.float32 else 2e-2
         err = ((q.grad.float() - ref.float()).abs() / (ref.float().abs() + 1)).max().item()
         worst = max(worst, err / tol)
+        exact &= torch.equal(q.grad, ref)
         if zero_grads and ids[i] is not None and id(q.grad) != ids[i]:
             ident_ok = False
     return {"config": active, "ratio": worst, "none_ok": none_ok, "ident_ok": ident_ok,
+            "exact": exact, "staged_copies": copies,
             "overlap": overlap, "order": rt.gradient_order, "ms": round(ms, 2),
             "ref_ms": round(t_ref * 1000, 2),
             "total_ms": round((time.perf_counter() - t_start) * 1000, 2)}
@@ -242,6 +261,7 @@ def run_sweep(out: Path, full: bool) -> None:
                                        check_overlap=shape_set != "mixed" and idx % 2 == 0))
     rec["threads"] = [baseline_threads, threading.active_count(), rt.threads]
     rec["groups"] = rt.process_groups
+    rec["staged_copies"] = rt._averager.staged_copies  # CPU gradients: none
 
     # -------- errors, every rank alike, and the group stays usable after each
     base = dict(sweep_cases()[0][1])
@@ -302,6 +322,59 @@ def run_sweep(out: Path, full: bool) -> None:
     rt.sync(stop=True) if leader else rt.sync()
     rt.shutdown()
     rec["stopped"] = rt.stopped
+    (out / f"rank{info.rank}.json").write_text(json.dumps(rec))
+    dist.destroy_process_group()
+
+
+def run_staged(out: Path) -> None:
+    """2 workers + 1 server, ``AUTOTUNE_STAGE_CPU=1``: the CPU gradients go through host
+    staging (Staged copies handed to the rounds, waited for by the stream threads, copied
+    back through ``HostStaging.to_device``), under :func:`staged_cases`; then an injected
+    fault and ``retry()``, which repacks every gradient through staging."""
+    import torch
+    import torch.distributed as dist
+
+    from autotune.runtime import Runtime, RuntimeFault
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rt = Runtime.bootstrap(timeout=120)
+    info = rt.info
+    rec: dict[str, Any] = {"info": info.as_dict(), "cases": [],
+                           "copy_cpu": rt._averager.copy_cpu}
+    wg = dist.new_group(list(info.workers), use_local_synchronization=True)
+    leader = info.rank == info.leader
+    current, params, use = None, [], {}
+    cases = staged_cases()
+    for idx, (shape_set, cfg) in enumerate(cases):
+        if shape_set != current:
+            params, use = _shape_set(shape_set, info.rank)
+            rt.register(params)
+            current = shape_set
+        case = _iteration(rt, wg, params, use, idx, cfg, zero_grads=idx % 3 == 0,
+                          check_overlap=shape_set == "tiny" and idx % 2 == 0)
+        case["used"] = sum(1 for i in use if _used(use[i], info.rank))
+        rec["cases"].append(case)
+    # an injected fault (streams=7 under pushpull), then retry() under another configuration
+    base = dict(cases[0][1])
+    rt.sync({**base, "transport": "pushpull", "servers": 1, "streams": 7} if leader else None)
+    for q in params:
+        q.grad = None
+    g = torch.Generator().manual_seed(4242 + info.rank)
+    targets = [torch.randn(q.shape, generator=g).to(q.dtype) for q in params]
+    torch.stack([(q * t).sum().float() for q, t in zip(params, targets)]).sum().backward()
+    try:
+        rt.wait()
+        rec["injected"] = "NO ERROR"
+    except RuntimeFault as e:
+        rec["injected"] = f"recoverable={e.recoverable}"
+    rt.sync({**base, "transport": "allreduce", "streams": 3, "intra": "scatter"}
+            if leader else None)
+    refs = _reference(params, use, wg, len(info.workers))
+    rt.retry()
+    rec["retry_exact"] = all(torch.equal(q.grad, r) for q, r in zip(params, refs))
+    rt.sync(stop=True) if leader else rt.sync()
+    rt.shutdown()
     (out / f"rank{info.rank}.json").write_text(json.dumps(rec))
     dist.destroy_process_group()
 
@@ -415,5 +488,7 @@ if __name__ == "__main__":
         run_faults(outdir)
     elif mode == "stall":
         run_stall(outdir)
+    elif mode == "staged":
+        run_staged(outdir)
     else:
         raise SystemExit(f"unknown mode {mode}")

@@ -1,7 +1,8 @@
 """The Communication Service: a worker's side of averaging, one job per stream.
 
 A stream walks its chunks in plan order. A chunk leaves as soon as all its gradients are
-in (overlap with backward); the stream keeps ``Setup.send_depth`` chunks on their way out
+in (overlap with backward; a CUDA gradient is in once its staged copy to the host buffer
+has completed, :meth:`RoundState.wait_copies`); the stream keeps ``Setup.send_depth`` chunks on their way out
 and ``Setup.tail_depth`` in flight in all (see :class:`Tail`), each a short pipeline of
 stages:
 
@@ -91,6 +92,7 @@ class CommunicationStream:
         st = self.setup
         for c in st.stream_chunks[self.stream]:
             self.it.wait_ready(c)
+            self.it.wait_copies(c, self.timeout, self.me)  # staged (CUDA) gradients only
             gen = self._stages(c)
             self._place(gen, next(gen, None), tail, sending)
             while len(sending) >= st.send_depth:

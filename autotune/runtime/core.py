@@ -48,6 +48,7 @@ from .groups import GroupCache
 from .layout import Layout
 from .prepared import Setup
 from .reconfigure import Active
+from .staging import stage_cpu_from_env
 from .sync import SyncProtocol
 
 
@@ -60,7 +61,7 @@ class Runtime:
     rank; the broken state); the Runtime runs the protocol between them."""
 
     def __init__(self, joined: Joined, heartbeat: float, control_timeout: float,
-                 faults: FaultInjector | None = None):
+                 faults: FaultInjector | None = None, copy_cpu: bool | None = None):
         info = self.info = joined.info
         self.limits = joined.limits
         self.timeout = float(joined.timeout)
@@ -74,7 +75,8 @@ class Runtime:
         self._layout = Layout()               # registration (workers)
         self._active = Active(info, self._layout, self._groups, self._faults)
         self._averager = Averager(info, self._active, self._layout, self._groups, self._faults,
-                                  self._liveness, self.timeout, joined.describe)
+                                  self._liveness, self.timeout, joined.describe,
+                                  stage_cpu_from_env() if copy_cpu is None else copy_cpu)
         self._blame = Blame(info, self._liveness, joined.describe, self._plane, self._groups,
                             self._active, self._layout, self._averager)
         self._sync = SyncProtocol(info, self.limits, self._layout, self._active, self._groups,
@@ -87,7 +89,8 @@ class Runtime:
     def bootstrap(cls, timeout: float = 300.0, *, role: str | None = None,
                   max_streams: int = Limits.max_streams,
                   control_timeout: float = 3600.0, heartbeat: float = 0.5,
-                  faults: FaultInjector | None = None) -> "Runtime":
+                  faults: FaultInjector | None = None,
+                  copy_cpu: bool | None = None) -> "Runtime":
         """Collective on an initialised ``torch.distributed`` world (every rank, servers
         too): learn roles and machines, create the control and worker groups
         (:func:`~autotune.runtime.bootstrap.join`).
@@ -102,10 +105,12 @@ class Runtime:
         a server is not fatal (see :class:`ServerLost`). ``role``: ``worker`` or
         ``server`` (default ``AUTOTUNE_ROLE``, else worker). Servers adopt the leader's
         ``timeout`` and ``max_streams``. ``faults``: injected faults for tests (default:
-        the rules of ``AUTOTUNE_FAULT``, none when it is unset)."""
+        the rules of ``AUTOTUNE_FAULT``, none when it is unset). ``copy_cpu``: CPU
+        gradients go through host staging too, into the flat buffers and back, as CUDA
+        gradients do (tests; default: ``AUTOTUNE_STAGE_CPU``, off when unset)."""
         joined = join(timeout, role, max_streams)
         faults = faults if faults is not None else FaultInjector.from_env(joined.info.rank)
-        rt = cls(joined, heartbeat, control_timeout, faults)
+        rt = cls(joined, heartbeat, control_timeout, faults, copy_cpu)
         if joined.info.servers:
             streams = min(FALLBACK_STREAMS, joined.limits.max_streams)
             rt._groups.ensure([("ar", s) for s in range(streams)])

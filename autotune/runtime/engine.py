@@ -22,6 +22,8 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
+from .errors import RuntimeFault
+
 
 class Aborted(Exception):
     """The iteration was abandoned (shutdown or another job failed)."""
@@ -208,14 +210,20 @@ class RoundState:
         self.twice: list[int] = []
         self.round = 0        # Context.iteration of the codecs (the same on every worker)
         self.stored = False   # this rank kept an error-feedback residual this round
+        self.copies: dict[int, Any] = {}  # position -> Staged copy into the flat buffer
 
     # ------------------------------------------------------------------ readiness
-    def mark_ready(self, pos: int) -> None:
+    def mark_ready(self, pos: int, staged: Any = None) -> None:
+        """Gradient ``pos`` is in the flat buffer, or, with ``staged`` (a
+        :class:`~autotune.runtime.staging.Staged` copy to the host), on its way there:
+        :meth:`wait_copies` waits for it before its chunks leave."""
         with self._lock:
             if self.fired[pos]:
                 self.twice.append(pos)
                 return
             self.fired[pos] = True
+            if staged is not None:
+                self.copies[pos] = staged
             self.order.append(pos)
             for c in self.tensor_chunks[pos]:
                 self.pending[c] -= 1
@@ -231,6 +239,23 @@ class RoundState:
                 cond.wait(0.5)
             if self.aborted:
                 raise Aborted()
+
+    def wait_copies(self, chunk: Any, timeout: float, rank: int) -> None:
+        """Block until the staged copies of ``chunk``'s gradients are in the host buffer
+        (each at most ``timeout``); nothing to do when none was staged (CPU gradients)."""
+        if not self.copies:
+            return
+        for pos in dict.fromkeys(chunk.tensors):
+            staged = self.copies.get(pos)
+            if staged is None:
+                continue
+            try:
+                staged.wait(timeout)
+            except Exception as e:
+                raise RuntimeFault(
+                    f"rank {rank}, stream {chunk.stream} chunk {chunk.index}: the copy of "
+                    f"gradient {pos} from the GPU to the host buffer failed: {e}",
+                    rank=rank) from e
 
     # ------------------------------------------------------------------ jobs
     def add_jobs(self, n: int) -> None:

@@ -48,6 +48,7 @@ class Candidate:
     relaid: bool              # the layout changed
     reregistered: bool        # some worker registered anew (residuals are reset)
     give_back: bool           # this rank's Summation Service hands its residual back
+    pinned: bool = False      # the buffers are pinned host memory (CUDA gradients)
 
 
 class Active:
@@ -65,6 +66,7 @@ class Active:
         self.inp: dict[str, torch.Tensor] = {}
         self.out: dict[str, torch.Tensor] = {}
         self.pools: list[BufferPool] = []
+        self.pinned = False                   # inp/out are pinned (CUDA gradients staged)
         self.residuals = Residuals()          # error feedback, kept across configurations
         self.lost_servers: tuple[int, ...] = ()  # servers given up; the workers go on alone
 
@@ -92,12 +94,13 @@ class Active:
         if self.lost_servers:
             self._check_without_servers(config)
         setup = build_setup(config, sizes, self.info)
-        inp, out = self._buffers_for(setup)
+        pinned = self.info.is_worker and any(p.is_cuda for p in self.layout.params)
+        inp, out = self._buffers_for(setup, pinned)
         res = self.residuals
         give_back = (not reregistered and res.summation_pending()
                      and (rows is not None or summation_key(setup) != res.summation_key))
         return Candidate(config, setup, inp, out, order, version, rows is not None,
-                         reregistered, give_back)
+                         reregistered, give_back, pinned)
 
     def _check_without_servers(self, config: RuntimeConfig) -> None:
         """After a server loss only groups made before it can be used: all-reduce among the
@@ -109,15 +112,18 @@ class Active:
                 f"workers with intra=flat and at most {FALLBACK_STREAMS} streams is possible "
                 f"now, not {config.as_dict()}")
 
-    def _buffers_for(self, setup: Setup) -> tuple[dict, dict]:
-        """Flat buffers for ``setup`` (workers), reusing the active ones when they fit."""
+    def _buffers_for(self, setup: Setup, pinned: bool) -> tuple[dict, dict]:
+        """Flat buffers for ``setup`` (workers), reusing the active ones when they fit.
+        ``pinned``: page-locked host memory, so that CUDA gradients are staged into them
+        and back without blocking (:mod:`autotune.runtime.staging`)."""
         if not self.info.is_worker:
             return {}, {}
         totals = dict(setup.totals)
-        same = {d: t.numel() for d, t in self.inp.items()} == totals
+        same = ({d: t.numel() for d, t in self.inp.items()} == totals
+                and pinned == self.pinned)
 
         def alloc(d: str, n: int) -> torch.Tensor:
-            return torch.zeros(n, dtype=getattr(torch, d))
+            return torch.zeros(n, dtype=getattr(torch, d), pin_memory=pinned)
 
         inp = self.inp if same else {d: alloc(d, n) for d, n in totals.items()}
         out: dict = {}
@@ -133,7 +139,7 @@ class Active:
         through ``control_op`` (the Runtime's bounded point-to-point)."""
         old, old_order = self.setup, self.layout.order
         self.config, self.setup = cand.config, cand.setup
-        self.inp, self.out = cand.inp, cand.out
+        self.inp, self.out, self.pinned = cand.inp, cand.out, cand.pinned
         self.pools = [BufferPool() for _ in range(cand.setup.streams)]
         if cand.relaid:
             self.layout.adopt(cand.order, cand.version)

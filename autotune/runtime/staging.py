@@ -2,8 +2,8 @@
 
 Where bytes must cross to the host (gloo groups carrying CUDA tensors, push/pull to CPU
 Summation Services, a CPU-only codec), they go through :class:`HostStaging`, the one small
-interface shared by the DDP comm hook (:mod:`autotune.runtime.ddp_hook`) and, later, the
-native runtime:
+interface shared by the DDP comm hook (:mod:`autotune.runtime.ddp_hook`) and the native
+runtime (:mod:`autotune.runtime.averager`: gradients into its flat buffers, averages back):
 
 * :meth:`HostStaging.to_host` starts copying a device tensor into a pinned host buffer on
   the staging (side) CUDA stream, after everything the *producer* (the current stream)
@@ -20,7 +20,9 @@ On CPU tensors the same calls are no copy at all (``to_host`` of a CPU tensor re
 the tensor itself), or a plain synchronous copy into a given buffer, and no stream or
 event exists: CPU tests run exactly the logic of the callers. ``copy_cpu=True`` makes
 CPU staging copy into separate host buffers too (what CUDA does, minus the streams), so
-a CPU test also exercises the copies back.
+a CPU test also exercises the copies back. The native runtime reads it from
+``AUTOTUNE_STAGE_CPU=1`` (:data:`STAGE_CPU_ENV`, read only by :func:`stage_cpu_from_env`)
+unless ``Runtime.bootstrap(copy_cpu=...)`` says otherwise.
 
 CUDA details: host buffers come from ``torch.empty(..., pin_memory=True)`` (PyTorch's
 caching host allocator, which keeps a block until the non-blocking copies that use it
@@ -33,12 +35,21 @@ the producer, the side stream and the consumer is by ``wait_stream`` and events 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Any, Iterator
 
 import torch
 
 from .errors import RuntimeFault
+
+STAGE_CPU_ENV = "AUTOTUNE_STAGE_CPU"
+
+
+def stage_cpu_from_env() -> bool:
+    """Whether ``AUTOTUNE_STAGE_CPU`` asks the native runtime to stage CPU gradients
+    (``copy_cpu=True``, for tests): ``1``/``true``/``yes``."""
+    return os.environ.get(STAGE_CPU_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 class Staged:

@@ -35,9 +35,9 @@ writes ``--json``, and exits 1 if any configuration failed (the other ranks exit
 option or environment it cannot run with is a :class:`SelftestError`, one line, exit 2.
 
 Devices: CPU, or CUDA gradients (``--device cuda``; one GPU per worker, ``LOCAL_RANK``).
-The runtime has no GPU path yet (issue 18): a CUDA gradient is copied synchronously into
-host memory inside its backward hook, and all communication is gloo. The output says so;
-see docs/gpu.md for what has and has not run on GPUs.
+The runtime stages CUDA gradients through pinned host buffers on a side CUDA stream, a
+path never run on a GPU by this project, and all communication is gloo. The output says
+so; see docs/gpu.md for what has and has not run on GPUs.
 
 The modules, in the order a run uses them:
 

@@ -19,9 +19,9 @@ from autotune.selftest.sweep import MiB, label, shapes, sweep
 from autotune.selftest.table import print_table
 
 FLUSH = {"compression": "none"}  # an uncompressed round sends and clears every residual
-RUNTIME_DEVICE_NOTE = ("the runtime has no GPU path yet (issue 18): CUDA gradients are copied "
-                       "synchronously into host memory in the backward hook, and all "
-                       "communication is gloo (no NCCL engine, no GPU codecs)")
+RUNTIME_DEVICE_NOTE = ("the runtime's CUDA path (gradients staged through pinned host "
+                       "buffers on a side CUDA stream) was never run on a GPU by this "
+                       "project; all communication is gloo (no NCCL engine, no GPU codecs)")
 
 
 class _Broken(Exception):

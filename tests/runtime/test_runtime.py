@@ -64,6 +64,15 @@ def test_chunks_leave_during_backward(results: list[dict]) -> None:
     assert checked >= 8
 
 
+def test_cpu_gradients_are_not_staged(results: list[dict]) -> None:
+    """Without AUTOTUNE_STAGE_CPU, CPU gradients are copied into the flat buffers and back
+    directly: no copy goes through host staging (tests/runtime/test_native_staging.py
+    runs the staged path)."""
+    for res in results:
+        assert res["staged_copies"] == 0
+        assert all(case["staged_copies"] == 0 for case in res["cases"])
+
+
 def test_ready_order_is_learnt(results: list[dict]) -> None:
     # mixed set: registration index 5 is used by nobody, so its hook never fires; after the
     # first iteration the leader's observed order puts it last on every rank
