@@ -5,11 +5,11 @@ and alone (no DDP: the compute), in rotation, iteration by iteration; medians of
 slowest rank.
 
     # one GPU, 2 ranks sharing it (DDP over gloo: NCCL refuses two ranks on one device)
-    autotune launch -n 2 benchmarks/ddp_hook_bench.py --device cuda
+    autotune launch -n 2 benchmarks/hook_overhead_bench.py --device cuda
     # one GPU per rank (DDP over NCCL)
-    torchrun --nproc-per-node 8 benchmarks/ddp_hook_bench.py --device cuda
+    torchrun --nproc-per-node 8 benchmarks/hook_overhead_bench.py --device cuda
     # a smoke run on CPU
-    autotune launch -n 2 benchmarks/ddp_hook_bench.py --device cpu --batch 2 --iterations 2
+    autotune launch -n 2 benchmarks/hook_overhead_bench.py --device cpu --batch 2 --iterations 2
 
 Options: ``--model`` (resnet50), ``--batch`` (64), ``--iterations`` (20, after
 ``--warmup`` 3), ``--streams``/``--chunk-mib``/``--compression`` (the hook's
