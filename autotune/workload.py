@@ -15,7 +15,9 @@ compute, DDP's time on it (the reference), and the analytic optimum to compare w
 * :func:`sleepy_model` is that job on fresh parameters of a zoo model's shapes
   (:func:`model_shapes`), with a given forward and backward time.
 * :func:`time_ddp` is the one DDP timing loop: the slowest worker's time per iteration of
-  ``torch.nn.parallel.DistributedDataParallel`` (gloo) on a module.
+  ``torch.nn.parallel.DistributedDataParallel`` (gloo) on a module; :func:`ddp_step_s`
+  its timed iteration, for loops that alternate two DDP models (``autotune selftest
+  --ddp``).
 * :func:`gradient_bytes` is the size of one set of gradients; :func:`optimum_s` the
   fastest an iteration can be (BytePS's formulas); :func:`measure_compute_ms` a zoo
   model's real compute time on this CPU, to emulate; :func:`materialize` gives a
@@ -42,8 +44,8 @@ from autotune.errors import AutotuneError
 from autotune.sim.formulas import allreduce_time, byteps_time
 
 __all__ = ["AverageError", "SPREADS", "SyntheticJob", "WorkloadError", "check_average",
-           "gradient_bytes", "materialize", "measure_compute_ms", "model_shapes",
-           "optimum_s", "sleepy_model", "time_ddp"]
+           "ddp_step_s", "gradient_bytes", "materialize", "measure_compute_ms",
+           "model_shapes", "optimum_s", "sleepy_model", "time_ddp"]
 
 Shapes = Sequence[tuple[str, tuple[int, ...]]]
 #: how the backward's time is spread over the gradients: by their bytes, or evenly
@@ -241,19 +243,28 @@ def time_ddp(module: nn.Module, warmup: int, iterations: int, *, bucket_cap_mb: 
     x = torch.ones(1) if x is None else x
     times = []
     for i in range(warmup + iterations):
-        module.zero_grad(set_to_none=False)
-        dist.barrier(group=process_group)
-        t0 = time.perf_counter()
-        ddp(x).backward()
-        if cuda:
-            torch.cuda.synchronize(device)
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        t = torch.tensor([ddp_step_s(ddp, x, process_group, device)], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=process_group)
         if i >= warmup:
             times.append(float(t))
         if after is not None:
             after(i)
     return times
+
+
+def ddp_step_s(ddp: nn.Module, x: torch.Tensor, barrier_group: Any = None,
+               device: torch.device | None = None) -> float:
+    """One timed iteration of a DDP model (:func:`time_ddp`'s, and ``autotune selftest
+    --ddp``'s): its gradients zeroed in place and a barrier on ``barrier_group``
+    (untimed), then ``ddp(x).backward()`` until DDP has averaged (on a CUDA ``device``,
+    until the device is done too). This worker's seconds."""
+    ddp.module.zero_grad(set_to_none=False)
+    dist.barrier(group=barrier_group)
+    t0 = time.perf_counter()
+    ddp(x).backward()
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
 
 
 def optimum_s(n: int, k: int, M: float, B: float, fwd_s: float) -> float:

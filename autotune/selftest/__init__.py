@@ -34,10 +34,18 @@ stuck peer) ends the sweep, the rest marked ``SKIPPED``. The leader prints a tab
 writes ``--json``, and exits 1 if any configuration failed (the other ranks exit 0); an
 option or environment it cannot run with is a :class:`SelftestError`, one line, exit 2.
 
-Devices: CPU, or CUDA gradients (``--device cuda``; one GPU per worker, ``LOCAL_RANK``).
-The runtime stages CUDA gradients through pinned host buffers on a side CUDA stream, a
-path never run on a GPU by this project, and all communication is gloo. The output says
-so; see docs/gpu.md for what has and has not run on GPUs.
+``--ddp``: the same checks and times for autotune inside real
+``torch.nn.parallel.DistributedDataParallel``, as DDP's comm hook
+(:class:`autotune.runtime.ddp_hook.BucketTransport`), against plain DDP on the same
+iterations (:mod:`autotune.selftest.rank_ddp`): every rank a worker, the hook's space
+(streams x chunk sizes, all-reduce; codecs with ``--lossy``).
+
+Devices: CPU, or CUDA gradients (``--device cuda``: ``cuda:LOCAL_RANK % device_count``,
+so ranks beyond the GPUs share them; under ``--ddp`` DDP's group is then gloo, NCCL
+refusing two ranks on one device). The native runtime stages CUDA gradients through
+pinned host buffers on a side CUDA stream, and its communication is gloo. The output says
+so; see docs/gpu.md for what has and has not run on GPUs (no CUDA path of this package
+has yet).
 
 The modules, in the order a run uses them:
 
@@ -46,7 +54,8 @@ The modules, in the order a run uses them:
 * :mod:`~autotune.selftest.sweep`: which configurations are checked, and the gradients'
   shapes;
 * :mod:`~autotune.selftest.rank`: the program each rank runs (servers serve, workers check
-  and time every configuration, then DDP and ``all_reduce``);
+  and time every configuration, then DDP and ``all_reduce``), and what ``--ddp`` shares;
+* :mod:`~autotune.selftest.rank_ddp`: each rank's program under ``--ddp``;
 * :mod:`~autotune.selftest.bounds`: how far a correct average may differ from
   ``all_reduce``'s;
 * :mod:`~autotune.selftest.table`: the leader's table.
@@ -58,7 +67,12 @@ from __future__ import annotations
 
 from autotune.errors import AutotuneError
 
-__all__ = ["SelftestError"]
+__all__ = ["NO_PUSH_PULL", "SelftestError"]
+
+#: why ``--ddp`` runs without servers (its usage errors say it)
+NO_PUSH_PULL = ("DDP's comm hook has no push/pull: DDP averages inside its own process "
+                "group, where every rank runs the model, and a Summation Service server "
+                "does not")
 
 
 class SelftestError(AutotuneError, ValueError):

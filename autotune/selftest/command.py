@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import click
 
-from autotune.selftest import SelftestError
+from autotune.selftest import NO_PUSH_PULL, SelftestError
 from autotune.selftest.sweep import DTYPES, MiB, shapes
 
 DEFAULT_TIMEOUT = 60.0
@@ -47,6 +47,8 @@ def _forward(opts: Mapping[str, Any]) -> list[str]:
         args.append("--quick")
     if opts["lossy"]:
         args.append("--lossy")
+    if opts["ddp"]:
+        args.append("--ddp")
     if opts.get("json"):
         args += ["--json", os.path.abspath(opts["json"])]
     return args
@@ -62,6 +64,10 @@ def _forward(opts: Mapping[str, Any]) -> list[str]:
 @click.option("--quick", is_flag=True, help="A handful of configurations instead of the sweep.")
 @click.option("--lossy", is_flag=True,
               help="Check the lossy codecs too (fp16, bf16, topk, randomk, onebit, powersgd).")
+@click.option("--ddp", is_flag=True,
+              help="Check and time DDP's comm hook (autotune inside "
+                   "DistributedDataParallel) against plain DDP instead of the native "
+                   "runtime; workers only.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write every result here (the leader).")
 @click.option("--dtypes", default="float32", show_default=True,
@@ -77,7 +83,7 @@ def _forward(opts: Mapping[str, Any]) -> list[str]:
               help="Outside a job: and this many servers (default 1).")
 @click.option("--machines", "-m", type=int, default=None,
               help="Outside a job: emulate this many machines (see autotune launch).")
-def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: bool,
+def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, ddp: bool,
              json_path: str | None, dtypes: str, device: str, timeout: float, seed: int,
              workers: int | None, servers: int | None, machines: int | None) -> None:
     """Check the runtime's averages against all_reduce and time them against DDP.
@@ -85,16 +91,17 @@ def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: boo
     Inside a job (torchrun, autotune launch: RANK and WORLD_SIZE set) this process is one
     rank: servers serve, workers sweep the configurations, the leader prints the table.
     Outside one it starts the job on this machine (--workers, --servers, --machines).
-    Exit code 1 if any configuration failed, 2 for an option it cannot run with. See
-    docs/gpu.md."""
+    With --ddp every rank runs real DDP, with autotune's comm hook and without (one GPU
+    check: autotune selftest --ddp --device cuda -n 2). Exit code 1 if any configuration
+    failed, 2 for an option it cannot run with. See docs/gpu.md."""
     try:
-        _run(size, tensors, iterations, quick, lossy, json_path, dtypes, device, timeout,
-             seed, workers, servers, machines)
+        _run(size, tensors, iterations, quick, lossy, ddp, json_path, dtypes, device,
+             timeout, seed, workers, servers, machines)
     except SelftestError as exc:
         raise _OneLine(str(exc)) from None
 
 
-def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool,
+def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, ddp: bool,
          json_path: str | None, dtypes: str, device: str, timeout: float, seed: int,
          workers: int | None, servers: int | None, machines: int | None) -> None:
     """The command's work; exits with the job's code, raises :class:`SelftestError`."""
@@ -104,8 +111,14 @@ def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool,
         raise SelftestError(f"--iterations must be >= 1, got {iterations}")
     if timeout <= 0:
         raise SelftestError(f"--timeout must be > 0, got {timeout}")
+    if ddp and servers:
+        raise SelftestError(f"--ddp with --servers {servers}: {NO_PUSH_PULL}")
+    if ddp and machines is not None:
+        raise SelftestError("--ddp with --machines: DDP's comm hook averages among DDP's "
+                            "ranks, intra flat, without a machine layout; emulated machines "
+                            "would change nothing")
     opts = {"size": size, "tensors": tensors, "iterations": iterations, "quick": quick,
-            "lossy": lossy, "json": json_path, "dtypes": _parse_dtypes(dtypes),
+            "lossy": lossy, "ddp": ddp, "json": json_path, "dtypes": _parse_dtypes(dtypes),
             "device": device, "timeout": timeout, "seed": seed}
     shapes(int(size * MiB), tensors)  # (checks --tensors)
     if _in_job():
@@ -118,7 +131,7 @@ def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool,
     from autotune.launch import check_world, run_job
 
     n = 2 if workers is None else workers
-    k = 1 if servers is None else servers
+    k = 0 if ddp else 1 if servers is None else servers
     check_world(n, k, machines)
     sys.exit(run_job(["-m", "autotune.selftest", *_forward(opts)], n, k, machines, 30.0))
 

@@ -40,23 +40,36 @@ def _intra_modes(workers_per_machine: int) -> list[tuple[str, int]]:
     return [("flat", 0), ("root", 0), ("root", workers_per_machine - 1), ("scatter", 0)]
 
 
+def sweep_of(limits: Any, quick: bool = False, lossy: bool = False) -> list[dict[str, Any]]:
+    """:func:`sweep` over what ``limits`` (a :class:`autotune.runtime.config.Limits`)
+    allows: the native runtime's (``rt.limits``) or DDP's comm hook's
+    (``BucketTransport.limits``: all-reduce, intra flat, no servers)."""
+    return sweep(limits.workers_per_machine, limits.servers, limits.max_streams,
+                 quick=quick, lossy=lossy, transports=tuple(limits.transports))
+
+
 def sweep(workers_per_machine: int, servers: int, max_streams: int | None = None,
-          quick: bool = False, lossy: bool = False) -> list[dict[str, Any]]:
+          quick: bool = False, lossy: bool = False,
+          transports: Sequence[str] = ("allreduce", "pushpull")) -> list[dict[str, Any]]:
     """The configurations to check, in run order (plain dicts for ``rt.sync``).
 
     Full: every (transport, servers, intra mode) meets two (streams, chunk) pairs, all of
     :data:`STREAMS` and :data:`CHUNKS` covered; push/pull runs with ``k`` = 0 (the worker
-    machines' own Summation Services) up to ``servers``. ``quick``: a handful that still
-    covers both transports, several streams and chunk sizes, and an intra mode where a
-    machine has several workers. ``lossy``: every codec after the lossless ones (with
-    ``compress_min_bytes`` = 64 KiB, so they apply to most chunks). ``max_streams``: the
-    job's limit (default: the runtime's, :class:`autotune.runtime.config.Limits`)."""
+    machines' own Summation Services) up to ``servers``. Where only one (transport, intra)
+    exists (all-reduce alone with one worker per machine: DDP's comm hook), it meets every
+    (streams, chunk) pair. ``quick``: a handful that still covers the transports, several
+    streams and chunk sizes, and an intra mode where a machine has several workers.
+    ``lossy``: every codec after the lossless ones (with ``compress_min_bytes`` = 64 KiB,
+    so they apply to most chunks). ``max_streams``: the job's limit (default: the
+    runtime's, :class:`autotune.runtime.config.Limits`). ``transports``: those the job
+    offers (push/pull only where listed)."""
     if max_streams is None:
         from autotune.runtime.config import Limits
 
         max_streams = Limits().max_streams
     streams = [s for s in STREAMS if s <= max_streams] or [1]
     intras = _intra_modes(workers_per_machine)
+    pushpull = "pushpull" in transports
     out: list[dict[str, Any]] = []
 
     def add(transport: str, k: int, s: int, chunk: int, intra: tuple[str, int] = ("flat", 0),
@@ -74,24 +87,34 @@ def sweep(workers_per_machine: int, servers: int, max_streams: int | None = None
         add("allreduce", 0, 4, 64 * KiB)
         if several:
             add("allreduce", 0, 2, 1 * MiB, ("scatter", 0))
-        add("pushpull", servers, 2, 64 * KiB)
-        if servers:
-            add("pushpull", 0, 2, 1 * MiB)
-        if several:
-            add("pushpull", servers, 1, 1 * MiB, ("root", workers_per_machine - 1))
+        if not pushpull:
+            add("allreduce", 0, 2, 1 * MiB)
+        else:
+            add("pushpull", servers, 2, 64 * KiB)
+            if servers:
+                add("pushpull", 0, 2, 1 * MiB)
+            if several:
+                add("pushpull", servers, 1, 1 * MiB, ("root", workers_per_machine - 1))
     else:
         combos = [("allreduce", 0, i) for i in intras]
-        combos += [("pushpull", k, i) for k in range(servers + 1) for i in intras]
-        for n, (t, k, intra) in enumerate(combos):
-            for a in range(2):
-                add(t, k, streams[(n + a) % len(streams)], CHUNKS[(n + 2 * a) % len(CHUNKS)],
-                    intra)
+        if pushpull:
+            combos += [("pushpull", k, i) for k in range(servers + 1) for i in intras]
+        if len(combos) == 1:  # one transport, one intra mode: the whole grid
+            (t, k, intra), = combos
+            for s in streams:
+                for chunk in CHUNKS:
+                    add(t, k, s, chunk, intra)
+        else:
+            for n, (t, k, intra) in enumerate(combos):
+                for a in range(2):
+                    add(t, k, streams[(n + a) % len(streams)],
+                        CHUNKS[(n + 2 * a) % len(CHUNKS)], intra)
     if lossy:
         base = {"compress_min_bytes": 64 * KiB}
-        pp = ("pushpull", servers)
+        pp = ("pushpull", servers) if pushpull else ("allreduce", 0)
         for n, codec in enumerate(LOSSY_CODECS):
             places = [("allreduce", 0)] if quick and n % 2 == 0 else \
-                [pp] if quick else [("allreduce", 0), pp]
+                [pp] if quick else list(dict.fromkeys([("allreduce", 0), pp]))
             for m, (t, k) in enumerate(places):
                 intra = intras[(n + m) % len(intras)] if not quick else ("flat", 0)
                 add(t, k, 2, 256 * KiB, intra, compression=codec, **base)

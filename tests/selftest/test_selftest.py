@@ -1,7 +1,7 @@
 """``autotune selftest``: its sweep and bounds, its usage errors (one line, exit 2), then
 real jobs (2 workers + 1 server on loopback, gloo) under ``autotune launch`` and through
 ``autotune selftest`` itself, one passing and one with injected faults that must be
-reported as FAILED."""
+reported as FAILED, and ``--ddp`` (DDP's comm hook in real DDP, 2 workers)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import torch
 
 from autotune.errors import AutotuneError
 from autotune.runtime.config import Limits, RuntimeConfig
-from autotune.selftest import SelftestError
-from autotune.selftest.bounds import half_codec_bound, lossless_bound, norm_factor
-from autotune.selftest.sweep import LOSSY_CODECS, label, shapes, sweep
+from autotune.selftest import NO_PUSH_PULL, SelftestError
+from autotune.selftest.bounds import TINY, half_codec_bound, lossless_bound, norm_factor
+from autotune.selftest.sweep import CHUNKS, LOSSY_CODECS, STREAMS, label, shapes, sweep, sweep_of
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTOTUNE = Path(sys.executable).parent / "autotune"  # the console script: a Python file
@@ -53,6 +53,26 @@ def test_the_sweep_takes_the_stream_limit_from_the_runtime() -> None:
     capped = sweep(2, 1, max_streams=2)
     assert max(c["streams"] for c in capped) == 2
     assert max(c["streams"] for c in sweep(2, 1)) == 4
+
+
+#: what DDP's comm hook runs (``BucketTransport.limits``: all-reduce, flat, no servers)
+HOOK_LIMITS = Limits(servers=0, workers_per_machine=1, max_streams=16,
+                     transports=("allreduce",))
+
+
+def test_the_hook_sweep_is_every_stream_and_chunk_and_only_all_reduce() -> None:
+    full = sweep_of(HOOK_LIMITS, lossy=True)
+    for cfg in full:
+        RuntimeConfig.of(cfg).check(HOOK_LIMITS)
+        assert cfg["transport"] == "allreduce" and cfg["intra"] == "flat"
+    lossless = [(c["streams"], c["chunk_bytes"]) for c in full if c["compression"] == "none"]
+    assert sorted(lossless) == sorted((s, c) for s in STREAMS for c in CHUNKS)
+    assert {c["compression"] for c in full} - {"none"} == set(LOSSY_CODECS)
+    quick = sweep_of(HOOK_LIMITS, quick=True)
+    assert 3 <= len(quick) <= 6 and len({c["streams"] for c in quick}) >= 2
+    # the native runtime's sweep is the same function of its own limits
+    native = Limits(servers=1, workers_per_machine=2)
+    assert sweep_of(native, lossy=True) == sweep(2, 1, native.max_streams, lossy=True)
 
 
 def test_shapes_hold_the_size_and_spread() -> None:
@@ -93,6 +113,32 @@ def test_lossless_bound_admits_another_order_and_nothing_more(dtype: str) -> Non
                                                              dtype)).all()
 
 
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_the_bound_for_dividing_first(n: int) -> None:
+    """DDP divides every gradient by ``n`` before the sum: within ``divided_first``'s
+    bound of the sum divided afterwards; nothing is added but the subnormal floor where
+    ``n`` is a power of two (the division is exact)."""
+    g = torch.Generator().manual_seed(n)
+    parts = [torch.randn(50000, generator=g) * 10 ** (i - 2) for i in range(n)]
+    parts[-1] = -sum(parts[:-1]) + parts[-1] * 1e-3  # cancellation: |ref| << sum |g_i|
+    ref = parts[0].clone()
+    for p in parts[1:]:
+        ref += p
+    ref /= n
+    got = parts[-1] / n
+    for p in reversed(parts[:-1]):
+        got += p / n
+    abs_sum = sum(p.double().abs() for p in parts)
+    plain = lossless_bound(ref.double(), got.double(), abs_sum, n, "float32")
+    first = lossless_bound(ref.double(), got.double(), abs_sum, n, "float32", True)
+    assert ((ref.double() - got.double()).abs() <= first).all()
+    extra = first - plain
+    if n & (n - 1):
+        assert (extra >= 2.0 ** -24 * abs_sum / n).all()
+    else:
+        assert torch.allclose(extra, torch.full_like(extra, n * TINY["float32"]))
+
+
 def test_codec_bounds() -> None:
     from autotune.runtime.codecs import make_codec
 
@@ -115,6 +161,20 @@ def test_codec_bounds() -> None:
             assert (x - y).norm() <= norm_factor({"compression": name}) * x.norm() * (1 + 1e-5)
 
 
+def test_ddp_takes_gloo_where_two_ranks_share_a_gpu() -> None:
+    """``--ddp``'s process group (the GPU cases cannot run here: the decision alone, from
+    every rank's (on CUDA, device key))."""
+    from autotune.selftest.rank_ddp import backend_for
+
+    assert backend_for([(False, 0), (False, 0)], nccl=True) == ("gloo", "CPU tensors")
+    assert backend_for([(True, 7), (True, 9)], nccl=True) == ("nccl", "one GPU per rank")
+    backend, why = backend_for([(True, 7), (True, 9), (True, 7)], nccl=True)
+    assert backend == "gloo" and "ranks 0 and 2 share a GPU" in why and "NCCL" in why
+    assert backend_for([(True, 7), (True, 9)], nccl=False)[0] == "gloo"
+    with pytest.raises(SelftestError, match=r"ranks \[1\] compute on CUDA"):
+        backend_for([(False, 0), (True, 7)], nccl=True)
+
+
 # ---------------------------------------------------------------------- usage errors
 def test_selftest_error_is_an_autotune_error() -> None:
     assert issubclass(SelftestError, AutotuneError) and issubclass(SelftestError, ValueError)
@@ -127,6 +187,11 @@ def test_selftest_error_is_an_autotune_error() -> None:
     (["--size", "-1"], "Error: --size must be > 0 MiB, got -1.0"),
     (["--dtypes", "float8"], "Error: --dtypes: float8; choose from float32, float16, "
                              "bfloat16"),
+    # the hook mode has no push/pull: DDP's group holds only ranks that run the model
+    (["--ddp", "--servers", "1"], f"Error: --ddp with --servers 1: {NO_PUSH_PULL}"),
+    (["--ddp", "--machines", "2"], "Error: --ddp with --machines: DDP's comm hook averages "
+                                   "among DDP's ranks, intra flat, without a machine layout; "
+                                   "emulated machines would change nothing"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], message: str,
                                                tmp_path: Path) -> None:
@@ -210,3 +275,34 @@ def test_injected_faults_are_reported_failed(tmp_path: Path) -> None:
     assert configure and "rank 1" in configure[0]["error"], configure
     assert sorted(res["failed_lossless"]) == sorted(r["label"] for r in failed)
     assert "FAILED" in log and "configuration(s) failed" in log
+
+
+@pytest.mark.slow
+def test_ddp_selftest_checks_the_hook_in_real_ddp(tmp_path: Path) -> None:
+    """``autotune selftest --ddp``: 2 workers, each with two copies of the model under
+    real DDP (gloo, CPU), one with autotune's comm hook: every configuration of the hook's
+    quick sweep is bit for bit ``all_reduce``'s average (2 ranks), and each has its time
+    against plain DDP's on as many iterations, timed alternately (~15 s)."""
+    out = tmp_path / "ddp.json"
+    code, log = _run([str(AUTOTUNE), "selftest", "--ddp", "--workers", "2", *QUICK,
+                      "--json", str(out)], tmp_path)
+    assert code == 0, log[-6000:]
+    res = json.loads(out.read_text())
+    assert res["mode"] == "ddp" and res["passed"] and not res["failed"]
+    assert res["world"]["workers"] == [0, 1] and res["world"]["servers"] == []
+    assert res["device"] == "cpu" and res["ddp_backend"] == "gloo"
+    rows = res["configs"]
+    assert len(rows) >= 3 and len({(r["config"]["streams"], r["config"]["chunk_bytes"])
+                                   for r in rows}) == len(rows)
+    for r in rows:
+        assert r["passed"] and r["status"] == "exact", r
+        assert r["max_abs"] == 0.0 and r["bound_ratio"] == 0.0
+        cfg = r["config"]
+        assert RuntimeConfig.of(cfg).check(HOOK_LIMITS).as_dict() == cfg
+        assert len(r["times_ms"]) == len(r["ddp_times_ms"]) == 2
+        assert all(t > 0 for t in r["times_ms"] + r["ddp_times_ms"])
+        assert r["vs_ddp"] == pytest.approx(r["ddp_ms"] / r["median_ms"], rel=1e-3)
+    ddp = res["reference"]["ddp"]
+    assert ddp["exact"] and "default hook" in ddp["what"]
+    assert len(ddp["times_ms"]) == 2 * len(rows)
+    assert "DDP ms" in log and "all configurations passed" in log
