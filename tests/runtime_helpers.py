@@ -153,7 +153,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
     info = rt.info
     rank, n = info.rank, len(info.workers)
     active = rt.sync(cfg if rank == info.leader else None)
-    copies = rt._averager.staged_copies  # copies through host staging (AUTOTUNE_STAGE_CPU)
+    copies = rt._averager.copies.staged_copies  # copies through host staging (AUTOTUNE_STAGE_CPU)
     g = torch.Generator().manual_seed(1000 * it + rank)
     targets = [torch.randn(q.shape, generator=g).to(q.dtype) for q in params]
     for q in params:
@@ -177,7 +177,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
     t0 = time.perf_counter()
     rt.wait()
     ms = (time.perf_counter() - t0) * 1000
-    copies = rt._averager.staged_copies - copies
+    copies = rt._averager.copies.staged_copies - copies
     worst, none_ok, ident_ok, exact = 0.0, True, True, True
     for i, q in enumerate(params):
         if use[i] in ("frozen", "none"):  # never registered / never used anywhere
@@ -261,7 +261,7 @@ def run_sweep(out: Path, full: bool) -> None:
                                        check_overlap=shape_set != "mixed" and idx % 2 == 0))
     rec["threads"] = [baseline_threads, threading.active_count(), rt.threads]
     rec["groups"] = rt.process_groups
-    rec["staged_copies"] = rt._averager.staged_copies  # CPU gradients: none
+    rec["staged_copies"] = rt._averager.copies.staged_copies  # CPU gradients: none
 
     # -------- errors, every rank alike, and the group stays usable after each
     base = dict(sweep_cases()[0][1])
@@ -341,7 +341,7 @@ def run_staged(out: Path) -> None:
     rt = Runtime.bootstrap(timeout=120)
     info = rt.info
     rec: dict[str, Any] = {"info": info.as_dict(), "cases": [],
-                           "copy_cpu": rt._averager.copy_cpu}
+                           "copy_cpu": rt._averager.copies.copy_cpu}
     wg = dist.new_group(list(info.workers), use_local_synchronization=True)
     leader = info.rank == info.leader
     current, params, use = None, [], {}

@@ -10,12 +10,14 @@
   hook copies its gradient into the flat input buffer and marks it ready, so chunks leave
   while backward runs; :meth:`Averager.complete` packs what did not arrive, waits, and writes the
   averages back into ``.grad`` only once every chunk completed;
-* CUDA gradients (and CPU ones with ``copy_cpu``, for tests) cross through
-  :class:`~autotune.runtime.staging.HostStaging`: the hook only starts the copy into the
-  (pinned) flat buffer on the side stream and hands its :class:`Staged` to the round, whose
-  stream threads wait for it before the chunk leaves; the averages go back non-blocking
-  (see :meth:`Averager._write_back` for the ordering). CPU gradients are copied as before,
-  with no staging at all;
+* the copies between ``.grad`` and the flat buffers are ``Averager.copies``, a
+  :class:`~autotune.runtime.copies.GradientCopies`. CUDA gradients (and CPU ones with
+  ``copy_cpu``, for tests) cross through :class:`~autotune.runtime.staging.HostStaging`:
+  the hook only starts the copy into the (pinned) flat buffer on the side stream and hands
+  its ``Staged`` to the round, whose stream threads wait for it before the chunk leaves;
+  the averages go back non-blocking (see :meth:`GradientCopies.write_back` for the
+  ordering), and a round's first hook waits for them first
+  (:meth:`GradientCopies.drain`). CPU gradients are copied with no staging at all;
 * servers: :meth:`Averager.serve` runs the Summation Service jobs of one round.
 
 Waits are bounded: a stretch of ``timeout`` without progress, or a peer another rank posted
@@ -34,13 +36,13 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .communication import CommunicationStream
+from .copies import GradientCopies
 from .engine import Aborted, Mailbox, OpError, RoundState, StreamPool
 from .errors import RuntimeFault, UsageError
 from .faults import FaultInjector, Liveness
 from .groups import GroupCache
 from .layout import Layout
 from .reconfigure import Active
-from .staging import HostStaging, Staged
 from .summation import SummationStream
 from .world import WorldInfo
 
@@ -67,10 +69,7 @@ class Averager:
         self.accumulating = False             # inside no_sync(): hooks leave .grad alone
         self._hooks: list[Any] = []           # gradient hooks (workers)
         self._had_grad: list[bool] = []
-        self.copy_cpu = bool(copy_cpu)        # stage CPU gradients too (tests)
-        self._stagers: dict[torch.device, HostStaging] = {}
-        self._last: dict[torch.device, Staged] = {}  # latest copy issued per side stream
-        self.staged_copies = 0                # copies through staging (both ways)
+        self.copies = GradientCopies(active, layout, info.rank, timeout, copy_cpu)
 
     def reset(self) -> None:
         """Forget the open round (after the servers were dropped: it is averaged again)."""
@@ -131,7 +130,7 @@ class Averager:
             setup = a.setup
             if setup is None:
                 raise UsageError("call rt.sync() on all ranks before the first iteration")
-            drained = self._drain()
+            drained = self.copies.drain()
             it = RoundState(setup.plan, setup.tensor_chunks, setup.streams,
                            refused=self.faults.refuses(a.config))
             it.round = self.round
@@ -170,61 +169,8 @@ class Averager:
             return
         staged = None
         if not it.refused and not it.fired[pos]:
-            staged = self._pack(pos, param.grad)
+            staged = self.copies.pack(pos, param.grad)
         it.mark_ready(pos, staged)
-
-    def _pack(self, pos: int, grad: torch.Tensor | None) -> Staged | None:
-        """Copy gradient ``pos`` into the flat input buffer: a CPU gradient at once (no
-        staging unless ``copy_cpu``); a CUDA one is only started, on the staging side
-        stream, and its :class:`Staged` returned for the round to wait on."""
-        setup = self.active.setup
-        numel, dtype = setup.sizes[pos]
-        if numel == 0:
-            return None
-        view = self.active.inp[dtype].narrow(0, setup.offsets[pos], numel)
-        if grad is None:
-            view.zero_()
-        elif grad.is_cuda or self.copy_cpu:
-            return self._note(self._stager(grad.device).to_host(grad, out=view.view(grad.shape)))
-        else:
-            view.view(grad.shape).copy_(grad)
-        return None
-
-    # ------------------------------------------------------------------ staging
-    def _stager(self, device: torch.device) -> HostStaging:
-        st = self._stagers.get(device)
-        if st is None:
-            with self._lock:
-                st = self._stagers.get(device)
-                if st is None:
-                    st = self._stagers[device] = HostStaging(device, copy_cpu=self.copy_cpu)
-        return st
-
-    def _note(self, staged: Staged) -> Staged:
-        """Remember ``staged`` as the latest copy on its side stream (copies on one stream
-        complete in order, so waiting for it waits for every earlier one)."""
-        device = staged.tensor.device if staged.device is None else staged.device
-        self._last[device] = staged
-        self.staged_copies += 1
-        return staged
-
-    def _drain(self) -> RuntimeFault | None:
-        """Before a new round writes into the flat buffers (packing, ``zero_``, the
-        collectives): wait, at most ``timeout``, until every staged copy of earlier rounds
-        has completed, the copies of the averages back into ``.grad`` above all, which read
-        these buffers. By then they are done (they were queued at the last ``wait()``,
-        before this forward pass). The error, if one did not complete."""
-        err = None
-        for device, staged in list(self._last.items()):
-            try:
-                staged.wait(self.timeout)
-            except RuntimeFault as e:
-                err = err or RuntimeFault(
-                    f"rank {self.info.rank}: a copy between {device} and the host buffers "
-                    f"of the previous round did not complete: {e}", rank=self.info.rank)
-                continue  # still pending: the next round waits for it again
-            del self._last[device]
-        return err
 
     def complete(self, repack_all: bool, write: bool = True) -> None:
         """Pack what did not arrive (everything with ``repack_all``), wait for the round
@@ -238,7 +184,7 @@ class Averager:
                 if write:  # (a discarded round sends whatever the buffers hold)
                     g = params[reg].grad
                     if not it.refused:
-                        staged = self._pack(pos, g)
+                        staged = self.copies.pack(pos, g)
                     self._had_grad[pos] = g is not None
                 it.mark_ready(pos, staged)
         if it.refused:
@@ -262,48 +208,9 @@ class Averager:
                 "gradient accumulation run every backward but the last inside "
                 "`with tuner.no_sync():` (Runtime.no_sync()), as with DDP")
         if write:
-            self._write_back()
+            self.copies.write_back(self._had_grad)
             leader = self.info.rank == self.info.leader
             self.layout.learn(list(it.order), leader and not repack_all)
-
-    def _write_back(self) -> None:
-        """The averages into ``.grad``. CPU gradients: plain copies. Staged ones (CUDA, or
-        ``copy_cpu``): non-blocking copies from the (pinned) buffer on the side stream,
-        after the work the current stream has queued; then the current stream waits for
-        them (device side: whatever the caller runs next on it, the optimizer step, sees
-        the averages) and the host goes on at once. The host buffer must not be written
-        again before these copies have read it: the next round's first hook (or
-        ``complete``) waits for the latest copy on each side stream first
-        (:meth:`_drain`, in :meth:`arm`); copies on one stream complete in order. That
-        covers every host-side write into the buffers (``zero_`` of a missing gradient,
-        CPU gradients, the collectives, which start only after a chunk's copies in) and
-        costs nothing in practice: the copies were queued a whole forward pass earlier.
-        (The next round's staged copies into the buffers are on the same side stream, so
-        the device orders those anyway.)"""
-        a = self.active
-        setup = a.setup
-        res = a.out if setup.pushpull else a.inp
-        ordered: dict[torch.device, Staged] = {}
-        for pos, reg in enumerate(self.layout.order):
-            numel, dtype = setup.sizes[pos]
-            p = self.layout.params[reg]
-            view = res[dtype].narrow(0, setup.offsets[pos], numel).view(p.shape)
-            stage = p.is_cuda or self.copy_cpu
-            if p.grad is not None:
-                if stage and numel:
-                    st = self._note(self._stager(p.grad.device).to_device(view, p.grad))
-                    ordered[p.grad.device] = st
-                else:
-                    p.grad.copy_(view)
-            elif not self._had_grad[pos] and numel and bool(view.any()):
-                if stage:
-                    g = torch.empty(p.shape, dtype=p.dtype, device=p.device)
-                    ordered[p.device] = self._note(self._stager(p.device).to_device(view, g))
-                    p.grad = g
-                else:
-                    p.grad = view.clone(memory_format=torch.contiguous_format)
-        for st in ordered.values():  # the latest copy per side stream: all before it too
-            st.order()
 
     def progress(self) -> tuple[int, int]:
         """(chunks completed, chunks) of the round under way; (0, 0) if none."""

@@ -68,6 +68,11 @@ buckets the same calls copy nothing, so CPU tests run the same code.
 **Bounds and errors.** Every stream group is made with ``timeout``, so every collective
 ends (with an error) within it; a staged copy is waited for at most ``timeout``. Every
 error names this rank, the bucket index and the chunk (its stream and elements).
+
+**The pieces.** :class:`BucketTransport` is the hook's state (configuration, stream
+groups, chunk plans, staging) and runs the lossless path; :class:`LossyBuckets` runs the
+lossy path and keeps the residuals per bucket; :class:`ChunkOps` is the bounded,
+error-naming steps (start a collective, wait for it, wait for a staged copy) both take.
 """
 
 # No ``from __future__ import annotations`` here: DDP inspects the hook's annotations
@@ -88,7 +93,7 @@ from .compression import SEED
 from .config import MAX_STREAMS, ConfigError, Limits, RuntimeConfig, Transport
 from .errors import RuntimeFault, UsageError
 from .plan import DTYPE_BYTES, Span, cut, stream_of
-from .staging import HostStaging
+from .staging import HostStaging, Staged
 
 __all__ = ["BucketTransport"]
 
@@ -136,11 +141,11 @@ class BucketTransport:
         self._codec: Optional[Codec] = None
         self._min_bytes = 0
         self._plans: Dict[tuple, List[Tuple[Span, int]]] = {}
-        self._residuals: Dict[int, Tuple[tuple, ErrorFeedback]] = {}
         self._rounds: Dict[int, int] = {}
         self._sizes: Dict[int, int] = {}
         self._staging: Dict[str, HostStaging] = {}
-        self.residual_resets = 0  # residuals started afresh because a bucket was rebuilt
+        self._ops = ChunkOps(self.rank, self.timeout)
+        self._lossy = LossyBuckets(self.world, self._ops)
 
     # ------------------------------------------------------------------ making
     @classmethod
@@ -223,6 +228,8 @@ class BucketTransport:
         return cfg
 
     def _new_group(self, backend: str, stream: int) -> Any:
+        """A new ``backend`` process group over DDP's ranks for ``stream`` (bounded by
+        ``timeout``); its failure named."""
         subgroup = self.world != dist.get_world_size()
         try:
             return dist.new_group(list(self.ranks), timeout=timedelta(seconds=self.timeout),
@@ -233,18 +240,23 @@ class BucketTransport:
                                f"{type(e).__name__}: {e}") from e
 
     # ------------------------------------------------------------------ for tests
+    @property
+    def residual_resets(self) -> int:
+        """Residuals started afresh because DDP rebuilt a bucket."""
+        return self._lossy.resets
+
     def residual_norm(self, bucket_index: int) -> float:
         """L2 norm of what error feedback holds back for bucket ``bucket_index`` here."""
-        held = self._residuals.get(bucket_index)
-        return 0.0 if held is None else held[1].norm()
+        return self._lossy.norm(bucket_index)
 
     def describe(self) -> Dict[str, Any]:
+        """This rank's state: configuration, groups, buckets seen, rounds, residuals."""
         cfg = self._config
         return {"rank": self.rank, "world": self.world, "backend": self._backend,
                 "config": None if cfg is None else cfg.as_dict(),
                 "groups_made": self.groups_made, "buckets": dict(self._sizes),
                 "rounds": dict(self._rounds), "residual_resets": self.residual_resets,
-                "residual_norms": {b: self.residual_norm(b) for b in sorted(self._residuals)}}
+                "residual_norms": self._lossy.norms()}
 
     # ------------------------------------------------------------------ the hook
     @staticmethod
@@ -270,26 +282,27 @@ class BucketTransport:
         stager = self._stager(buf.device)
         host = _host_backend(backend)
         if codec is None:
-            ef = self._residual(bucket, buf, create=False)
-            if ef is not None:  # left from a lossy configuration: goes out now, once
-                ef.fold(buf, whole(0, buf.numel()))
-                del self._residuals[idx]
+            self._lossy.fold_leftover(bucket, buf)
             buf.div_(self.world)
             return self._allreduce(buf, idx, chunks, backend, stager, host)
-        ef = self._residual(bucket, buf, create=True)
-        return self._lossy(buf, idx, rnd, chunks, backend, stager, host, codec, min_bytes, ef)
+        groups = [self._groups[(backend, s)] for s in range(cfg.streams)]
+        return self._lossy.average(bucket, buf, rnd, chunks, groups, stager, host, codec,
+                                   min_bytes)
 
     # ------------------------------------------------------------------ lossless
     def _allreduce(self, buf: torch.Tensor, idx: int, chunks: List[Tuple[Span, int]],
                    backend: str, stager: HostStaging, host: bool) -> torch.futures.Future:
+        """The lossless path: every chunk of ``buf`` (already divided) all-reduced
+        asynchronously on its stream's group, through ``stager`` when ``host``; a future
+        completed (on the side stream) once every chunk's all-reduce has."""
         views = [buf.narrow(0, sp.offset, sp.numel) for sp, _ in chunks]
         staged = [stager.to_host(v) for v in views] if host else []
         futs = []
         for i, (sp, s) in enumerate(chunks):
             piece = (i, sp, s)
-            t = self._staged(staged[i], idx, piece) if host else views[i]
-            work = self._issue(idx, piece, "all-reduce", dist.all_reduce, t,
-                               group=self._groups[(backend, s)], async_op=True)
+            t = self._ops.staged(staged[i], idx, piece) if host else views[i]
+            work = self._ops.issue(idx, piece, "all-reduce", dist.all_reduce, t,
+                                   group=self._groups[(backend, s)], async_op=True)
             futs.append(work.get_future())
         result = stager.future()
 
@@ -301,7 +314,7 @@ class BucketTransport:
                     except Exception as e:
                         i = next((j for j, f in enumerate(futs) if f.done() and _failed(f)), None)
                         piece = None if i is None else (i, *chunks[i])
-                        raise self._fault(idx, piece, "all-reduce", e) from e
+                        raise self._ops.fault(idx, piece, "all-reduce", e) from e
                     for f in futs:  # CUDA: the side stream waits for each chunk's work
                         f.wait()
                     for st, v in zip(staged, views):
@@ -309,46 +322,154 @@ class BucketTransport:
                     result.set_result(buf)
             except BaseException as e:  # the future must complete, or DDP waits forever
                 if not isinstance(e, RuntimeFault):
-                    e = self._fault(idx, None, "completing the bucket", e)
+                    e = self._ops.fault(idx, None, "completing the bucket", e)
                 result.set_exception(e)
 
         torch.futures.collect_all(futs).add_done_callback(done)
         return result
 
-    # ------------------------------------------------------------------ lossy
-    def _lossy(self, buf: torch.Tensor, idx: int, rnd: int, chunks: List[Tuple[Span, int]],
-               backend: str, stager: HostStaging, host: bool, codec: Codec, min_bytes: int,
-               ef: ErrorFeedback) -> torch.futures.Future:
+    # ------------------------------------------------------------------ pieces
+    def _chunks(self, buf: torch.Tensor, cfg: RuntimeConfig) -> List[Tuple[Span, int]]:
+        """The plan of a bucket: (span, stream) per chunk, cached per shape and config."""
+        dtype = str(buf.dtype).rpartition(".")[2]
+        key = (buf.numel(), dtype, cfg.chunk_bytes, cfg.streams)
+        plan = self._plans.get(key)
+        if plan is None:
+            if dtype not in DTYPE_BYTES:
+                raise UsageError(f"rank {self.rank}: a bucket of dtype {buf.dtype} cannot be "
+                                 f"cut (supported: {', '.join(DTYPE_BYTES)})")
+            spans = cut([(buf.numel(), dtype)], cfg.chunk_bytes)
+            plan = self._plans[key] = [(sp, stream_of(i, cfg.streams))
+                                       for i, sp in enumerate(spans)]
+        return plan
+
+    def _stager(self, device: torch.device) -> HostStaging:
+        """The staging of ``device`` (made on first use, one per device)."""
+        key = str(device)
+        st = self._staging.get(key)
+        if st is None:
+            st = self._staging[key] = HostStaging(device, copy_cpu=self.copy_cpu)
+        return st
+
+
+class ChunkOps:
+    """The bounded steps of averaging a bucket's chunks, each error naming its cause:
+    start a collective, wait for one (at most ``timeout``), wait for a staged copy (at
+    most ``timeout``). Every error names this rank (``rank``), the bucket and the chunk
+    (``piece`` = (index, span, stream), where known). Shared by the lossless path of
+    :class:`BucketTransport` and by :class:`LossyBuckets`."""
+
+    def __init__(self, rank: int, timeout: float):
+        self.rank = rank
+        self.timeout = timeout
+
+    def fault(self, idx: int, piece: Optional[Tuple[int, Span, int]], op: str,
+              cause: BaseException) -> RuntimeFault:
+        """An error naming this rank, the bucket and the chunk ``piece`` = (index, span,
+        stream), if known."""
+        where = f"rank {self.rank}: bucket {idx}"
+        if piece is not None:
+            i, sp, s = piece
+            where += (f" chunk {i} (stream {s}, elements {sp.offset}..{sp.offset + sp.numel} "
+                      f"of {sp.dtype})")
+        return RuntimeFault(f"{where}: {op} failed (bound {self.timeout:.0f}s): "
+                            f"{type(cause).__name__}: {cause}")
+
+    def issue(self, idx: int, piece: Tuple[int, Span, int], op: str,
+              fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` (starting the collective ``op``); its failure named."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise self.fault(idx, piece, f"starting the {op}", e) from e
+
+    def wait(self, work: Any, idx: int, piece: Tuple[int, Span, int]) -> None:
+        """Wait for the collective ``work``, at most ``timeout``."""
+        try:
+            ok = work.wait(timedelta(seconds=self.timeout))
+        except Exception as e:
+            raise self.fault(idx, piece, "the collective", e) from e
+        if ok is False:
+            raise self.fault(idx, piece, "the collective",
+                             TimeoutError(f"no completion within {self.timeout:.0f}s"))
+
+    def staged(self, staged: Staged, idx: int, piece: Tuple[int, Span, int]) -> torch.Tensor:
+        """The host tensor of ``staged`` once its copy is done, at most ``timeout``."""
+        try:
+            return staged.wait(self.timeout)
+        except RuntimeFault as e:
+            raise self.fault(idx, piece, "staging to the host", e) from e
+
+
+class LossyBuckets:
+    """The lossy path of :class:`BucketTransport` and the error feedback it keeps: one
+    :class:`~autotune.runtime.codecs.ErrorFeedback` per bucket (``bucket.index()``) over
+    the bucket's elements, which survives switches between lossy configurations and chunk
+    layouts and starts afresh when DDP rebuilt the bucket (``resets`` counts those); see
+    the module docstring. ``world``: the group size; ``ops``: the bounded steps."""
+
+    def __init__(self, world: int, ops: ChunkOps):
+        self.world = world
+        self.ops = ops
+        self._residuals: Dict[int, Tuple[tuple, ErrorFeedback]] = {}
+        self.resets = 0  # residuals started afresh because a bucket was rebuilt
+
+    def norm(self, idx: int) -> float:
+        """L2 norm of what error feedback holds back for bucket ``idx``."""
+        held = self._residuals.get(idx)
+        return 0.0 if held is None else held[1].norm()
+
+    def norms(self) -> Dict[int, float]:
+        """:meth:`norm` of every bucket that holds a residual, by bucket index."""
+        return {b: self.norm(b) for b in sorted(self._residuals)}
+
+    def fold_leftover(self, bucket: Any, buf: torch.Tensor) -> None:
+        """Lossless path: a residual left from a lossy configuration goes out now, once
+        (added into ``buf`` before the division), and is forgotten."""
+        ef = self._residual(bucket, buf, create=False)
+        if ef is not None:
+            ef.fold(buf, whole(0, buf.numel()))
+            del self._residuals[bucket.index()]
+
+    def average(self, bucket: Any, buf: torch.Tensor, rnd: int,
+                chunks: List[Tuple[Span, int]], groups: List[Any], stager: HostStaging,
+                host: bool, codec: Codec, min_bytes: int) -> torch.futures.Future:
+        """Average ``bucket`` (its flat ``buf``, round ``rnd`` of it) under ``codec``,
+        synchronously: every chunk's operation on its stream's group (``groups[s]``),
+        through ``stager`` when ``host``; chunks smaller than ``min_bytes`` uncompressed.
+        An already-completed future of ``buf``."""
+        idx = bucket.index()
+        ef = self._residual(bucket, buf, create=True)
         pending = []
         for i, (sp, s) in enumerate(chunks):
             piece = (i, sp, s)
             view = buf.narrow(0, sp.offset, sp.numel)
             seg = whole(sp.offset, sp.numel)
-            group = self._groups[(backend, s)]
+            group = groups[s]
             if not compresses(sp.nbytes, min_bytes):  # travels as it is, residual included
                 ef.fold(view, seg)
                 view.div_(self.world)
-                t = self._staged(stager.to_host(view), idx, piece) if host else view
-                work = self._issue(idx, piece, "all-reduce", dist.all_reduce, t, group=group,
-                                   async_op=True)
+                t = self.ops.staged(stager.to_host(view), idx, piece) if host else view
+                work = self.ops.issue(idx, piece, "all-reduce", dist.all_reduce, t,
+                                      group=group, async_op=True)
                 pending.append((piece, None, work, t, None, view))
                 continue
             ctx = Context(rnd, idx * CHUNK_IDS + i)
             packed = codec.pack(ef.encode(codec, view, seg, ctx))
-            t = self._staged(stager.to_host(packed), idx, piece) if host else packed
+            t = self.ops.staged(stager.to_host(packed), idx, piece) if host else packed
             if codec.summable:
-                work = self._issue(idx, piece, "compressed all-reduce", dist.all_reduce, t,
-                                   group=group, async_op=True)
+                work = self.ops.issue(idx, piece, "compressed all-reduce", dist.all_reduce,
+                                      t, group=group, async_op=True)
                 out = None
             else:
                 out = (stager.empty(self.world * t.numel(), t.dtype) if host else
                        torch.empty(self.world * t.numel(), dtype=t.dtype, device=t.device))
-                work = self._issue(idx, piece, "all-gather of payloads", all_gather, out, t,
-                                   group=group, async_op=True)
+                work = self.ops.issue(idx, piece, "all-gather of payloads", all_gather, out,
+                                      t, group=group, async_op=True)
             pending.append((piece, ctx, work, t, out, packed))
         for piece, ctx, work, t, out, dev in pending:
             _, sp, _ = piece
-            self._wait(work, idx, piece)
+            self.ops.wait(work, idx, piece)
             view = buf.narrow(0, sp.offset, sp.numel)
             if ctx is None:
                 if host:
@@ -372,28 +493,6 @@ class BucketTransport:
         result.set_result(buf)
         return result
 
-    # ------------------------------------------------------------------ pieces
-    def _chunks(self, buf: torch.Tensor, cfg: RuntimeConfig) -> List[Tuple[Span, int]]:
-        """The plan of a bucket: (span, stream) per chunk, cached per shape and config."""
-        dtype = str(buf.dtype).rpartition(".")[2]
-        key = (buf.numel(), dtype, cfg.chunk_bytes, cfg.streams)
-        plan = self._plans.get(key)
-        if plan is None:
-            if dtype not in DTYPE_BYTES:
-                raise UsageError(f"rank {self.rank}: a bucket of dtype {buf.dtype} cannot be "
-                                 f"cut (supported: {', '.join(DTYPE_BYTES)})")
-            spans = cut([(buf.numel(), dtype)], cfg.chunk_bytes)
-            plan = self._plans[key] = [(sp, stream_of(i, cfg.streams))
-                                       for i, sp in enumerate(spans)]
-        return plan
-
-    def _stager(self, device: torch.device) -> HostStaging:
-        key = str(device)
-        st = self._staging.get(key)
-        if st is None:
-            st = self._staging[key] = HostStaging(device, copy_cpu=self.copy_cpu)
-        return st
-
     def _residual(self, bucket: Any, buf: torch.Tensor, create: bool) -> Optional[ErrorFeedback]:
         """Bucket ``bucket``'s error feedback (made when ``create``); started afresh when
         the bucket is not the one the residual was kept for (DDP rebuilt its buckets)."""
@@ -405,47 +504,13 @@ class BucketTransport:
                tuple(p.data_ptr() for p in bucket.parameters()))
         if held is not None and held[0] != sig:
             del self._residuals[idx]
-            self.residual_resets += 1
+            self.resets += 1
             held = None
         if held is None:
             if not create:
                 return None
             held = self._residuals[idx] = (sig, ErrorFeedback(buf.numel()))
         return held[1]
-
-    def _fault(self, idx: int, piece: Optional[Tuple[int, Span, int]], op: str,
-               cause: BaseException) -> RuntimeFault:
-        """An error naming this rank, the bucket and the chunk ``piece`` = (index, span,
-        stream), if known."""
-        where = f"rank {self.rank}: bucket {idx}"
-        if piece is not None:
-            i, sp, s = piece
-            where += (f" chunk {i} (stream {s}, elements {sp.offset}..{sp.offset + sp.numel} "
-                      f"of {sp.dtype})")
-        return RuntimeFault(f"{where}: {op} failed (bound {self.timeout:.0f}s): "
-                            f"{type(cause).__name__}: {cause}")
-
-    def _issue(self, idx: int, piece: Tuple[int, Span, int], op: str,
-               fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            raise self._fault(idx, piece, f"starting the {op}", e) from e
-
-    def _wait(self, work: Any, idx: int, piece: Tuple[int, Span, int]) -> None:
-        try:
-            ok = work.wait(timedelta(seconds=self.timeout))
-        except Exception as e:
-            raise self._fault(idx, piece, "the collective", e) from e
-        if ok is False:
-            raise self._fault(idx, piece, "the collective",
-                              TimeoutError(f"no completion within {self.timeout:.0f}s"))
-
-    def _staged(self, staged: Any, idx: int, piece: Tuple[int, Span, int]) -> torch.Tensor:
-        try:
-            return staged.wait(self.timeout)
-        except RuntimeFault as e:
-            raise self._fault(idx, piece, "staging to the host", e) from e
 
 
 def _host_backend(backend: str) -> bool:

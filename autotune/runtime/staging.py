@@ -3,7 +3,7 @@
 Where bytes must cross to the host (gloo groups carrying CUDA tensors, push/pull to CPU
 Summation Services, a CPU-only codec), they go through :class:`HostStaging`, the one small
 interface shared by the DDP comm hook (:mod:`autotune.runtime.ddp_hook`) and the native
-runtime (:mod:`autotune.runtime.averager`: gradients into its flat buffers, averages back):
+runtime (:mod:`autotune.runtime.copies`: gradients into its flat buffers, averages back):
 
 * :meth:`HostStaging.to_host` starts copying a device tensor into a pinned host buffer on
   the staging (side) CUDA stream, after everything the *producer* (the current stream)

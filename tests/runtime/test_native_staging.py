@@ -1,5 +1,5 @@
 """The native runtime's host staging (CUDA gradients into pinned flat buffers and back,
-``autotune/runtime/averager.py``), exercised on CPU.
+``autotune/runtime/copies.py``), exercised on CPU.
 
 There is no GPU here, so ONE job of 2 workers + 1 server (``autotune launch``, one machine
 of workers) runs with ``AUTOTUNE_STAGE_CPU=1``: every gradient goes the way a CUDA one
