@@ -1,0 +1,68 @@
+"""Keep DDP, add autotune: the MLP of train_mlp.py under DistributedDataParallel, with its
+communication tuned through autotune's comm hook. The one changed line is marked.
+
+    autotune launch --workers 4 examples/train_ddp.py --steps 300
+    torchrun --nproc-per-node 4 examples/train_ddp.py --steps 300
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import autotune
+
+
+def make_model(width: int = 512, depth: int = 4) -> nn.Module:
+    layers: list[nn.Module] = [nn.Linear(64, width), nn.ReLU()]
+    for _ in range(depth - 1):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    layers.append(nn.Linear(width, 1))
+    return nn.Sequential(*layers)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--budget", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--db", default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    torch.manual_seed(args.seed)
+    model = DDP(make_model())  # DDP as ever: its start, buffers, no_sync, buckets
+    teacher = torch.nn.Linear(64, 1)  # the same target function on every rank (same seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rank = dist.get_rank()
+    gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
+
+    # the one new line: DDP's communication is tuned while it trains
+    with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
+                          job="train_ddp") as tuner:
+        for step in range(args.steps):
+            x = torch.randn(args.batch, 64, generator=gen)
+            with torch.no_grad():
+                y = torch.tanh(teacher(x))
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()  # DDP averages the gradients, through autotune's hook
+            tuner.step()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            if rank == 0 and (step % 50 == 0 or step == args.steps - 1):
+                print(f"step {step:4d}  loss {loss.item():.4f}", flush=True)
+    if rank == 0:
+        from autotune.units import fmt_config
+
+        print(f"kept configuration: {fmt_config(tuner.best)}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
