@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from autotune.errors import ArgumentError
 from autotune.tuning.space import Config, ConfigError, SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.tuner import Trial, TrialRecord, Tuner
@@ -133,11 +134,11 @@ class TrialSchedule:
         listener: Listener | None = None,
     ) -> None:
         if budget < 0:
-            raise ValueError(f"budget must be >= 0, got {budget}")
+            raise ArgumentError(f"budget must be >= 0, got {budget}")
         if warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {warmup}")
+            raise ArgumentError(f"warmup must be >= 0, got {warmup}")
         if cut_short is not None and not 0 < cut_short < 1:
-            raise ValueError(f"cut_short is a fraction in (0, 1) or None, got {cut_short}")
+            raise ArgumentError(f"cut_short is a fraction in (0, 1) or None, got {cut_short}")
         self.space = space
         self.driver = driver
         self._new_tuner = new_tuner

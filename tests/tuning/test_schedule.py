@@ -213,3 +213,12 @@ def test_server_loss_after_lock_keeps_what_still_runs():
     small = SearchSpace.build(k_max=0, max_streams=16, transports=("allreduce",))
     s.servers_lost(small, [2], "gone", cfg)
     assert s.next(cfg, 1.0) == cfg and s.phase == LOCKED
+
+
+@pytest.mark.parametrize("kw, words", [({"budget": -1}, "budget"), ({"warmup": -2}, "warmup"),
+                                       ({"cut_short": 1.5}, "cut_short")])
+def test_bad_arguments_are_autotune_errors_naming_the_argument(kw, words):
+    from autotune.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=words):
+        make(**kw)
