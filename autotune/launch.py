@@ -213,7 +213,17 @@ def launch(workers: int, servers: int, machines: int | None, grace: float, scrip
     if not os.path.exists(script):
         raise click.BadParameter(f"no such script: {script}", param_hint="SCRIPT")
     check_world(workers, servers, machines)  # before the rendezvous store or any process
-    code = run_job([script, *args], workers, servers, machines, grace)
+    from autotune.signals import TerminateAsInterrupt, exit_code
+
+    # Ctrl-C (SIGINT) or SIGTERM: the ranks get SIGTERM (run_job stops them on the way
+    # out; the leader closes its run as aborted), then this exits 130 or 143
+    try:
+        with TerminateAsInterrupt():
+            code = run_job([script, *args], workers, servers, machines, grace)
+    except KeyboardInterrupt as exc:
+        code = exit_code(exc)
+        sys.stderr.write(f"autotune launch: {'stopped by SIGTERM' if code == 143 else 'interrupted'}"
+                         "; the ranks were stopped\n")
     sys.exit(code)
 
 

@@ -132,11 +132,21 @@ def tune(**options: Any) -> None:
     """
     from autotune.store.db import StoreError
 
+    from autotune.signals import TerminateAsInterrupt, exit_code
+
     req = _checked(TuneOptions(**options))
     try:
-        report = _simulated(req) if req.options.simulate is not None else _local(req)
+        # Ctrl-C or SIGTERM: the run is closed as aborted (by the leader rank, which the
+        # launcher stops with SIGTERM, or by the simulated tuner), then exit 130 or 143
+        with TerminateAsInterrupt():
+            report = _simulated(req) if req.options.simulate is not None else _local(req)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt as exc:
+        code = exit_code(exc)
+        click.echo(f"autotune tune: {'stopped by SIGTERM' if code == 143 else 'interrupted'}; "
+                   "the run was closed as aborted", err=True)
+        sys.exit(code)
     if req.options.as_json:
         click.echo(json.dumps(report, indent=1, default=str))
     else:

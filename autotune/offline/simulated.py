@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from autotune.progress import TuningDisplay, describe_trial, kept_summary
 from autotune.runtime.config import RuntimeConfig
+from autotune.signals import shielded, status_of
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 #: the scores' unit as shown (stored as samples/s in a run marked simulated)
@@ -103,9 +104,10 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                 shown.advance(trial.iterations)
                 shown.trial(rec.index, rec.technique, rec.config, rec.score,
                             driver.results()["best_score"], SHOWN_UNIT, rec.error)
-        except BaseException:
-            driver.close("failed")
-            shown.stop()
+        except BaseException as exc:  # Ctrl-C/SIGTERM: aborted, trials kept; else failed
+            with shielded(isinstance(exc, KeyboardInterrupt)):
+                driver.close(status_of(exc))
+                shown.stop()
             raise
         driver.close("finished")
         result = driver.results()

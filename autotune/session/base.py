@@ -20,6 +20,7 @@ from autotune.errors import ArgumentError
 from autotune.session.display import SessionDisplay, report
 from autotune.session.facts import JobTuners
 from autotune.session.record import SessionRun
+from autotune.signals import TerminateAsInterrupt, shielded, status_of
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trials import TrialDriver
@@ -111,7 +112,9 @@ class TuningSession:
     # ------------------------------------------------------------------ the leader
     def _lead(self, params: Sequence[torch.nn.Parameter], backend: str) -> Config:
         """On the leader: open the run, make the schedule and its Tuners; the first
-        configuration to run."""
+        configuration to run. From here until :meth:`_finish`, SIGTERM raises (as
+        KeyboardInterrupt does), so that the run is closed as ``aborted``."""
+        self._signals = TerminateAsInterrupt(on_signal=self._close_now).install()
         if self.use_store:  # fingerprinted as the module, with or without DDP around it
             module = self.model.module if isinstance(self.model, DDP) else self.model
             self._run.open(module, self.info, backend, self.space, self.unit)
@@ -132,14 +135,35 @@ class TuningSession:
                              f"the stored best configuration of job {self._run.job!r}")
         return self.schedule.start(warm, keep=restarted)
 
-    def _finish(self, ok: bool) -> None:
-        """On the leader, when the session ends: stop the display, close the run (as
-        ``finished`` or ``failed``) and, when it went well, print the table."""
-        self.display.settled(self.best if ok else None)
-        if self.trials is not None:
-            self.trials.close("finished" if ok else "failed", kept=self.best)
+    def _finish(self, exc: BaseException | None) -> None:
+        """On the leader, when the session ends (``exc``: the exception that ended it):
+        stop the display, close the run (``finished``; ``aborted`` for Ctrl-C or SIGTERM,
+        with the trials so far and the best of them; ``failed`` otherwise), put SIGTERM's
+        handler back and, when it went well, print the table."""
+        status = status_of(exc)
+        ok = status == "finished"
+        try:
+            with shielded(status == "aborted"):
+                self.display.settled(self.best if ok else None)
+                if self.trials is not None:
+                    self.trials.close(status, kept=self.best)
+        finally:
+            self._restore_signals()
         if ok and self.verbose and self.trials is not None:
             report(self)
+
+    def _close_now(self, signum: int) -> None:
+        """SIGINT or SIGTERM arrived (called from the signal watcher's thread, at once,
+        even while this rank waits in a collective that a stopped peer never joins): close
+        the run as ``aborted`` now; :meth:`_finish` closes it again when the main thread
+        gets there (with the truth, if it carries on)."""
+        if self.trials is not None:
+            self.trials.close("aborted", kept=self.best)
+
+    def _restore_signals(self) -> None:
+        signals = getattr(self, "_signals", None)
+        if signals is not None:
+            signals.restore()
 
     # --------------------------------------------------------------- results
     @property

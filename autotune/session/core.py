@@ -25,6 +25,7 @@ from autotune.runtime.errors import ServerLost, UsageError
 from autotune.session.base import DDP, TuningSession
 from autotune.session.facts import job_space
 from autotune.session.parity import DDPParity
+from autotune.signals import shielded
 from autotune.tuning.space import Config, ConfigError
 
 
@@ -85,6 +86,7 @@ class Session(TuningSession):
         except BaseException:
             # e.g. the workers' models differ: release the runtime, let the error out.
             self.display.settled(None)
+            self._restore_signals()
             self.rt.shutdown()
             raise
         return self
@@ -184,20 +186,29 @@ class Session(TuningSession):
             self.parity.remove()
         if exc_type is not None:
             # Another rank may be waiting in a collective: don't join one, just release.
-            self.display.settled(None)
-            self.rt.shutdown()
-            if self.is_leader:
-                self._finish(ok=False)
+            # Stopped by Ctrl-C/SIGTERM: no further signal cuts the closing short.
+            with shielded(issubclass(exc_type, KeyboardInterrupt)):
+                self.display.settled(None)
+                self.rt.shutdown()
+                if self.is_leader:
+                    self._finish(exc if exc is not None else exc_type())
             return None
-        with warnings.catch_warnings():
-            # The sync after the last step() opened an iteration nobody runs; the runtime
-            # closes it (and says so): expected here.
-            warnings.simplefilter("ignore", RuntimeWarning)
-            if self.is_leader:
-                self.rt.sync(self.config, stop=True)
-            else:
-                self.rt.sync()
+        try:
+            with warnings.catch_warnings():
+                # The sync after the last step() opened an iteration nobody runs; the
+                # runtime closes it (and says so): expected here.
+                warnings.simplefilter("ignore", RuntimeWarning)
+                if self.is_leader:
+                    self.rt.sync(self.config, stop=True)
+                else:
+                    self.rt.sync()
+        except BaseException as stopped:  # e.g. SIGTERM while stopping: close the run
+            with shielded(isinstance(stopped, KeyboardInterrupt)):
+                self.rt.shutdown()
+                if self.is_leader:
+                    self._finish(stopped)
+            raise
         self.rt.shutdown()
         if self.is_leader:
-            self._finish(ok=True)
+            self._finish(None)
         return None

@@ -71,6 +71,7 @@ class DDPSession(TuningSession):
             self._apply(first)
         except BaseException:
             self.display.settled(None)
+            self._restore_signals()
             raise
         return self
 
@@ -116,6 +117,6 @@ class DDPSession(TuningSession):
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.is_leader:
-            self._finish(ok=exc_type is None)
+            self._finish(None if exc_type is None else (exc if exc is not None else exc_type()))
         return None
 

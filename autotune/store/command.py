@@ -85,7 +85,9 @@ RUN_HELP = "RUN is a run id, or 'latest' for the newest run."
 
 
 @db.command("runs")
-@click.option("--status", type=click.Choice(["running", "finished", "failed", "aborted"]), default=None)
+@click.option("--status", type=click.Choice(["running", "finished", "failed", "aborted", "abandoned"]),
+              default=None, help="Only runs shown with this status (abandoned: running, but "
+              "the process that started it, on this host, is gone).")
 @click.option("--job", default=None, help="Only runs of this job name.")
 @click.option("--limit", type=int, default=50, show_default=True)
 @db_options
@@ -318,35 +320,82 @@ def _interactive() -> bool:
     return sys.stdin.isatty()
 
 
+def _age_or_none(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else _age(ctx, param, value)
+
+
 @db.command("prune")
-@click.option("--older-than", "older_than", required=True, callback=_age,
+@click.option("--older-than", "older_than", default=None, callback=_age_or_none,
               help="Age with a unit: 30d, 12h, 90m, 2w.")
+@click.option("--status", type=click.Choice(["running", "finished", "failed", "aborted", "abandoned"]),
+              default=None, help="Only runs shown with this status (e.g. abandoned).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 @db_options
-def prune_cmd(older_than: str, dry_run: bool, yes: bool, db_path: Path | None, as_json: bool) -> None:
-    """Delete runs (and their trials) older than an age.
+def prune_cmd(older_than: str | None, status: str | None, dry_run: bool, yes: bool,
+              db_path: Path | None, as_json: bool) -> None:
+    """Delete runs (and their trials) older than an age and/or of a status.
 
-    Asks before deleting (--yes does not); without a terminal to ask on, it refuses
-    unless --yes is given.
+    Give --older-than, --status, or both. Asks before deleting (--yes does not);
+    without a terminal to ask on, it refuses unless --yes is given.
     """
+    if older_than is None and status is None:
+        raise click.UsageError("give --older-than AGE, --status STATUS, or both")
+
     def plural(n: int) -> str:
         return f"{n} run{'s' if n != 1 else ''}"
 
+    what = " and ".join(([f"older than {older_than}"] if older_than else [])
+                        + ([f"{status}"] if status else []))
     with open_store(db_path) as store:
-        n = _guard(lambda: store.prune(older_than, dry_run=True))
+        n = _guard(lambda: store.prune(older_than, status=status, dry_run=True))
         if not dry_run and n and not yes:
             if not _interactive():
                 raise click.ClickException(
-                    f"would delete {plural(n)} older than {older_than} from {store.path}; "
+                    f"would delete {plural(n)} {what} from {store.path}; "
                     "not asking without a terminal: add --yes to delete (or --dry-run to count)")
-            if not click.confirm(f"delete {plural(n)} older than {older_than} (and their "
+            if not click.confirm(f"delete {plural(n)} {what} (and their "
                                  f"trials) from {store.path}?", default=False):
                 click.echo("nothing deleted")
                 return
         if not dry_run and n:
-            n = _guard(lambda: store.prune(older_than))
+            n = _guard(lambda: store.prune(older_than, status=status))
     if as_json:
         _emit_json({"runs": n, "dry_run": dry_run})
     else:
-        click.echo(f"{'would delete' if dry_run else 'deleted'} {plural(n)} older than {older_than}")
+        click.echo(f"{'would delete' if dry_run else 'deleted'} {plural(n)} {what}")
+
+
+@db.command("close")
+@click.argument("run_ids", metavar="RUN...", nargs=-1)
+@click.option("--abandoned", is_flag=True, help="Close every abandoned run.")
+@click.option("--as", "status", type=click.Choice(["aborted", "failed", "finished"]),
+              default="aborted", show_default=True, help="The status to close them with.")
+@db_options
+def close_cmd(run_ids: tuple[str, ...], abandoned: bool, status: str, db_path: Path | None,
+              as_json: bool) -> None:
+    """Close runs left running (e.g. abandoned: their process is gone) with a finish
+    time; their trials are kept. A run already closed is left as it is.
+
+    RUN is a run id, or 'latest'; --abandoned closes every abandoned run.
+    """
+    if not run_ids and not abandoned:
+        raise click.UsageError("give RUN ids, or --abandoned")
+    out = []
+    with open_store(db_path) as store:
+        ids = [_guard(lambda r=r: store.run(r))["id"] for r in run_ids]
+        if abandoned:
+            ids += [r["id"] for r in _guard(lambda: store.runs(status="abandoned"))]
+        for rid in dict.fromkeys(ids):
+            was = _guard(lambda: store.run(rid))["status"]
+            now_status = _guard(lambda: store.close_run(rid, status))
+            out.append({"run": rid, "was": was, "status": now_status,
+                        "closed": was in ("running", "abandoned")})
+    if as_json:
+        _emit_json(out)
+        return
+    for o in out:
+        click.echo(f"run {o['run']}: {o['was']} -> {o['status']}" if o["closed"]
+                   else f"run {o['run']}: already {o['status']}, left as it is")
+    if not out:
+        click.echo("no runs to close")

@@ -108,10 +108,18 @@ class Store:
             run_id, status=status, best_config=best_config, best_score=best_score,
             default_score=default_score, best_spread=best_spread, default_spread=default_spread)
 
-    def prune(self, older_than: str | float | timedelta, *, dry_run: bool = False) -> int:
-        """Delete runs older than ``older_than``, their trials and unused graphs; returns
-        how many runs. See :meth:`RunWriter.prune <autotune.store.writer.RunWriter.prune>`."""
-        return self._writer.prune(older_than, dry_run=dry_run)
+    def close_run(self, run_id: int, status: str = "aborted") -> str:
+        """Close a run left ``running`` (e.g. abandoned) as ``status``, keeping its
+        trials; returns its stored status. See :meth:`RunWriter.close_run
+        <autotune.store.writer.RunWriter.close_run>`."""
+        return self._writer.close_run(run_id, status)
+
+    def prune(self, older_than: str | float | timedelta | None = None, *,
+              status: str | None = None, dry_run: bool = False) -> int:
+        """Delete runs older than ``older_than`` and/or of a (shown) ``status``, their
+        trials and unused graphs; returns how many runs. See
+        :meth:`RunWriter.prune <autotune.store.writer.RunWriter.prune>`."""
+        return self._writer.prune(older_than, status=status, dry_run=dry_run)
 
     # --------------------------------------------------------------- reading
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from autotune.store.connection import Connection, StoreError
 from autotune.store.fingerprint import from_json
-from autotune.store.rows import check_unit, decode
+from autotune.store.rows import ABANDONED, check_unit, decode
 from autotune.units import UNITS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,12 +69,21 @@ class RunReader:
     def runs(self, *, status: str | None = None, job: str | None = None,
              model: str | None = None, topology: str | None = None,
              limit: int | None = None) -> list[dict]:
-        """Runs, newest first; ``model``/``topology`` match a fingerprint or its prefix."""
-        where, params = _filters(status=status, job=job, model=model, topology=topology)
+        """Runs, newest first; ``model``/``topology`` match a fingerprint or its prefix.
+        ``status`` is the shown one: ``running`` leaves out, and ``abandoned`` keeps
+        only, the running runs whose owner is gone."""
+        derived = status in ("running", ABANDONED)
+        where, params = _filters(status="running" if derived else status, job=job,
+                                 model=model, topology=topology)
         sql = "select * from runs" + where + " order by id desc"
-        if limit is not None:
+        if limit is not None and not derived:
             sql += f" limit {int(limit)}"
-        return [decode("runs", r) for r in self.connection.read(sql, params)]
+        rows = [decode("runs", r) for r in self.connection.read(sql, params)]
+        if derived:
+            rows = [r for r in rows if r["status"] == status]
+            if limit is not None:
+                rows = rows[:int(limit)]
+        return rows
 
     def trials(self, run_id: int | str) -> list[dict]:
         """A run's trials in order."""

@@ -7,6 +7,8 @@ side (:mod:`autotune.store.reader`, :mod:`autotune.store.nearest`).
 from __future__ import annotations
 
 import json
+import os
+import socket
 from datetime import datetime, timezone
 from typing import Any
 
@@ -14,6 +16,9 @@ from autotune.store.connection import StoreError
 from autotune.units import UNITS
 
 STATUSES = ("running", "finished", "failed", "aborted")
+#: what a ``running`` run whose owner process is gone reads as (never stored)
+ABANDONED = "abandoned"
+SHOWN_STATUSES = STATUSES + (ABANDONED,)
 JSON_COLUMNS = {"runs": ("world", "space_facts", "best_config"), "trials": ("config",)}
 
 
@@ -49,11 +54,41 @@ def dumps(value: Any) -> str | None:
 
 
 def decode(table: str, row: dict) -> dict:
-    """A ``runs`` or ``trials`` row with its JSON columns decoded and ``simulated`` a
-    bool (in place; returns ``row``)."""
+    """A ``runs`` or ``trials`` row with its JSON columns decoded, ``simulated`` a
+    bool and a run's ``status`` as shown (:func:`shown_status`: ``abandoned`` when its
+    owner is gone) (in place; returns ``row``)."""
     for col in JSON_COLUMNS[table]:
         if col in row and isinstance(row[col], str):
             row[col] = json.loads(row[col])
     if "simulated" in row:
         row["simulated"] = bool(row["simulated"])
+    if table == "runs" and "status" in row:
+        row["status"] = shown_status(row)
     return row
+
+
+def host() -> str:
+    """This machine's name, as recorded in ``runs.owner_host``."""
+    return socket.gethostname()
+
+
+def owner_gone(row: dict) -> bool:
+    """Whether a run's owner process is known to be gone: recorded on this host and its
+    pid is not alive. An owner on another host (or none recorded) is never judged."""
+    pid, where = row.get("owner_pid"), row.get("owner_host")
+    if pid is None or where is None or where != host():
+        return False
+    if int(pid) == os.getpid():
+        return False
+    from autotune.ranks import pid_alive
+
+    return not pid_alive(int(pid))
+
+
+def shown_status(row: dict) -> str:
+    """A run's status as shown: ``abandoned`` for a ``running`` run whose owner is gone
+    (:func:`owner_gone`), else the stored one."""
+    status = row.get("status")
+    if status == "running" and owner_gone(row):
+        return ABANDONED
+    return status

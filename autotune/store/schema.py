@@ -9,7 +9,7 @@ tables:
   the space's facts, the best configuration and its score, the default's score, the
   unit of every score of the run (``unit``, one of :data:`autotune.units.UNITS`) and
   the spread (standard deviation of the per-iteration scores) of the best and default
-  configurations.
+  configurations, and its owner (``owner_host``, ``owner_pid``: who started it).
 * ``trials``: one measured configuration of a run: number (0, 1, ... in the order
   tried, like Optuna's ``trial.number``), technique, configuration (JSON), iterations,
   score (``NULL`` when it failed, with ``error``), wall time.
@@ -28,7 +28,7 @@ from typing import Callable
 import sqlite_utils
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def _v0_to_v1(db: sqlite_utils.Database) -> None:
@@ -121,11 +121,22 @@ def _v3_to_v4(db: sqlite_utils.Database) -> None:
     db.execute("create index if not exists trials_run_number on trials (run, number)")
 
 
+def _v4_to_v5(db: sqlite_utils.Database) -> None:
+    """A run's owner: ``runs.owner_host`` and ``runs.owner_pid``, the host and process
+    that started it (and should close it). A ``running`` run whose owner is gone (same
+    host, process not alive) reads as ``abandoned``. Older runs did not record an owner:
+    ``NULL``, never shown as abandoned."""
+    runs = db["runs"]
+    runs.add_column("owner_host", str)
+    runs.add_column("owner_pid", int)
+
+
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
     2: _v2_to_v3,
     3: _v3_to_v4,
+    4: _v4_to_v5,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

@@ -6,6 +6,7 @@ transaction on the :class:`~autotune.store.connection.Connection`.
 from __future__ import annotations
 
 import math
+import os
 import re
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
@@ -15,7 +16,8 @@ import sqlite_utils
 
 from autotune.store.connection import Connection, StoreError
 from autotune.store.fingerprint import fingerprint, normalize, to_json
-from autotune.store.rows import STATUSES, check_unit, dumps, now
+from autotune.store.rows import (ABANDONED, SHOWN_STATUSES, STATUSES, check_unit, dumps, host,
+                                 now, owner_gone)
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -88,6 +90,7 @@ class RunWriter:
             "machines": world.get("machines"), "world": dumps(world),
             "backend": str(backend), "simulated": int(bool(simulated)), "unit": unit,
             "model_fp": mfp, "topology_fp": tfp, "space_facts": dumps(dict(space_facts)),
+            "owner_host": host(), "owner_pid": os.getpid(),
         }
 
         def write(db: sqlite_utils.Database) -> int:
@@ -165,23 +168,64 @@ class RunWriter:
 
         self.connection.write(write)
 
-    def prune(self, older_than: str | float | timedelta, *, dry_run: bool = False) -> int:
+    def close_run(self, run_id: int, status: str = "aborted") -> str:
+        """Close a run left ``running`` (e.g. ``abandoned``: its owner is gone) as
+        ``status`` (default ``aborted``) with a finish time now; its trials and what it
+        recorded are kept. A run already closed is left as it is. Returns the run's
+        stored status afterwards."""
+        if status not in STATUSES or status == "running":
+            raise StoreError(f"a run is closed as finished, failed or aborted, got {status!r}")
+
+        def write(db: sqlite_utils.Database) -> str:
+            self._require_run(db, int(run_id))
+            row = db.execute("select status from runs where id = ?", [int(run_id)]).fetchone()
+            if row[0] != "running":
+                return row[0]
+            db["runs"].update(int(run_id), {"status": status, "finished": now()})
+            return status
+
+        return self.connection.write(write)
+
+    def prune(self, older_than: str | float | timedelta | None = None, *,
+              status: str | None = None, dry_run: bool = False) -> int:
         """Delete runs created more than ``older_than`` ago (``"30d"``, seconds or a
-        timedelta), their trials, and graphs no run uses any more. Returns how many runs
-        were (or, with ``dry_run``, would be) deleted."""
-        cutoff = (datetime.now(timezone.utc) - parse_age(older_than)).isoformat(timespec="milliseconds")
+        timedelta) and/or of a shown ``status`` (``abandoned``: running, owner gone),
+        their trials, and graphs no run uses any more. Returns how many runs were (or,
+        with ``dry_run``, would be) deleted."""
+        if older_than is None and status is None:
+            raise StoreError("prune needs an age (older_than) or a status")
+        if status is not None and status not in SHOWN_STATUSES:
+            raise StoreError(f"status must be one of {', '.join(SHOWN_STATUSES)}, got {status!r}")
+        clauses, params = [], []
+        if older_than is not None:
+            cutoff = (datetime.now(timezone.utc) - parse_age(older_than)).isoformat(
+                timespec="milliseconds")
+            clauses.append("created < ?")
+            params.append(cutoff)
+        if status is not None:
+            clauses.append("status = ?")
+            params.append("running" if status == ABANDONED else status)
+        where = " and ".join(clauses)
 
         def write(db: sqlite_utils.Database) -> int:
-            n = db.execute("select count(*) from runs where created < ?", [cutoff]).fetchone()[0]
-            if dry_run or n == 0:
-                return n
-            db.execute("delete from trials where run in (select id from runs where created < ?)",
-                       [cutoff])
-            db.execute("delete from runs where created < ?", [cutoff])
+            rows = db.execute(f"select id, status, owner_host, owner_pid from runs where {where}",
+                              params).fetchall()
+            ids = [r[0] for r in rows]
+            if status in ("running", ABANDONED):
+                gone = {r[0] for r in rows if owner_gone(
+                    {"owner_host": r[2], "owner_pid": r[3]})}
+                ids = [i for i in ids if (i in gone) == (status == ABANDONED)]
+            if dry_run or not ids:
+                return len(ids)
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                db.execute(f"delete from trials where run in ({marks})", chunk)
+                db.execute(f"delete from runs where id in ({marks})", chunk)
             db.execute(
                 "delete from graphs where fingerprint not in (select model_fp from runs) "
                 "and fingerprint not in (select topology_fp from runs)")
-            return n
+            return len(ids)
 
         return self.connection.write(write)
 

@@ -37,7 +37,7 @@ def test_a_v3_store_migrates_to_v4_with_units_inferred_and_trials_numbered(tmp_p
     path = tmp_path / "v3.db"
     _v3_file(path)
     with Store(path) as s:
-        assert s.schema_version == schema.SCHEMA_VERSION == 4
+        assert s.schema_version == schema.SCHEMA_VERSION >= 4
         units = {r["id"]: r["unit"] for r in s.runs()}
         # simulated runs scored simulated samples/s, local `autotune tune` it/s; others unknown
         assert units == {1: "simulated samples/s", 2: "it/s", 3: None}

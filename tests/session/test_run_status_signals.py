@@ -1,0 +1,146 @@
+"""Issue 28: a run's status is always true. Real processes: ``autotune launch`` (and
+``autotune tune``) stopped by SIGINT or SIGTERM closes the run as ``aborted`` with a
+finish time, its trials kept; a leader rank SIGKILLed leaves a run that ``db runs``
+shows as ``abandoned``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _store_runs(db: Path) -> list[dict]:
+    from autotune.store import Store, StoreError
+
+    if not db.exists():
+        return []
+    try:
+        with Store(db, create=False) as s:
+            return [{**r, "trials": len(s.trials(r["id"]))} for r in s.runs()]
+    except StoreError:
+        return []
+
+
+def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+                                [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])})
+
+
+def _wait_for_trials(proc: subprocess.Popen, db: Path, n: int = 2, timeout: float = 60) -> dict:
+    """The job's run once it has ``n`` trials recorded."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = _store_runs(db)
+        if runs and runs[0]["trials"] >= n:
+            return runs[0]
+        if proc.poll() is not None:
+            pytest.fail(f"the job ended first: {proc.stdout.read()[-3000:]}")
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"no run with {n} trials in {db} after {timeout} s")
+
+
+def _launch(tmp_path: Path, script: str = "train_mlp.py") -> tuple[subprocess.Popen, Path]:
+    db = tmp_path / "x.db"
+    proc = _start(["launch", "--workers", "2", str(ROOT / "examples" / script),
+                   "--steps", "100000", "--budget", "100000", "--db", str(db)], tmp_path)
+    return proc, db
+
+
+def _ended(proc: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"did not end after the signal: {out[-3000:]}")
+    return proc.returncode, out
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_launch_stopped_by_a_signal_closes_the_run_as_aborted(tmp_path, sig, code):
+    proc, db = _launch(tmp_path)
+    before = _wait_for_trials(proc, db)
+    assert before["status"] == "running" and before["finished"] is None
+    proc.send_signal(sig)
+    rc, out = _ended(proc)
+    assert rc == code, out[-3000:]
+    (run,) = _store_runs(db)
+    assert run["status"] == "aborted", out[-3000:]
+    assert run["finished"] and run["trials"] >= before["trials"]
+    # the ranks are gone
+    assert not any(os.path.exists(f"/proc/{p}") and
+                   "train_mlp" in open(f"/proc/{p}/cmdline").read()
+                   for p in [run["owner_pid"]] if p)
+
+
+def test_a_ddp_job_stopped_by_sigterm_closes_the_run_as_aborted(tmp_path):
+    proc, db = _launch(tmp_path, "train_ddp.py")
+    before = _wait_for_trials(proc, db)
+    proc.send_signal(signal.SIGTERM)
+    rc, out = _ended(proc)
+    assert rc == 143, out[-3000:]
+    (run,) = _store_runs(db)
+    assert run["status"] == "aborted" and run["finished"], out[-3000:]
+    assert run["trials"] >= before["trials"]
+
+
+def test_a_leader_killed_leaves_an_abandoned_run(tmp_path):
+    from click.testing import CliRunner
+
+    from autotune.cli import cli
+
+    proc, db = _launch(tmp_path)
+    run = _wait_for_trials(proc, db)
+    leader = run["owner_pid"]
+    assert leader and leader != proc.pid
+    os.kill(leader, signal.SIGKILL)
+    rc, out = _ended(proc)
+    assert rc != 0
+    res = CliRunner().invoke(cli, ["db", "runs", "--db", str(db), "--json"])
+    (shown,) = json.loads(res.output)
+    assert shown["status"] == "abandoned" and shown["finished"] is None
+    res = CliRunner().invoke(cli, ["db", "runs", "--db", str(db), "--status", "abandoned"])
+    assert res.exit_code == 0 and "abandoned" in res.output
+    res = CliRunner().invoke(cli, ["db", "close", "--db", str(db), "latest"])
+    assert "abandoned -> aborted" in res.output
+    (closed,) = _store_runs(db)
+    assert closed["status"] == "aborted" and closed["finished"] and closed["trials"] >= 2
+
+
+def test_tune_simulated_stopped_by_sigint_is_aborted(tmp_path):
+    db = tmp_path / "x.db"
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"machines": 4, "gpus_per_machine": 2, "nic_gbps": 10}))
+    proc = _start(["tune", "--model", "resnet50", "--simulate", str(cluster), "--budget",
+                   "10000000", "--db", str(db)], tmp_path)
+    before = _wait_for_trials(proc, db)
+    proc.send_signal(signal.SIGINT)
+    rc, out = _ended(proc)
+    assert rc == 130, out[-3000:]
+    (run,) = _store_runs(db)
+    assert run["status"] == "aborted" and run["finished"] and run["trials"] >= before["trials"]
+
+
+def test_tune_local_stopped_by_sigterm_is_aborted(tmp_path):
+    db = tmp_path / "x.db"
+    proc = _start(["tune", "--model", "tune_helpers:tiny", "--workers", "2", "--budget",
+                   "10000000", "--db", str(db)], tmp_path)
+    before = _wait_for_trials(proc, db)
+    proc.send_signal(signal.SIGTERM)
+    rc, out = _ended(proc)
+    assert rc == 143, out[-3000:]
+    (run,) = _store_runs(db)
+    assert run["status"] == "aborted" and run["finished"] and run["trials"] >= before["trials"]
