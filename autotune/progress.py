@@ -81,19 +81,20 @@ def is_event(line: str) -> bool:
 
 
 def describe_trial(index: int, technique: str, best: float | None, unit: str) -> str:
-    """A bar's description while a trial runs: ``trial 3 bayes     best 812 it/s``."""
-    from autotune.units import fmt_score
+    """A bar's description while a trial runs: ``trial 3 bayes     best 812 it/s`` (never
+    a bare number: an empty unit shows as ``?``)."""
+    from autotune.units import fmt_score, unit_of
 
-    shown = f"best {fmt_score(best, unit)}" if best else "best -"
+    shown = f"best {fmt_score(best, unit_of(unit))}" if best else "best -"
     return f"trial {index} {technique:9s} {shown}"
 
 
 def kept_summary(config: Mapping[str, Any] | None, score: float | None, unit: str) -> str:
     """A display's closing words: ``kept streams=2 chunk_bytes=1MiB ... at 812 it/s``
     (``""`` when nothing was kept)."""
-    from autotune.units import fmt_config, fmt_score
+    from autotune.units import fmt_config, fmt_score, unit_of
 
-    return f"kept {fmt_config(config)} at {fmt_score(score, unit)}" if config else ""
+    return f"kept {fmt_config(config)} at {fmt_score(score, unit_of(unit))}" if config else ""
 
 
 # ---- the side that tunes ----------------------------------------------------------------
@@ -224,8 +225,9 @@ class Lines(TuningDisplay):
     def trial(self, index: int, technique: str, config: Mapping[str, Any] | None,
               score: float | None, best: float | None, unit: str,
               error: str | None = None) -> None:
-        from autotune.units import fmt_config, fmt_score
+        from autotune.units import fmt_config, fmt_score, unit_of
 
+        unit = unit_of(unit)
         result = "failed" if error is not None else fmt_score(score, unit)
         self._write(f"{self.label}: trial {index} {technique}: {fmt_config(config)}: "
                     f"{result}; best {fmt_score(best, unit) or '-'} "

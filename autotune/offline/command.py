@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from autotune.outpath import OutFile
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 
@@ -92,7 +93,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 @click.option("--machines", "-m", type=_Machines(), default=None,
               help="Split the workers into this many (emulated) machines; must divide --workers.")
 @click.option("--budget", type=int, default=100, show_default=True, help="Tuning iterations.")
-@click.option("--db", type=click.Path(dir_okay=False), default=None,
+@click.option("--db", type=OutFile(path_type=None), default=None,
               help="Results store (default: $AUTOTUNE_DB or ./autotune.db).")
 @click.option("--compute-ms", "compute_ms", default="0", show_default=True, metavar="MS|measure",
               help="Forward+backward time per iteration to emulate, or 'measure' (zoo models: "

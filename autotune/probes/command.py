@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 import networkx as nx
 
+from autotune.outpath import OutFile
 from autotune.probes.classify import Verdict, classify
 from autotune.probes.facts import machine_graph
 from autotune.probes.graph import (
@@ -85,7 +86,7 @@ def render_verdict(v: Verdict) -> str:
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Read this saved `nvidia-smi topo -m` output (alone, or for the NVLinks "
                    "of --sysfs).")
-@click.option("--draw", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--draw", type=OutFile(),
               help="Also draw the graph to this image file (needs matplotlib).")
 def probe(as_json: bool, sysfs: Path | None, nvidia_smi: Path | None, draw: Path | None) -> None:
     """Show this machine's GPUs, NICs and PCIe/NVLink topology and the S_n/S_g verdict.

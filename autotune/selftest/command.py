@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import click
 
+from autotune.outpath import OutFile
 from autotune.selftest import NO_PUSH_PULL, SelftestError
 from autotune.selftest.sweep import DTYPES, MiB, shapes
 
@@ -49,8 +50,8 @@ def _forward(opts: Mapping[str, Any]) -> list[str]:
         args.append("--lossy")
     if opts["ddp"]:
         args.append("--ddp")
-    if opts.get("json"):
-        args += ["--json", os.path.abspath(opts["json"])]
+    if opts.get("json_out"):
+        args += ["--json-out", os.path.abspath(opts["json_out"])]
     return args
 
 
@@ -68,8 +69,11 @@ def _forward(opts: Mapping[str, Any]) -> list[str]:
               help="Check and time DDP's comm hook (autotune inside "
                    "DistributedDataParallel) against plain DDP instead of the native "
                    "runtime; workers only.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write every result here (the leader).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print every result as JSON on standard output (the table and the "
+                   "job's lines go to standard error).")
+@click.option("--json-out", "json_path", type=OutFile(path_type=None), default=None,
+              metavar="FILE", help="Also write every result as JSON to this file (the leader).")
 @click.option("--dtypes", default="float32", show_default=True,
               help="Gradient dtypes, comma-separated (float32, float16, bfloat16), in turn.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
@@ -84,7 +88,7 @@ def _forward(opts: Mapping[str, Any]) -> list[str]:
 @click.option("--machines", "-m", type=int, default=None,
               help="Outside a job: emulate this many machines (see autotune launch).")
 def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, ddp: bool,
-             json_path: str | None, dtypes: str, device: str, timeout: float, seed: int,
+             as_json: bool, json_path: str | None, dtypes: str, device: str, timeout: float, seed: int,
              workers: int | None, servers: int | None, machines: int | None) -> None:
     """Check the runtime's averages against all_reduce and time them against DDP.
 
@@ -95,14 +99,14 @@ def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: boo
     check: autotune selftest --ddp --device cuda -n 2). Exit code 1 if any configuration
     failed, 2 for an option it cannot run with. See docs/gpu.md."""
     try:
-        _run(size, tensors, iterations, quick, lossy, ddp, json_path, dtypes, device,
+        _run(size, tensors, iterations, quick, lossy, ddp, as_json, json_path, dtypes, device,
              timeout, seed, workers, servers, machines)
     except SelftestError as exc:
         raise _OneLine(str(exc)) from None
 
 
 def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, ddp: bool,
-         json_path: str | None, dtypes: str, device: str, timeout: float, seed: int,
+         as_json: bool, json_path: str | None, dtypes: str, device: str, timeout: float, seed: int,
          workers: int | None, servers: int | None, machines: int | None) -> None:
     """The command's work; exits with the job's code, raises :class:`SelftestError`."""
     if size <= 0:
@@ -118,7 +122,7 @@ def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, d
                             "ranks, intra flat, without a machine layout; emulated machines "
                             "would change nothing")
     opts = {"size": size, "tensors": tensors, "iterations": iterations, "quick": quick,
-            "lossy": lossy, "ddp": ddp, "json": json_path, "dtypes": _parse_dtypes(dtypes),
+            "lossy": lossy, "ddp": ddp, "json": as_json, "json_out": json_path, "dtypes": _parse_dtypes(dtypes),
             "device": device, "timeout": timeout, "seed": seed}
     shapes(int(size * MiB), tensors)  # (checks --tensors)
     if _in_job():
@@ -133,7 +137,21 @@ def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, d
     n = 2 if workers is None else workers
     k = 0 if ddp else 1 if servers is None else servers
     check_world(n, k, machines)
-    sys.exit(run_job(["-m", "autotune.selftest", *_forward(opts)], n, k, machines, 30.0))
+    if not as_json:
+        sys.exit(run_job(["-m", "autotune.selftest", *_forward(opts)], n, k, machines, 30.0))
+    # --json: the job's lines (the table among them) go to stderr; the leader writes the
+    # result to a file (--json-out's, or a temporary one) and it is printed here, alone on
+    # stdout, so that other ranks' lines cannot mix into it
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="autotune-selftest-") as tmp:
+        path = json_path or os.path.join(tmp, "selftest.json")
+        code = run_job(["-m", "autotune.selftest", *_forward({**opts, "json_out": path})],
+                       n, k, machines, 30.0, out=sys.stderr)
+        if os.path.exists(path):
+            with open(path) as fh:
+                click.echo(fh.read().rstrip("\n"))
+    sys.exit(code)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from typing import Any, Mapping, Sequence
 
@@ -416,11 +417,16 @@ def run_sweep(w: Any, configs: Sequence[dict[str, Any]],
     return rows, broken
 
 
+def say_to(opts: Mapping[str, Any]) -> Any:
+    """Where the leader's lines go: stderr with ``--json`` (stdout is the JSON's)."""
+    return sys.stderr if opts.get("json") else sys.stdout
+
+
 def report(w: Any, opts: Mapping[str, Any], rows: list[dict[str, Any]],
            refs: dict[str, Any], broken: str | None, t_start: float, size: int,
            **fields: Any) -> int:
     """The result of a run (``fields``: what the mode adds or says differently: ``mode``,
-    ``timing``, ``device_note``...); the leader prints the table and writes ``--json``.
+    ``timing``, ``device_note``...); the leader prints the table, writes ``--json-out`` and prints ``--json``.
     Each row's ratios to the references are filled in where the mode did not. The exit
     code of this rank: 1 on the leader if any configuration failed, else 0."""
     for row in rows:
@@ -446,11 +452,14 @@ def report(w: Any, opts: Mapping[str, Any], rows: list[dict[str, Any]],
         "broken": broken,
     }
     if w.leader:
-        print_table(result)
-        if opts.get("json"):
-            with open(opts["json"], "w") as fh:
+        text = sys.stderr if opts.get("json") else sys.stdout  # --json: stdout is the JSON's
+        print_table(result, out=text)
+        if opts.get("json_out"):
+            with open(opts["json_out"], "w") as fh:
                 json.dump(result, fh, indent=1)
-            print(f"autotune selftest: wrote {opts['json']}", flush=True)
+            print(f"autotune selftest: wrote {opts['json_out']}", file=text, flush=True)
+        if opts.get("json"):
+            print(json.dumps(result, indent=1), flush=True)
     # the verdict is the leader's (its table names the failures): under a launcher the
     # failing rank whose last lines are repeated is the leader
     return 1 if failed and w.leader else 0
@@ -489,7 +498,8 @@ def run_rank(opts: Mapping[str, Any]) -> int:
     info = rt.info
     configs = sweep_of(rt.limits, quick=bool(opts["quick"]), lossy=bool(opts["lossy"]))
     t_start = time.monotonic()
-    say = (lambda text: print(text, flush=True)) if w.leader else (lambda text: None)
+    say = ((lambda text: print(text, file=say_to(opts), flush=True)) if w.leader
+           else (lambda text: None))
     size = gradient_bytes(w.params)
     say(f"autotune selftest: {len(configs)} configurations, {len(info.workers)} workers on "
         f"{info.n_machines} machine(s), {len(info.servers)} server(s), {len(w.specs)} tensors "

@@ -47,7 +47,7 @@ from typing import Any, Mapping
 
 from autotune.selftest import NO_PUSH_PULL, SelftestError
 from autotune.selftest.rank import (FLUSH, Checker, _Broken, pick_device, report,
-                                    run_sweep)
+                                    run_sweep, say_to)
 from autotune.selftest.sweep import MiB, label, sweep_of
 
 __all__ = ["DDPWorker", "backend_for", "ddp_backend", "device_key", "run_ddp_rank"]
@@ -291,7 +291,8 @@ def run_ddp_rank(opts: Mapping[str, Any]) -> int:
     configs = sweep_of(w.transport.limits, quick=bool(opts["quick"]),
                        lossy=bool(opts["lossy"]))
     t_start = time.monotonic()
-    say = (lambda text: print(text, flush=True)) if w.leader else (lambda text: None)
+    say = ((lambda text: print(text, file=say_to(opts), flush=True)) if w.leader
+           else (lambda text: None))
     size = gradient_bytes(w.params)
     say(f"autotune selftest --ddp: {len(configs)} configurations of DDP's comm hook, "
         f"{world} ranks on {info.n_machines} machine(s), {len(w.specs)} tensors "

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 
+from autotune.outpath import OutFile
 from autotune.store.tables import Column, show
 from autotune.units import (UNITS, fmt_config, fmt_number, fmt_score, fmt_seconds, fmt_speedup,
                             fmt_value, shown_params, unit_of)
@@ -35,11 +36,17 @@ if TYPE_CHECKING:  # pragma: no cover
 FP_SHORT = 10
 
 
-def db_options(fn: Callable) -> Callable:
-    fn = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(fn)
-    fn = click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
-                      default=None, help="Database file [default: $AUTOTUNE_DB or ./autotune.db].")(fn)
-    return fn
+def db_options(fn: Callable | None = None, *,
+               json_help: str = "Print JSON instead of a table.") -> Callable:
+    """``--json`` and ``--db`` for a ``db`` command; ``json_help`` where ``--json`` does
+    something else than replace a table (``@db_options(json_help=...)``)."""
+    def add(fn: Callable) -> Callable:
+        fn = click.option("--json", "as_json", is_flag=True, help=json_help)(fn)
+        fn = click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
+                          default=None,
+                          help="Database file [default: $AUTOTUNE_DB or ./autotune.db].")(fn)
+        return fn
+    return add(fn) if fn is not None else add
 
 
 def open_store(db_path: Path | None) -> "Store":
@@ -262,14 +269,15 @@ def trials_csv(trials: list[dict], unit: str | None = None) -> str:
 @click.argument("run_id", metavar="RUN")
 @click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default=None,
               help="json: the run and its trials; csv: the trials, one row each  [default: json]")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--out", type=OutFile(), default=None,
               help="Write here instead of standard output.")
 @click.option("--optuna", "optuna_url", metavar="STORAGE", default=None,
               help="Write the run as an Optuna study to this storage URL instead "
                    "(e.g. sqlite:///study.db; browse it with optuna-dashboard).")
 @click.option("--study-name", default=None,
               help="With --optuna: the study's name  [default: autotune-run-RUN]")
-@db_options
+@db_options(json_help="The same as --format json (the default): the run and its trials "
+                      "as JSON, printed on standard output (or written to --out).")
 def export_cmd(run_id: str, fmt: str | None, out: Path | None, optuna_url: str | None,
                study_name: str | None, db_path: Path | None, as_json: bool) -> None:
     """Export a run: JSON (the run and its trials), CSV (its trials), or an Optuna study.
@@ -331,7 +339,7 @@ def _age_or_none(ctx: click.Context, param: click.Parameter, value: str | None) 
               default=None, help="Only runs shown with this status (e.g. abandoned).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
-@db_options
+@db_options(json_help="Print the count as JSON instead of a sentence.")
 def prune_cmd(older_than: str | None, status: str | None, dry_run: bool, yes: bool,
               db_path: Path | None, as_json: bool) -> None:
     """Delete runs (and their trials) older than an age and/or of a status.

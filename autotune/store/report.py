@@ -31,6 +31,7 @@ from typing import Any
 
 import click
 
+from autotune.outpath import OutFile
 from autotune.units import (BYTE_PARAMS, fmt_config, fmt_number, fmt_score, fmt_seconds,
                             fmt_value, ordered, shown_params, unit_of)
 
@@ -400,7 +401,7 @@ def write_report(run: dict, trials: list[dict], out: Path) -> None:
 
 @click.command("report")
 @click.argument("run_id", metavar="RUN")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--out", type=OutFile(), default=None,
               help="FILE.png (the figure) or FILE.html (figure, how to read it, tables).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report's numbers as JSON (raw: scores in the run's unit).")

@@ -245,6 +245,12 @@ class TrialSchedule:
     def throughput(self, seconds: float) -> float:
         return (self.samples_per_step or 1) / max(seconds, 1e-9)
 
+    @property
+    def unit(self) -> str:
+        """What :meth:`throughput` counts (the session's unit): ``samples/s`` with
+        ``samples_per_step``, else ``it/s``."""
+        return "samples/s" if self.samples_per_step else "it/s"
+
     # --------------------------------------------------------------- phases
     def _flow_probe(self) -> Config | None:
         """The default with :data:`PROBE_STREAMS` streams, run as the last warm-up
@@ -372,8 +378,11 @@ class TrialSchedule:
         self._window = []
         if now >= (1 - self.drift.threshold) * self.best[1]:
             return kept
-        self.listener.say(f"[yellow]throughput drifted[/] from {self.best[1]:.2f} to "
-                          f"{now:.2f}/s: re-tuning for {self.drift.budget} iterations")
+        from autotune.units import fmt_score
+
+        self.listener.say(f"[yellow]throughput drifted[/] from "
+                          f"{fmt_score(self.best[1], self.unit)} to {fmt_score(now, self.unit)}: "
+                          f"re-tuning for {self.drift.budget} iterations")
         # The old best is stale: measure it again first, alongside its neighbours.
         old = self.best[0]
         self.best = None

@@ -229,7 +229,7 @@ def _run(cmd: list[str], tmp: Path, env: dict[str, str] | None = None,
 def test_quick_selftest_under_autotune_launch(tmp_path: Path) -> None:
     out = tmp_path / "selftest.json"
     code, log = _run([sys.executable, "-m", "autotune.launch", "-n", "2", "-k", "1",
-                      str(AUTOTUNE), "selftest", *QUICK, "--json", str(out)], tmp_path)
+                      str(AUTOTUNE), "selftest", *QUICK, "--json-out", str(out)], tmp_path)
     assert code == 0, log[-6000:]
     res = json.loads(out.read_text())
     assert res["passed"] and not res["failed"] and res["device"] == "cpu"
@@ -260,7 +260,7 @@ def test_injected_faults_are_reported_failed(tmp_path: Path) -> None:
     out = tmp_path / "selftest.json"
     fault = "transport=pushpull,servers=1@fail;streams=4@configure:1"
     code, log = _run([str(AUTOTUNE), "selftest", "--workers", "2", "--servers", "1", *QUICK,
-                      "--json", str(out)], tmp_path, env={"AUTOTUNE_FAULT": fault})
+                      "--json-out", str(out)], tmp_path, env={"AUTOTUNE_FAULT": fault})
     assert code == 1, log[-6000:]
     res = json.loads(out.read_text())
     assert not res["passed"]
@@ -282,12 +282,15 @@ def test_ddp_selftest_checks_the_hook_in_real_ddp(tmp_path: Path) -> None:
     """``autotune selftest --ddp``: 2 workers, each with two copies of the model under
     real DDP (gloo, CPU), one with autotune's comm hook: every configuration of the hook's
     quick sweep is bit for bit ``all_reduce``'s average (2 ranks), and each has its time
-    against plain DDP's on as many iterations, timed alternately (~15 s)."""
-    out = tmp_path / "ddp.json"
-    code, log = _run([str(AUTOTUNE), "selftest", "--ddp", "--workers", "2", *QUICK,
-                      "--json", str(out)], tmp_path)
-    assert code == 0, log[-6000:]
-    res = json.loads(out.read_text())
+    against plain DDP's on as many iterations, timed alternately (~15 s). ``--json``:
+    the result alone on stdout, the table and the job's lines on stderr."""
+    proc = subprocess.run([str(AUTOTUNE), "selftest", "--ddp", "--workers", "2", *QUICK,
+                           "--json"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=150, env={k: v for k, v in os.environ.items()
+                                            if k != "AUTOTUNE_FAULT"})
+    code, log = proc.returncode, proc.stderr
+    assert code == 0, (proc.stdout + log)[-6000:]
+    res = json.loads(proc.stdout)
     assert res["mode"] == "ddp" and res["passed"] and not res["failed"]
     assert res["world"]["workers"] == [0, 1] and res["world"]["servers"] == []
     assert res["device"] == "cpu" and res["ddp_backend"] == "gloo"

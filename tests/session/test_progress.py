@@ -136,6 +136,8 @@ def test_launch_in_a_terminal_draws_the_bar_while_the_job_runs(tmp_path):
     t_end = next(t for t, d in chunks if f"step {STEPS - 1} ".encode() in d)
     assert t_end - t_bar > 1.0, (t_bar, t_end)
     assert "[w0] step 0 tuning=True" in plain
+    # the bar's best score has its unit (issue 28)
+    assert re.search(r"best [\d.,]+ it/s", plain), plain[-2000:]
 
 
 def test_event_lines_round_trip():
@@ -269,3 +271,17 @@ def test_mode_follows_the_environment_then_the_terminal(monkeypatch):
             return True
 
     assert progress.mode(Tty()) == "bar"
+
+
+def test_scores_on_a_bar_always_have_a_unit():
+    """Issue 28: a score is never a bare number (nor ``2.27e+04``): with the run's unit,
+    or ``?`` where the unit is missing."""
+    assert progress.describe_trial(3, "bayes", 22700.4, "samples/s") == \
+        "trial 3 bayes     best 22,700 samples/s"
+    assert progress.describe_trial(3, "bayes", 22700.4, "").endswith("best 22,700 ?")
+    assert progress.describe_trial(0, "warm", None, "it/s").endswith("best -")
+    assert progress.kept_summary({"streams": 2}, 812.0, "").endswith("at 812 ?")
+    out = io.StringIO()
+    lines = progress.Lines(4, out=out)
+    lines.trial(1, "bayes", {"streams": 2}, 22700.0, 22700.0, "")
+    assert ": 22,700 ?; best 22,700 ? [" in out.getvalue()

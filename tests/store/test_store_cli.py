@@ -244,3 +244,11 @@ def test_report_png_and_html(db, tmp_path):
     assert "data:image/png;base64," in text and "hyperband" in text and "diverged" in text
     r = run("report", "1", "--db", db, "--out", tmp_path / "r.pdf")
     assert r.exit_code == 2 and ".png or an .html" in r.output
+
+
+def test_export_help_says_what_json_does():
+    """Issue 28: ``db export`` has no table; its --json help says what it does."""
+    out = CliRunner().invoke(cli, ["db", "export", "--help"], terminal_width=200).output
+    line = " ".join(out.split("--json", 2)[-1].split())
+    assert "instead of a table" not in out
+    assert "--format json" in line and "standard output" in line and "--out" in line

@@ -4,6 +4,7 @@ space, iteration times from a function of the configuration."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -179,7 +180,9 @@ def test_drift_starts_a_short_retune_from_the_old_best():
         cfg = s.next(cfg, 3 * seconds_of(cfg))
     assert s.phase == TRIAL and s.tuner.budget == 8 and s.best is None
     assert s.trial.config == old and s.trial.technique == "warm"
-    assert any(e[0] == "say" and "drifted" in e[1] for e in heard.events)
+    said = [e[1] for e in heard.events if e[0] == "say" and "drifted" in e[1]]
+    assert said and re.search(r"from [\d.,]+ it/s to [\d.,]+ it/s: re-tuning", said[0]), said
+    assert "e+" not in said[0]
 
 
 def test_server_loss_mid_trial_starts_over_on_the_smaller_space(tmp_path):

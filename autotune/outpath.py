@@ -1,0 +1,62 @@
+"""Output-file options: one convention for every option that names a file autotune writes
+(``report --out``, ``db export --out``, ``probe --draw``, ``selftest --json-out``,
+``tune --db``).
+
+A file whose directory does not exist is an ordinary mistake, not a crash: the option is
+checked when the command line is read, before any work, and the command stops with one
+line naming the file and the missing directory and exit code 2 (click's usage error code)::
+
+    Error: --out: cannot write /nonexistent/x.png: directory /nonexistent does not exist
+
+Directories are never created (a typo in a path should not leave new directories behind).
+Import-light: click only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["OutFile", "OutPathError", "check_parent"]
+
+USAGE_EXIT = 2
+
+
+class OutPathError(click.ClickException):
+    """``Error: <option>: cannot write <file>: directory <dir> does not exist``, exit 2;
+    one line (no usage text)."""
+
+    exit_code = USAGE_EXIT
+
+
+def check_parent(path: Path | str, option: str | None = None) -> None:
+    """Raise :class:`OutPathError` unless ``path``'s directory exists (and is a directory)."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    prefix = f"{option}: " if option else ""
+    if not parent.exists():
+        raise OutPathError(f"{prefix}cannot write {p}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise OutPathError(f"{prefix}cannot write {p}: {parent} is not a directory")
+    if p.is_dir():
+        raise OutPathError(f"{prefix}cannot write {p}: it is a directory")
+
+
+class OutFile(click.Path):
+    """A ``click.Path`` for a file the command writes: its directory must exist
+    (:func:`check_parent`). ``path_type`` as for ``click.Path`` (default ``Path``)."""
+
+    name = "file"
+
+    def __init__(self, path_type: type | None = Path) -> None:
+        super().__init__(dir_okay=False, path_type=path_type)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        out = super().convert(value, param, ctx)
+        opt = None
+        if param is not None and getattr(param, "opts", None):
+            opt = max(param.opts, key=len)
+        check_parent(out, opt)
+        return out
