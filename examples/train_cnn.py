@@ -68,7 +68,9 @@ def main() -> None:
             if rank == 0 and (step % 50 == 0 or step == args.steps - 1):
                 print(f"step {step:4d}  loss {loss.item():.3f}", flush=True)
     if rank == 0:
-        print(f"kept configuration: {tuner.best}", flush=True)
+        from autotune.units import fmt_config
+
+        print(f"kept configuration: {fmt_config(tuner.best)}", flush=True)
 
 
 if __name__ == "__main__":

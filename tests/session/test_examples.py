@@ -1,5 +1,6 @@
-"""The README's DDP example runs as written: ``autotune launch`` of examples/train_ddp.py
-(DDP kept, autotune's comm hook) trains, tunes, records the run and prints what it kept."""
+"""The README's examples run as written under ``autotune launch``: the native runtime
+(examples/train_mlp.py) and DDP kept with autotune's comm hook (examples/train_ddp.py)
+train, tune, record the run and print the kept configuration in human units."""
 
 from __future__ import annotations
 
@@ -14,18 +15,20 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_train_ddp_example_tunes_ddp_and_records_the_run(tmp_path):
+@pytest.mark.parametrize("example", ["train_mlp", "train_ddp"])
+def test_example_tunes_and_records_the_run(example, tmp_path):
     from autotune.store import Store
 
     db = tmp_path / "ex.db"
     cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
-           str(ROOT / "examples" / "train_ddp.py"), "--steps", "24", "--budget", "10",
+           str(ROOT / "examples" / f"{example}.py"), "--steps", "24", "--budget", "10",
            "--db", str(db)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "kept configuration: streams=" in out and "step   23" in out
+    assert "chunk_bytes=" in out and "'chunk_bytes'" not in out  # units, not a raw dict
     (run,) = Store(db).runs()
-    assert run["job"] == "train_ddp" and run["status"] == "finished"
+    assert run["job"] == example and run["status"] == "finished"
     assert run["unit"] == "samples/s" and len(Store(db).trials(run["id"])) >= 2
