@@ -15,14 +15,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import autotune
-
-
-def make_model(width: int = 512, depth: int = 4) -> nn.Module:
-    layers: list[nn.Module] = [nn.Linear(64, width), nn.ReLU()]
-    for _ in range(depth - 1):
-        layers += [nn.Linear(width, width), nn.ReLU()]
-    layers.append(nn.Linear(width, 1))
-    return nn.Sequential(*layers)
+from train_mlp import make_model  # the same MLP (examples/ is on the path of a script)
 
 
 def main() -> None:

@@ -144,15 +144,7 @@ class HostStaging:
             return Staged(out)
         if out is None:
             out = self.empty(src.numel(), src.dtype).view(src.shape)
-        side = self._side_for(src)
-        producer = torch.cuda.current_stream(src.device)
-        with torch.cuda.device(src.device), torch.cuda.stream(side):
-            side.wait_stream(producer)
-            out.copy_(src, non_blocking=True)
-            src.record_stream(side)
-            ev = torch.cuda.Event()
-            ev.record(side)
-        return Staged(out, ev, src.device)
+        return self._side_copy(out, src, src)
 
     def to_device(self, src: torch.Tensor, dst: torch.Tensor) -> Staged:
         """Start copying the host tensor ``src`` into ``dst`` (non-blocking on CUDA, after
@@ -162,16 +154,22 @@ class HostStaging:
             if dst.data_ptr() != src.data_ptr():
                 dst.copy_(src)
             return Staged(dst)
-        side = self._side_for(dst)
-        consumer = torch.cuda.current_stream(dst.device)
-        with torch.cuda.device(dst.device), torch.cuda.stream(side):
-            if consumer != side:
-                side.wait_stream(consumer)
+        return self._side_copy(dst, src, dst)
+
+    def _side_copy(self, dst: torch.Tensor, src: torch.Tensor, gpu: torch.Tensor) -> Staged:
+        """``dst.copy_(src)`` on the side stream of ``gpu``'s device (the one of the two on
+        the GPU), after the work its current stream has queued (which produces or may still
+        use ``gpu``); the event marks its end."""
+        side = self._side_for(gpu)
+        current = torch.cuda.current_stream(gpu.device)
+        with torch.cuda.device(gpu.device), torch.cuda.stream(side):
+            if current != side:
+                side.wait_stream(current)
             dst.copy_(src, non_blocking=True)
-            dst.record_stream(side)
+            gpu.record_stream(side)
             ev = torch.cuda.Event()
             ev.record(side)
-        return Staged(dst, ev, dst.device)
+        return Staged(dst, ev, gpu.device)
 
     def _side_for(self, t: torch.Tensor) -> Any:
         if self.stream is None or t.device != self.device:
