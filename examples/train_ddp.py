@@ -3,11 +3,13 @@ communication tuned through autotune's comm hook. The one changed line is marked
 
     autotune launch --workers 4 examples/train_ddp.py --steps 300
     torchrun --nproc-per-node 4 examples/train_ddp.py --steps 300
+    torchrun --nproc-per-node 8 examples/train_ddp.py --device cuda     # one GPU per rank: NCCL
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 import torch.distributed as dist
@@ -15,7 +17,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import autotune
-from train_mlp import make_model  # the same MLP (examples/ is on the path of a script)
+from train_mlp import make_model, pick_device  # examples/ is on the path of a script
 
 
 def main() -> None:
@@ -25,13 +27,18 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--db", default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dev = pick_device(args.device)
+    # NCCL where every rank has a GPU of its own; gloo on CPU, or where ranks share a GPU
+    own_gpu = dev.type == "cuda" and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) <= torch.cuda.device_count()
+    dist.init_process_group("nccl" if own_gpu else "gloo")
     torch.manual_seed(args.seed)
-    model = DDP(make_model())  # DDP as ever: its start, buffers, no_sync, buckets
-    teacher = torch.nn.Linear(64, 1)  # the same target function on every rank (same seed)
+    # DDP as ever: its start, buffers, no_sync, buckets
+    model = DDP(make_model().to(dev), device_ids=[dev.index] if dev.type == "cuda" else None)
+    teacher = torch.nn.Linear(64, 1).to(dev)  # the same target function on every rank (same seed)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     rank = dist.get_rank()
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
@@ -40,7 +47,7 @@ def main() -> None:
     with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
                           job="train_ddp") as tuner:
         for step in range(args.steps):
-            x = torch.randn(args.batch, 64, generator=gen)
+            x = torch.randn(args.batch, 64, generator=gen).to(dev)
             with torch.no_grad():
                 y = torch.tanh(teacher(x))
             loss = nn.functional.mse_loss(model(x), y)

@@ -1,6 +1,7 @@
 """A multi-layer perceptron on a synthetic regression task, trained under autotune.session().
 
     autotune launch --workers 4 --servers 2 examples/train_mlp.py --steps 300
+    autotune launch --workers 2 --servers 1 examples/train_mlp.py --device cuda
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ def make_model(width: int = 512, depth: int = 4) -> nn.Module:
     return nn.Sequential(*layers)
 
 
+def pick_device(name: str) -> torch.device:
+    """``cpu``, or ``cuda``: this rank's GPU, ``cuda:(LOCAL_RANK % GPUs)`` (ranks may share one)."""
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit(f"--device {name}: torch sees no CUDA GPU on this machine")
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300)
@@ -29,12 +41,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--db", default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
+    dev = pick_device(args.device)
     torch.manual_seed(args.seed)
-    model = make_model()
-    teacher = torch.nn.Linear(64, 1)  # the same target function on every rank (same seed)
+    model = make_model().to(dev)
+    teacher = torch.nn.Linear(64, 1).to(dev)  # the same target function on every rank (same seed)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     rank = int(os.environ.get("RANK", 0))
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
@@ -42,7 +56,7 @@ def main() -> None:
     with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
                           job="train_mlp") as tuner:
         for step in range(args.steps):
-            x = torch.randn(args.batch, 64, generator=gen)
+            x = torch.randn(args.batch, 64, generator=gen).to(dev)
             with torch.no_grad():
                 y = torch.tanh(teacher(x))
             loss = nn.functional.mse_loss(model(x), y)

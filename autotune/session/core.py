@@ -11,6 +11,7 @@ good configuration, and training goes on; lost servers shrink the space.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import time
@@ -42,6 +43,12 @@ def init_world(timeout: float) -> None:
             f"torch.distributed.init_process_group() first (missing env: {', '.join(missing)})")
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+    atexit.register(_destroy_world)  # the session made the world, so it ends it at exit
+
+
+def _destroy_world() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class Session(TuningSession):

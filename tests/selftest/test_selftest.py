@@ -22,7 +22,8 @@ from autotune.selftest.sweep import CHUNKS, LOSSY_CODECS, STREAMS, label, shapes
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTOTUNE = Path(sys.executable).parent / "autotune"  # the console script: a Python file
-QUICK = ["--quick", "--size", "0.5", "--iterations", "2", "--tensors", "16"]
+# --device cpu: the CPU path on every machine (docs/gpu.md and scripts/gpu_check.sh run CUDA)
+QUICK = ["--quick", "--size", "0.5", "--iterations", "2", "--tensors", "16", "--device", "cpu"]
 
 
 # ---------------------------------------------------------------------- no processes

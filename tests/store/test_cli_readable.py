@@ -157,7 +157,8 @@ def test_a_fitted_table_on_an_80_column_console_keeps_numbers_whole():
 
 
 # ------------------------------------------------------------------ units never mixed
-def test_best_ranks_each_unit_apart(db):
+def test_best_ranks_each_unit_apart(db, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # every column shown, whatever the terminal
     rows = json.loads(run("db", "best", "--db", db, "--json").output)
     # the simulated 9.9M samples/s is not ranked above the measured runs: its own group
     assert [(r["id"], r["unit"]) for r in rows] == [

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU checks of docs/gpu.md ("On a GPU machine: what to run first"), in one go.
+# Usage: bash scripts/gpu_check.sh [LOG_DIR [STEP ...]]   (default: ./gpu-check, every step)
+# Steps: pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m
+# Each step runs under a time limit, writes its output to LOG_DIR/<step>.log and its JSON
+# beside it; a failing step is reported and the next one runs. Exit code: the number of
+# failed steps. Needs python with torch (CUDA build) and this package's dependencies.
+set -u
+LOG=${1:-gpu-check}
+shift || true
+WANT=" ${*:-pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m} "
+mkdir -p "$LOG"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+failed=0
+if ! command -v autotune >/dev/null; then  # not installed: run the CLI from this checkout
+    BIN=$(mktemp -d); export PATH="$BIN:$PATH"
+    printf '#!/bin/sh\nexec "%s" -c "import sys; from autotune.cli import main; sys.argv[0] = \\"autotune\\"; main()" "$@"\n' "$PY" >"$BIN/autotune"
+    chmod +x "$BIN/autotune"
+fi
+step() {  # step NAME LIMIT_S COMMAND...
+    local name=$1 limit=$2; shift 2
+    [[ $WANT == *" $name "* ]] || return 0
+    echo "=== $name: $*"
+    local t0=$SECONDS
+    ( timeout -k 10 "$limit" "$@" ) >"$LOG/$name.log" 2>&1
+    local rc=$?
+    tail -n 40 "$LOG/$name.log"
+    echo "=== $name: exit $rc after $((SECONDS - t0)) s"
+    [ $rc -eq 0 ] || failed=$((failed + 1))
+}
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+  "gpus", torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")'
+nvidia-smi -L 2>/dev/null
+step pytest_cuda 300 "$PY" -m pytest -q -p no:cacheprovider tests/runtime/test_ddp_hook.py \
+    tests/runtime/test_native_staging.py tests/runtime/test_codecs.py tests/probes/test_probes.py
+step selftest_ddp 200 autotune selftest --ddp --device cuda -n 2 --lossy --json-out "$LOG/selftest-ddp.json"
+step selftest_native 200 autotune selftest --device cuda --lossy --json-out "$LOG/selftest-native.json"
+step hook_overhead 240 autotune launch -n 2 benchmarks/hook_overhead_bench.py --device cuda \
+    --json "$LOG/hook-overhead.json"
+step hook_overhead_s2_4m 240 autotune launch -n 2 benchmarks/hook_overhead_bench.py --device cuda \
+    --streams 2 --chunk-mib 4 --json "$LOG/hook-overhead-s2-4m.json"
+echo "failed steps: $failed"
+exit $failed
