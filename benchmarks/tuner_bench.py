@@ -164,12 +164,20 @@ def main(argv: list[str] | None = None) -> int:
                          'or \'{"techniques": ["grid", "pbt", "tpe", "hyperband"]}\'')
     ap.add_argument("--no-warm", dest="warm", action="store_false",
                     help="skip the warm-start measurement")
+    ap.add_argument("--scenarios", default=None,
+                    help="comma-separated objective names (default: all of objectives.py)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if not isinstance(args.tuner_options, dict):
         ap.error("--tuner-options must be a JSON object")
     common = {} if args.trial_iterations is None else {"trial_iterations": args.trial_iterations}
     seeds = args.seeds or (2 if args.quick else 10)
+    names = [n.strip() for n in args.scenarios.split(",")] if args.scenarios else None
+    unknown = sorted(set(names or ()) - {sc.name for sc in SCENARIOS})
+    if unknown:
+        ap.error(f"--scenarios: unknown {', '.join(unknown)}; choose from "
+                 f"{', '.join(sc.name for sc in SCENARIOS)}")
+    chosen = [si for si, sc in enumerate(SCENARIOS) if names is None or sc.name in names]
     methods = [m for m in args.methods.split(",") if m]
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console()
     console.print(
-        f"[bold]Tuner benchmark[/]: {len(SCENARIOS)} noisy step-time objectives x {seeds} seeds, "
+        f"[bold]Tuner benchmark[/]: {len(chosen)} noisy step-time objectives x {seeds} seeds, "
         f"budget {args.budget} iterations, methods {', '.join(methods)}"
         + (f", trial_iterations {args.trial_iterations}" if common else "")
         + (f", tuner options {json.dumps(args.tuner_options)}" if args.tuner_options else "")
@@ -187,14 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     optima: dict[int, float] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with ProcessPoolExecutor(args.workers) as pool, Progress(*columns, console=console) as progress:
-        task = progress.add_task("exhaustive optima", total=len(SCENARIOS))
-        for fut in as_completed([pool.submit(_optimum, si) for si in range(len(SCENARIOS))]):
+        task = progress.add_task("exhaustive optima", total=len(chosen))
+        for fut in as_completed([pool.submit(_optimum, si) for si in chosen]):
             si, _, value = fut.result()
             optima[si] = value
             progress.advance(task)
         warm_futures = [pool.submit(_warm, si, s, args.budget, optima[si])
-                        for s in range(seeds) for si in range(len(SCENARIOS))] if args.warm else []
-        jobs = [(si, m, s) for s in range(seeds) for si in range(len(SCENARIOS)) for m in methods]
+                        for s in range(seeds) for si in chosen] if args.warm else []
+        jobs = [(si, m, s) for s in range(seeds) for si in chosen for m in methods]
         progress.update(task, description="tuning runs", completed=0, total=len(jobs))
         futures = [pool.submit(_run, si, m, s, args.budget, optima[si],
                                {**common, **(args.tuner_options if m == "tuner" else {})})
@@ -208,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     by = {(r["scenario"], r["method"]): [] for r in runs}
     for r in sorted(runs, key=lambda r: r["seed"]):
         by[(r["scenario"], r["method"])].append(r["regret"])
-    per_scenario = {sc.name: {m: statistics.median(by[(sc.name, m)]) for m in methods} for sc in SCENARIOS}
+    per_scenario = {sc.name: {m: statistics.median(by[(sc.name, m)]) for m in methods}
+                    for sc in (SCENARIOS[si] for si in chosen)}
     overall = {m: statistics.median([r["regret"] for r in runs if r["method"] == m]) for m in methods}
     mean_of_medians = {m: statistics.fmean(per_scenario[s][m] for s in per_scenario) for m in methods}
     cpu = {m: statistics.fmean(r["cpu_s"] for r in runs if r["method"] == m) for m in methods}
@@ -279,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "tuner_bench",
         "quick": args.quick, "seeds": seeds, "budget": args.budget, "methods": methods,
         "trial_iterations": args.trial_iterations, "tuner_options": args.tuner_options,
-        "objectives": [sc.name for sc in SCENARIOS],
+        "objectives": [SCENARIOS[si].name for si in chosen],
         "median_regret_overall": overall, "mean_of_median_regret": mean_of_medians,
         "median_regret_per_objective": per_scenario, "summary": summary,
         "cpu_s_per_run": cpu, "wall_s": wall, "host": platform.node(), "python": platform.python_version(),

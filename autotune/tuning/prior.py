@@ -15,6 +15,10 @@ configurations measured. It answers two questions for the Tuner:
   the best upper confidence bound, so the first trials go where the physics says;
 * **screening**: a proposal of any technique whose *optimistic* prediction is far below
   the incumbent is not run (safe exploration, see :meth:`Surrogate.clearly_worse`).
+  Data overrules the prior: the predictions widen as their measured errors grow
+  (:attr:`Surrogate.inflation`), and once :data:`AGREEMENT_AFTER` configurations are
+  measured, a prior whose ranking of them disagrees with the measurements (Kendall's tau
+  below :data:`TRUSTED`, :meth:`Surrogate.agreement`) screens nothing more.
 
 A prior is any callable ``prior(configs) -> predicted scores`` (same direction as the
 scores: higher is better; the unit does not matter, the calibration absorbs a constant
@@ -37,6 +41,8 @@ Prior = Callable[[Sequence[Config]], Sequence[float]]
 
 POOL = 6000          # configurations the surrogate ranks (all of them in smaller spaces)
 NEIGHBOURS_OF = 5    # large spaces: the pool also holds the neighbours of the best few
+AGREEMENT_AFTER = 6  # configurations measured before the prior's ranking is judged
+TRUSTED = 0.3        # Kendall's tau of the prior's ranking with the measured one: below, no screen
 
 
 class Surrogate:
@@ -187,11 +193,31 @@ class Surrogate:
         m, s = self.predict(np.array([i]))
         return float(m[0]), float(s[0])
 
+    def agreement(self) -> float | None:
+        """Kendall's tau between the prior's predictions (uncalibrated) and the measured
+        means of the configurations measured so far; ``None`` before
+        :data:`AGREEMENT_AFTER` of them (or with no prior left)."""
+        scored = self.obs.scored()
+        if len(scored) < AGREEMENT_AFTER or self.failed is not None:
+            return None
+        from scipy.stats import kendalltau
+
+        predicted = self.log_prior[[self._locate(st.config) for _, st in scored]]
+        measured = [st.mean for _, st in scored]
+        tau = kendalltau(predicted, measured).statistic
+        return None if tau is None or math.isnan(tau) else float(tau)
+
+    def trusted(self) -> bool:
+        """Whether the prior may screen: not (yet) shown to rank wrongly."""
+        tau = self.agreement()
+        return tau is None or tau >= TRUSTED
+
     def clearly_worse(self, config: Mapping, margin: float) -> bool:
         """Whether even an optimistic prediction (mean + 2 std) of ``config`` is more
-        than ``margin`` (a fraction) below the incumbent's measured mean."""
+        than ``margin`` (a fraction) below the incumbent's measured mean; never when the
+        prior is not :meth:`trusted`."""
         best = self.obs.best()
-        if best is None or self._fitted_after_tell() < 3:
+        if best is None or self._fitted_after_tell() < 3 or not self.trusted():
             return False
         m, s = self.predict_config(config)
         return m + 2 * s < math.log(best[1] * (1 - margin))

@@ -47,7 +47,7 @@ from typing import Callable, Sequence
 from autotune.errors import ArgumentError
 from autotune.tuning.space import Config, ConfigError, SearchSpace
 from autotune.tuning.trials import TrialDriver
-from autotune.tuning.tuner import Trial, TrialRecord, Tuner
+from autotune.tuning.tuner import CONFIRM, Trial, TrialRecord, Tuner
 
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "SWITCH_MARGIN",
            "trial_seconds"]
@@ -311,9 +311,10 @@ class TrialSchedule:
 
     def _clearly_slow(self, seconds: float, first: bool) -> bool:
         """Its unscored switch iteration, even allowing :data:`SWITCH_MARGIN`, or its first
-        scored iteration reached less than ``cut_short`` of the best score so far."""
+        scored iteration reached less than ``cut_short`` of the best score so far. A
+        confirm trial is never cut short: it is there to be measured."""
         best = self.tuner.best if self.tuner is not None else None
-        if self.cut_short is None or best is None:
+        if self.cut_short is None or best is None or self.trial.technique == CONFIRM:
             return False
         if first:
             return self.throughput(seconds) * SWITCH_MARGIN < self.cut_short * best[1]
@@ -347,7 +348,8 @@ class TrialSchedule:
         used = trial.iterations - self._trial_left
         if score is None:
             self.listener.advanced(self._trial_left)
-        rec = self.driver.finish(trial, score, iterations=used, error=error,
+        rec = self.driver.finish(trial, score, iterations=used,
+                                 measured=len(self._trial_times), error=error,
                                  wall_time=time.perf_counter() - self._trial_start,
                                  index=self.trial_index)
         rec.switch_s = self._switch_s
@@ -364,6 +366,10 @@ class TrialSchedule:
         self.phase = LOCKED
         self._window = []
         kept = self.best[0] if self.best else self.fallback()
+        if self.tuner is not None and self.tuner.separated and self.tuner.remaining > 0:
+            self.listener.say(f"tuning: the kept configuration is separated from the runner-up "
+                              f"by more than the noise; {self.tuner.remaining} iterations of "
+                              f"the budget are not needed")
         self.listener.settled(self.kept)
         return kept
 

@@ -50,15 +50,17 @@ class TrialDriver:
         self.samples.setdefault(self.space.key(config), []).append(float(score))
 
     def finish(self, trial: Trial, score: float | None, *, iterations: int | None = None,
-               error: str | None = None, wall_time: float = 0.0,
+               measured: int | None = None, error: str | None = None, wall_time: float = 0.0,
                index: int | None = None) -> TrialRecord:
         """Tell the Tuner ``trial``'s score (``None``: failed, with ``error``) and record
         it. ``iterations``: how many of its iterations ran (cut short: the rest go back
-        to the budget); default all. ``index``: the trial's number in the run (default
+        to the budget); default all. ``measured``: how many of them were scored (the
+        score's weight; default all). ``index``: the trial's number in the run (default
         the Tuner's; a session that re-tunes numbers on across Tuners)."""
         used = trial.iterations if iterations is None else int(iterations)
         assert self.tuner is not None
-        told = self.tuner.tell(trial, score, iterations=None if score is None else used)
+        told = self.tuner.tell(trial, score, iterations=None if score is None else used,
+                               measured=None if score is None else measured)
         rec = TrialRecord(trial.index if index is None else index, trial.technique,
                           dict(trial.config), used, score, error, wall_time,
                           new_best=told.new_best)

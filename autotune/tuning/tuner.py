@@ -23,20 +23,35 @@ and by offline callers alike::
   credit that carries information long before the rare new best; its sliding window
   counts training iterations (a trial of L iterations is L uses), so a technique asking
   for long trials pays for them.
-- The last ``confirm`` fraction of the budget (default 15 %) re-measures the best few
-  configurations (technique ``"confirm"``), least-measured first, so that the one kept
-  after tuning is not just the luckiest sample. A ``reference`` configuration (the
-  session passes the default) is measured there first until it has as many iterations as
-  the best, so a speed-up over it compares like with like.
+- **The kept configuration is not luck** (:attr:`best`). Scores are noisy, and the best
+  of fifty single samples is the luckiest, not the fastest. Every configuration's score
+  is modelled in log space (relative noise): its weighted mean over its measurements,
+  with a standard error ``sigma / sqrt(measurements)``, where ``sigma`` is the noise of
+  one measurement pooled over every configuration measured more than once and shrunk
+  towards :data:`NOISE_PRIOR` while few are (:meth:`noise`). ``best`` is the
+  configuration with the highest *lower confidence bound* (mean - :data:`Z` standard
+  errors), so a configuration measured once must beat a well-measured one by more than
+  the noise.
+- The last ``confirm`` fraction of the budget (default 15 %; and any budget left once every
+  technique has run out of configurations) re-measures (technique
+  ``"confirm"``), as LUCB does (Kalyanakrishnan et al., ICML 2012): the leader until it
+  has :data:`MIN_CONFIRMED` measurements, a ``reference`` configuration (the session
+  passes the default) until it has as many as the leader, so a speed-up over it compares
+  like with like; then, of the ``confirm_top`` strongest challengers, the one with the
+  highest upper bound while it overlaps the leader's lower bound (or the leader, when it
+  is the less measured of the two), bounds of :data:`Z_SEPARATED` standard errors. Once
+  no challenger overlaps, the leader is *separated* and tuning ends early: the rest of
+  the budget is not spent.
 - With a ``prior`` (a physics model of the job, see :mod:`autotune.tuning.prior`) the
   calibrated surrogate is a technique of its own (``"prior"``, tried first) and screens
   every other technique's proposals: one predicted, even optimistically, more than
-  ``screen`` below the incumbent is not run (:attr:`screened` counts them). Budget left when every technique has
-  run out of configurations (tiny spaces) is spent the same way.
-- Scores are noisy, so a configuration's score is the mean of all its trials, weighted
-  by their iterations; ``best`` is the configuration with the best mean, never a single
-  lucky sample of a configuration measured several times. A failed trial
-  (``score=None``) is never best and its configuration is not proposed again.
+  ``screen`` below the incumbent is not run (:attr:`screened` counts them), except an
+  ``unscreened`` share (a quarter) of the proposals, and nothing once the prior's ranking
+  is shown wrong (:meth:`autotune.tuning.prior.Surrogate.trusted`).
+- A configuration's score is the mean of all its trials, weighted by their measurements
+  (``tell(measured=...)``: the scored iterations behind the score; default all of the
+  trial's iterations). The searchers rank by that mean. A failed trial (``score=None``)
+  is never best and its configuration is not proposed again.
 - Deterministic for a seed (given the same scores).
 
 Nothing here imports torch.
@@ -59,6 +74,11 @@ DEFAULT_TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
 PRIOR = "prior"  # technique name of the calibrated physics prior (with Tuner(prior=...))
 WARM = "warm"  # technique name of warm-start trials
 CONFIRM = "confirm"  # technique name of re-measurements of the best candidates
+MIN_CONFIRMED = 4  # measurements of the kept configuration (and the reference) before it is final
+NOISE_PRIOR = 0.05  # relative noise of one measurement assumed before any is repeated
+NOISE_PRIOR_WEIGHT = 2.0  # ... worth this many degrees of freedom of measured noise
+Z = 1.0  # standard errors in the lower bound that chooses the kept configuration
+Z_SEPARATED = 2.0  # ... in the bounds that must not overlap for confirming to end early
 
 
 @dataclass(frozen=True)
@@ -95,6 +115,35 @@ class _Pending:
     key: Key = field(default=())
 
 
+@dataclass
+class _LogScores:
+    """One configuration's measurements in log space: weighted sums for mean and spread."""
+
+    weight: float = 0.0
+    total: float = 0.0  # sum of weight * log(score)
+    total_sq: float = 0.0  # sum of weight * log(score)^2
+    count: int = 0  # trials
+    measured: int = 0  # measurements (a trial scored on its switch alone adds none)
+
+    def add(self, score: float, weight: float, measured: int) -> None:
+        y = math.log(score)
+        self.measured += measured
+        self.weight += weight
+        self.total += weight * y
+        self.total_sq += weight * y * y
+        self.count += 1
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.weight
+
+    @property
+    def squares(self) -> float:
+        """Weighted sum of squared deviations from the mean: ``(count - 1) sigma^2`` in
+        expectation when a trial's variance is ``sigma^2 / weight``."""
+        return max(0.0, self.total_sq - self.total * self.total / self.weight)
+
+
 class Tuner:
     def __init__(
         self,
@@ -114,6 +163,7 @@ class Tuner:
         reference: Mapping[str, Any] | None = None,
         screen: float = 0.3,
         credit_quantile: float = 0.25,
+        unscreened: float = 0.25,
     ) -> None:
         if budget < 1:
             raise ValueError(f"budget must be >= 1 iteration, got {budget}")
@@ -134,6 +184,8 @@ class Tuner:
             raise ValueError(f"technique {PRIOR!r} needs a prior (Tuner(prior=...))")
         if not 0 <= screen < 1:
             raise ValueError(f"screen must be a fraction in [0, 1), got {screen}")
+        if not 0 <= unscreened <= 1:
+            raise ValueError(f"unscreened must be a fraction in [0, 1], got {unscreened}")
         if not 0 < credit_quantile <= 1:
             raise ValueError(f"credit_quantile must be in (0, 1], got {credit_quantile}")
         unknown = [t for t in techniques if t not in TECHNIQUES and t != PRIOR]
@@ -154,6 +206,8 @@ class Tuner:
         self.screen = float(screen)
         self.credit_quantile = float(credit_quantile)
         self.screened = 0  # proposals not run: predicted far slower than the incumbent
+        self.unscreened = float(unscreened)
+        self._proposals = 0  # techniques' proposals judged, for the unscreened share
         self.surrogate = None if prior is None else Surrogate(space, prior, seed)
         self.reference = None if reference is None else space.validate(reference)
         self.searchers: dict[str, Searcher] = {}
@@ -173,9 +227,11 @@ class Tuner:
         self.spent = 0
         self._exhausted: set[str] = set()
         self._stalled = False  # nothing left to propose and nothing to re-measure
+        self.separated = False  # the confirm phase ended early: the kept one is clearly best
         self._pending: dict[int, _Pending] = {}
         self._next_index = 0
         self._scores: list[float] = []  # every trial's score, for the rank credit
+        self._logs: dict[Key, _LogScores] = {}  # positive scores, for the noise-aware choice
         self._warm: list[Config] = []
         self.try_first(warm_start)
 
@@ -192,8 +248,42 @@ class Tuner:
 
     @property
     def best(self) -> tuple[Config, float] | None:
-        """``(config, mean score)`` of the best configuration so far, or ``None``."""
-        return self.obs.best()
+        """``(config, mean score)`` of the configuration to keep so far (the highest lower
+        confidence bound, module docstring), or ``None`` before any score."""
+        ranked = self._by_bound()
+        if not ranked:
+            return self.obs.best()  # scores that are not positive: no log model, the mean
+        st = self.obs.stats[ranked[0]]
+        return dict(st.config), float(st.mean)
+
+    def noise(self) -> float:
+        """The relative noise of one measurement (standard deviation of a log score): the
+        pooled spread of repeated configurations, shrunk towards :data:`NOISE_PRIOR`."""
+        squares = sum(ls.squares for ls in self._logs.values())
+        dof = sum(ls.count - 1 for ls in self._logs.values())
+        var = (squares + NOISE_PRIOR_WEIGHT * NOISE_PRIOR ** 2) / (dof + NOISE_PRIOR_WEIGHT)
+        return math.sqrt(var)
+
+    def bounds(self, config: Mapping[str, Any]) -> tuple[float, float, float] | None:
+        """``(lower, mean, upper)`` of ``config``'s score (``Z`` standard errors of the log
+        mean), or ``None`` when it has no positive score."""
+        ls = self._logs.get(self.space.key(config))
+        if ls is None:
+            return None
+        half = Z * self.noise() / math.sqrt(ls.weight)
+        return math.exp(ls.mean - half), math.exp(ls.mean), math.exp(ls.mean + half)
+
+    def measurements(self, config: Mapping[str, Any]) -> int:
+        """How many measurements ``config``'s score rests on (0: none)."""
+        ls = self._logs.get(self.space.key(config))
+        return 0 if ls is None else ls.measured
+
+    def _by_bound(self) -> list[Key]:
+        """Configurations with positive scores, highest lower bound first (ties: first
+        told first)."""
+        half = Z * self.noise()
+        return sorted(self._logs, key=lambda k: -(self._logs[k].mean
+                                                   - half / math.sqrt(self._logs[k].weight)))
 
     def score_of(self, config: Mapping[str, Any]) -> float | None:
         """Mean score of ``config`` over its trials (``None``: never scored)."""
@@ -259,6 +349,7 @@ class Tuner:
         config = self._confirm_candidate()
         if config is None:
             self._stalled = True
+            self.separated = bool(self._logs)
             return None
         return self._issue(config, CONFIRM, None)
 
@@ -266,11 +357,16 @@ class Tuner:
         """``searcher``'s next proposal that the surrogate does not rate clearly worse
         than the incumbent (by more than ``screen``, even optimistically). A screened
         proposal is told to its searcher as the surrogate's prediction, so it moves on;
-        after ``tries`` screened proposals the next one runs whatever its prediction."""
+        after ``tries`` screened proposals the next one runs whatever its prediction, and
+        an ``unscreened`` share of proposals is never screened: the prior must not keep
+        the search from every region where it is wrong."""
         for _ in range(tries):
             config = searcher.ask()
-            if (config is None or self.surrogate is None or name == PRIOR or self.screen == 0
-                    or not self.surrogate.clearly_worse(config, self.screen)):
+            if config is None or self.surrogate is None or name == PRIOR or self.screen == 0:
+                return config
+            self._proposals += 1
+            free = self.unscreened > 0 and (self._proposals * self.unscreened) % 1 < self.unscreened
+            if free or not self.surrogate.clearly_worse(config, self.screen):
                 return config
             self.screened += 1
             mean, _ = self.surrogate.predict_config(config)
@@ -278,40 +374,64 @@ class Tuner:
         return searcher.ask()
 
     def _confirm_candidate(self) -> Config | None:
-        """Of the ``confirm_top`` best configurations by mean, the least measured one
-        (ties: the better mean), so the final choice rests on more than one lucky
-        sample; ``None`` when nothing has a score yet."""
-        ranked = self.obs.ranked()[: self.confirm_top]
+        """What the confirm phase measures next (module docstring, LUCB): ``None`` when
+        nothing has a score yet, or when the leader is confirmed and separated."""
+        ranked = self._by_bound()
         if not ranked:
-            return None
+            ranked_mean = self.obs.ranked()  # no positive score: the least measured best
+            return dict(ranked_mean[0][1].config) if ranked_mean else None
+        leader = self._logs[ranked[0]]
+        if leader.measured < MIN_CONFIRMED:
+            return dict(self.obs.stats[ranked[0]].config)
         if self.reference is not None:
-            ref = self.obs.stats.get(self.space.key(self.reference))
-            if ref is None or (ref.count and ref.weight <= ranked[0][1].weight):
-                return dict(self.reference)  # the reference measured as long as the best
-        least = min(range(len(ranked)), key=lambda i: (ranked[i][1].weight, i))
-        return dict(ranked[least][1].config)
+            ref_key = self.space.key(self.reference)
+            unmeasured = ref_key not in self.obs.stats  # (a failed reference is not retried)
+            if ref_key != ranked[0] and (unmeasured or (
+                    ref_key in self._logs and self._logs[ref_key].measured < leader.measured)):
+                return dict(self.reference)  # measured as long as the leader
+        sigma = self.noise()
 
-    def tell(self, trial: Trial, score: float | None, iterations: int | None = None) -> TrialRecord:
+        def upper(k: Key) -> float:
+            return self._logs[k].mean + Z_SEPARATED * sigma / math.sqrt(self._logs[k].weight)
+
+        lower = leader.mean - Z_SEPARATED * sigma / math.sqrt(leader.weight)
+        challengers = sorted(ranked[1:], key=upper, reverse=True)[: self.confirm_top]
+        open_ = [k for k in challengers if upper(k) > lower]
+        if not open_:
+            return None  # separated: the leader is kept
+        challenger = open_[0]
+        if self._logs[challenger].measured < leader.measured:
+            return dict(self.obs.stats[challenger].config)
+        return dict(self.obs.stats[ranked[0]].config)
+
+    def tell(self, trial: Trial, score: float | None, iterations: int | None = None,
+             measured: int | None = None) -> TrialRecord:
         """Report the score of ``trial`` (maximised; ``None`` for a failed trial).
 
         ``iterations``: how many of its iterations the trial ran, when it was cut short
-        (e.g. clearly slower than the best so far); the rest go back to the budget and
-        the score weighs that much less. Default: all of them."""
+        (e.g. clearly slower than the best so far); the rest go back to the budget.
+        Default: all of them. ``measured``: how many measurements the score rests on (a
+        session does not score a trial's first iteration, which pays for the switch);
+        default ``iterations``. The score weighs that much (at least 1)."""
         used = trial.iterations if iterations is None else int(iterations)
         if not 1 <= used <= trial.iterations:
             raise ValueError(f"trial {trial.index} ran 1..{trial.iterations} iterations, "
                              f"not {iterations}")
+        measured = used if measured is None else max(0, min(int(measured), used))
+        weight = max(1, measured)
         pending = self._pending.pop(trial.index, None)
         if pending is None or pending.trial != trial:
             raise ValueError(f"trial {trial.index} was not asked for, or was already told")
         self.spent -= trial.iterations - used
         before = self.obs.best()
         before_key = None if before is None else self.space.key(before[0])
-        self.obs.add(trial.config, score, weight=used)
+        self.obs.add(trial.config, score, weight=weight)
+        if score is not None and score > 0:
+            self._logs.setdefault(pending.key, _LogScores()).add(float(score), weight, measured)
         for searcher in self.searchers.values():
-            searcher.tell(trial.config, score, weight=used)
+            searcher.tell(trial.config, score, weight=weight)
         if self.surrogate is not None:
-            self.surrogate.tell(trial.config, score, weight=used)
+            self.surrogate.tell(trial.config, score, weight=weight)
         after = self.obs.best()
         new_best = (
             score is not None and after is not None

@@ -105,8 +105,8 @@ def test_trains_and_workers_stay_identical(with_server):
 def test_exactly_budget_tuning_iterations_then_fixed(with_server):
     ranks, _ = with_server
     s0 = ranks[0]["session"]
-    assert s0["tuning_iterations"] == BUDGET
-    assert sum(h["iterations"] for h in s0["history"]) == BUDGET
+    # the whole budget, or less where the confirm phase separated the kept one early
+    assert s0["tuning_iterations"] == sum(h["iterations"] for h in s0["history"]) <= BUDGET
     # configs[i] is the configuration applied after step i, i.e. for iteration i + 1
     w = 3  # the session's default warm-up iterations come first
     tuning = {json.dumps(c, sort_keys=True) for c in s0["configs"][w - 1: w + BUDGET - 1]}
@@ -173,7 +173,7 @@ def test_best_and_default_are_means_over_their_scored_iterations(with_server):
     # one number everywhere: the session's best is the kept configuration's mean
     assert s0["best_score"] == mean and s0["best_spread"] == spread and n >= 2
     assert s0["default_score"] == d_mean and s0["default_spread"] == d_spread
-    assert d_n >= n  # the default measured as long as the kept configuration
+    assert n >= 4 and d_n >= 4  # both confirmed: a speed-up rests on enough iterations
     (run,) = Store(tmp / "t.db").runs()
     assert run["unit"] == s0["unit"] == "it/s"  # no samples_per_step
     assert run["best_score"] == mean and run["best_spread"] == spread
