@@ -155,3 +155,40 @@ def test_the_cap_is_judged_on_the_measured_rates_not_the_clipped_ones():
     link = warmup_link([0.5], [0.0125], 20_000, 2)
     assert set(link) == {"nic_gbps", "per_flow_gbps"}
     assert link["per_flow_gbps"] == 0.01 and link["nic_gbps"] == pytest.approx(0.0128)
+
+
+# ------------------------------------------------------------ a prior that data can overrule
+def blind(configs):
+    """Right about all-reduce; believes push/pull 100x slower, where the optimum is."""
+    return [truth(c) / (100.0 if c["transport"] == "pushpull" else 1.0) for c in configs]
+
+
+def inverted(configs):
+    """Ranks every configuration the wrong way round."""
+    return [1000.0 / truth(c) for c in configs]
+
+
+def _tuned(prior, seed, **kw):
+    t = Tuner(SPACE, budget=80, techniques=("grid", "pbt", "bayes"), seed=seed, prior=prior,
+              confirm=0, options={"bayes": {"n_initial_points": 3}}, **kw)
+    while (tr := t.ask()) is not None:
+        t.tell(tr, truth(tr.config))
+    return t
+
+
+def test_a_share_of_proposals_is_never_screened_so_a_blind_prior_cannot_hide_the_optimum():
+    optimum = max(truth(c) for c in SPACE.all_configs())
+    found = [truth(_tuned(blind, seed).best[0]) for seed in range(4)]
+    assert found == [optimum] * 4
+    # every proposal screened (the old rule): the region of the optimum stays closed
+    closed = [truth(_tuned(blind, seed, unscreened=0.0).best[0]) for seed in range(4)]
+    assert min(closed) < optimum
+
+
+def test_a_prior_that_ranks_wrongly_screens_nothing():
+    wrong = _tuned(inverted, 0)
+    assert wrong.surrogate.agreement() < 0 and not wrong.surrogate.trusted()
+    assert wrong.screened == 0
+    right = _tuned(perfect, 0)
+    assert right.surrogate.agreement() > 0.9 and right.surrogate.trusted()
+    assert right.screened > 0
