@@ -1,6 +1,6 @@
 """Per-rank script for tests/session/test_peer_failure.py: a session (native, or inside
 DDP) under ``autotune launch -n 2`` in which worker 1's own code raises
-``RuntimeError("boom")`` at step 3, inside the ``with`` block.
+``RuntimeError("boom")`` at step 5, inside the ``with`` block.
 
     autotune launch -n 2 tests/peer_fail_worker.py {native,ddp} DB
 """
@@ -17,7 +17,7 @@ import torch.nn as nn
 
 import autotune
 
-FAIL_AT = 3
+FAIL_AT = 5
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
         dist.init_process_group("gloo", timeout=timedelta(seconds=30))
         model = nn.parallel.DistributedDataParallel(model)
     with autotune.session(model, budget=10, db=db, timeout=30, job="peer_fail",
-                          warmup=1, trial_iterations=1) as tuner:
+                          warmup=1, trial_iterations=2) as tuner:
         for step in range(20):
             model(torch.randn(8, 16)).sum().backward()
             if rank == 1 and step == FAIL_AT:
