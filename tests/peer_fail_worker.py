@@ -1,6 +1,8 @@
 """Per-rank script for tests/session/test_peer_failure.py: a session (native, or inside
 DDP) under ``autotune launch -n 2`` in which worker 1's own code raises
-``RuntimeError("boom")`` at step 5, inside the ``with`` block.
+``RuntimeError("boom")`` at step 5, inside the ``with`` block; then its connections
+close and it takes ``SLOW_EXIT`` seconds more to exit (as a big process's teardown may),
+so that the survivors exit before it does.
 
     autotune launch -n 2 tests/peer_fail_worker.py {native,ddp} DB
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -18,6 +21,7 @@ import torch.nn as nn
 import autotune
 
 FAIL_AT = 5
+SLOW_EXIT = 3.0
 
 
 def main() -> None:
@@ -40,4 +44,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        if os.environ.get("RANK") == "1":
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            time.sleep(SLOW_EXIT)
