@@ -207,7 +207,7 @@ class Events(TuningDisplay):
         self._send(say=text)
 
     def stop(self, summary: str = "", ended: str = "done") -> None:
-        self._send(done=True, summary=summary, ended=ended)
+        self._send(done=True, summary=summary, **({} if ended == "done" else {"ended": ended}))
 
 
 class Lines(TuningDisplay):
