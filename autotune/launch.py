@@ -11,8 +11,10 @@ peer died. With ``--machines M`` the workers are split into ``M`` emulated machi
 modes run on one host. Every line a process prints is streamed with a ``[w<rank>]`` or
 ``[s<rank>]`` prefix as soon as it ends; rank 0's tuning bar is drawn here, live, when
 this output is a terminal (plain lines per trial otherwise; :mod:`autotune.progress`). If a worker fails, the others get ``grace`` seconds to finish on
-their own, then are stopped; the launcher exits with the first failing worker's code and
-repeats its last lines. A server that fails is reported and the job goes on: the workers
+their own, then are stopped; the launcher exits with the failing worker's code and
+repeats its last lines: the worker whose own code failed (it posted its exception in the
+store, :meth:`~autotune.runtime.faults.Liveness.fail`; its peers fail after it, naming
+it), else the first worker to exit non-zero. A server that fails is reported and the job goes on: the workers
 drop lost servers (see ``ServerLost``); the exit code is the workers'.
 
 A bad job shape (no workers, negative servers, machines that do not divide the workers,
@@ -172,11 +174,11 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
     try:
         job = ranks.run([p.as_rank() for p in procs], grace=grace, emit=emit,
                         keep=TAIL_LINES, on_lost=lost)
+        failed = _to_blame(job, store)
     finally:
         if terminal is not None:
             terminal.close()
         del store
-    failed = job.failed
     if failed is None:
         for e in job.lost:
             err.write(f"autotune launch: rank {e.rank.rank} (server) failed, "
@@ -192,6 +194,22 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
         err.write(f"  {tag} (no output)\n")
     err.flush()
     return code if code > 0 else 1
+
+
+def _to_blame(job: ranks.Outcome, store: object) -> ranks.Exit | None:
+    """The failed worker to report: one that posted its own failure in the rendezvous
+    ``store`` (its peers failed because of it, perhaps exiting sooner), else the first
+    worker seen to exit non-zero."""
+    from autotune.runtime.faults import Liveness
+
+    for e in job.exits:
+        if e.rank.role == "worker" and e.returncode:
+            try:
+                if store.check([f"{Liveness.FAILED}{e.rank.rank}"]):  # type: ignore[attr-defined]
+                    return e
+            except Exception:  # noqa: BLE001 - the store is ours; unreadable: the first
+                break
+    return job.failed
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True,

@@ -38,7 +38,8 @@ MODES = ("bar", "events", "lines")
 #: the start of a progress event line: ``MARK`` + a JSON object: the display's state
 #: (``label``, ``about``, ``total``, ``completed``, ``description``) and what happened,
 #: if anything more: ``trial`` (a finished trial, :meth:`TuningDisplay.trial`'s
-#: arguments), ``say`` (a message) or ``done`` (with ``summary``)
+#: arguments), ``say`` (a message) or ``done`` (with ``summary``, and ``ended``: how,
+#: when not ``done``: ``failed`` or ``aborted``)
 MARK = "@autotune-progress "
 #: the label and the words after "N iterations" of a tuning display
 TUNING, TRIALS = "tuning", "of trials"
@@ -102,7 +103,9 @@ def kept_summary(config: Mapping[str, Any] | None, score: float | None, unit: st
 class TuningDisplay:
     """What a tuner calls: ``advance(n)`` as tuning iterations pass, ``describe(text)``
     when a trial starts, ``trial(...)`` when one ends, ``say(text)`` for a message,
-    ``stop(summary)`` at the end. The base class shows nothing but messages."""
+    ``stop(summary, ended)`` at the end (``ended``: ``done``, or ``failed`` or
+    ``aborted`` when the tuning did not end well). The base class shows nothing but
+    messages."""
 
     def __init__(self, total: int, label: str = TUNING, about: str = TRIALS) -> None:
         self.total = total
@@ -132,7 +135,7 @@ class TuningDisplay:
     def say(self, text: str) -> None:
         message(text)
 
-    def stop(self, summary: str = "") -> None:
+    def stop(self, summary: str = "", ended: str = "done") -> None:
         pass
 
 
@@ -162,7 +165,7 @@ class Bar(TuningDisplay):
     def say(self, text: str) -> None:
         self._progress.console.print(markup(text))
 
-    def stop(self, summary: str = "") -> None:
+    def stop(self, summary: str = "", ended: str = "done") -> None:
         self._progress.stop()
 
 
@@ -203,8 +206,8 @@ class Events(TuningDisplay):
     def say(self, text: str) -> None:
         self._send(say=text)
 
-    def stop(self, summary: str = "") -> None:
-        self._send(done=True, summary=summary)
+    def stop(self, summary: str = "", ended: str = "done") -> None:
+        self._send(done=True, summary=summary, **({} if ended == "done" else {"ended": ended}))
 
 
 class Lines(TuningDisplay):
@@ -236,8 +239,8 @@ class Lines(TuningDisplay):
     def say(self, text: str) -> None:
         message(text, self._out or sys.stderr)
 
-    def stop(self, summary: str = "") -> None:
-        self._write(f"{self.label}: done, {self.completed}/{self.total} iterations in "
+    def stop(self, summary: str = "", ended: str = "done") -> None:
+        self._write(f"{self.label}: {ended}, {self.completed}/{self.total} iterations in "
                     f"{self._elapsed()}" + (f"; {summary}" if summary else ""))
 
     def _elapsed(self) -> str:
@@ -340,7 +343,7 @@ class Viewer:
         if "say" in ev:
             shown.say(str(ev["say"]))
         if ev.get("done"):
-            shown.stop(str(ev.get("summary") or ""))
+            shown.stop(str(ev.get("summary") or ""), str(ev.get("ended") or "done"))
             self.display = None
 
     def close(self) -> None:

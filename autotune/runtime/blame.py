@@ -9,9 +9,11 @@ operations run through :meth:`Blame.op` (bounded by the
 
 A failed operation comes back as an :class:`~autotune.runtime.engine.OpError` naming the
 ranks it involved, which seldom says which of them failed. :meth:`Blame.fault_from` turns
-it into the :class:`~autotune.runtime.errors.RuntimeFault` that names one: a peer posted
-as lost by another rank, else one whose heartbeat stopped and that did not leave on
-purpose (:class:`~autotune.runtime.faults.Liveness`), else the only peer involved.
+it into the :class:`~autotune.runtime.errors.RuntimeFault` that names one, a
+:class:`~autotune.runtime.errors.PeerFailed`: a rank that posted its own failure (its
+code raised; the cause it posted is given), else a peer posted as lost by another rank,
+else one whose heartbeat stopped and that did not leave on purpose
+(:class:`~autotune.runtime.faults.Liveness`), else the only peer involved.
 
 When every rank to blame is a server, the servers are given up instead
 (:meth:`Blame.drop_servers`): every rank is told through the store, the groups the
@@ -27,7 +29,7 @@ from typing import Any, Callable
 from .averager import Averager
 from .control import ControlPlane
 from .engine import OpError
-from .errors import RuntimeFault, ServerLost
+from .errors import PeerFailed, RuntimeFault, ServerLost
 from .faults import Liveness
 from .groups import GroupCache, keep_forever
 from .layout import Layout
@@ -80,6 +82,9 @@ class Blame:
         if not self.info.is_worker and me in self.liveness.lost():
             return ServerLost(f"this server ({self.describe(me)}) was given up by the workers "
                               "(it stopped answering): they go on without servers", servers=(me,))
+        failed = self.liveness.failure(range(self.info.world_size), self.describe)
+        if failed is not None:  # its own code raised: that is the cause, not what we saw
+            return failed
         peers = [p for p in err.peers if p != me]
         posted = sorted(set(self.liveness.lost()) & set(peers))
         dead = posted or (self.liveness.dead(peers) if peers else None)
@@ -92,10 +97,9 @@ class Blame:
         else:
             rank, state = None, ""
         if rank is not None:
-            text = f"{self.describe(rank)} {state} during {err.what}: {err.cause}"
-        else:
-            text = f"{err.what} failed: {err.cause}"
-        return RuntimeFault(text, rank=rank, recoverable=False)
+            return PeerFailed(f"{self.describe(rank)} {state} during {err.what}: {err.cause}",
+                              rank=rank)
+        return RuntimeFault(f"{err.what} failed: {err.cause}", rank=None, recoverable=False)
 
     def drop_servers(self, dead: list[int], err: OpError) -> ServerLost:
         """Servers ``dead`` stopped: tell every rank, and on a worker go on without any

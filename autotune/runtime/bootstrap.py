@@ -78,10 +78,19 @@ def join(timeout: float, role: str | None, max_streams: int) -> Joined:
                     max_streams=lead_streams)
     workers_group = dist.new_group(list(info.workers), backend="gloo",
                                    timeout=timedelta(seconds=timeout))
-    store = None
+    store = rendezvous_store()
     try:
-        store = dist.distributed_c10d._get_default_store()
-        store.set(f"{PID_KEY}{rank}", f"{os.getpid()}")
+        if store is not None:
+            store.set(f"{PID_KEY}{rank}", f"{os.getpid()}")
     except Exception:
         store = None
     return Joined(info, limits, timeout, control, workers_group, store)
+
+
+def rendezvous_store() -> Any:
+    """The world's rendezvous store (``torch.distributed``'s default store), or ``None``
+    when it cannot be had."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:
+        return None

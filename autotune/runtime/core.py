@@ -328,12 +328,16 @@ class Runtime:
         self.iterations += 1
 
     # ================================================================== shutdown
-    def shutdown(self) -> None:
+    def shutdown(self, failed: BaseException | None = None) -> None:
         """Idempotent: stop threads, remove hooks. Collective clean-up is the leader's
-        ``sync(stop=True)``, which lets the servers leave their loop."""
+        ``sync(stop=True)``, which lets the servers leave their loop. ``failed``: the
+        exception this rank stops for; its own failure is posted first, so that peers
+        name this rank and the cause (:meth:`Liveness.fail`)."""
         if self._closed:
             return
         self._closed = True
+        if failed is not None:
+            self._liveness.fail(failed)
         self._averager.close(timeout=2.0 if self._blame.broken else 10.0)
         self._liveness.leave()
         self._liveness.stop()

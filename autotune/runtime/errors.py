@@ -3,15 +3,20 @@
 ``ConfigError`` (from :mod:`autotune.runtime.config`) means a configuration or a registration is
 wrong: it is raised identically on every rank, the previous configuration stays active.
 :class:`RuntimeFault` means communication failed: a peer died, an operation timed out, or
-an injected fault fired (see :mod:`autotune.runtime.faults`).
+an injected fault fired (see :mod:`autotune.runtime.faults`). :class:`PeerFailed`, one of
+them, means another rank failed and names it; uncaught, it is printed as one line
+(:func:`install_excepthook`).
 """
 
 from __future__ import annotations
 
+import sys
+
 from autotune.errors import AutotuneError
 from .config import ConfigError
 
-__all__ = ["ConfigError", "RuntimeFault", "ServerLost", "UsageError"]
+__all__ = ["ConfigError", "RuntimeFault", "PeerFailed", "ServerLost", "UsageError",
+           "install_excepthook"]
 
 
 class RuntimeFault(AutotuneError, RuntimeError):
@@ -30,6 +35,38 @@ class RuntimeFault(AutotuneError, RuntimeError):
         super().__init__(message)
         self.rank = rank
         self.recoverable = recoverable
+
+
+class PeerFailed(RuntimeFault):
+    """Another rank (``rank``) failed, so this one cannot go on: its own code raised (the
+    message gives that rank's exception, which it posted before it left; see
+    :meth:`~autotune.runtime.faults.Liveness.fail`), it died, or it stopped answering (the
+    message says what was seen, and during which operation). Not recoverable. Nothing went
+    wrong on this rank: the whole story is the message, so uncaught it is printed as that
+    one line, without a traceback (:func:`install_excepthook`)."""
+
+    def __init__(self, message: str, *, rank: int):
+        super().__init__(message, rank=rank, recoverable=False)
+
+
+def install_excepthook() -> None:
+    """Make this process print an uncaught :class:`PeerFailed` as one line on stderr,
+    ``autotune: <message>``, and exit 1 as for any uncaught error; every other error goes
+    to the hook there was (torch.distributed's, which prefixes ``[rank<r>]:``, or
+    Python's). Sessions call it when they start, after the world exists; idempotent."""
+    previous = sys.excepthook
+    if getattr(previous, "autotune", False):
+        return
+
+    def hook(kind: type, value: BaseException, tb: object) -> None:
+        if isinstance(value, PeerFailed):
+            sys.stderr.write(f"autotune: {value}\n")
+            sys.stderr.flush()
+        else:
+            previous(kind, value, tb)
+
+    hook.autotune = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 class ServerLost(RuntimeFault):

@@ -31,6 +31,9 @@ the counters twice; ranks whose counter stood still are named as dead, except th
 said they left (a survivor that raised its own fault and shut down is not to blame).
 The same store holds the list of ranks given up as lost (:meth:`Liveness.post_lost`):
 every bounded wait reads it, so one rank's verdict reaches the others within a second.
+A rank whose own code failed posts its exception there before it leaves
+(:meth:`Liveness.fail`), so that the peers whose waits then break name it and that cause
+(:meth:`Liveness.failure`), not only the broken connection they saw.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+from .errors import PeerFailed, RuntimeFault
 
 MODES = ("fail", "configure", "stall", "delay")
 ENV = "AUTOTUNE_FAULT"
@@ -136,6 +141,8 @@ class Liveness:
     PREFIX = "autotune/alive/"
     LEFT = "autotune/left/"
     LOST = "autotune/lost/"
+    FAILED = "autotune/failed/"
+    CAUSE_CHARS = 300  # a posted cause is cut to this length (it is shown in one line)
 
     def __init__(self, store: Any, rank: int, interval: float = 0.5):
         self.store = store
@@ -176,6 +183,39 @@ class Liveness:
                 self.store.set(f"{self.LEFT}{self.rank}", "1")
         except Exception:
             pass
+
+    def fail(self, exc: BaseException) -> None:
+        """Post ``exc`` as the reason this rank fails, before it leaves, when it is this
+        rank's own failure: any exception but a :class:`RuntimeFault` (communication
+        failed; one that a peer caused names that peer). Stop signals and ``SystemExit``
+        are no failure to post."""
+        if self.store is None or not isinstance(exc, Exception) or isinstance(exc, RuntimeFault):
+            return
+        cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+        if len(cause) > self.CAUSE_CHARS:
+            cause = cause[:self.CAUSE_CHARS - 3] + "..."
+        try:
+            self.store.set(f"{self.FAILED}{self.rank}", cause)
+        except Exception:  # the store is gone: the peers name this rank without a cause
+            pass
+
+    def failure(self, ranks: Sequence[int],
+                describe: Callable[[int], str]) -> PeerFailed | None:
+        """The first of ``ranks`` (not this one) that posted its failure (:meth:`fail`),
+        as the :class:`PeerFailed` that names it (``describe(rank)``) and its cause;
+        ``None`` if none did or the store cannot be read."""
+        if self.store is None:
+            return None
+        for r in ranks:
+            key = f"{self.FAILED}{r}"
+            try:
+                if r == self.rank or not self.store.check([key]):
+                    continue
+                cause = self.store.get(key).decode(errors="replace")
+            except Exception:
+                return None
+            return PeerFailed(f"{describe(r)} failed: {cause}", rank=r)
+        return None
 
     def dead(self, ranks: Sequence[int], wait: float | None = None) -> list[int] | None:
         """Ranks among ``ranks`` whose heartbeat stood still for ``wait`` seconds

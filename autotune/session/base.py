@@ -138,13 +138,14 @@ class TuningSession:
     def _finish(self, exc: BaseException | None) -> None:
         """On the leader, when the session ends (``exc``: the exception that ended it):
         stop the display, close the run (``finished``; ``aborted`` for Ctrl-C or SIGTERM,
-        with the trials so far and the best of them; ``failed`` otherwise), put SIGTERM's
-        handler back and, when it went well, print the table."""
+        with the trials so far and the best of them; ``failed`` otherwise: nothing then
+        says ``done`` or ``kept``), put SIGTERM's handler back and, when it went well,
+        print the table."""
         status = status_of(exc)
         ok = status == "finished"
         try:
             with shielded(status == "aborted"):
-                self.display.settled(self.best if ok else None)
+                self.display.settled(self.best if ok else None, status)
                 if self.trials is not None:
                     self.trials.close(status, kept=self.best)
         finally:

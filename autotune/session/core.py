@@ -22,11 +22,11 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from autotune.runtime.errors import ServerLost, UsageError
+from autotune.runtime.errors import ServerLost, UsageError, install_excepthook
 from autotune.session.base import DDP, TuningSession
 from autotune.session.facts import job_space
 from autotune.session.parity import DDPParity
-from autotune.signals import shielded
+from autotune.signals import shielded, status_of
 from autotune.tuning.space import Config, ConfigError
 
 
@@ -80,6 +80,7 @@ class Session(TuningSession):
         from autotune.runtime import Runtime
 
         init_world(self.timeout)
+        install_excepthook()  # a peer's failure, uncaught, is one line
         self.rt = Runtime.bootstrap(timeout=self.timeout)
         if self.rt.info.role == "server":
             # A server rank that ran the user's script: serve, then leave the process.
@@ -90,11 +91,11 @@ class Session(TuningSession):
             raise SystemExit(0)
         try:
             self._start()
-        except BaseException:
+        except BaseException as exc:
             # e.g. the workers' models differ: release the runtime, let the error out.
-            self.display.settled(None)
+            self.display.settled(None, status_of(exc))
             self._restore_signals()
-            self.rt.shutdown()
+            self.rt.shutdown(failed=exc)
             raise
         return self
 
@@ -192,13 +193,15 @@ class Session(TuningSession):
         if self.parity is not None:
             self.parity.remove()
         if exc_type is not None:
-            # Another rank may be waiting in a collective: don't join one, just release.
+            # Another rank may be waiting in a collective: don't join one, just release
+            # (this rank's own failure is posted first: the others name it and its cause).
             # Stopped by Ctrl-C/SIGTERM: no further signal cuts the closing short.
-            with shielded(issubclass(exc_type, KeyboardInterrupt)):
-                self.display.settled(None)
-                self.rt.shutdown()
+            exc = exc if exc is not None else exc_type()
+            with shielded(isinstance(exc, KeyboardInterrupt)):
+                self.display.settled(None, status_of(exc))
+                self.rt.shutdown(failed=exc)
                 if self.is_leader:
-                    self._finish(exc if exc is not None else exc_type())
+                    self._finish(exc)
             return None
         try:
             with warnings.catch_warnings():

@@ -9,6 +9,11 @@ counts the iteration (DDP has averaged the gradients when backward returns), mea
 (the slowest worker's time) and, between iterations, puts in force what the leader's
 trial schedule says runs next: the configuration crosses ranks as int64s
 (``RuntimeConfig.encode``) on a gloo group of DDP's ranks, nothing pickled.
+
+A rank whose own code fails posts its exception in the rendezvous store as it leaves
+(:meth:`~autotune.runtime.faults.Liveness.fail`); a rank whose session then ends by an
+error (a broken collective) raises the :class:`~autotune.runtime.errors.PeerFailed` that
+names the failed rank and its cause instead.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
+from autotune.runtime.bootstrap import rendezvous_store
 from autotune.runtime.config import RuntimeConfig
-from autotune.runtime.errors import UsageError
+from autotune.runtime.errors import PeerFailed, RuntimeFault, UsageError, install_excepthook
+from autotune.runtime.faults import Liveness
 from autotune.session.base import DDP, TuningSession
+from autotune.signals import status_of
 from autotune.tuning.space import Config, ConfigError, SearchSpace
 
 
@@ -39,6 +47,7 @@ class DDPSession(TuningSession):
         self.transport: Any = None
         self._control: Any = None
         self._ranks: list[int] = []
+        self._liveness: Liveness | None = None  # posts and reads ranks' failures
         self._t_last = 0.0
 
     @property
@@ -51,6 +60,8 @@ class DDPSession(TuningSession):
         from autotune.runtime.world import discover, local_machine
 
         group = self.model.process_group
+        install_excepthook()  # a peer's failure, uncaught, is one line
+        self._liveness = Liveness(rendezvous_store(), dist.get_rank())
         self._ranks = list(dist.get_process_group_ranks(group))
         # the control plane: the leader's configuration and the slowest time, on gloo
         # whatever DDP's backend (tiny int64 messages), with bounded waits
@@ -69,8 +80,8 @@ class DDPSession(TuningSession):
             first = (self._lead(params, dist.get_backend(group)) if self.is_leader
                      else None)
             self._apply(first)
-        except BaseException:
-            self.display.settled(None)
+        except BaseException as exc:
+            self.display.settled(None, status_of(exc))
             self._restore_signals()
             raise
         return self
@@ -80,7 +91,8 @@ class DDPSession(TuningSession):
         the next configuration in force. Collective over DDP's ranks, once per iteration."""
         elapsed = time.perf_counter() - self._t_last
         slowest = torch.tensor([elapsed], dtype=torch.float64)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=self._control)
+        self._collective("the slowest time's all-reduce", dist.all_reduce, slowest,
+                         op=dist.ReduceOp.MAX)
         self.iteration += 1
         nxt = (self.schedule.next(self.config, float(slowest.item())) if self.is_leader
                else None)
@@ -101,7 +113,8 @@ class DDPSession(TuningSession):
             msg = torch.zeros(n, dtype=torch.int64)
             if self.is_leader:
                 msg[:] = torch.tensor(RuntimeConfig.of(config).encode(), dtype=torch.int64)
-            dist.broadcast(msg, src=self._ranks[0], group=self._control)
+            self._collective("the configuration's broadcast", dist.broadcast, msg,
+                             src=self._ranks[0])
             wanted = RuntimeConfig.decode(msg.tolist())
             try:
                 self.transport.set_config(wanted)
@@ -115,8 +128,35 @@ class DDPSession(TuningSession):
         self.config = {k: wanted[k] for k in self.space.names}
         self._t_last = time.perf_counter()
 
+    def _collective(self, what: str, fn: Any, tensor: torch.Tensor, **kwargs: Any) -> None:
+        """``fn`` on the control group (its wait bounded by the session's ``timeout``); a
+        failure is a :class:`RuntimeFault` (a peer's: :class:`PeerFailed`)."""
+        try:
+            fn(tensor, group=self._control, **kwargs)
+        except Exception as e:
+            raise (self._peer_failure() or RuntimeFault(
+                f"{what} among DDP's ranks {self._ranks} failed: {e}")) from e
+
+    def _peer_failure(self) -> PeerFailed | None:
+        """The failure another of DDP's ranks posted, if any (module docstring)."""
+        return (self._liveness.failure(self._ranks, lambda r: f"rank {r}")
+                if self._liveness is not None else None)
+
     def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            if self.is_leader:
+                self._finish(None)
+            return None
+        exc = exc if exc is not None else exc_type()
+        # after another rank's failure (e.g. DDP's own all-reduce broke in backward):
+        # that failure; else this rank's own, posted for the others
+        peer = (self._peer_failure()
+                if isinstance(exc, Exception) and not isinstance(exc, PeerFailed) else None)
+        if peer is None and self._liveness is not None:
+            self._liveness.fail(exc)
         if self.is_leader:
-            self._finish(None if exc_type is None else (exc if exc is not None else exc_type()))
+            self._finish(peer or exc)
+        if peer is not None:
+            raise peer from exc
         return None
 

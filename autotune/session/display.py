@@ -49,12 +49,17 @@ class SessionDisplay(Listener):
         self._progress.trial(record.index, record.technique, record.config, record.score,
                              self._best_score(), self.unit, record.error)
 
-    def settled(self, kept: Config | None) -> None:
+    def settled(self, kept: Config | None, status: str = "finished") -> None:
+        """The tuning display ends: ``done`` (with what was ``kept``) when the session goes
+        on or ``status`` is ``finished``; else it says ``failed`` or ``aborted``."""
         if self._progress is None:
             return
         from autotune.progress import kept_summary
 
-        self._progress.stop(kept_summary(kept, self._best_score(), self.unit))
+        if status == "finished":
+            self._progress.stop(kept_summary(kept, self._best_score(), self.unit))
+        else:
+            self._progress.stop(ended=status)
         self._progress = None
 
     def say(self, text: str) -> None:

@@ -214,6 +214,23 @@ def test_a_viewer_starts_a_display_per_phase():
                    "verify: done, 2/2 iterations in T"]
 
 
+def test_a_tuning_that_failed_never_says_done():
+    """Issue 28: a session that failed ends its display with ``failed``, on its own
+    lines and through events shown by another process, and says nothing was kept."""
+    from autotune.session.display import SessionDisplay
+
+    events, shown = io.StringIO(), io.StringIO()
+    display = SessionDisplay(True, "it/s", lambda: 812.0)
+    display._progress = progress.Events(10, out=events)
+    display.advanced(3)
+    display.settled({"streams": 2}, "failed")
+    viewer = progress.Viewer("lines", out=shown)
+    for line in events.getvalue().splitlines():
+        viewer.event(progress.parse(line)[1])
+    out = _without_times(shown.getvalue()).splitlines()
+    assert out == ["tuning: 10 iterations of trials", "tuning: failed, 3/10 iterations in T"]
+
+
 def test_a_viewer_never_raises_on_a_malformed_event():
     shown = io.StringIO()
     viewer = progress.Viewer("lines", out=shown)
