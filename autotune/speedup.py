@@ -143,7 +143,8 @@ class Speedup:
     def shown(self, *, counts: bool = True) -> str:
         """``"1.62x ± 0.05 (12 vs 12 iterations)"``; refused: ``"– (n<4: 1 vs 12
         iterations)"``; simulated: ``"4.10x (simulated)"``; ``""`` when a side is
-        missing. ``counts=False`` (narrow tables): ``"1.62x ± 0.05"``, ``"– (n<4)"``."""
+        missing. ``counts=False`` (narrow tables): ``"1.62x ± 0.05"``, ``"– (n<4)"``,
+        ``"4.10x (sim.)"``."""
         if not self.measured:
             return ""
         why = self.refused
@@ -151,7 +152,7 @@ class Speedup:
             return f"– ({why}: {self._counts()})" if counts else f"– ({why})"
         text = f"{self.ratio:.2f}x"
         if self.simulated:
-            return text + " (simulated)"
+            return text + (" (simulated)" if counts else " (sim.)")
         if self.spread is not None:
             text += f" ± {self.spread:.2f}"
         return f"{text} ({self._counts()})" if counts else text
