@@ -110,7 +110,7 @@ class Speedup:
             return None
         counts = (self.best_iterations, self.reference_iterations)
         if any(n is None for n in counts):
-            return "iterations unknown"
+            return "n unknown"
         if min(counts) < MIN_ITERATIONS:
             return f"n<{MIN_ITERATIONS}"
         return None
@@ -140,20 +140,23 @@ class Speedup:
 
         return f"{n(self.best_iterations)} vs {n(self.reference_iterations)} iterations"
 
-    def shown(self, *, counts: bool = True) -> str:
+    def shown(self, *, counts: bool = True, spread: bool = True) -> str:
         """``"1.62x ± 0.05 (12 vs 12 iterations)"``; refused: ``"– (n<4: 1 vs 12
         iterations)"``; simulated: ``"4.10x (simulated)"``; ``""`` when a side is
-        missing. ``counts=False`` (narrow tables): ``"1.62x ± 0.05"``, ``"– (n<4)"``,
-        ``"4.10x (sim.)"``."""
+        missing. Narrow tables, whose other views have the rest: ``counts=False`` gives
+        ``"1.62x ± 0.05"``, ``"– (n<4)"``, ``"– (n?)"`` (a count unknown), ``"4.10x sim."``;
+        with ``spread=False`` too, ``"1.62x"``."""
         if not self.measured:
             return ""
         why = self.refused
         if why is not None:
-            return f"– ({why}: {self._counts()})" if counts else f"– ({why})"
+            if counts:
+                return f"– ({why}: {self._counts()})"
+            return "– (n?)" if why == "n unknown" else f"– ({why})"
         text = f"{self.ratio:.2f}x"
         if self.simulated:
-            return text + (" (simulated)" if counts else " (sim.)")
-        if self.spread is not None:
+            return text + (" (simulated)" if counts else " sim.")
+        if spread and self.spread is not None:
             text += f" ± {self.spread:.2f}"
         return f"{text} ({self._counts()})" if counts else text
 

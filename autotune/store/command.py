@@ -79,7 +79,7 @@ def _when(text: str | None) -> str:
 def _speedup(run: dict, *, counts: bool = False) -> str:
     """The run's kept-over-default speed-up (:meth:`autotune.speedup.Speedup.of_run`):
     refused under 4 scored iterations on either side, or where the counts are unknown."""
-    return Speedup.of_run(run).shown(counts=counts)
+    return Speedup.of_run(run).shown(counts=counts, spread=counts)
 
 
 def _speedup_json(run: dict) -> dict[str, Any]:
