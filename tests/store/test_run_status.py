@@ -68,7 +68,7 @@ def test_a_v4_store_migrates_to_v5_with_no_owner(tmp_path):
         rid = _start(s)
         assert s.run(rid)["owner_pid"] == os.getpid()
     con = sqlite3.connect(path)
-    assert dict(con.execute("select key, value from meta"))["schema_version"] == "5"
+    assert dict(con.execute("select key, value from meta"))["schema_version"] == str(schema.SCHEMA_VERSION)
     con.close()
 
 
