@@ -17,7 +17,8 @@ sleep, the backward yielding gradients in ready order; :mod:`autotune.workload`)
 
 It ends with one table: DDP, the session's default configuration, the configuration it
 kept, and the analytic optimum (BytePS's formula at the measured bandwidth), each in it/s
-with its spread (mean ± standard deviation over iterations), and the speed-up over DDP;
+with its spread (mean ± standard deviation over iterations), and the speed-up over DDP
+(:mod:`autotune.speedup`: refused where a side has fewer than 4 iterations);
 the numbers go to ``--json`` too. Without the emulator it says why and trains a small GPT
 under ``autotune launch`` on loopback instead (where the CPU, not the network, is the
 bottleneck, so expect little speed-up).
@@ -29,13 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from autotune.speedup import Speedup, measure, measure_times
 from autotune.workload import check_average, time_ddp
 
 MARK = "DEMO "  # a rank's result line: MARK + JSON
@@ -107,22 +108,14 @@ def session_job(a: argparse.Namespace) -> None:
             "best": tuner.best, "best_score": tuner.best_score,
             "best_spread": tuner.best_spread, "default": tuner.space.default(),
             "default_score": tuner.default_score, "default_spread": tuner.default_spread,
+            "best_iterations": (tuner.trials.measured(tuner.best) or (0, 0, 0))[2],
+            "default_iterations": (tuner.trials.measured(tuner.space.default()) or (0, 0, 0))[2],
             "unit": tuner.unit, "history": history, "tuning_s": tuning_s,
             # rank 0's own times after tuning; the first pays the switch
             "kept_times_s": kept_times[1:]}), flush=True)
 
 
 # ---- the driver -------------------------------------------------------------------------
-
-def _mean_std(xs: list[float]) -> tuple[float, float]:
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
-
-
-def _ratio(a: float, sa: float, b: float, sb: float) -> tuple[float, float]:
-    """``a / b`` and its spread (relative spreads added in quadrature)."""
-    r = a / b
-    return r, r * math.hypot(sa / a if a else 0.0, sb / b if b else 0.0)
-
 
 def summarize(a: argparse.Namespace, link: dict, ddp: dict, sess: dict,
               wall_s: float) -> dict:
@@ -132,38 +125,37 @@ def summarize(a: argparse.Namespace, link: dict, ddp: dict, sess: dict,
     shapes = model_shapes(a.model)
     M = gradient_bytes(shapes)
     n, k = a.workers, a.servers
-    ddp_m, ddp_s = _mean_std([1 / t for t in ddp["times_s"]])
+    ddp_m, ddp_s, ddp_n = measure_times(ddp["times_s"])
     B_samples = [link["nbytes"] / t for t in link["samples_s"]]
-    opt_m, opt_s = _mean_std([1 / optimum_s(n, k, M, b, a.fwd_ms / 1e3) for b in B_samples])
+    opt_m, opt_s, _ = measure([1 / optimum_s(n, k, M, b, a.fwd_ms / 1e3) for b in B_samples])
     rows = [
-        {"name": "DDP", "it_per_s": ddp_m, "spread": ddp_s, "config": None,
-         "how": "gloo, 25 MB buckets"},
+        {"name": "DDP", "it_per_s": ddp_m, "spread": ddp_s, "iterations": ddp_n,
+         "config": None, "how": "gloo, 25 MB buckets"},
         {"name": "autotune, default", "it_per_s": sess["default_score"],
-         "spread": sess["default_spread"], "config": sess["default"]},
+         "spread": sess["default_spread"], "iterations": sess.get("default_iterations"),
+         "config": sess["default"]},
         {"name": "autotune, kept", "it_per_s": sess["best_score"],
-         "spread": sess["best_spread"], "config": sess["best"]},
-        {"name": "analytic optimum", "it_per_s": opt_m, "spread": opt_s, "config": None,
-         "how": f"BytePS formula, k={k}"},
+         "spread": sess["best_spread"], "iterations": sess.get("best_iterations"),
+         "config": sess["best"]},
+        # a formula, not a measurement: its speed-up is marked like a simulated one
+        {"name": "analytic optimum", "it_per_s": opt_m, "spread": opt_s, "iterations": None,
+         "config": None, "how": f"BytePS formula, k={k}", "predicted": True},
     ]
     for r in rows:
         if r["config"]:
             r["how"] = short(r["config"])
     for r in rows:
-        if r["name"] == "DDP":
-            r["speedup_vs_ddp"], r["speedup_spread"] = 1.0, 0.0
-        elif r["it_per_s"]:
-            r["speedup_vs_ddp"], r["speedup_spread"] = _ratio(
-                r["it_per_s"], r["spread"] or 0.0, ddp_m, ddp_s)
-        else:
-            r["speedup_vs_ddp"] = r["speedup_spread"] = None
+        r["speedup_vs_ddp"] = None if r["name"] == "DDP" else Speedup.of(
+            (r["it_per_s"], r["spread"], r["iterations"]), (ddp_m, ddp_s, ddp_n),
+            simulated=r.get("predicted", False)).as_json()
     kept = sess.get("kept_times_s") or []
     return {
         "demo": "emulated", "model": a.model, "tensors": len(shapes), "gradient_bytes": M,
         "workers": n, "servers": k, "rate": a.rate, "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms,
         "budget": a.budget, "B_bytes_per_s": statistics.median(B_samples),
         "B_samples_bytes_per_s": B_samples, "unit": sess["unit"], "rows": rows,
-        "speedup_kept_vs_ddp": rows[2]["speedup_vs_ddp"],
-        "kept_after_tuning_it_per_s": _mean_std([1 / t for t in kept]) if kept else None,
+        "speedup_kept_vs_ddp": rows[2]["speedup_vs_ddp"],  # Speedup.as_json()
+        "kept_after_tuning_it_per_s": measure_times(kept)[:2] if kept else None,
         "tuning_s": sess["tuning_s"], "trials": sess["history"], "db": a.db,
         "wall_s": wall_s,
     }
@@ -186,6 +178,22 @@ def short(config: dict) -> str:
     return ", ".join(parts)
 
 
+def _shown(row: dict, res: dict) -> str:
+    """A row's speed-up over DDP as the table shows it (:meth:`Speedup.shown`, no counts:
+    the caption has them)."""
+    ddp = next(r for r in res["rows"] if r["name"] == "DDP")
+    return Speedup.of((row["it_per_s"], row["spread"], row["iterations"]),
+                      (ddp["it_per_s"], ddp["spread"], ddp["iterations"]),
+                      simulated=row.get("predicted", False)).shown(counts=False)
+
+
+def _counts(res: dict) -> str:
+    """``"DDP 8, default 12, kept 12"``: each measured row's iterations."""
+    return ", ".join(f"{r['name'].removeprefix('autotune, ')} "
+                     f"{'?' if r['iterations'] is None else r['iterations']}"
+                     for r in res["rows"] if not r.get("predicted"))
+
+
 def table(res: dict):
     """The one table the demo ends with (rich)."""
     from rich import box
@@ -196,7 +204,8 @@ def table(res: dict):
     t = Table(title=f"{res['model']} ({fmt_bytes(res['gradient_bytes'])} of gradients, "
                     f"{res['tensors']} tensors) on {res['workers']} workers + "
                     f"{res['servers']} servers at {res['rate']}",
-              caption=f"it/s: mean ± std over iterations. configuration: transport (k "
+              caption=f"it/s: mean ± std over iterations ({_counts(res)}); a speed-up "
+                      f"needs 4 a side. configuration: transport (k "
                       f"servers), streams x chunk. B = {res['B_bytes_per_s'] / 1e6:.1f} MB/s "
                       f"measured; compute {res['fwd_ms']:g} + {res['bwd_ms']:g} ms/iteration",
               caption_justify="left",
@@ -207,9 +216,8 @@ def table(res: dict):
     t.add_column("configuration")
     for r in res["rows"]:
         score = f"{r['it_per_s']:.3f} ± {r['spread'] or 0:.3f}" if r["it_per_s"] else "-"
-        speed = f"{r['speedup_vs_ddp']:.2f}x" if r["speedup_vs_ddp"] else "-"
-        if r["speedup_spread"]:
-            speed += f" ± {r['speedup_spread']:.2f}"
+        sp = r["speedup_vs_ddp"]
+        speed = "reference" if sp is None else (_shown(r, res) or "-")
         style = "bold green" if r["name"] == "autotune, kept" else None
         t.add_row(r["name"], score, speed, r["how"], style=style)
     return t
@@ -248,7 +256,7 @@ def emulated(a: argparse.Namespace) -> dict:
                                  "--ddp-warmup", str(a.ddp_warmup)] + common,
                            workers=a.workers, timeout_s=a.timeout, echo=echo).check()
         ddp = job.last_json(MARK)
-        ddp_m, ddp_s = _mean_std([1 / t for t in ddp["times_s"]])
+        ddp_m, ddp_s, _ = measure_times(ddp["times_s"])
         con.print(f"DDP: {ddp_m:.3f} ± {ddp_s:.3f} it/s")
         con.print(f"autotune.session with {a.servers} server hosts available: "
                   f"{WARMUP} warm-up + {a.budget} tuning + {a.after} iterations "

@@ -1,7 +1,8 @@
 """Numbers for people: byte sizes, scores with their unit, durations, configurations.
 
 One place for every human-readable number autotune prints (``autotune db``, ``autotune
-report``, ``autotune tune``, the session's table). Machine formats (``--json``, CSV) keep
+report``, ``autotune tune``, the session's table), except speed-ups: those are
+:mod:`autotune.speedup`'s. Machine formats (``--json``, CSV) keep
 the raw numbers: sizes in bytes in fields ending in ``_bytes``, times in seconds, scores as
 floats beside a ``unit`` field (one of :data:`UNITS`).
 
@@ -84,13 +85,6 @@ def fmt_seconds(s: float | None) -> str:
         return f"{m} min {rest} s"
     h, m = divmod(m, 60)
     return f"{h} h {m} min"
-
-
-def fmt_speedup(best: float | None, reference: float | None) -> str:
-    """``best / reference`` as ``"1.23x"`` (``""`` when either is missing or 0)."""
-    if best is None or not reference:
-        return ""
-    return f"{best / reference:.2f}x"
 
 
 def fmt_value(name: str, value: Any, *, compact: bool = False) -> str:

@@ -8,6 +8,12 @@ Progress shows on stderr through :mod:`autotune.progress`, as a session's does: 
 a terminal, plain lines per trial otherwise (local and emulated jobs: rank 0's events,
 shown by a :class:`~autotune.progress.Viewer`). See ``docs/tune.md``. Heavy imports (torch)
 happen inside the command.
+
+The table and ``--json`` headline the speed-up over DDP (the DDP-like configuration under
+``--simulate``; ``--no-compare-ddp`` skips it), then the speed-up over the default over the
+tuning trials, both as :class:`autotune.speedup.Speedup` (refused under 4 scored
+iterations a side; the default's is built from the stored run, so ``autotune db runs``
+and ``autotune report`` show the same one).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 import click
 
 from autotune.outpath import OutFile
+from autotune.speedup import Speedup, measure_times
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 
@@ -80,8 +87,35 @@ class _Machines(click.ParamType):
                       f"autotune launch); give the model with --model {value}", param, ctx)
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
+def _side(r: dict, name: str) -> tuple[Any, Any, Any]:
+    """``(mean, spread, iterations)`` of ``name`` (best, default, kept, ddp) in a report."""
+    return r.get(f"{name}_score"), r.get(f"{name}_spread"), r.get(f"{name}_iterations")
+
+
+def _speedups(r: dict) -> tuple[Speedup | None, Speedup]:
+    """The report's speed-ups (:mod:`autotune.speedup`): the kept configuration over DDP
+    (``None`` without DDP), the headline, and the kept over the default (over the tuning
+    trials, as ``autotune db runs`` shows it). Simulated ones are marked so."""
+    sim = bool(r.get("simulated"))
+    over_ddp = (Speedup.of(_side(r, "kept"), _side(r, "ddp"), simulated=sim)
+                if r.get("ddp_score") is not None else None)
+    return over_ddp, Speedup.of(_side(r, "best"), _side(r, "default"), simulated=sim)
+
+
+def _with_speedups(r: dict) -> dict:
+    """``r`` with ``speedup_over_ddp`` and ``speedup_over_default``
+    (:meth:`~autotune.speedup.Speedup.as_json`; ``speedup_over_ddp`` null without DDP)."""
+    over_ddp, over_default = _speedups(r)
+    r["speedup_over_ddp"] = over_ddp.as_json() if over_ddp else None
+    r["speedup_over_default"] = over_default.as_json()
+    return r
+
+
+def _stored_sides(run: dict) -> dict[str, Any]:
+    """The kept and default configurations' means, spreads and iteration counts as the
+    store has them (so ``tune``, ``db runs`` and ``report`` show the same speed-up)."""
+    return {f"{side}_{what}": run.get(f"{side}_{what}") for side in ("best", "default")
+            for what in ("score", "spread", "iterations")}
 
 
 @click.command("tune")
@@ -104,7 +138,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
               help="Run on the emulated cluster, one host per machine at RATE (e.g. 200mbit); root only.")
 @click.option("--simulate", "simulate", metavar="CLUSTER.json", default=None,
               help="Tune against the simulator for the described cluster instead of real processes.")
-@click.option("--compare-ddp", is_flag=True, help="Also time PyTorch DDP on the same job.")
+@click.option("--compare-ddp/--no-compare-ddp", default=True, show_default=True,
+              help="Also time PyTorch DDP on the same job (the DDP-like configuration under "
+                   "--simulate): the headline speed-up is over DDP.")
 @click.option("--trial-iterations", type=click.IntRange(2, None), default=None,
               help="Iterations per trial (default: the Tuner's).")
 @click.option("--verify-iterations", type=click.IntRange(1, None), default=8, show_default=True,
@@ -350,20 +386,20 @@ def _local(req: _Request) -> dict:
         if viewer is not None:
             viewer.close()
     run = res["run"]
-    ddp_score = res["ddp"]["score"] if res.get("ddp") else None
+    kept = measure_times(res["verify_times_s"])
+    ddp = measure_times(res["ddp"]["times_s"]) if res.get("ddp") else (None, None, None)
     failed = sum(1 for t in res["trials"] if t["score"] is None)
-    return {
+    return _with_speedups({
         "mode": "emulated" if o.emulate else "local", "model": name, "gradient_bytes": grad_bytes,
         "world": res["world"], "emulate_rate": o.emulate, "compute_ms": req.compute_ms,
-        "budget": o.budget, "unit": "it/s",
-        "best": res["best"], "best_score": res["best_score"], "default_score": res["default_score"],
-        "speedup_over_default": _ratio(res["best_score"], res["default_score"]),
-        "kept": res["kept"], "kept_score": res["verified_score"],
-        "ddp_score": ddp_score, "speedup_over_ddp": _ratio(res["verified_score"], ddp_score),
+        "budget": o.budget, "unit": "it/s", "best": res["best"], **_stored_sides(run),
+        "kept": res["kept"], "kept_score": kept[0], "kept_spread": kept[1],
+        "kept_iterations": kept[2],
+        "ddp_score": ddp[0], "ddp_spread": ddp[1], "ddp_iterations": ddp[2],
         "trials": len(res["trials"]), "failed_trials": failed,
         "run_id": run["id"], "db": req.db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
         "simulated": False, "wall_s": res["wall_s"], "history": res["history"],
-    }
+    })
 
 
 def _simulated(req: _Request) -> dict:
@@ -382,28 +418,43 @@ def _simulated(req: _Request) -> dict:
                          batch_per_worker=o.batch, seed=o.seed, techniques=req.techniques,
                          trial_iterations=o.trial_iterations, noise=o.noise,
                          allow_lossy=o.allow_lossy, fixed=req.fixed, display=display)
-    run, pred = res["run"], res["predicted"]
-    ddp = pred["ddp_like"]["throughput"] if o.compare_ddp else None
-    return {
+    run = res["run"]
+    sides = _stored_sides(run)
+    return _with_speedups({
         "mode": "simulated", "model": name, "world": res["world"], "compute_ms": req.compute_ms,
-        "budget": o.budget, "unit": "samples/s",
-        "best": res["best"], "best_score": res["best_score"], "default_score": res["default_score"],
-        "speedup_over_default": _ratio(pred["best"]["throughput"], pred["default"]["throughput"]),
-        "kept": res["best"], "kept_score": pred["best"]["throughput"],
-        "ddp_score": ddp, "speedup_over_ddp": _ratio(pred["best"]["throughput"], ddp),
-        "predicted": pred, "warm_start": res["warm_start"],
+        "budget": o.budget, "unit": "samples/s", "best": res["best"], **sides,
+        # the kept configuration is the best of the trials: no separate re-timing
+        "kept": res["best"], "kept_score": sides["best_score"],
+        "kept_spread": sides["best_spread"], "kept_iterations": sides["best_iterations"],
+        "ddp_score": res["ddp_like_score"] if o.compare_ddp else None,
+        "ddp_spread": res["ddp_like_spread"] if o.compare_ddp else None,
+        "ddp_iterations": sides["best_iterations"] if o.compare_ddp else None,
+        "predicted": res["predicted"], "warm_start": res["warm_start"],
         "trials": len(res["trials"]), "failed_trials": 0,
         "run_id": run["id"], "db": req.db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
         "simulated": True,
-    }
+    })
 
 
 # ------------------------------------------------------------------------------ output
+def _score(r: dict, name: str, unit: str) -> str:
+    """``name``'s mean ± spread with its iteration count (measured runs only: a simulated
+    draw is no measurement), ``-`` when there is none."""
+    from autotune.units import fmt_score
+
+    mean, spread, n = _side(r, name)
+    if mean is None:
+        return "-"
+    if r.get("simulated"):
+        return fmt_score(mean, unit)
+    return fmt_score(mean, unit, spread) + ("" if n is None else f" ({n} iterations)")
+
+
 def _print_summary(r: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from autotune.units import fmt_score, fmt_seconds, fmt_value, shown_params
+    from autotune.units import fmt_seconds, fmt_value, shown_params
 
     w = r["world"]
     where = {"local": "local processes", "emulated": f"emulated cluster at {r.get('emulate_rate')}",
@@ -417,24 +468,27 @@ def _print_summary(r: dict) -> None:
     t.add_column("value")
     for k, v in shown_params(r["best"]).items():
         t.add_row(k, fmt_value(k, v))
-    t.add_row("best (tuning trials)", fmt_score(r["best_score"], unit) or "-")
-    t.add_row("default (tuning trials)", fmt_score(r["default_score"], unit) or "-")
-    sp = r["speedup_over_default"]
-    t.add_row("speed-up over the default" + (" (noise-free)" if sim else ""), f"{sp:.2f}x" if sp else "-")
-    if not sim:
-        t.add_row("kept config, re-timed", fmt_score(r["kept_score"], unit) or "-")
-    if r["ddp_score"] is not None:
+    over_ddp, over_default = _speedups(r)
+    if over_ddp is not None:  # the headline: over DDP
         t.add_row("DDP" + ("-like (simulated)" if sim else " (gloo, default buckets)"),
-                  fmt_score(r["ddp_score"], unit))
-        sp = f"{r['speedup_over_ddp']:.2f}x" if r["speedup_over_ddp"] else "-"
-        if sim and r["speedup_over_ddp"]:
+                  _score(r, "ddp", unit))
+        if not sim:
+            t.add_row("kept config, re-timed", _score(r, "kept", unit))
+        sp = over_ddp.shown() or "-"
+        if sim and over_ddp.ratio:
             sp += (" [dim](caveat: the simulated DDP is a flat ring all-reduce, 25 MiB "
                    "buckets, one stream; real DDP/NCCL may use trees or hierarchies and do "
                    "better)[/]")
-        t.add_row("speed-up over DDP" + (" (simulated)" if sim else ""), sp)
+        t.add_row("[bold]speed-up over DDP[/]", sp)
+    elif not sim:
+        t.add_row("kept config, re-timed", _score(r, "kept", unit))
+    t.add_row("best (tuning trials)", _score(r, "best", unit))
+    t.add_row("default (tuning trials)", _score(r, "default", unit))
+    t.add_row("speed-up over the default", over_default.shown() or "-")
     if sim:
         p = r["predicted"]["best"]
-        t.add_row("predicted step", f"{fmt_seconds(p['step_s'])}, bottleneck {p['bottleneck']}")
+        t.add_row("predicted step (noise-free)",
+                  f"{fmt_seconds(p['step_s'])}, bottleneck {p['bottleneck']}")
     t.add_row("trials", f"{r['trials']} ({r['failed_trials']} failed)")
     t.add_row("stored", f"run {r['run_id']} in {r['db']}" + (" (simulated)" if sim else ""))
     t.add_row("fingerprints", f"model {r['model_fp'][:12]}, topology {r['topology_fp'][:12]}")

@@ -14,7 +14,9 @@ cluster finds it.
 The Tuner's physics prior is the simulator itself on the noise-free cluster (what a
 session approximates from the facts it knows). Scores are samples/s over all workers
 (``Job.batch_per_worker`` samples per worker per iteration); a trial's ``wall_time`` is its
-predicted duration (iterations x step time). Progress goes to a
+predicted duration (iterations x step time). The DDP-like configuration (:data:`DDP_LIKE`)
+is drawn as many iterations as the kept one, with the same noise, for the speed-up over
+DDP (``ddp_like_score``); the noise-free predictions are in ``predicted``. Progress goes to a
 :class:`~autotune.progress.TuningDisplay`, as a session's does.
 """
 
@@ -26,6 +28,7 @@ from typing import Any, Mapping, Sequence
 from autotune.progress import TuningDisplay, describe_trial, kept_summary
 from autotune.runtime.config import RuntimeConfig
 from autotune.signals import shielded, status_of
+from autotune.speedup import measure
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 #: the scores' unit as shown (stored as samples/s in a run marked simulated)
@@ -118,10 +121,14 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     best_cfg = best[0] if best else default
     est_best, est_default = objective.estimate(best_cfg), objective.estimate(default)
     ddp = simulate(sim_job, cluster, DDP_LIKE)
+    # the DDP-like configuration drawn like the kept one (as many iterations, same noise),
+    # so that the speed-up over it compares like with like (autotune.speedup)
+    ddp_draws = measure(objective.samples(DDP_LIKE, result["best_iterations"] or 1))
     return {
         "mode": "simulated", "best": best_cfg, "best_score": result["best_score"],
         "best_spread": result["best_spread"], "default_score": result["default_score"],
         "default_spread": result["default_spread"],
+        "ddp_like_score": ddp_draws[0], "ddp_like_spread": ddp_draws[1],
         "predicted": {
             "best": _estimate_dict(est_best), "default": _estimate_dict(est_default),
             "ddp_like": _estimate_dict(ddp),

@@ -79,7 +79,8 @@ def report(session: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from autotune.units import fmt_score, fmt_speedup, fmt_value, shown_params
+    from autotune.speedup import Speedup
+    from autotune.units import fmt_score, fmt_value, shown_params
 
     s = session
     t = Table(title="autotune: configuration kept")
@@ -96,8 +97,9 @@ def report(session: Any) -> None:
     if s.default_score is not None:
         t.add_row("default's throughput",
                   f"{fmt_score(s.default_score, s.unit, s.default_spread)} ({n_default} iterations)")
-        if s.best_score:
-            t.add_row("speed-up", fmt_speedup(s.best_score, s.default_score))
+        if s.best_score:  # refused ("– (n<4: ...)") under 4 scored iterations a side
+            t.add_row("speed-up", Speedup.of((s.best_score, s.best_spread, n_best),
+                                             (s.default_score, s.default_spread, n_default)).shown())
     tuner = s.tuner
     t.add_row("trials", f"{len(s.history)} ({len(s.failures)} failed"
               + (f", {tuner.screened} screened out by the prior" if tuner and tuner.screened

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import click
 
 from autotune.outpath import OutFile
+from autotune.speedup import Speedup
 from autotune.store.tables import Column, show
-from autotune.units import (UNITS, fmt_config, fmt_number, fmt_score, fmt_seconds, fmt_speedup,
+from autotune.units import (UNITS, fmt_config, fmt_number, fmt_score, fmt_seconds,
                             fmt_value, shown_params, unit_of)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,8 +76,25 @@ def _when(text: str | None) -> str:
     return (text or "")[:16].replace("T", " ")
 
 
-def _speedup(run: dict) -> str:
-    return fmt_speedup(run.get("best_score"), run.get("default_score"))
+def _speedup(run: dict, *, counts: bool = False) -> str:
+    """The run's kept-over-default speed-up (:meth:`autotune.speedup.Speedup.of_run`):
+    refused under 4 scored iterations on either side, or where the counts are unknown."""
+    return Speedup.of_run(run).shown(counts=counts, spread=counts)
+
+
+def _speedup_json(run: dict) -> dict[str, Any]:
+    """``speedup_over_default`` as every ``--json`` gives it
+    (:meth:`autotune.speedup.Speedup.as_json`)."""
+    return {"speedup_over_default": Speedup.of_run(run).as_json()}
+
+
+def _iterations(run: dict, side: str) -> str:
+    """``" (12 iterations)"`` after a measured score; nothing for a simulated run (its
+    iterations are draws of the simulator, not measurements) or an unknown count."""
+    n = run.get(f"{side}_iterations")
+    if run.get("simulated") or n is None or run.get(f"{side}_score") is None:
+        return ""
+    return f" ({n} iterations)"
 
 
 def _world(run: dict) -> str:
@@ -102,13 +120,14 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: Path | No
     """List runs, newest first.
 
     Scores are throughput (higher is better) in the run's unit: samples/s, it/s, or
-    their simulated counterparts; speed-up is the kept configuration over the default.
+    their simulated counterparts; speed-up is the kept configuration over the default,
+    "– (n<4)" where either has fewer than 4 scored iterations (or an unknown count).
     """
     with open_store(db_path) as store:
         rows = _guard(lambda: store.runs(status=status, job=job, limit=limit))
         counts = _guard(store.trial_counts)
     if as_json:
-        _emit_json([{**r, "trials": counts.get(r["id"], 0)} for r in rows])
+        _emit_json([{**r, "trials": counts.get(r["id"], 0), **_speedup_json(r)} for r in rows])
         return
     cols = [Column("id", "num"), Column("created", "word", 4), Column("job"),
             Column("status", "word", 2), Column("world", "text", 5), Column("backend", "text", 6),
@@ -128,9 +147,11 @@ def _run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
         ("id", run["id"]), ("job", run["job"]), ("status", run["status"]),
         ("created", run.get("created")), ("finished", run.get("finished")),
         ("unit", unit),
-        ("best (kept)", fmt_score(run.get("best_score"), unit, run.get("best_spread"))),
-        ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))),
-        ("speed-up", _speedup(run)), ("trials", n_trials),
+        ("best (kept)", fmt_score(run.get("best_score"), unit, run.get("best_spread"))
+         + _iterations(run, "best")),
+        ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))
+         + _iterations(run, "default")),
+        ("speed-up", _speedup(run, counts=True)), ("trials", n_trials),
         ("world", " ".join(f"{k}={v}" for k, v in (run.get("world") or {}).items())),
         ("backend", run.get("backend")), ("simulated", "yes" if run.get("simulated") else "no"),
         ("model", run.get("model_fp")), ("topology", run.get("topology_fp")),
@@ -150,7 +171,7 @@ def show_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
         run = _guard(lambda: store.run(run_id))
         n = _guard(store.trial_counts).get(run["id"], 0)
     if as_json:
-        _emit_json({**run, "trials": n})
+        _emit_json({**run, "trials": n, **_speedup_json(run)})
         return
     show(f"run {run['id']}", [Column("field"), Column("value", "fold")], _run_fields(run, n))
     if run.get("best_config"):
@@ -201,7 +222,7 @@ def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, un
         rows = _guard(lambda: store.best(model=model_fp, topology=topology_fp, like=like,
                                          limit=limit, unit=unit))
     if as_json:
-        _emit_json(rows)
+        _emit_json([{**r, **_speedup_json(r)} for r in rows])
         return
     groups: dict[str | None, list[dict]] = {}
     for r in rows:

@@ -101,12 +101,15 @@ class Store:
         default_score: float | None = None,
         best_spread: float | None = None,
         default_spread: float | None = None,
+        best_iterations: int | None = None,
+        default_iterations: int | None = None,
     ) -> None:
         """Record how a run ended and what it found. See
         :meth:`RunWriter.finish_run <autotune.store.writer.RunWriter.finish_run>`."""
         self._writer.finish_run(
             run_id, status=status, best_config=best_config, best_score=best_score,
-            default_score=default_score, best_spread=best_spread, default_spread=default_spread)
+            default_score=default_score, best_spread=best_spread, default_spread=default_spread,
+            best_iterations=best_iterations, default_iterations=default_iterations)
 
     def close_run(self, run_id: int, status: str = "aborted") -> str:
         """Close a run left ``running`` (e.g. abandoned) as ``status``, keeping its

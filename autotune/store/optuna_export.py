@@ -7,17 +7,29 @@ matter for its configuration (Optuna's conditional parameters: ``servers`` only 
 search space when its stored facts rebuild it (ordinal parameters as
 ``IntDistribution``/``FloatDistribution`` over their range, log-scaled where the space
 is, the others ``CategoricalDistribution`` of the domain), else from the values tried.
-Trial user attributes: ``technique``, ``iterations``, ``wall_time`` (s), ``error``,
-``autotune_number``; study user attributes: the run's id, job, unit, fingerprints,
-default score and kept configuration. ``optuna-dashboard STORAGE`` then shows it.
+Each trial keeps its real times: it finished when the store recorded it (``created``) and
+started ``wall_time`` seconds before (under ``--simulate``, the predicted duration), so
+Optuna's timeline and durations are the run's. The objective is named with its unit
+(``study.metric_names``: ``"throughput (samples/s)"``). Trial user attributes:
+``technique``, ``iterations``, ``wall_time`` (s), ``error``, ``autotune_number``,
+``autotune_kept`` (it measured the kept configuration); study user attributes: the run's
+id, job, unit, fingerprints, default and kept scores with spreads and iteration counts,
+the kept configuration, ``speedup_over_default`` (:meth:`autotune.speedup.Speedup.as_json`),
+``autotune_kept_trial``/``autotune_kept_trials`` (the Optuna numbers of the trials that
+measured the kept configuration) and ``autotune_kept_note``: why Optuna's ``best_trial``
+(the single highest value) may differ from what autotune kept (the best mean over
+repeated measurements). ``optuna-dashboard STORAGE`` then shows it.
 """
 
 from __future__ import annotations
 
+import warnings
+from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from autotune.errors import AutotuneError
-from autotune.units import shown_params
+from autotune.speedup import Speedup
+from autotune.units import shown_params, unit_of
 
 
 class ExportError(AutotuneError, RuntimeError):
@@ -90,6 +102,37 @@ def _contains(dist: Any, value: Any) -> bool:
     return dist.low <= value <= dist.high
 
 
+#: why the study's ``best_trial`` may not be the configuration autotune kept
+KEPT_NOTE = ("autotune keeps the configuration with the best mean over all its scored "
+             "iterations (often several trials, compared with the default over as many "
+             "iterations, so noise averages out); Optuna's best_trial is the single trial "
+             "with the highest value, which one lucky short trial can win. The trials "
+             "that measured the kept configuration are in autotune_kept_trials.")
+
+
+def metric_name(run: Mapping[str, Any]) -> str:
+    """The study's objective as Optuna shows it: ``"throughput (samples/s)"``."""
+    return f"throughput ({unit_of(run.get('unit'))})"
+
+
+def _local(text: str | None) -> datetime | None:
+    """A stored UTC time as the naive local time Optuna stores (``None`` for none)."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text).astimezone().replace(tzinfo=None)
+
+
+def trial_times(run: Mapping[str, Any], trial: Mapping[str, Any]) -> tuple[datetime, datetime]:
+    """``(start, finish)`` of a stored trial: it was recorded (``created``) when it
+    finished and ran ``wall_time`` seconds (a simulated trial: its predicted duration).
+    A trial stored without a time (schema v1) gets its run's finish (or start) time."""
+    finish = (_local(trial.get("created")) or _local(run.get("finished"))
+              or _local(run.get("created")) or datetime.now())
+    wall = trial.get("wall_time")
+    start = finish - timedelta(seconds=float(wall)) if wall and wall > 0 else finish
+    return start, finish
+
+
 def export_study(run: Mapping[str, Any], trials: list[Mapping[str, Any]], storage: str,
                  study_name: str | None = None) -> Any:
     """Write ``run`` and its ``trials`` to ``storage`` as a new study; returns it."""
@@ -97,7 +140,9 @@ def export_study(run: Mapping[str, Any], trials: list[Mapping[str, Any]], storag
         import optuna
     except ImportError:  # pragma: no cover - optuna is a dependency
         raise ExportError("exporting to Optuna needs optuna: pip install optuna") from None
-    from optuna.trial import TrialState
+    from optuna.trial import FrozenTrial, TrialState
+
+    from autotune.store.report import summarize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     name = study_name or f"autotune-run-{run['id']}"
@@ -109,21 +154,34 @@ def export_study(run: Mapping[str, Any], trials: list[Mapping[str, Any]], storag
                           "--study-name or delete it (optuna delete-study)") from None
     except Exception as exc:  # noqa: BLE001 - storage URLs fail in many ways
         raise ExportError(f"cannot create an Optuna study in {storage}: {exc}") from None
+    with warnings.catch_warnings():  # set_metric_names is "experimental" in Optuna
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([metric_name(run)])
+    kept_at = summarize([dict(t) for t in trials], dict(run))["kept_at"]  # Optuna numbers
     attrs = {"autotune_run": run["id"], "job": run.get("job"), "unit": run.get("unit"),
              "model_fp": run.get("model_fp"), "topology_fp": run.get("topology_fp"),
-             "default_score": run.get("default_score"), "best_config": run.get("best_config")}
+             "default_score": run.get("default_score"),
+             "default_iterations": run.get("default_iterations"),
+             "best_config": run.get("best_config"), "best_score": run.get("best_score"),
+             "best_spread": run.get("best_spread"), "best_iterations": run.get("best_iterations"),
+             "speedup_over_default": Speedup.of_run(run).as_json(),
+             "autotune_kept_trial": kept_at[0] if kept_at else None,
+             "autotune_kept_trials": kept_at, "autotune_kept_note": KEPT_NOTE}
     for k, v in attrs.items():
         study.set_user_attr(k, v)
     made = []
-    for t in trials:
+    for i, t in enumerate(trials):
         params = shown_params(t.get("config"))
         failed = t.get("score") is None
-        made.append(optuna.trial.create_trial(
-            params=params, distributions={k: dists[k] for k in params},
-            value=None if failed else float(t["score"]),
-            state=TrialState.FAIL if failed else TrialState.COMPLETE,
+        start, finish = trial_times(run, t)
+        made.append(FrozenTrial(
+            number=i, trial_id=i, state=TrialState.FAIL if failed else TrialState.COMPLETE,
+            value=None if failed else float(t["score"]), datetime_start=start,
+            datetime_complete=finish, params=params,
+            distributions={k: dists[k] for k in params}, system_attrs={},
+            intermediate_values={},
             user_attrs={"technique": t.get("technique"), "iterations": t.get("iterations"),
                         "wall_time": t.get("wall_time"), "error": t.get("error"),
-                        "autotune_number": t.get("number")}))
+                        "autotune_number": t.get("number"), "autotune_kept": i in kept_at}))
     study.add_trials(made)
     return study

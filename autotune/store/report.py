@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from autotune.outpath import OutFile
+from autotune.speedup import Speedup
 from autotune.units import (BYTE_PARAMS, fmt_config, fmt_number, fmt_score, fmt_seconds,
                             fmt_value, ordered, shown_params, unit_of)
 
@@ -104,8 +105,9 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
         "unit": run.get("unit"), "trials": len(trials), "failed_trials": s["failed"],
         "best_score": run.get("best_score"), "best_spread": run.get("best_spread"),
         "default_score": run.get("default_score"), "default_spread": run.get("default_spread"),
-        "speedup_over_default": (run["best_score"] / run["default_score"]
-                                 if run.get("best_score") and run.get("default_score") else None),
+        "best_iterations": run.get("best_iterations"),
+        "default_iterations": run.get("default_iterations"),
+        "speedup_over_default": Speedup.of_run(run).as_json(),
         "kept_config": run.get("best_config"),
         "kept_at": [trials[i].get("number") for i in s["kept_at"]],
         "best_trial_score": s["best"],
@@ -359,7 +361,8 @@ img{{max-width:100%}}</style>
 </head><body>
 <h1>{html.escape(title)}</h1>
 <p>{len(trials)} trials, {s['failed']} failed. Kept configuration: <b>{html.escape(best)}</b>;
-default configuration: {html.escape(default)}. Scores are throughput in {html.escape(unit)}
+default configuration: {html.escape(default)}; speed-up over the default:
+{html.escape(Speedup.of_run(run).shown() or "none")}. Scores are throughput in {html.escape(unit)}
 (higher is better).</p>
 <img alt="tuning curve, improvements per technique, score per parameter value" src="data:image/png;base64,{png}">
 <h2>How to read the figure</h2>

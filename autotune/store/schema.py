@@ -9,10 +9,14 @@ tables:
   the space's facts, the best configuration and its score, the default's score, the
   unit of every score of the run (``unit``, one of :data:`autotune.units.UNITS`) and
   the spread (standard deviation of the per-iteration scores) of the best and default
-  configurations, and its owner (``owner_host``, ``owner_pid``: who started it).
+  configurations, how many scored iterations each of those two had (``best_iterations``,
+  ``default_iterations``: a speed-up needs them, see :mod:`autotune.speedup`), and its
+  owner (``owner_host``, ``owner_pid``: who started it).
 * ``trials``: one measured configuration of a run: number (0, 1, ... in the order
   tried, like Optuna's ``trial.number``), technique, configuration (JSON), iterations,
-  score (``NULL`` when it failed, with ``error``), wall time.
+  score (``NULL`` when it failed, with ``error``), wall time (its duration, s) and
+  ``created`` (when it was recorded, i.e. when it finished; it started ``wall_time``
+  earlier).
 * ``graphs``: fingerprint -> model or topology graph as node-link JSON, with node and
   edge counts.
 
@@ -28,7 +32,7 @@ from typing import Callable
 import sqlite_utils
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def _v0_to_v1(db: sqlite_utils.Database) -> None:
@@ -131,12 +135,23 @@ def _v4_to_v5(db: sqlite_utils.Database) -> None:
     runs.add_column("owner_pid", int)
 
 
+def _v5_to_v6(db: sqlite_utils.Database) -> None:
+    """How many scored iterations the kept and the default configuration's means are
+    over: ``runs.best_iterations`` and ``runs.default_iterations``, so that a speed-up
+    is shown only over enough of them (:data:`autotune.speedup.MIN_ITERATIONS`). Older
+    runs did not record them: ``NULL``, an unknown count, so their speed-up is refused."""
+    runs = db["runs"]
+    runs.add_column("best_iterations", int)
+    runs.add_column("default_iterations", int)
+
+
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
     2: _v2_to_v3,
     3: _v3_to_v4,
     4: _v4_to_v5,
+    5: _v5_to_v6,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

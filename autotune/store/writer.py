@@ -45,6 +45,14 @@ def _spread(name: str, value: float | None) -> float | None:
     return value
 
 
+def _count(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or int(value) != value or value < 0:
+        raise StoreError(f"{name} is a number of iterations (a whole number >= 0), got {value!r}")
+    return int(value)
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -147,15 +155,21 @@ class RunWriter:
         default_score: float | None = None,
         best_spread: float | None = None,
         default_spread: float | None = None,
+        best_iterations: int | None = None,
+        default_iterations: int | None = None,
     ) -> None:
         """Record how a run ended and what it found; the spreads are the standard
         deviations of the per-iteration scores of the kept and of the default
-        configuration (in the run's unit)."""
+        configuration (in the run's unit), the iterations how many scored iterations
+        their means are over (``None``: not known; its speed-up is then refused, see
+        :mod:`autotune.speedup`)."""
         if status not in STATUSES:
             raise StoreError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
         values = {
             "best_spread": _spread("best_spread", best_spread),
             "default_spread": _spread("default_spread", default_spread),
+            "best_iterations": _count("best_iterations", best_iterations),
+            "default_iterations": _count("default_iterations", default_iterations),
             "status": status, "finished": now(),
             "best_config": dumps(dict(best_config)) if best_config is not None else None,
             "best_score": None if best_score is None else float(best_score),

@@ -102,7 +102,9 @@ class TrialDriver:
         return {"best_config": self.kept, "best_score": best[0] if best else None,
                 "best_spread": best[1] if best else None,
                 "default_score": default[0] if default else None,
-                "default_spread": default[1] if default else None}
+                "default_spread": default[1] if default else None,
+                "best_iterations": best[2] if best else None,
+                "default_iterations": default[2] if default else None}
 
     def close(self, status: str = "finished", kept: Config | None = None) -> None:
         """Record how the run ended (``kept``: the configuration kept, if not the Tuner's

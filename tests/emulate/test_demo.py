@@ -25,13 +25,16 @@ def test_the_table_compares_ddp_default_kept_and_the_optimum():
     ddp = {"times_s": [1.2, 1.25, 1.22, 1.3]}
     sess = {"default": ALLREDUCE, "best": PUSHPULL, "default_score": 0.82,
             "default_spread": 0.03, "best_score": 1.15, "best_spread": 0.02, "unit": "it/s",
+            "best_iterations": 6, "default_iterations": 6,
             "history": [], "tuning_s": 40.0, "kept_times_s": [0.9, 0.88]}
     res = demo.summarize(a, link, ddp, sess, 150.0)
     rows = {r["name"]: r for r in res["rows"]}
     assert list(rows) == ["DDP", "autotune, default", "autotune, kept", "analytic optimum"]
     ddp_it = sum(1 / t for t in ddp["times_s"]) / 4
     assert rows["DDP"]["it_per_s"] == pytest.approx(ddp_it)
-    assert res["speedup_kept_vs_ddp"] == pytest.approx(1.15 / ddp_it)
+    assert res["speedup_kept_vs_ddp"]["ratio"] == pytest.approx(1.15 / ddp_it)
+    assert res["speedup_kept_vs_ddp"]["best_iterations"] == 6
+    assert res["speedup_kept_vs_ddp"]["reference_iterations"] == 4
     # BytePS with k = n: M/B, plus the forward, at each measured B
     B = [(16 << 20) / t for t in link["samples_s"]]
     opt = [1 / (res["gradient_bytes"] / b + 0.04) for b in B]
@@ -43,6 +46,25 @@ def test_the_table_compares_ddp_default_kept_and_the_optimum():
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "pushpull k=4, 1 x 64 KiB" in text
     assert f"{1.15 / ddp_it:.2f}x ± " in text and "1.150 ± 0.020" in text
+    assert "DDP 4, default 6, kept 6" in " ".join(text.split())
+    assert "x sim." in text
+    # the optimum is a formula: its speed-up is marked, with no iteration count
+    assert rows["analytic optimum"]["speedup_vs_ddp"]["simulated"] is True
+
+
+def test_the_table_refuses_a_speed_up_over_too_few_iterations():
+    a = argparse.Namespace(model="resnet50/32", workers=4, servers=4, rate="300mbit",
+                           fwd_ms=40.0, bwd_ms=120.0, budget=4, db="autotune.db")
+    link = {"nbytes": 16 << 20, "samples_s": [0.47]}
+    sess = {"default": ALLREDUCE, "best": PUSHPULL, "default_score": 0.82,
+            "default_spread": 0.0, "best_score": 1.15, "best_spread": 0.0, "unit": "it/s",
+            "best_iterations": 2, "default_iterations": 2, "history": [], "tuning_s": 4.0}
+    res = demo.summarize(a, link, {"times_s": [1.2, 1.25, 1.22, 1.3]}, sess, 10.0)
+    kept = res["speedup_kept_vs_ddp"]
+    assert kept["ratio"] is None and kept["refused"] == "n<4" and kept["best_iterations"] == 2
+    out = Console(width=100, record=True, file=open("/dev/null", "w"))
+    out.print(demo.table(res))
+    assert "– (n<4)" in out.export_text() and f"{1.15 / 1.2425:.2f}x" not in out.export_text()
 
 
 @pytest.mark.root
@@ -59,7 +81,10 @@ def test_the_demo_on_the_emulated_cluster(tmp_path):
     rows = {r["name"]: r for r in res["rows"]}
     ddp, kept = rows["DDP"]["it_per_s"], rows["autotune, kept"]["it_per_s"]
     assert ddp > 0 and kept > 0 and rows["autotune, default"]["it_per_s"] > 0
-    assert res["speedup_kept_vs_ddp"] == pytest.approx(kept / ddp)
+    # 3 DDP iterations: too few for a speed-up, so none is headlined (the counts are kept)
+    speedup = res["speedup_kept_vs_ddp"]
+    assert speedup["ratio"] is None and speedup["refused"] == "n<4", speedup
+    assert speedup["reference_iterations"] == 3 and "– (n<4)" in proc.stdout
     assert rows["analytic optimum"]["it_per_s"] > 0 and res["B_bytes_per_s"] > 1e6
     assert len(res["trials"]) >= 2
     for name in rows:

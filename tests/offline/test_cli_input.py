@@ -150,8 +150,11 @@ def _summary(mode: str) -> dict:
             "world": {"workers": 16, "servers": 4, "machines": 4},
             "best": {"streams": 4, "chunk_bytes": 64 << 20, "transport": "allreduce", "servers": 0,
                      "intra": "scatter", "reduce_root": 0, "compression": "none"},
-            "best_score": 3759.2, "default_score": 1200.0, "speedup_over_default": 3.13,
-            "kept_score": 3700.0, "ddp_score": 135.4, "speedup_over_ddp": 27.76,
+            "best_score": 3759.2, "best_spread": 40.0, "best_iterations": 12,
+            "default_score": 1200.0, "default_spread": 12.0, "default_iterations": 12,
+            "kept_score": 3700.0, "kept_spread": 30.0, "kept_iterations": 8,
+            "ddp_score": 135.4, "ddp_spread": 2.0, "ddp_iterations": 8,
+            "simulated": mode == "simulated",
             "predicted": {"best": {"step_s": 0.12, "bottleneck": "nic"}},
             "trials": 100, "failed_trials": 0, "run_id": 3, "db": "a.db",
             "model_fp": "ab" * 20, "topology_fp": "cd" * 20}
@@ -165,13 +168,15 @@ def test_tune_summary_has_human_units_and_the_ddp_caveat(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "64 MiB" in out and "67108864" not in out
     assert "3,759 simulated samples/s" in out and "135 simulated samples/s" in out
-    assert "27.76x" in out and "caveat: the simulated DDP is a flat ring all-reduce" in out
+    assert "27.33x (simulated)" in out and "3.13x (simulated)" in out
+    assert "caveat: the simulated DDP is a flat ring all-reduce" in out
     # only the parameters that matter: no servers under allreduce, no reduce_root under scatter
     assert "reduce_root" not in out and "│ servers " not in out
     assert "120 ms, bottleneck nic" in out
     _print_summary(_summary("local"))
     out = capsys.readouterr().out
-    assert "3,700 samples/s" in out and "caveat" not in out
+    assert "3,700 ± 30 samples/s (8 iterations)" in out and "caveat" not in out
+    assert "27.33x ± 0.46 (8 vs 8 iterations)" in out and "3.13x ± 0.05 (12 vs 12" in out
 
 
 # ------------------------------------------------------------------ the autotune group

@@ -108,7 +108,7 @@ def test_simulated_runs_are_stored_and_warm_start(tmp_path):
             "--compute-ms", "150", "--db", str(db), "--compare-ddp", "--json"]
     first = json.loads(tune(*args).output)
     assert first["simulated"] and first["world"]["workers"] == 1024
-    assert first["speedup_over_default"] >= 1.0 and first["ddp_score"] > 0
+    assert first["speedup_over_default"]["ratio"] >= 1.0 and first["ddp_score"] > 0
     with Store(db) as store:
         run = store.run(first["run_id"])
         trials = store.trials(run["id"])
@@ -125,6 +125,48 @@ def test_simulated_runs_are_stored_and_warm_start(tmp_path):
         t0 = store.trials(second["run_id"])[0]
     assert second["warm_start"][0] == first["best"]
     assert (t0["technique"], t0["config"]) == ("warm", first["best"])
+
+
+def test_one_speed_up_in_the_table_the_json_db_runs_and_the_report(tmp_path):
+    """Issue 28: one run's speed-up over the default is the same number in ``tune``'s
+    table and JSON, ``db runs`` and ``report``; DDP(-like) is compared by default and
+    headlined first; simulated speed-ups say so and carry no iteration count."""
+    from autotune.offline.command import _print_summary
+    from autotune.speedup import Speedup
+
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"machines": 4, "gpus_per_machine": 2, "nic_gbps": 10}))
+    db = tmp_path / "s.db"
+    args = ["--model", "resnet50", "--simulate", str(cluster), "--budget", "30", "--db", str(db)]
+    report = json.loads(tune(*args, "--json").output)
+    with Store(db) as store:
+        run = store.run(report["run_id"])
+    want = Speedup.of_run(run)
+    assert report["speedup_over_default"] == want.as_json()
+    assert want.ratio == pytest.approx(report["best_score"] / report["default_score"])
+    assert want.simulated and want.as_json()["best_iterations"] is None
+    over_ddp = report["speedup_over_ddp"]  # compared by default, like with like
+    assert over_ddp["ratio"] == pytest.approx(report["kept_score"] / report["ddp_score"])
+    runs = json.loads(CliRunner().invoke(cli, ["db", "runs", "--db", str(db), "--json"]).output)
+    assert runs[0]["speedup_over_default"] == want.as_json()
+    rep = CliRunner().invoke(cli, ["report", "latest", "--db", str(db), "--json"])
+    assert json.loads(rep.output)["speedup_over_default"] == want.as_json()
+    table = CliRunner().invoke(cli, ["db", "runs", "--db", str(db)], env={"COLUMNS": "200"})
+    assert f"{want.ratio:.2f}x sim." in table.output
+    # the table: over DDP first, then over the default, the same numbers as the JSON
+    import contextlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        _print_summary(report)
+    text = " ".join(out.getvalue().split())
+    assert text.index("speed-up over DDP") < text.index("speed-up over the default")
+    assert f"{want.ratio:.2f}x (simulated)" in text
+    assert f"{over_ddp['ratio']:.2f}x (simulated)" in text
+    assert "iterations" not in text  # no invented counts for simulated numbers
+    # --no-compare-ddp skips DDP
+    skipped = json.loads(tune(*args, "--no-compare-ddp", "--json").output)
+    assert skipped["ddp_score"] is None and skipped["speedup_over_ddp"] is None
 
 
 def test_simulated_progress_is_one_line_per_trial_on_stderr(tmp_path):
@@ -220,6 +262,12 @@ def test_tune_on_loopback_stores_a_run(tuned):
     with Store(db) as store:
         run = store.run(report["run_id"])
         trials = store.trials(run["id"])
+    # one speed-up: the stored run's; over DDP: re-timed kept vs DDP, 2 iterations: refused
+    from autotune.speedup import Speedup
+
+    assert report["speedup_over_default"] == Speedup.of_run(run).as_json()
+    assert run["best_iterations"] >= 1 and run["default_iterations"] >= 1
+    assert report["kept_iterations"] == 2 and report["speedup_over_ddp"]["refused"] == "n<4"
     assert run["status"] == "finished" and run["simulated"] is False
     assert run["best_config"] == report["best"] and run["job"] == "tune:tune_helpers:tiny"
     assert sum(t["iterations"] for t in trials) == BUDGET

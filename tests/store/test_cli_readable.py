@@ -55,7 +55,8 @@ def db(tmp_path_factory):
             s.add_trial(r1, number=i, technique=tech, config=cfg, iterations=3, score=sc,
                         error=None if sc is not None else "server lost", wall_time=0.25 * i)
         s.finish_run(r1, best_config=KEPT, best_score=389_500.0, default_score=300_000.0,
-                     best_spread=1_250.0, default_spread=900.0)
+                     best_spread=1_250.0, default_spread=900.0, best_iterations=12,
+                     default_iterations=9)
         r2 = s.start_run(job="cnn", world=WORLD, backend="gloo", model_graph=model(CNN),
                          topology_graph=cluster(2), space_facts={}, unit="it/s")
         s.add_trial(r2, number=0, technique="grid", config={"streams": 2}, iterations=2, score=4.5)

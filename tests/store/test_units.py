@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.units import (fmt_bytes, fmt_config, fmt_number, fmt_score, fmt_seconds,
-                            fmt_speedup, fmt_value, shown_params, unit_of)
+                            fmt_value, shown_params, unit_of)
 
 
 @pytest.mark.parametrize("n, text", [(67108864, "64 MiB"), (4 << 20, "4 MiB"), (65536, "64 KiB"),
@@ -25,7 +25,6 @@ def test_numbers_scores_and_times():
     assert fmt_score(None, "it/s") == ""
     assert fmt_seconds(0.0123) == "12.3 ms" and fmt_seconds(1.94) == "1.94 s"
     assert fmt_seconds(125) == "2 min 5 s" and fmt_seconds(7300) == "2 h 1 min"
-    assert fmt_speedup(30.0, 20.0) == "1.50x" and fmt_speedup(30.0, 0) == "" and fmt_speedup(None, 1) == ""
 
 
 def test_config_values_and_only_the_parameters_that_matter():
