@@ -106,6 +106,7 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
     s = summarize(trials, run)
     return {
         "run": run["id"], "job": run.get("job"), "status": run.get("status"),
+        "created": run.get("created"), "finished": run.get("finished"),
         "unit": run.get("unit"), "trials": len(trials), "failed_trials": s["failed"],
         "best_score": run.get("best_score"), "best_spread": run.get("best_spread"),
         "default_score": run.get("default_score"), "default_spread": run.get("default_spread"),
@@ -114,7 +115,8 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
         "kept_config": run.get("best_config"),
         "kept_at": [trials[i].get("number") for i in s["kept_at"]],
         "best_trial_score": s["best"],
-        "techniques": {k: {"trials": s["trials"][k], "new_bests": s["new_bests"][k],
+        "techniques": {k: {"trials": s["trials"][k], "share": s["trials"][k] / len(trials),
+                           "new_bests": s["new_bests"][k],
                            "gain": s["gain"][k], "colour": technique_colour(k)}
                        for k in s["techniques"]},
         "best_so_far": s["best_so_far"],

@@ -200,8 +200,9 @@ def test_report_latest_and_json(db, tmp_path):
     png = tmp_path / "latest.png"
     r = run("report", "latest", "--db", db, "--out", png)
     assert r.exit_code == 0 and "run 4" in r.output and png.read_bytes()[:4] == b"\x89PNG"
-    r = run("report", "1", "--db", db)
-    assert r.exit_code == 2 and "--out" in r.output and "--json" in r.output
+    r = run("report", "1", "--db", db)  # no --out: a summary in the terminal (issue 28)
+    assert r.exit_code == 0 and "run 1: bert-long-job-name" in r.output
+    assert "streams=4 chunk_bytes=64MiB transport=pushpull servers=2" in r.output
 
 
 def _aged_db(tmp_path):
