@@ -277,6 +277,13 @@ def _score_axis(ax: Any, plt: Any) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: fmt_number(y)))
 
 
+def _trial_axis(ax: Any) -> None:
+    """Trial numbers are whole: no tick at trial 2.5."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _no_data(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=11,
             color="#555555")
@@ -326,6 +333,7 @@ def _curve(ax: Any, plt: Any, run: dict, trials: list[dict], s: dict, unit: str)
         _score_axis(ax, plt)
     ax.set_xlabel("trial")
     ax.set_ylabel(f"score ({unit}, higher is better)")
+    _trial_axis(ax)
     if len(xs) <= 12:
         ax.set_xticks(xs)
     ax.grid(alpha=0.3)
@@ -350,6 +358,7 @@ def _credit(ax: Any, plt: Any, trials: list[dict], s: dict, unit: str) -> None:
     for i in s["new_best_at"][1:]:
         ax.axvline(xs[i], color="black", lw=0.4, alpha=0.3)
     ax.set_xlabel("trial")
+    _trial_axis(ax)
     ax.set_ylabel(f"gain ({unit})", fontsize=8)
     _score_axis(ax, plt)
     ax.set_xlim(xs[0], xs[-1] if len(xs) > 1 else xs[0] + 1)

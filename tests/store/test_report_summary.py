@@ -144,3 +144,21 @@ def test_report_latest_on_an_empty_store_is_a_one_line_error(tmp_path):
     r = report("latest", "--db", path)
     assert r.exit_code == 1 and r.output.strip().count("\n") == 0, r.output
     assert "no runs in" in r.output and "Traceback" not in r.output
+
+
+def test_the_figure_numbers_trials_with_whole_numbers(tuned):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from autotune.store import report as rep
+
+    _, run, trials = tuned
+    assert len(trials) > 12  # past the explicit ticks, the locator chooses them
+    s = rep.summarize(trials, run)
+    fig, (a, b) = plt.subplots(2)
+    rep._curve(a, plt, run, trials, s, "it/s")
+    rep._credit(b, plt, trials, s, "it/s")
+    for ax in (a, b):
+        ticks = list(ax.get_xticks())
+        assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks), ticks
+    plt.close(fig)
