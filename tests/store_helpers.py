@@ -71,3 +71,21 @@ def write_worker(path: str, worker: int, runs: int, trials: int, barrier: Any, e
     except BaseException:  # noqa: BLE001 - reported to the parent
         errors.put(f"worker {worker}: {traceback.format_exc()}")
         raise
+
+
+def tune_simulated(db: Any, workdir: Any, budget: int = 40) -> int:
+    """A real, small tuning run (``autotune tune --simulate``: resnet50 on 4 simulated
+    machines of 2 GPUs) stored in ``db``; its run id."""
+    import json
+
+    from click.testing import CliRunner
+
+    from autotune.cli import cli
+
+    cluster = workdir / "cluster.json"
+    cluster.write_text(json.dumps({"machines": 4, "gpus_per_machine": 2, "nic_gbps": 10}))
+    res = CliRunner().invoke(cli, ["tune", "--model", "resnet50", "--simulate", str(cluster),
+                                   "--budget", str(budget), "--trial-iterations", "2",
+                                   "--db", str(db), "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)["run_id"]

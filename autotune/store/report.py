@@ -13,6 +13,11 @@ The figure (PNG, or embedded in a self-contained HTML page) has three parts:
   parameter that was varied, a point per trial where the parameter mattered, the kept
   value shaded.
 
+Without ``--out`` the report is a short summary in the terminal (:func:`show_summary`,
+rich, fitted to the width like every table): the run, the kept configuration, the speed-up
+over the default, the tuning curve as two sparklines (each trial's score, coloured by its
+technique, and the best so far) and the credit per technique.
+
 Technique colours are fixed (:data:`TECHNIQUE_COLOURS`), so they are the same in every
 report. ``--json`` prints the same facts as numbers. matplotlib comes from the ``plot``
 extra and is imported only here, inside the functions.
@@ -34,7 +39,7 @@ import click
 from autotune.outpath import OutFile
 from autotune.speedup import Speedup
 from autotune.units import (BYTE_PARAMS, fmt_config, fmt_number, fmt_score, fmt_seconds,
-                            fmt_value, ordered, shown_params, unit_of)
+                            fmt_speedup, fmt_value, ordered, shown_params, unit_of)
 
 FAILED = "failed"
 FAIL_COLOUR = "#d62728"  # red: only failures are red
@@ -102,6 +107,7 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
     s = summarize(trials, run)
     return {
         "run": run["id"], "job": run.get("job"), "status": run.get("status"),
+        "created": run.get("created"), "finished": run.get("finished"),
         "unit": run.get("unit"), "trials": len(trials), "failed_trials": s["failed"],
         "best_score": run.get("best_score"), "best_spread": run.get("best_spread"),
         "default_score": run.get("default_score"), "default_spread": run.get("default_spread"),
@@ -111,7 +117,8 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
         "kept_config": run.get("best_config"),
         "kept_at": [trials[i].get("number") for i in s["kept_at"]],
         "best_trial_score": s["best"],
-        "techniques": {k: {"trials": s["trials"][k], "new_bests": s["new_bests"][k],
+        "techniques": {k: {"trials": s["trials"][k], "share": s["trials"][k] / len(trials),
+                           "new_bests": s["new_bests"][k],
                            "gain": s["gain"][k], "colour": technique_colour(k)}
                        for k in s["techniques"]},
         "best_so_far": s["best_so_far"],
@@ -119,6 +126,110 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
         "parameters": {name: [{"value": v, **stats} for v, stats in values]
                        for name, values in slices(trials).items()},
     }
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+#: a failed trial in the sparkline of each trial's score
+NO_SCORE = "×"
+#: the columns left of the sparklines ("  best so far  ")
+SPARK_LABEL = 15
+
+
+def sparkline(values: list[float | None], lo: float, hi: float, empty: str = NO_SCORE) -> str:
+    """One character per value, ``▁`` at ``lo`` up to ``█`` at ``hi`` (all ``▅`` when
+    ``lo == hi``); ``empty`` for a ``None``."""
+    span = hi - lo
+    out = []
+    for v in values:
+        if v is None:
+            out.append(empty)
+        else:
+            i = 5 if span <= 0 else round((v - lo) / span * (len(SPARKS) - 1))
+            out.append(SPARKS[min(len(SPARKS) - 1, max(0, i))])
+    return "".join(out)
+
+
+def _buckets(n: int, width: int) -> list[range]:
+    """``n`` trials in at most ``width`` columns: consecutive trials, the same number in
+    each column (the last may hold fewer)."""
+    per = max(1, -(-n // max(1, width)))
+    return [range(i, min(i + per, n)) for i in range(0, n, per)]
+
+
+def show_summary(run: dict, trials: list[dict], out: Any = None) -> None:
+    """``autotune report RUN`` without ``--out``: the run, its kept configuration and
+    speed-up, the tuning curve as sparklines, the credit per technique, fitted to the
+    console's width (``out``: a rich Console, default :func:`tables.console`)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from autotune.store.command import _when
+    from autotune.store.tables import Column, console, show
+
+    out = out or console()
+    unit = unit_of(run.get("unit"))
+    s = summarize(trials, run)
+    when = _when(run.get("created"))
+    if run.get("finished"):
+        end = _when(run["finished"])
+        when += f" to {end[11:] if end[:10] == when[:10] else end}"
+    n = f"{len(trials)} trial{'s' if len(trials) != 1 else ''}"
+    out.print(Text(f"run {run['id']}: {run.get('job', '')}", style="bold"), overflow="fold")
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(no_wrap=True)
+    facts.add_column(overflow="fold")
+    for label, value in [
+        ("status", f"{run.get('status')}, {when}"),
+        ("trials", f"{n}, {s['failed']} failed"),
+        ("kept", fmt_score(run.get("best_score"), unit, run.get("best_spread")) or "none"),
+        ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))
+         or "not measured"),
+        ("speed-up", fmt_speedup(run.get("best_score"), run.get("default_score")) or "unknown"),
+        ("kept configuration", fmt_config(run.get("best_config")) or "none"),
+    ]:
+        facts.add_row(Text(f"  {label}"), Text(value))
+    out.print(facts)
+
+    scores = [t.get("score") for t in trials]
+    ok = [x for x in scores if x is not None]
+    if not ok:
+        out.print(Text(f"tuning curve: no successful trial ({s['failed']} failed)"
+                       if trials else "tuning curve: no trials"))
+    else:
+        lo, hi = min(ok), max(ok)
+        cols = _buckets(len(trials), out.width - SPARK_LABEL)
+        per = len(cols[0])
+        out.print(Text(f"tuning curve, {n}" + (f", {per} per column" if per > 1 else "")
+                       + f": {SPARKS[0]} {fmt_number(lo)} to {SPARKS[-1]} {fmt_number(hi)} "
+                       + unit), overflow="fold")
+        each = Text("  each trial".ljust(SPARK_LABEL))
+        for c in cols:  # a column's best trial, in its technique's colour
+            got = [i for i in c if scores[i] is not None]
+            if not got:
+                each.append(NO_SCORE, style=FAIL_COLOUR)
+                continue
+            top = max(got, key=lambda i: scores[i])
+            each.append(sparkline([scores[top]], lo, hi),
+                        style=technique_colour(trials[top]["technique"]))
+        out.print(each, no_wrap=True, overflow="crop")
+        best = sparkline([s["best_so_far"][c[-1]] for c in cols], lo, hi, empty=" ")
+        out.print(Text("  best so far".ljust(SPARK_LABEL) + best), no_wrap=True, overflow="crop")
+        at = ", ".join(str(trials[i].get("number", i)) for i in s["new_best_at"])
+        fails = f"; {NO_SCORE}: failed" if s["failed"] else ""
+        out.print(Text(f"  new bests at trial {at}{fails}"), overflow="fold")
+        if out.color_system:  # the colours of the trials' sparkline, on a terminal
+            key = Text("  ")
+            for k in s["techniques"]:
+                key.append("■ ", style=technique_colour(k)).append(f"{k}  ")
+            out.print(key)
+    if trials:
+        out.print(Text(f"credit per technique (gain: how much the best score rose at the "
+                       f"technique's new bests, in {unit})"), overflow="fold")
+        show(None, [Column("technique", "word"), Column("trials", "num"),
+                    Column("share", "num", 2), Column("new bests", "num"),
+                    Column("gain", "num", 1)],
+             ([k, s["trials"][k], f"{s['trials'][k] / len(trials):.0%}", s["new_bests"][k],
+               fmt_number(s["gain"][k])] for k in s["techniques"]), out=out)
 
 
 def slices(trials: list[dict]) -> dict[str, list[tuple[Any, dict[str, Any]]]]:
@@ -166,6 +277,13 @@ def _score_axis(ax: Any, plt: Any) -> None:
     from matplotlib.ticker import FuncFormatter
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: fmt_number(y)))
+
+
+def _trial_axis(ax: Any) -> None:
+    """Trial numbers are whole: no tick at trial 2.5."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _no_data(ax: Any, text: str) -> None:
@@ -217,6 +335,7 @@ def _curve(ax: Any, plt: Any, run: dict, trials: list[dict], s: dict, unit: str)
         _score_axis(ax, plt)
     ax.set_xlabel("trial")
     ax.set_ylabel(f"score ({unit}, higher is better)")
+    _trial_axis(ax)
     if len(xs) <= 12:
         ax.set_xticks(xs)
     ax.grid(alpha=0.3)
@@ -241,6 +360,7 @@ def _credit(ax: Any, plt: Any, trials: list[dict], s: dict, unit: str) -> None:
     for i in s["new_best_at"][1:]:
         ax.axvline(xs[i], color="black", lw=0.4, alpha=0.3)
     ax.set_xlabel("trial")
+    _trial_axis(ax)
     ax.set_ylabel(f"gain ({unit})", fontsize=8)
     _score_axis(ax, plt)
     ax.set_xlim(xs[0], xs[-1] if len(xs) > 1 else xs[0] + 1)
@@ -405,7 +525,8 @@ def write_report(run: dict, trials: list[dict], out: Path) -> None:
 @click.command("report")
 @click.argument("run_id", metavar="RUN")
 @click.option("--out", type=OutFile(), default=None,
-              help="FILE.png (the figure) or FILE.html (figure, how to read it, tables).")
+              help="FILE.png (the figure) or FILE.html (figure, how to read it, tables) "
+                   "[default: a summary in the terminal].")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report's numbers as JSON (raw: scores in the run's unit).")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -414,12 +535,12 @@ def report(run_id: str, out: Path | None, as_json: bool, db_path: Path | None) -
     """Show how a run went: the tuning curve with the kept configuration, which
     technique found the improvements, and the score per parameter value.
 
-    RUN is a run id, or 'latest' for the newest run.
+    RUN is a run id, or 'latest' for the newest run. Without --out: a summary in the
+    terminal (the kept configuration, the speed-up, the curve as sparklines, the
+    credit per technique).
     """
     from autotune.store.command import _guard, _emit_json, open_store
 
-    if out is None and not as_json:
-        raise click.UsageError("give --out FILE.png or --out FILE.html, or --json")
     if out is not None:
         if out.suffix.lower() not in (".png", ".html", ".htm"):
             raise click.BadParameter(f"{out}: the report is a .png or an .html file",
@@ -434,3 +555,5 @@ def report(run_id: str, out: Path | None, as_json: bool, db_path: Path | None) -
         click.echo(f"wrote {out} ({n} of run {run['id']})", err=as_json)
     if as_json:
         _emit_json(report_json(run, trials))
+    elif out is None:
+        show_summary(run, trials)

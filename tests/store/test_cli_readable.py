@@ -201,8 +201,9 @@ def test_report_latest_and_json(db, tmp_path):
     png = tmp_path / "latest.png"
     r = run("report", "latest", "--db", db, "--out", png)
     assert r.exit_code == 0 and "run 4" in r.output and png.read_bytes()[:4] == b"\x89PNG"
-    r = run("report", "1", "--db", db)
-    assert r.exit_code == 2 and "--out" in r.output and "--json" in r.output
+    r = run("report", "1", "--db", db)  # no --out: a summary in the terminal (issue 28)
+    assert r.exit_code == 0 and "run 1: bert-long-job-name" in r.output
+    assert "streams=4 chunk_bytes=64MiB transport=pushpull servers=2" in r.output
 
 
 def _aged_db(tmp_path):
@@ -350,3 +351,42 @@ def test_export_to_optuna_loads_back_with_every_trial(db, tmp_path):
     assert t.state == optuna.trial.TrialState.FAIL and t.params == {"streams": 1}
     r = run("db", "export", "1", "--db", db, "--optuna", url, "--format", "csv")
     assert r.exit_code == 2
+
+
+def test_the_optuna_extra_reads_an_export_as_a_dataframe_and_in_the_dashboard(db, tmp_path):
+    """What ``pip install 'autotune[optuna]'`` brings, used as docs/store.md shows."""
+    optuna = pytest.importorskip("optuna")
+    pytest.importorskip("pandas", reason="pandas comes with the 'optuna' extra")
+    dashboard = pytest.importorskip("optuna_dashboard",
+                                    reason="optuna-dashboard comes with the 'optuna' extra")
+    from wsgiref.util import setup_testing_defaults
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    assert run("db", "export", "1", "--db", db, "--optuna", url).exit_code == 0
+    study = optuna.load_study(study_name="autotune-run-1", storage=url)
+    df = study.trials_dataframe()
+    with Store(db, create=False) as s:
+        trials = s.trials(1)
+    assert len(df) == len(trials) == 10
+    assert list(df["user_attrs_technique"]) == [t["technique"] for t in trials]
+    # "value", or "values_<name>" once the study names its metric
+    (value,) = [c for c in df.columns if c == "value" or c.startswith("values_")]
+    assert df[value].max() == max(t["score"] for t in trials if t["score"] is not None)
+    assert int(df["params_chunk_bytes"].iloc[9]) == 64 << 20
+    assert list(df["state"]).count("FAIL") == 1
+    # the dashboard's own web app lists the study and serves its page
+    app = dashboard.wsgi(url)
+
+    def get(path: str) -> tuple[str, bytes]:
+        env: dict = {"PATH_INFO": path}
+        setup_testing_defaults(env)
+        status: list[str] = []
+        body = b"".join(app(env, lambda s, h, *a: status.append(s)))
+        return status[0], body
+
+    status, body = get("/api/studies")
+    assert status.startswith("200")
+    (summary,) = json.loads(body)["study_summaries"]
+    assert summary["study_name"] == "autotune-run-1" and summary["directions"] == ["maximize"]
+    status, body = get(f"/api/studies/{summary['study_id']}")
+    assert status.startswith("200") and len(json.loads(body)["trials"]) == 10
