@@ -39,7 +39,7 @@ import click
 from autotune.outpath import OutFile
 from autotune.speedup import Speedup
 from autotune.units import (BYTE_PARAMS, fmt_config, fmt_number, fmt_score, fmt_seconds,
-                            fmt_speedup, fmt_value, ordered, shown_params, unit_of)
+                            fmt_value, ordered, shown_params, unit_of)
 
 FAILED = "failed"
 FAIL_COLOUR = "#d62728"  # red: only failures are red
@@ -184,7 +184,7 @@ def show_summary(run: dict, trials: list[dict], out: Any = None) -> None:
         ("kept", fmt_score(run.get("best_score"), unit, run.get("best_spread")) or "none"),
         ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))
          or "not measured"),
-        ("speed-up", fmt_speedup(run.get("best_score"), run.get("default_score")) or "unknown"),
+        ("speed-up", Speedup.of_run(run).shown() or "unknown"),
         ("kept configuration", fmt_config(run.get("best_config")) or "none"),
     ]:
         facts.add_row(Text(f"  {label}"), Text(value))

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.store import Store
 from autotune.store.report import NO_SCORE, SPARKS, sparkline
-from autotune.units import fmt_config, fmt_score, fmt_speedup, unit_of
+from autotune.speedup import Speedup
+from autotune.units import fmt_config, fmt_score, unit_of
 from store_helpers import CNN, WORLD, cluster, model, tune_simulated
 
 
@@ -65,7 +66,7 @@ def test_summary_shows_the_kept_configuration_curve_and_techniques(tuned, monkey
     assert fmt_config(run["best_config"]) in flat and "chunk_bytes=" in flat
     assert "KiB" in flat or "MiB" in flat  # human units, not raw bytes
     assert fmt_score(run["best_score"], unit, run["best_spread"]) in flat
-    assert fmt_speedup(run["best_score"], run["default_score"]) in flat
+    assert Speedup.of_run(run).shown() in flat  # the one definition, as everywhere
     # the tuning curve: one character per trial; the best so far never falls and ends
     # at the top; each trial's own character rises with its score, lowest to highest
     scores = [t["score"] for t in trials]
@@ -110,7 +111,8 @@ def test_many_trials_share_columns_and_failures_are_crosses(tmp_path, monkeypatc
             s.add_trial(rid, number=i, technique=["grid", "bayes"][i % 2],
                         config={"streams": 1 + i % 16}, iterations=2, score=sc,
                         error=None if sc is not None else "timed out")
-        s.finish_run(rid, best_config={"streams": 3}, best_score=340.0, default_score=170.0)
+        s.finish_run(rid, best_config={"streams": 3}, best_score=340.0, default_score=170.0,
+                     best_iterations=6, default_iterations=6)
     monkeypatch.setenv("COLUMNS", "80")
     r = report("latest", "--db", path)
     assert r.exit_code == 0, r.output
