@@ -242,8 +242,9 @@ def test_a_later_session_starts_from_the_tuned_best(tuned, tmp_path):
         first_trial = store.trials(later["id"])[0]
     # the plain training job fingerprints the same model and world ...
     assert (later["model_fp"], later["topology_fp"]) == (tuned_run["model_fp"], tuned_run["topology_fp"])
-    # ... and tries the offline run's best configuration first
-    assert first_trial["technique"] == "warm"
+    # ... and tries the offline run's best configuration first (labelled what it is: warm,
+    # or default/seed when the short offline run kept one of those)
+    assert first_trial["technique"] in ("warm", "default", "seed")
     assert first_trial["config"] == tuned_run["best_config"]
     assert json.loads(out.read_text())[0]["config"] == tuned_run["best_config"]
     # and the simulator path describes that world the same way
