@@ -36,12 +36,16 @@ def cluster(machines: int, gpus: int = 8, bandwidth: str = "10G", names: str = "
 
 
 WORLD = {"workers": 4, "servers": 0, "machines": 2}
+FACTS = {"k_max": 0, "workers_per_machine": 1}  # SearchSpace.build()'s
 
 
 def add_run(store: Any, model_graph: nx.Graph, topology: nx.Graph, best: dict | None,
-            score: float | None = 1.0, job: str = "job", status: str = "finished") -> int:
-    rid = store.start_run(job=job, world=WORLD, backend="gloo", model_graph=model_graph,
-                          topology_graph=topology, space_facts={"k_max": 0})
+            score: float | None = 1.0, job: str = "job", status: str = "finished", *,
+            facts: dict = FACTS, world: dict = WORLD, unit: str = "samples/s",
+            simulated: bool = False) -> int:
+    rid = store.start_run(job=job, world=world, backend="gloo", model_graph=model_graph,
+                          topology_graph=topology, space_facts=facts, unit=unit,
+                          simulated=simulated)
     store.finish_run(rid, status=status, best_config=best, best_score=score, default_score=0.5)
     return rid
 

@@ -116,6 +116,23 @@ class Cluster:
             netns.sh("tc", "-n", br, "-batch", "-",
                      stdin="\n".join(tc_lines(peer, self.link)) + "\n")
 
+    def reshape(self, rate: str | int | None = None, *, flow_cap: str | int | None = None,
+                hosts: Sequence[int] | None = None) -> LinkSpec:
+        """Shape the NICs of ``hosts`` (default: all) anew while jobs run, both ways: the
+        NIC ``rate`` (default: as it is) and ``flow_cap`` (``None``: none). Each root
+        qdisc is replaced (for a moment the link is unshaped); open connections go on
+        under the new rules. Returns the new link; ``link`` follows when all hosts change."""
+        link = LinkSpec.build(self.link.rate_bps if rate is None else rate, flow_cap=flow_cap,
+                              latency=self.link.latency_s, flow_bits=self.link.flow_bits)
+        for i in (range(len(self.hosts)) if hosts is None else hosts):
+            h = self.hosts[i]
+            for ns, dev in ((h.netns, h.ifname), (self.bridge_netns, f"h{h.index}")):
+                netns.sh("tc", "-n", ns, "qdisc", "del", "dev", dev, "root")
+                netns.sh("tc", "-n", ns, "-batch", "-", stdin="\n".join(tc_lines(dev, link)) + "\n")
+        if hosts is None:
+            self.link = link
+        return link
+
     def down(self) -> list[str]:
         """Kill every process in the cluster's namespaces and delete them. Idempotent.
         Returns the namespaces that could not be removed (normally none)."""

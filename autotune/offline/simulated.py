@@ -8,8 +8,9 @@ configuration measured as long as the kept one, every trial stored, through the 
 :class:`~autotune.tuning.trials.TrialDriver`) but marked ``simulated``, under
 the model's fingerprint (the real zoo module built on the meta device: no memory) and the
 topology graph a session records (:func:`autotune.probes.graph.job_graph`, the builder
-``Session._cluster_graph`` calls) for the simulated world, so a later real job on such a
-cluster finds it.
+``Session._cluster_graph`` calls) for the simulated world. Its scores are simulated
+samples/s, so it warm-starts later simulated runs of alike jobs, never a measured run
+(:mod:`autotune.store.warmstart`).
 
 The Tuner's physics prior is the simulator itself on the noise-free cluster (what a
 session approximates from the facts it knows). Scores are samples/s over all workers
@@ -83,7 +84,7 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
              "machines": cluster.machines, "workers_per_machine": cluster.workers_per_machine,
              "cluster": {k: v for k, v in cluster.to_dict().items() if k != "topology"}}
     with Store(db) as store:
-        warm = store.warm_start_configs(mg, tg, space)
+        warm = store.warm_start_configs(mg, tg, space, unit=SHOWN_UNIT, machines=cluster.machines)
         warm_from_store = list(warm)
         warm += [c for c in space.seeds() if c not in warm]
         run_id = store.start_run(job=job or f"tune-sim:{model}", world=world, backend="simulated",

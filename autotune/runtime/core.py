@@ -305,14 +305,16 @@ class Runtime:
         broadcast.broadcast_from_leader(tensors, what, check, self.info, self._plane.workers_group,
                                   self._blame.op, self.describe)
 
-    def worker_max(self, x: float) -> float:
-        """All-reduce MAX of ``x`` over the workers (e.g. the slowest worker's time)."""
+    def worker_max(self, x: float | Sequence[float]) -> Any:
+        """All-reduce MAX of ``x`` over the workers (e.g. the slowest worker's time); of
+        each element, in one message, when ``x`` is a sequence (then a list)."""
         self._need_worker("worker_max")
-        t = torch.tensor([float(x)], dtype=torch.float64)
+        many = not isinstance(x, (int, float))
+        t = torch.tensor([float(v) for v in x] if many else [float(x)], dtype=torch.float64)
         self._check_alive()
         self._blame.op("worker_max", dist.all_reduce, t, op=dist.ReduceOp.MAX,
                        group=self._plane.workers_group)
-        return float(t.item())
+        return t.tolist() if many else float(t.item())
 
     # ================================================================== servers
     def serve_iteration(self) -> None:

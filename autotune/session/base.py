@@ -39,8 +39,9 @@ class TuningSession:
     configuration of a similar job, or the default). ``db``: the results store (default
     ``./autotune.db``); ``store=False``: none. ``allow_lossy``: let codecs in.
     ``samples_per_step``: the score is samples/s (else it/s). ``techniques``, ``seed``,
-    ``prior``: the Tuner's. ``retune_on_drift``: re-tune when throughput falls by this
-    fraction over ``drift_window`` iterations. ``timeout``: seconds any wait may take.
+    ``prior``: the Tuner's. ``retune_on_drift``: re-tune when the communication time
+    (median over ``drift_window`` iterations) moves, up or down, by more than this fraction
+    of the kept configuration's iteration time (docs/tuner.md, "Drift"). ``timeout``: seconds any wait may take.
     ``trial_iterations``, ``warmup``, ``cut_short``: the trial schedule's
     (:mod:`autotune.tuning.schedule`). ``job``: its name in the store.
     ``broadcast_buffers``: as DDP's (native runtime; a DDP model has its own).

@@ -123,6 +123,7 @@ class Session(TuningSession):
             raise UsageError("tuner.step() inside tuner.no_sync(): leave the block for the "
                              "last micro-batch's backward, then call step()")
         failed: str | None = None
+        waited = time.perf_counter()
         try:
             self.rt.wait()
         except RuntimeFault as exc:
@@ -135,12 +136,16 @@ class Session(TuningSession):
             failed = str(exc)
             self._apply(self.schedule.fallback() if self.is_leader else None, retrying=True)
             self.rt.retry()
+        waited = time.perf_counter() - waited
         self.parity.check()
         elapsed = time.perf_counter() - self._t_last
-        # The slowest worker's time; a failure anywhere shows up as infinity.
-        slowest = self.rt.worker_max(float("inf") if failed else elapsed)
+        # The slowest worker's time (a failure anywhere shows up as infinity) and the
+        # least any worker waited for the averaged gradients: the communication the
+        # configuration leaves exposed, without the waits for a straggler's compute.
+        slowest, least_wait = self.rt.worker_max([float("inf") if failed else elapsed, -waited])
         self.iteration += 1
-        nxt = self.schedule.next(self.config, slowest, failed) if self.is_leader else None
+        nxt = (self.schedule.next(self.config, slowest, failed, comm_s=-least_wait)
+               if self.is_leader else None)
         self._apply(nxt)
 
     @contextlib.contextmanager

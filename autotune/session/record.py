@@ -32,6 +32,7 @@ class SessionRun:
         self.run_id: int | None = None
         self._model_graph: Any = None
         self._cluster_graph: Any = None
+        self._alike: dict[str, Any] = {}  # what a stored run must share to warm-start it
 
     def open(self, model: Any, info: Any, backend: str, space: SearchSpace, unit: str) -> None:
         """Start the run (status ``running``)."""
@@ -53,14 +54,16 @@ class SessionRun:
                    "machines": info.n_machines, "workers_per_machine": info.workers_per_machine},
             backend=backend, model_graph=self._model_graph,
             topology_graph=self._cluster_graph, space_facts=dict(space.facts), unit=unit)
+        self._alike = {"unit": unit, "machines": info.n_machines}
 
     def warm_start(self, space: SearchSpace) -> list[Config]:
-        """The best configurations of similar stored jobs, then the space's seeds."""
+        """The best configurations of alike stored jobs (:mod:`autotune.store.warmstart`),
+        then the space's seeds."""
         warm: list[Config] = []
         if self.store is not None:
             try:
                 warm = self.store.warm_start_configs(self._model_graph, self._cluster_graph,
-                                                     space)
+                                                     space, **self._alike)
             except Exception as exc:
                 warnings.warn(f"warm start from {self.db or 'autotune.db'} failed: {exc}")
         return warm + [c for c in space.seeds() if c not in warm]

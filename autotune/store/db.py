@@ -179,25 +179,30 @@ class Store:
         finished_only: bool = True,
         timeout: float = TIMEOUT_S,
         budget: float | None = BUDGET_S,
+        **only: Any,
     ) -> list[tuple[dict, float]]:
         """The ``k`` stored runs most like a job with these graphs, nearest first, as
-        ``(run, distance)``. See
+        ``(run, distance)``; ``only``: which runs count (``unit``, ``space_facts``,
+        ``across_machines``, ``max_distance``). See
         :meth:`NearestRuns.nearest <autotune.store.nearest.NearestRuns.nearest>`."""
         return self._nearest.nearest(model_graph, topology_graph, k, exclude=exclude,
                                      finished_only=finished_only, timeout=timeout,
-                                     budget=budget)
+                                     budget=budget, **only)
 
     def similar(self, run_id: int | str, k: int = 3, **kw: Any) -> list[tuple[dict, float]]:
         """The runs nearest to a stored run (itself excluded); ``kw`` as :meth:`nearest`."""
         return self._nearest.similar(run_id, k, **kw)
 
     def warm_start_configs(self, model_graph: "nx.Graph | None", topology_graph: "nx.Graph | None",
-                           space: "SearchSpace", k: int = 3, **kw: Any) -> list["Config"]:
-        """Best configurations of the nearest finished runs, projected into ``space``;
+                           space: "SearchSpace", k: int = 3, *, unit: str, machines: int,
+                           **kw: Any) -> list["Config"]:
+        """Best configurations of the nearest finished runs of alike jobs (same ``unit``,
+        same space facts, same machine class, near enough), projected into ``space``;
         see :func:`autotune.store.warmstart.warm_start_configs`."""
         from autotune.store.warmstart import warm_start_configs
 
-        return warm_start_configs(self, model_graph, topology_graph, space, k, **kw)
+        return warm_start_configs(self, model_graph, topology_graph, space, k, unit=unit,
+                                  machines=machines, **kw)
 
     def _summaries_for(self, fps: Iterable[str]) -> dict[str, Summary]:
         """The stored graphs' summaries by fingerprint (the store benchmark's reference)."""

@@ -6,7 +6,7 @@ second look-up does not load or compare them again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from autotune.store.connection import Connection
 from autotune.store.fingerprint import from_json
@@ -52,13 +52,21 @@ class NearestRuns:
         *,
         exclude: int | None = None,
         finished_only: bool = True,
+        unit: str | None = None,
+        space_facts: Mapping[str, Any] | None = None,
+        across_machines: bool | None = None,
+        max_distance: float | None = None,
         timeout: float = TIMEOUT_S,
         budget: float | None = BUDGET_S,
     ) -> list[tuple[dict, float]]:
         """The ``k`` stored runs most like a job with these graphs, nearest first, as
         ``(run, distance)``; 0 means same model and cluster (see
         :mod:`autotune.store.similarity`). By default only finished runs with a best
-        configuration count; runs sharing both graphs are ordered by best score."""
+        configuration count; runs sharing both graphs are ordered by best score.
+
+        Only runs whose ``unit`` is this one, whose recorded ``space_facts`` hold these
+        values, that ran on more than one machine (``across_machines``) or on one, and
+        at most ``max_distance`` away count (each: when given)."""
         qm, qt = Summary.of(model_graph), Summary.of(topology_graph)
         where = " where 1"
         params: list[Any] = []
@@ -67,6 +75,15 @@ class NearestRuns:
         if exclude is not None:
             where += " and id != ?"
             params.append(int(exclude))
+        if unit is not None:
+            where += " and unit = ?"
+            params.append(str(unit))
+        for name, value in sorted((space_facts or {}).items()):
+            where += " and json_extract(space_facts, ?) = ?"
+            params += [f'$."{name}"', value]
+        if across_machines is not None:
+            where += " and (machines > 1) = ?"
+            params.append(int(bool(across_machines)))
         groups = self.connection.tuples(
             "select model_fp, topology_fp, count(*) from runs" + where +
             " group by model_fp, topology_fp", params)
@@ -76,7 +93,7 @@ class NearestRuns:
         ranked = Matcher(self._distances).rank(qm, qt, cands, k, timeout=timeout, budget=budget)
         out: list[tuple[dict, float]] = []
         for cand, d in ranked:
-            if len(out) >= k:
+            if len(out) >= k or (max_distance is not None and d > max_distance):
                 break
             mfp, tfp = cand.key
             rows = self.connection.read(

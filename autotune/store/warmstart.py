@@ -4,6 +4,16 @@ a new job's search space.
 The AIACC-Training paper (ICDCS 2022, §VI) uses the best setting found for the most similar earlier deployment as
 the starting point of the search. Seeding points (rather than a surrogate model) is
 what the Tuner does with them: it tries them first.
+
+Only alike jobs count (docs/store.md, "Warm start"): a stored run warm-starts a job when
+
+* its scores are in the job's unit (``samples/s``, ``it/s``, ``simulated ...``: a simulated
+  run's best is a prediction, not a measurement, and warm-starts only simulated runs);
+* its search space had the same facts :data:`SAME_FACTS` (the servers launched, the
+  workers per machine: what decides the transport and the intra-machine strategy);
+* it ran on one machine if the job does, across machines if the job does (loopback
+  versus a network);
+* its job distance (model + cluster graph edit distance) is at most :data:`MAX_DISTANCE`.
 """
 
 from __future__ import annotations
@@ -15,6 +25,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from autotune.tuning.space import Config, SearchSpace
     from autotune.store.db import Store
+
+
+#: The largest job distance that warm-starts (normalized model GED + cluster GED).
+#: ``scripts/warm_distances.py``: variants of one model family (ResNet-50/101 0.01,
+#: BERT-base/large 0.27, GPT-2/medium 0.29, wider or deeper MLPs 0.10-0.30) and a cluster
+#: of half or twice the machines (0.44-0.47) stay at or below 0.5; another model family
+#: (0.71-1.03) or a cluster four times the size (0.71-0.72) is beyond it.
+MAX_DISTANCE = 0.5
+
+#: Space facts a stored run must share with the job (``SearchSpace.facts``).
+SAME_FACTS = ("k_max", "workers_per_machine")
 
 
 def project_configs(configs: Iterable[Mapping[str, Any]], space: "SearchSpace") -> list["Config"]:
@@ -37,8 +58,15 @@ def project_configs(configs: Iterable[Mapping[str, Any]], space: "SearchSpace") 
 
 def warm_start_configs(store: "Store", model_graph: "nx.Graph | None",
                        topology_graph: "nx.Graph | None", space: "SearchSpace",
-                       k: int = 3, **nearest_kw: Any) -> list["Config"]:
-    """The best configs of the ``k`` nearest finished runs, projected into ``space``,
-    nearest first (see :func:`project_configs`)."""
-    near = store.nearest(model_graph, topology_graph, k, **nearest_kw)
+                       k: int = 3, *, unit: str, machines: int,
+                       max_distance: float = MAX_DISTANCE, **nearest_kw: Any) -> list["Config"]:
+    """The best configs of the ``k`` nearest finished runs of jobs alike this one (the
+    module docstring: scores in ``unit``, the same :data:`SAME_FACTS` as ``space``, the
+    same machine class as a job on ``machines`` machines, at most ``max_distance``
+    away), projected into ``space``, nearest first (see :func:`project_configs`)."""
+    facts = dict(space.facts)
+    near = store.nearest(model_graph, topology_graph, k, unit=unit,
+                         space_facts={f: facts[f] for f in SAME_FACTS if f in facts},
+                         across_machines=machines > 1, max_distance=max_distance,
+                         **nearest_kw)
     return project_configs((run["best_config"] for run, _ in near), space)

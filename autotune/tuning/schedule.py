@@ -25,9 +25,13 @@ next. The phases:
     :data:`SWITCH_MARGIN` for the switch's cost) ends after that one. A failed iteration
     fails its trial.
 ``locked``
-    The budget is spent: the best configuration is kept. With a drift watch, a median
-    over ``window`` iterations below ``(1 - threshold)`` of the kept score starts a short
-    re-tune (``budget`` iterations) that measures the old best again first.
+    The budget is spent: the best configuration is kept. With a drift watch (:class:`Drift`),
+    the first ``window`` iterations under it are its baseline; after that, when the median
+    communication time of a ``window`` (the part of the iteration the configuration can
+    change; the iteration time when the caller does not measure it) moves more than
+    ``threshold`` of the baseline iteration time away from the baseline's, slower or faster,
+    a short re-tune (``budget`` iterations) starts, measuring the old best again first. A
+    slower compute step leaves the communication time alone, so it starts no re-tune.
 
 Two more events come from outside: a configuration the runtime refused to apply
 (:meth:`rejected`: its trial fails, the next is proposed) and lost servers
@@ -79,8 +83,9 @@ def trial_seconds(scored: list[float], switch_s: float, cut: bool) -> float:
 
 @dataclass(frozen=True)
 class Drift:
-    """Re-tune for ``budget`` iterations when the median of ``window`` iterations is more
-    than ``threshold`` (a fraction) below the kept configuration's score."""
+    """Re-tune for ``budget`` iterations when the median communication time of ``window``
+    iterations under the kept configuration moves, up or down, by more than ``threshold``
+    (a fraction) of the baseline's iteration time (the first ``window`` after locking)."""
 
     threshold: float
     window: int
@@ -165,7 +170,10 @@ class TrialSchedule:
         self._trial_start = 0.0
         self.best: tuple[Config, float] | None = None  # (config, the Tuner's mean score)
         self.last_good: Config | None = None
-        self._window: list[float] = []
+        self._window: list[tuple[float, float]] = []  # (iteration s, communication s)
+        # the kept configuration's median (iteration s, communication s), once measured
+        self.baseline: tuple[float, float] | None = None
+        self.retunes: list[int] = []  # iterations at which drift started a re-tune
         self._replan = False
 
     # ---------------------------------------------------------------- start
@@ -183,16 +191,19 @@ class TrialSchedule:
         return self._next_trial()
 
     # ------------------------------------------------------------ each iteration
-    def next(self, config: Config, seconds: float, failed: str | None = None) -> Config:
+    def next(self, config: Config, seconds: float, failed: str | None = None,
+             comm_s: float | None = None) -> Config:
         """``config`` ran one iteration in ``seconds`` (the slowest worker's; ``inf``, or
-        ``failed`` with the reason, when it failed): the configuration to run next."""
+        ``failed`` with the reason, when it failed): the configuration to run next.
+        ``comm_s``: its communication time, what the drift watch judges (the least any
+        worker waited for the averaged gradients: a straggler's compute is not in it)."""
         self.iteration += 1
         if seconds != float("inf") and failed is None:
             self.last_good = dict(config)
         if self._replan:
             return self._start_over(failed, config)
         if self.phase == LOCKED:
-            return self._watch_drift(seconds, config)
+            return self._watch_drift(seconds, config, comm_s)
         if self.phase == WARMUP:
             return self._warmed(config, seconds)
         return self._measured(seconds, failed)
@@ -364,7 +375,7 @@ class TrialSchedule:
     def _lock(self) -> Config:
         """The budget is spent: keep the best configuration from now on."""
         self.phase = LOCKED
-        self._window = []
+        self._window, self.baseline = [], None
         kept = self.best[0] if self.best else self.fallback()
         if self.tuner is not None and self.tuner.separated and self.tuner.remaining > 0:
             self.listener.say(f"tuning: the kept configuration is separated from the runner-up "
@@ -373,22 +384,30 @@ class TrialSchedule:
         self.listener.settled(self.kept)
         return kept
 
-    def _watch_drift(self, seconds: float, config: Config) -> Config:
+    def _watch_drift(self, seconds: float, config: Config, comm_s: float | None) -> Config:
         kept = self.best[0] if self.best else config
         if self.drift is None or self.best is None or seconds == float("inf"):
             return kept
-        self._window.append(seconds)
+        self._window.append((seconds, seconds if comm_s is None else comm_s))
         if len(self._window) < self.drift.window:
             return kept
-        now = self.throughput(statistics.median(self._window))
+        now = (statistics.median(w[0] for w in self._window),
+               statistics.median(w[1] for w in self._window))
         self._window = []
-        if now >= (1 - self.drift.threshold) * self.best[1]:
+        if self.baseline is None:
+            self.baseline = now
             return kept
-        from autotune.units import fmt_score
+        (base_s, base_comm), (now_s, now_comm) = self.baseline, now
+        if abs(now_comm - base_comm) <= self.drift.threshold * base_s:
+            return kept
+        from autotune.units import fmt_score, fmt_seconds
 
-        self.listener.say(f"[yellow]throughput drifted[/] from "
-                          f"{fmt_score(self.best[1], self.unit)} to {fmt_score(now, self.unit)}: "
+        what = "iteration" if comm_s is None else "communication"
+        self.listener.say(f"[yellow]{what} time drifted[/] from {fmt_seconds(base_comm)} to "
+                          f"{fmt_seconds(now_comm)} ({fmt_score(self.throughput(base_s), self.unit)}"
+                          f" to {fmt_score(self.throughput(now_s), self.unit)}): "
                           f"re-tuning for {self.drift.budget} iterations")
+        self.retunes.append(self.iteration)
         # The old best is stale: measure it again first, alongside its neighbours.
         old = self.best[0]
         self.best = None

@@ -16,7 +16,8 @@ and by offline callers alike::
   shortened to fit, and a trial that would leave a remainder shorter than
   ``min_iterations`` (too short to measure anything) absorbs it.
 - Warm-start configurations (e.g. the best of similar stored jobs) are projected into
-  the space, de-duplicated and tried first (technique ``"warm"``).
+  the space, de-duplicated and tried first (technique ``"warm"``; one that is the space's
+  default is labelled ``"default"``, one of its other ``seeds()`` ``"seed"``).
 - Every result is told to every technique, so each learns from all trials. The bandit
   credits a technique when its trial made its configuration the new global best or
   scored in the best ``credit_quantile`` (default a quarter) of all trials so far, a
@@ -73,6 +74,8 @@ from autotune.tuning.space import Config, SearchSpace
 DEFAULT_TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
 PRIOR = "prior"  # technique name of the calibrated physics prior (with Tuner(prior=...))
 WARM = "warm"  # technique name of warm-start trials
+DEFAULT = "default"  # a queued configuration that is the space's default
+SEED = "seed"  # a queued configuration that is one of the space's other seeds
 CONFIRM = "confirm"  # technique name of re-measurements of the best candidates
 MIN_CONFIRMED = 4  # measurements of the kept configuration (and the reference) before it is final
 NOISE_PRIOR = 0.05  # relative noise of one measurement assumed before any is repeated
@@ -333,7 +336,8 @@ class Tuner:
         if self.remaining <= 0 or self._stalled:
             return None
         if self._warm:
-            return self._issue(self._warm.pop(0), WARM, None)
+            config = self._warm.pop(0)
+            return self._issue(config, self._queued_label(config), None)
         if self.remaining > self.confirm_budget or not self.obs.scored():
             while True:
                 available = [t for t in self.techniques if t not in self._exhausted]
@@ -352,6 +356,13 @@ class Tuner:
             self.separated = bool(self._logs)
             return None
         return self._issue(config, CONFIRM, None)
+
+    def _queued_label(self, config: Config) -> str:
+        """A queued configuration's technique: what it is (the default, a seed), else warm."""
+        key = self.space.key(config)
+        if key == self.space.key(self.space.default()):
+            return DEFAULT
+        return SEED if any(key == self.space.key(c) for c in self.space.seeds()) else WARM
 
     def _screened_ask(self, name: str, searcher: Searcher, tries: int = 20) -> Config | None:
         """``searcher``'s next proposal that the surrogate does not rate clearly worse

@@ -137,8 +137,8 @@ def test_a_clearly_slow_trial_is_cut_short(with_server):
     ranks, _ = with_server
     default, seed = ranks[0]["session"]["history"][:2]
     # the default runs its full length; the push/pull seed (space.seeds) is slow on purpose
-    assert (default["technique"], default["iterations"]) == ("warm", 4)
-    assert seed["technique"] == "warm"
+    assert (default["technique"], default["iterations"]) == ("default", 4)
+    assert seed["technique"] == "seed"
     assert {k: seed["config"][k] for k in SLOW} == SLOW
     # stopped on its switch iteration already: far under half the default's speed
     assert seed["iterations"] == 1 and seed["score"] < 0.5 * default["score"]

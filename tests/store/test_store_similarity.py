@@ -14,7 +14,7 @@ from autotune.tuning.space import SearchSpace
 from autotune.store.fingerprint import MAX_NODES, fingerprint, layers_graph, model_graph
 from autotune.store.similarity import (Candidate, Matcher, Summary, assignment_bound, edit_distance,
                                        job_distance, lower_bound)
-from store_helpers import CNN, TRANSFORMER, add_run, cluster, model
+from store_helpers import CNN, TRANSFORMER, WORLD, add_run, cluster, model
 
 SLOW_OK = {"timeout": 5.0, "budget": None}  # the machine is shared: no time pressure here
 
@@ -204,17 +204,22 @@ def test_runs_sharing_graphs_come_best_score_first(store):
     assert [r["id"] for r, _ in got] == [ids[1], ids[2]]
 
 
+ALIKE = {"unit": "samples/s", "machines": 2}  # what add_run records: WORLD, samples/s
+
+
 def test_warm_start_puts_the_stored_best_first(store):
     space = SearchSpace.build(k_max=2, workers_per_machine=4, max_streams=8)
+    facts = {"k_max": 2, "workers_per_machine": 4}
     changed = list(CNN)
     changed[-1] = ("Linear", 65_000)
     best = {"streams": 6, "chunk_bytes": 1 << 20, "transport": "pushpull", "servers": 2,
             "intra": "root", "reduce_root": 3, "compression": "none"}
-    add_run(store, model(TRANSFORMER), cluster(4), {**best, "streams": 1}, 99.0)
-    add_run(store, model(changed), cluster(4), {**best, "streams": 12, "chunk_bytes": 3 << 20}, 50.0)
-    add_run(store, model(CNN), cluster(4), best, 20.0)
-    add_run(store, model(CNN), cluster(4), {**best, "compression": "topk"}, 10.0)
-    warm = store.warm_start_configs(model(CNN), cluster(4), space, k=3, **SLOW_OK)
+    add_run(store, model(TRANSFORMER), cluster(4), {**best, "streams": 1}, 99.0, facts=facts)
+    add_run(store, model(changed), cluster(4), {**best, "streams": 12, "chunk_bytes": 3 << 20},
+            50.0, facts=facts)
+    add_run(store, model(CNN), cluster(4), best, 20.0, facts=facts)
+    add_run(store, model(CNN), cluster(4), {**best, "compression": "topk"}, 10.0, facts=facts)
+    warm = store.warm_start_configs(model(CNN), cluster(4), space, k=3, **ALIKE, **SLOW_OK)
     assert warm[0] == space.validate(best)
     # the near run's config is projected into the new space (streams clipped to 8,
     # 3 MiB chunk snapped to 4 MiB, the nearest in log scale); the lossy one is dropped: topk is not allowed here
@@ -223,15 +228,88 @@ def test_warm_start_puts_the_stored_best_first(store):
 
 
 def test_warm_start_from_an_empty_store_is_empty(store):
-    assert store.warm_start_configs(model(CNN), cluster(2), SearchSpace.build()) == []
+    assert store.warm_start_configs(model(CNN), cluster(2), SearchSpace.build(), **ALIKE) == []
 
 
 def test_warm_start_deduplicates(store):
     space = SearchSpace.build(max_streams=4)
     for s in (5, 6, 4):  # all clip to streams=4 in this space
         add_run(store, model(CNN), cluster(2), {"streams": s}, float(s))
-    assert store.warm_start_configs(model(CNN), cluster(2), space, k=3, **SLOW_OK) == [
+    assert store.warm_start_configs(model(CNN), cluster(2), space, k=3, **ALIKE, **SLOW_OK) == [
         space.validate({"streams": 4})]
+
+
+def test_warm_start_only_from_alike_jobs(store):
+    from autotune.store.warmstart import MAX_DISTANCE
+
+    space = SearchSpace.build(max_streams=8)
+    alike = add_run(store, model(CNN), cluster(2), {"streams": 2}, 1.0)
+    # each differs from the job in one way, and each has a better score than the alike run
+    unlike = {
+        "another model": add_run(store, model(TRANSFORMER), cluster(2), {"streams": 3}, 9.0),
+        "simulated": add_run(store, model(CNN), cluster(2), {"streams": 4}, 9.0,
+                             unit="samples/s", simulated=True),
+        "it/s": add_run(store, model(CNN), cluster(2), {"streams": 5}, 9.0, unit="it/s"),
+        "other servers": add_run(store, model(CNN), cluster(2), {"streams": 6}, 9.0,
+                                 facts={"k_max": 2, "workers_per_machine": 1}),
+        "one machine": add_run(store, model(CNN), cluster(2), {"streams": 7}, 9.0,
+                               world={**WORLD, "machines": 1}),
+        "no facts (old run)": add_run(store, model(CNN), cluster(2), {"streams": 8}, 9.0,
+                                      facts={}),
+    }
+    distance = dict((r["id"], d) for r, d in store.nearest(model(CNN), cluster(2), k=10, **SLOW_OK))
+    assert distance[alike] == 0 and distance[unlike["another model"]] > MAX_DISTANCE
+    warm = store.warm_start_configs(model(CNN), cluster(2), space, k=10, **ALIKE, **SLOW_OK)
+    assert warm == [space.validate({"streams": 2})], (warm, unlike)
+    # the same filters, one at a time, on nearest
+    near = store.nearest(model(CNN), cluster(2), k=10, unit="it/s", **SLOW_OK)
+    assert [r["id"] for r, _ in near] == [unlike["it/s"]]
+    near = store.nearest(model(CNN), cluster(2), k=10, max_distance=MAX_DISTANCE, **SLOW_OK)
+    assert unlike["another model"] not in {r["id"] for r, _ in near} and len(near) == 6
+
+
+def test_a_loopback_session_is_not_warm_started_by_a_simulated_32_gpu_run(tmp_path):
+    """The defect of issue 26: a 2-worker loopback session took its first trials from
+    simulated 32-GPU runs of another model (distance 1.76-1.80); on a fresh store the
+    default's trial was labelled warm."""
+    from types import SimpleNamespace
+
+    from autotune.offline.simulated import cluster_graph
+    from autotune.session.record import SessionRun
+    from autotune.store import Store
+    from autotune.store.fingerprint import model_graph
+    from autotune.tuning.tuner import Tuner
+
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    db = tmp_path / "a.db"
+    with Store(db) as store:
+        for streams in (8, 12):
+            rid = store.start_run(job="tune-sim:resnet50", world={"machines": 4},
+                                  backend="simulated", model_graph=model(CNN),
+                                  topology_graph=cluster_graph(4, 8, 0),
+                                  space_facts={"k_max": 0, "workers_per_machine": 1},
+                                  simulated=True)
+            store.finish_run(rid, status="finished", best_config={"streams": streams},
+                             best_score=1e6)
+    space = SearchSpace.build()
+    info = SimpleNamespace(workers=[0, 1], servers=[], n_machines=1, workers_per_machine=2)
+    run = SessionRun(db, "loopback")
+    run.open(mlp, info, "gloo", space, "it/s")
+    warm = run.warm_start(space)
+    assert warm == space.seeds()  # nothing from the simulated runs
+    run.store.close()
+    tuner = Tuner(space, budget=10, warm_start=warm)
+    assert tuner.ask().technique == "default"
+    # an alike earlier session (same model, world and unit) does warm-start it
+    with Store(db) as store:
+        rid = store.start_run(job="loopback", world={"machines": 1}, backend="gloo",
+                              model_graph=model_graph(mlp), topology_graph=cluster_graph(1, 2, 0),
+                              space_facts=dict(space.facts), unit="it/s")
+        store.finish_run(rid, status="finished", best_config={"streams": 3}, best_score=5.0)
+    run = SessionRun(db, "loopback")
+    run.open(mlp, info, "gloo", space, "it/s")
+    assert run.warm_start(space)[0] == space.validate({"streams": 3})
+    run.store.close()
 
 
 def test_big_clusters_are_compared_coarsened():

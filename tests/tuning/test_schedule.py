@@ -181,8 +181,72 @@ def test_drift_starts_a_short_retune_from_the_old_best():
     assert s.phase == TRIAL and s.tuner.budget == 8 and s.best is None
     assert s.trial.config == old and s.trial.technique == "warm"
     said = [e[1] for e in heard.events if e[0] == "say" and "drifted" in e[1]]
-    assert said and re.search(r"from [\d.,]+ it/s to [\d.,]+ it/s: re-tuning", said[0]), said
+    assert said and re.search(r"iteration time drifted.* from [\d.]+ m?s to [\d.]+ m?s "
+                              r"\([\d.,]+ it/s to [\d.,]+ it/s\): re-tuning", said[0]), said
     assert "e+" not in said[0]
+
+
+def locked_with_drift(window=5, threshold=0.2, compute=1.0, comm=None):
+    """A schedule tuned to the end with a drift watch, fed ``compute`` seconds of compute
+    plus ``comm(config)`` of communication per iteration, with its baseline window
+    measured: (schedule, the kept configuration)."""
+    comm = comm or seconds_of
+    s, _ = make(warmup=0, budget=20, drift=Drift(threshold, window, 8))
+    cfg = s.start(s.space.seeds())
+    while s.phase != LOCKED:
+        cfg = s.next(cfg, compute + comm(cfg), comm_s=comm(cfg))
+    for _ in range(window):  # the baseline
+        cfg = s.next(cfg, compute + comm(cfg), comm_s=comm(cfg))
+    assert s.phase == LOCKED and s.retunes == []
+    return s, cfg
+
+
+def run_locked(s, cfg, n, compute, comm):
+    """``n`` more iterations; the iterations at which a re-tune started."""
+    for _ in range(n):
+        cfg = s.next(cfg, compute + comm(cfg), comm_s=comm(cfg))
+    return s.retunes
+
+
+@pytest.mark.parametrize("factor", [3.0, 0.25], ids=["link slower", "link faster"])
+def test_a_change_of_the_communication_time_either_way_starts_a_retune(factor):
+    # compute 0.1 s: communication is most of the iteration
+    s, cfg = locked_with_drift(compute=0.1)
+    kept = dict(cfg)
+    start = s.iteration
+    assert run_locked(s, cfg, 5, 0.1, lambda c: factor * seconds_of(c)) == [start + 5]
+    assert s.phase == TRIAL and s.trial.config == kept and s.tuner.budget == 8
+
+
+def test_a_longer_compute_step_starts_no_retune():
+    s, cfg = locked_with_drift()
+    # compute 3x longer, communication as before: the iteration is much slower, but no
+    # configuration can help
+    assert run_locked(s, cfg, 50, 3.0, seconds_of) == []
+    assert s.phase == LOCKED
+
+
+def test_small_changes_of_the_communication_time_start_no_retune():
+    s, cfg = locked_with_drift(threshold=0.2, compute=1.0)
+    base = seconds_of(cfg)
+    it = 1.0 + base
+    # +/- 15 % of the iteration time in communication: under the threshold
+    assert run_locked(s, cfg, 10, 1.0, lambda c: seconds_of(c) + 0.15 * it) == []
+    assert run_locked(s, cfg, 10, 1.0, lambda c: max(0.0, seconds_of(c) - 0.15 * it)) == []
+    assert run_locked(s, cfg, 5, 1.0, lambda c: seconds_of(c) + 0.25 * it) != []
+
+
+def test_the_baseline_is_measured_again_after_a_retune():
+    s, cfg = locked_with_drift(window=4)
+    slower = lambda c: 3 * seconds_of(c)  # noqa: E731
+    for _ in range(4):
+        cfg = s.next(cfg, 1.0 + slower(cfg), comm_s=slower(cfg))
+    assert len(s.retunes) == 1
+    while s.phase != LOCKED:
+        cfg = s.next(cfg, 1.0 + slower(cfg), comm_s=slower(cfg))
+    # the link stays slow: the new kept configuration's baseline is the slow link, so
+    # no second re-tune
+    assert run_locked(s, cfg, 40, 1.0, slower) == s.retunes[:1]
 
 
 def test_server_loss_mid_trial_starts_over_on_the_smaller_space(tmp_path):

@@ -7,6 +7,8 @@ import pytest
 from autotune.tuning.space import MiB, SearchSpace
 from autotune.tuning.tuner import CONFIRM, MIN_CONFIRMED, WARM, Tuner
 
+DEFAULT, SEED = "default", "seed"  # the techniques of the queued default and seeds
+
 SPACE = SearchSpace.build(k_max=2, workers_per_machine=2)
 SMALL = SearchSpace.build(k_max=1, max_streams=4, min_chunk_bytes=1 * MiB, max_chunk_bytes=8 * MiB)
 FAST = {"bayes": {"n_initial_points": 3}}
@@ -82,7 +84,7 @@ def test_warm_start_first_projected_and_deduplicated():
     ]
     t = Tuner(SPACE, budget=30, seed=0, warm_start=warm, options=FAST)
     trials = [t.ask() for _ in range(3)]
-    assert [tr.technique for tr in trials] == [WARM] * 3
+    assert [tr.technique for tr in trials] == [WARM, WARM, DEFAULT]  # the default is what it is
     assert trials[0].config == SPACE.validate({"streams": 4, "chunk_bytes": 16 * MiB})
     assert trials[1].config["servers"] == 2  # projected: clipped to k_max = 2
     assert trials[2].config == SPACE.default()
@@ -91,6 +93,21 @@ def test_warm_start_first_projected_and_deduplicated():
     nxt = t.ask()
     assert nxt.technique in t.techniques
     assert SPACE.key(nxt.config) not in {SPACE.key(tr.config) for tr in trials}
+
+
+def test_the_default_and_the_seeds_are_labelled_what_they_are_never_warm():
+    # a fresh store: nothing warm, the session's seeds only (the default, push/pull)
+    t = Tuner(SPACE, budget=30, seed=0, warm_start=SPACE.seeds(), options=FAST)
+    first, second = t.ask(), t.ask()
+    assert (first.technique, first.config) == (DEFAULT, SPACE.default())
+    assert (second.technique, second.config) == (SEED, SPACE.seeds()[1])
+    # a stored best ahead of them is warm; the default stays "default" wherever it is queued
+    stored = SPACE.validate({"streams": 3})
+    t = Tuner(SPACE, budget=30, seed=0, warm_start=[stored, *SPACE.seeds()], options=FAST)
+    assert [t.ask().technique for _ in range(3)] == [WARM, DEFAULT, SEED]
+    t = Tuner(SPACE, budget=30, seed=0, options=FAST)
+    t.try_first([SPACE.default(), stored])
+    assert [t.ask().technique for _ in range(2)] == [DEFAULT, WARM]
 
 
 def test_every_result_is_told_to_every_technique():
@@ -189,7 +206,7 @@ def test_try_first_puts_configurations_ahead_of_the_queue_once():
     t.try_first([a, b, b, {"nonsense": 1}])
     trials = [t.ask() for _ in range(3)]
     assert [tr.config for tr in trials[:2]] == [b, SPACE.default()]
-    assert [tr.technique for tr in trials] == [WARM, WARM, trials[2].technique]
+    assert [tr.technique for tr in trials] == [WARM, DEFAULT, trials[2].technique]
     assert trials[2].technique in t.techniques
 
 
