@@ -113,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from autotune.runtime import Runtime
+    from autotune.runtime.errors import install_excepthook
 
     dist.init_process_group("gloo")
+    install_excepthook()  # a worker's failure ends the server with one line naming it
     rt = Runtime.bootstrap(timeout=timeout, role="server")
     try:
         serve(rt)

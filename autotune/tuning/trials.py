@@ -15,10 +15,10 @@ asks the simulator. Both go through :class:`TrialDriver`, which owns what they s
 
 from __future__ import annotations
 
-import statistics
 import warnings
 from typing import Any
 
+from autotune.speedup import measure
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import Trial, TrialRecord, Tuner
 
@@ -91,9 +91,7 @@ class TrialDriver:
     def measured(self, config: Config | None) -> tuple[float, float, int] | None:
         """``(mean, standard deviation, iterations)`` of ``config``'s scored iterations."""
         xs = self.samples.get(self.space.key(config)) if config else None
-        if not xs:
-            return None
-        return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
+        return measure(xs) if xs else None
 
     def results(self) -> dict[str, Any]:
         """The run's result as the store's ``finish_run`` takes it."""

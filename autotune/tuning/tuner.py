@@ -35,10 +35,10 @@ and by offline callers alike::
   the noise.
 - The last ``confirm`` fraction of the budget (default 15 %; and any budget left once every
   technique has run out of configurations) re-measures (technique
-  ``"confirm"``), as LUCB does (Kalyanakrishnan et al., ICML 2012): the leader until it
-  has :data:`MIN_CONFIRMED` measurements, a ``reference`` configuration (the session
-  passes the default) until it has as many as the leader, so a speed-up over it compares
-  like with like; then, of the ``confirm_top`` strongest challengers, the one with the
+  ``"confirm"``), as LUCB does (Kalyanakrishnan et al., ICML 2012): the leader and a
+  ``reference`` configuration (the session passes the default) until both have
+  :data:`MIN_CONFIRMED` measurements, the less measured first, and the reference until
+  it has as many as the leader, so a speed-up over it compares like with like; then, of the ``confirm_top`` strongest challengers, the one with the
   highest upper bound while it overlaps the leader's lower bound (or the leader, when it
   is the less measured of the two), bounds of :data:`Z_SEPARATED` standard errors. Once
   no challenger overlaps, the leader is *separated* and tuning ends early: the rest of
@@ -65,6 +65,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from autotune.speedup import MIN_ITERATIONS
 from autotune.tuning.bandit import AUCBandit
 from autotune.tuning.search import TECHNIQUES, make_searcher
 from autotune.tuning.search.base import Key, Observations, Searcher
@@ -77,7 +78,7 @@ WARM = "warm"  # technique name of warm-start trials
 DEFAULT = "default"  # a queued configuration that is the space's default
 SEED = "seed"  # a queued configuration that is one of the space's other seeds
 CONFIRM = "confirm"  # technique name of re-measurements of the best candidates
-MIN_CONFIRMED = 4  # measurements of the kept configuration (and the reference) before it is final
+MIN_CONFIRMED = MIN_ITERATIONS  # measurements of the kept one and the reference: a headline's
 NOISE_PRIOR = 0.05  # relative noise of one measurement assumed before any is repeated
 NOISE_PRIOR_WEIGHT = 2.0  # ... worth this many degrees of freedom of measured noise
 Z = 1.0  # standard errors in the lower bound that chooses the kept configuration
@@ -392,14 +393,20 @@ class Tuner:
             ranked_mean = self.obs.ranked()  # no positive score: the least measured best
             return dict(ranked_mean[0][1].config) if ranked_mean else None
         leader = self._logs[ranked[0]]
-        if leader.measured < MIN_CONFIRMED:
-            return dict(self.obs.stats[ranked[0]].config)
+        lead = dict(self.obs.stats[ranked[0]].config)
+        ref: _LogScores | None = None
         if self.reference is not None:
             ref_key = self.space.key(self.reference)
-            unmeasured = ref_key not in self.obs.stats  # (a failed reference is not retried)
-            if ref_key != ranked[0] and (unmeasured or (
-                    ref_key in self._logs and self._logs[ref_key].measured < leader.measured)):
-                return dict(self.reference)  # measured as long as the leader
+            if ref_key not in self.obs.stats:
+                return dict(self.reference)  # never measured (a failed one is not retried)
+            if ref_key != ranked[0]:
+                ref = self._logs.get(ref_key)
+        # the leader and the reference, the less measured first (so a short budget leaves
+        # them even): the leader to MIN_CONFIRMED, the reference as long as the leader
+        if ref is not None and ref.measured < leader.measured:
+            return dict(self.reference)
+        if leader.measured < MIN_CONFIRMED:
+            return lead
         sigma = self.noise()
 
         def upper(k: Key) -> float:
@@ -413,7 +420,7 @@ class Tuner:
         challenger = open_[0]
         if self._logs[challenger].measured < leader.measured:
             return dict(self.obs.stats[challenger].config)
-        return dict(self.obs.stats[ranked[0]].config)
+        return lead
 
     def tell(self, trial: Trial, score: float | None, iterations: int | None = None,
              measured: int | None = None) -> TrialRecord:

@@ -144,3 +144,26 @@ def test_tune_local_stopped_by_sigterm_is_aborted(tmp_path):
     assert rc == 143, out[-3000:]
     (run,) = _store_runs(db)
     assert run["status"] == "aborted" and run["finished"] and run["trials"] >= before["trials"]
+
+
+def _namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+@pytest.mark.root
+@pytest.mark.timeout(240)
+def test_tune_emulated_stopped_by_sigint_is_aborted_and_leaves_no_namespace(tmp_path):
+    """``autotune tune --emulate``: the same on the emulated cluster, whose hosts (network
+    namespaces, veths, the bridge) are taken down too."""
+    before_ns = _namespaces()
+    db = tmp_path / "x.db"
+    proc = _start(["tune", "--model", "tune_helpers:tiny", "--workers", "2", "--emulate",
+                   "200mbit", "--budget", "10000000", "--db", str(db)], tmp_path)
+    before = _wait_for_trials(proc, db, timeout=120)
+    proc.send_signal(signal.SIGINT)
+    rc, out = _ended(proc, timeout=60)
+    assert rc == 130, out[-3000:]
+    (run,) = _store_runs(db)
+    assert run["status"] == "aborted" and run["finished"] and run["trials"] >= before["trials"]
+    assert _namespaces() <= before_ns, "the emulated hosts were left behind"

@@ -164,6 +164,7 @@ def test_run_is_recorded_in_the_store(with_server):
 
 
 def test_best_and_default_are_means_over_their_scored_iterations(with_server):
+    from autotune.speedup import MIN_ITERATIONS, Speedup
     from autotune.store import Store
 
     ranks, tmp = with_server
@@ -173,7 +174,11 @@ def test_best_and_default_are_means_over_their_scored_iterations(with_server):
     # one number everywhere: the session's best is the kept configuration's mean
     assert s0["best_score"] == mean and s0["best_spread"] == spread and n >= 2
     assert s0["default_score"] == d_mean and s0["default_spread"] == d_spread
-    assert n >= 4 and d_n >= 4  # both confirmed: a speed-up rests on enough iterations
+    # both confirmed to 4 iterations where the confirm budget allows (6 iterations of 40
+    # here: not always); where not, no speed-up is headlined from them
+    assert n >= 2 and d_n >= 2
+    shown = Speedup.of(best=(mean, spread, n), reference=(d_mean, d_spread, d_n))
+    assert (shown.ratio is not None) == (min(n, d_n) >= MIN_ITERATIONS)
     (run,) = Store(tmp / "t.db").runs()
     assert run["unit"] == s0["unit"] == "it/s"  # no samples_per_step
     assert run["best_score"] == mean and run["best_spread"] == spread

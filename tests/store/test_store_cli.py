@@ -36,7 +36,7 @@ def _fill(store: Store, job: str, g, t, scores: list[float | None]) -> int:
         if s is not None and (best is None or s > best):
             best, best_cfg = s, cfg
     store.finish_run(rid, status="finished", best_config=best_cfg, best_score=best,
-                     default_score=scores[0])
+                     default_score=scores[0], best_iterations=6, default_iterations=6)
     return rid
 
 
