@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .cluster import HOST, Cluster
+from .formulas import allreduce_time
 from .job import Job
 from .model import IterationEstimate
 
@@ -175,6 +176,8 @@ def nccl_call(cluster: Cluster, nbytes: float, algorithm: str, protocol: str,
             if log_size < len(table):
                 bus *= table[log_size]
     nic = wire * nbytes if n > 1 else 0.0
+    if algorithm == "ring":  # the ring's bandwidth term is the paper's 2(N-1)S/(NB)
+        return NcclCall(algorithm, protocol, lat + allreduce_time(N, nbytes, bus), nic)
     return NcclCall(algorithm, protocol, lat + wire * nbytes / bus, nic)
 
 
