@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from .cluster import HOST, Cluster
 from .formulas import allreduce_time
@@ -194,12 +194,12 @@ def nccl_allreduce(cluster: Cluster, nbytes: float, *, algorithms: Iterable[str]
     return min(calls, key=lambda c: c.time_s)
 
 
-def nccl_allreduce_time(cluster: Cluster, nbytes: float, **kw) -> float:
+def nccl_allreduce_time(cluster: Cluster, nbytes: float, **kw: Any) -> float:
     """Seconds for one NCCL-like all-reduce of ``nbytes`` per rank (:func:`nccl_allreduce`)."""
     return nccl_allreduce(cluster, nbytes, **kw).time_s
 
 
-def bus_bandwidth(cluster: Cluster, nbytes: float, **kw) -> float:
+def bus_bandwidth(cluster: Cluster, nbytes: float, **kw: Any) -> float:
     """nccl-tests' bus bandwidth (bytes/s) of the NCCL-like all-reduce of ``nbytes``:
     ``algbw * 2(N-1)/N`` with ``algbw = nbytes / time``."""
     N = cluster.workers
@@ -207,7 +207,7 @@ def bus_bandwidth(cluster: Cluster, nbytes: float, **kw) -> float:
     return nbytes / t * 2 * (N - 1) / N if t > 0 else math.inf
 
 
-def ddp_nccl(job: Job, cluster: Cluster, bucket_bytes: int = 25 * MiB, **kw) -> IterationEstimate:
+def ddp_nccl(job: Job, cluster: Cluster, bucket_bytes: int = 25 * MiB, **kw: Any) -> IterationEstimate:
     """One DDP iteration over NCCL: buckets of ``bucket_bytes`` (the runtime's cut of the
     gradients in ready order) each all-reduced by :func:`nccl_allreduce` as soon as
     backward has produced it, one at a time in order (DDP's one NCCL stream), overlapping
