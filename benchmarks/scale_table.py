@@ -4,9 +4,11 @@ For every cell of (GPUs, model, NIC rate, servers, per-flow cap) the Tuner tunes
 against :class:`autotune.sim.SimulatedObjective` (``autotune.offline.simulated.tune_simulated``:
 the session's trial driver, the simulator as its physics prior, 3% noise, a throw-away
 database), and the row gives the configuration it keeps and its predicted speed-up over
-the DDP-like configuration (one ring through every GPU, 25 MiB buckets:
-``autotune.offline.simulated.DDP_LIKE``) on the same cluster; both noise-free
-(:func:`autotune.sim.simulate`). The check is the BytePS paper's (OSDI 2020, §7.4) 256-GPU
+DDP on NCCL (:func:`autotune.sim.nccl.ddp_nccl`: 25 MiB buckets overlapping backward, each
+all-reduced by the ring or tree and protocol NCCL's cost model picks for its size) on the
+same cluster, and (column "vs flat ring") over the earlier DDP-like baseline, one ring
+through every GPU (``autotune.offline.simulated.DDP_LIKE`` under
+:func:`autotune.sim.simulate`, this project's runtime's ring); all noise-free. The check is the BytePS paper's (OSDI 2020, §7.4) 256-GPU
 figures: 1.10-1.84x all-reduce with k = n CPU machines, 1.09-1.53x without, ResNet-50
 97.5% vs 88% scaling efficiency (~1.11x); 32 machines of 8 V100 with NVLink, 100 Gbit/s.
 
@@ -16,6 +18,7 @@ per-flow cap none or a quarter of the NIC. Compute per iteration (forward + back
 V100, the backward 2/3 of it) is an assumption per model (``COMPUTE_MS``).
 
     .venv/bin/python benchmarks/scale_table.py --models resnet50         # ~4 min on 2 cores
+    .venv/bin/python benchmarks/scale_table.py --gpus 256 --nics 100 --caps none   # BytePS's cells
     .venv/bin/python benchmarks/scale_table.py                  # all 96 cells: well over an hour
 
 The JSON is rewritten after every cell, so an interrupted run keeps what it did. The
@@ -69,6 +72,7 @@ def cell(model: str, gpus: int, nic: float, servers: bool, capped: bool, budget:
          seed: int, db: str) -> dict[str, Any]:
     from autotune.offline.simulated import DDP_LIKE, tune_simulated
     from autotune.sim import Cluster, Job, simulate
+    from autotune.sim.nccl import ddp_nccl
 
     n = gpus // 8
     cluster = Cluster(machines=n, workers_per_machine=8, nic_gbps=nic,
@@ -82,14 +86,18 @@ def cell(model: str, gpus: int, nic: float, servers: bool, capped: bool, budget:
     tune_s = time.perf_counter() - t0
     job = Job.from_model(model, compute_ms=compute_ms, batch_per_worker=batch)
     best = simulate(job, cluster, rep["best"])
-    ddp = simulate(job, cluster, DDP_LIKE)
+    ddp = ddp_nccl(job, cluster)
+    ring = simulate(job, cluster, DDP_LIKE)
     return {
         "model": model, "gpus": gpus, "machines": n, "nic_gbps": nic,
         "servers": n if servers else 0, "per_flow_gbps": nic / 4 if capped else None,
         "compute_ms": compute_ms, "gradient_mib": job.total_bytes / MiB,
         "best": rep["best"], "best_step_s": best.step_s, "best_bottleneck": best.bottleneck,
         "ddp_step_s": ddp.step_s, "ddp_bottleneck": ddp.bottleneck,
-        "speedup": ddp.step_s / best.step_s, "trials": len(rep["trials"]),
+        "ddp_calls": {k[6:]: int(v) for k, v in ddp.breakdown.items() if k.startswith("calls_")},
+        "speedup": ddp.step_s / best.step_s,
+        "flat_ring_step_s": ring.step_s, "speedup_vs_flat_ring": ring.step_s / best.step_s,
+        "trials": len(rep["trials"]),
         "budget": budget, "tune_s": tune_s,
     }
 
@@ -99,6 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpus", default="16,64,256,1024")
     ap.add_argument("--models", default="resnet50,bert-large,gpt2-xl")
     ap.add_argument("--nics", default="25,100", help="NIC rates, Gbit/s")
+    ap.add_argument("--servers", choices=("both", "none", "k=n"), default="both",
+                    help="server machines: none, k = n, or both rows")
+    ap.add_argument("--caps", choices=("both", "none", "quarter"), default="both",
+                    help="per-flow cap: none, a quarter of the NIC, or both rows")
     ap.add_argument("--budget", type=int, default=30,
                     help="tuning iterations per cell (30: 100 is too slow on 2 cores for the "
                          "big models' many small chunks)")
@@ -112,8 +124,9 @@ def main(argv: list[str] | None = None) -> None:
     con = Console(stderr=True)
     rows = []
     grid = list(itertools.product(a.models.split(","), [int(g) for g in a.gpus.split(",")],
-                                  [float(x) for x in a.nics.split(",")], (False, True),
-                                  (False, True)))
+                                  [float(x) for x in a.nics.split(",")],
+                                  {"both": (False, True), "none": (False,), "k=n": (True,)}[a.servers],
+                                  {"both": (False, True), "none": (False,), "quarter": (True,)}[a.caps]))
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for i, (model, gpus, nic, servers, capped) in enumerate(grid):
@@ -126,17 +139,20 @@ def main(argv: list[str] | None = None) -> None:
                                           "budget": a.budget, "rows": rows}, indent=2))
             con.print(f"[{i + 1}/{len(grid)}] {model} {gpus} GPUs {nic:g}G "
                       f"{'k=n' if servers else 'k=0'} {'cap' if capped else ''}: "
-                      f"{describe(r['best'])} {r['speedup']:.2f}x ({r['tune_s']:.1f} s)")
+                      f"{describe(r['best'])} {r['speedup']:.2f}x vs NCCL, "
+                      f"{r['speedup_vs_flat_ring']:.2f}x vs flat ring ({r['tune_s']:.1f} s)")
     total_s = time.perf_counter() - t_all
-    t = Table(title=f"Scale on paper: tuned (budget {a.budget}) vs DDP-like, predicted by autotune.sim")
+    t = Table(title=f"Scale on paper: tuned (budget {a.budget}) vs DDP on NCCL, predicted by autotune.sim")
+    right = ("GPUs", "step", "DDP-NCCL step", "speed-up", "vs flat ring")
     for col in ("model", "GPUs", "NIC", "servers", "flow cap", "configuration kept",
-                "step", "DDP step", "speed-up"):
-        t.add_column(col, justify="right" if col in ("GPUs", "step", "DDP step", "speed-up") else "left")
+                "step", "DDP-NCCL step", "speed-up", "vs flat ring"):
+        t.add_column(col, justify="right" if col in right else "left")
     for r in rows:
         t.add_row(r["model"], str(r["gpus"]), f"{r['nic_gbps']:g}G",
                   f"k={r['servers']}", f"{r['per_flow_gbps']:g}G" if r["per_flow_gbps"] else "-",
                   describe(r["best"]), f"{r['best_step_s'] * 1e3:.0f} ms",
-                  f"{r['ddp_step_s'] * 1e3:.0f} ms", f"{r['speedup']:.2f}x")
+                  f"{r['ddp_step_s'] * 1e3:.0f} ms", f"{r['speedup']:.2f}x",
+                  f"{r['speedup_vs_flat_ring']:.2f}x")
     Console(width=160).print(t)
     print("BytePS (OSDI 2020, §7.4), 256 GPUs, 100 Gbit/s, vs all-reduce: "
           + "; ".join(f"{k}: {v}" for k, v in BYTEPS_256.items()))
@@ -148,13 +164,15 @@ def main(argv: list[str] | None = None) -> None:
     a.json.write_text(json.dumps(out, indent=2))
     print(f"wrote {a.json}")
     if a.markdown:
-        print("\n| model | GPUs | NIC | servers | flow cap | configuration kept | step | DDP step | speed-up |")
-        print("| --- | ---: | --- | --- | --- | --- | ---: | ---: | ---: |")
+        print("\n| model | GPUs | NIC | servers | flow cap | configuration kept | step | DDP-NCCL step "
+              "| speed-up | vs flat ring |")
+        print("| --- | ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
         for r in rows:
             print(f"| {r['model']} | {r['gpus']} | {r['nic_gbps']:g}G | k={r['servers']} | "
                   f"{(str(round(r['per_flow_gbps'], 2)) + 'G') if r['per_flow_gbps'] else '-'} | "
                   f"{describe(r['best'])} | {r['best_step_s'] * 1e3:.0f} ms | "
-                  f"{r['ddp_step_s'] * 1e3:.0f} ms | **{r['speedup']:.2f}x** |")
+                  f"{r['ddp_step_s'] * 1e3:.0f} ms | **{r['speedup']:.2f}x** | "
+                  f"{r['speedup_vs_flat_ring']:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ Limits (what the model does not know; see ``docs/simulator.md``):
   internal slicing) are folded into the per-message latency. The bottleneck is that of
   the busiest machine; stragglers, jitter and OS noise are not modelled (the objective
   adds Gaussian noise instead).
-- Ring all-reduce only (no trees or NCCL's algorithm choice), so latency grows as
-  2(E-1) steps with E ring endpoints; at hundreds of machines real NCCL would switch to
-  trees and be faster for small chunks.
+- The runtime's all-reduce is a ring only, so latency grows as 2(E-1) steps with E
+  ring endpoints. What NCCL would do instead (ring or double binary tree, LL/LL128/Simple,
+  chosen per message size by NCCL's cost model) is the separate baseline
+  :mod:`autotune.sim.nccl` (:func:`ddp_nccl`: DDP's 25 MiB buckets over it), checked
+  against the BytePS paper's all-reduce figures (``tests/sim/test_nccl_baseline.py``).
 - Per-flow caps apply to the flows leaving a worker machine (streams x local endpoints);
   receivers with many senders are assumed uncapped.
 - Compute is a constant per iteration; backward produces gradient bytes at a uniform
@@ -50,11 +52,12 @@ from .codecs import DEFAULT_CODECS, CodecCost, calibrate_codecs, codec_table, re
 from .formulas import allreduce_time, byteps_shares, byteps_time
 from .job import Job
 from .model import DEFAULT_CONFIG, IterationEstimate, simulate
+from .nccl import ddp_nccl, nccl_allreduce, nccl_allreduce_time
 from .objective import SimulatedObjective
 
 __all__ = [
     "GBIT", "Cluster", "ClusterError", "MachineModel", "CodecCost", "DEFAULT_CODECS",
     "calibrate_codecs", "codec_table", "reset_calibration", "allreduce_time",
     "byteps_shares", "byteps_time", "Job", "DEFAULT_CONFIG", "IterationEstimate",
-    "simulate", "SimulatedObjective",
+    "simulate", "SimulatedObjective", "ddp_nccl", "nccl_allreduce", "nccl_allreduce_time",
 ]
