@@ -20,6 +20,22 @@ TRANSFORMER = [("Embedding", 3_000_000)] + [
     ("Linear", 590_000)]
 
 
+def old_store(path: Any, version: int, run_sql: str) -> None:
+    """A store file as schema ``version`` left it (the migrations up to it), holding the
+    run that ``run_sql`` inserts: what a migration test opens."""
+    import sqlite_utils
+
+    from autotune.store import schema
+
+    db = sqlite_utils.Database(path)
+    for v in range(version):
+        schema.MIGRATIONS[v](db)
+    db.execute(f"update meta set value = '{version}' where key = 'schema_version'")
+    db.execute(run_sql)
+    db.conn.commit()
+    db.conn.close()
+
+
 def model(layers: list[tuple[str, int]]) -> nx.DiGraph:
     return layers_graph(layers)
 

@@ -9,13 +9,12 @@ import sqlite3
 import subprocess
 import sys
 
-import sqlite_utils
 from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.store import Store, schema
 from autotune.store.rows import host
-from store_helpers import CNN, WORLD, cluster, model
+from store_helpers import CNN, WORLD, cluster, model, old_store
 
 
 def _start(s: Store, job: str = "j") -> int:
@@ -50,15 +49,9 @@ def test_a_run_records_its_owner(tmp_path):
 
 def test_a_v4_store_migrates_to_v5_with_no_owner(tmp_path):
     path = tmp_path / "v4.db"
-    db = sqlite_utils.Database(path)
-    for v in range(4):
-        schema.MIGRATIONS[v](db)
-    db.execute("update meta set value = '4' where key = 'schema_version'")
-    db.execute("insert into runs (id, created, status, job, model_fp, topology_fp, simulated, "
-               "world, space_facts) values (1, '2024-01-01T00:00:00.000+00:00', 'running', "
-               "'old', 'aa', 'bb', 0, '{}', '{}')")
-    db.conn.commit()
-    db.conn.close()
+    old_store(path, 4, "insert into runs (id, created, status, job, model_fp, topology_fp, "
+              "simulated, world, space_facts) values (1, '2024-01-01T00:00:00.000+00:00', "
+              "'running', 'old', 'aa', 'bb', 0, '{}', '{}')")
     with Store(path) as s:
         assert s.schema_version == schema.SCHEMA_VERSION >= 5
         r = s.run(1)
