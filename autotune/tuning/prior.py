@@ -18,7 +18,8 @@ configurations measured. It answers two questions for the Tuner:
   Data overrules the prior: the predictions widen as their measured errors grow
   (:attr:`Surrogate.inflation`), and once :data:`AGREEMENT_AFTER` configurations are
   measured, a prior whose ranking of them disagrees with the measurements (Kendall's tau
-  below :data:`TRUSTED`, :meth:`Surrogate.agreement`) screens nothing more.
+  below :data:`TRUSTED`, :meth:`Surrogate.agreement`) screens nothing more, and the Tuner
+  asks its ``prior`` technique for nothing more.
 
 A prior is any callable ``prior(configs) -> predicted scores`` (same direction as the
 scores: higher is better; the unit does not matter, the calibration absorbs a constant

@@ -341,7 +341,8 @@ class Tuner:
             return self._issue(config, self._queued_label(config), None)
         if self.remaining > self.confirm_budget or not self.obs.scored():
             while True:
-                available = [t for t in self.techniques if t not in self._exhausted]
+                available = [t for t in self.techniques if t not in self._exhausted
+                             and (t != PRIOR or self.surrogate.trusted())]
                 if not available:
                     break
                 name = self.bandit.select(available)

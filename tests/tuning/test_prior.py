@@ -192,3 +192,14 @@ def test_a_prior_that_ranks_wrongly_screens_nothing():
     right = _tuned(perfect, 0)
     assert right.surrogate.agreement() > 0.9 and right.surrogate.trusted()
     assert right.screened > 0
+
+
+def test_a_prior_that_ranks_wrongly_stops_proposing():
+    t = _tuned(inverted, 0)
+    ranks = [i for i, r in enumerate(t.history) if r.technique == PRIOR]
+    # its first proposals run; once 6 configurations show it ranks backwards, no more
+    lost = next(i for i in range(len(t.history)) if len({SPACE.key(r.config) for r in
+                                                          t.history[: i + 1]}) >= 6)
+    assert ranks and all(i <= lost + 1 for i in ranks), (ranks, lost)
+    right = _tuned(perfect, 0)
+    assert sum(r.technique == PRIOR for r in right.history) > len(ranks)
