@@ -33,22 +33,23 @@ and by offline callers alike::
   configuration with the highest *lower confidence bound* (mean - :data:`Z` standard
   errors), so a configuration measured once must beat a well-measured one by more than
   the noise.
-- The last ``confirm`` fraction of the budget (default 15 %; and any budget left once every
-  technique has run out of configurations) re-measures (technique
-  ``"confirm"``), as LUCB does (Kalyanakrishnan et al., ICML 2012): the leader and a
-  ``reference`` configuration (the session passes the default) until both have
-  :data:`MIN_CONFIRMED` measurements, the less measured first, and the reference until
-  it has as many as the leader, so a speed-up over it compares like with like; then, of the ``confirm_top`` strongest challengers, the one with the
-  highest upper bound while it overlaps the leader's lower bound (or the leader, when it
-  is the less measured of the two), bounds of :data:`Z_SEPARATED` standard errors. Once
-  no challenger overlaps, the leader is *separated* and tuning ends early: the rest of
-  the budget is not spent.
+- The last ``confirm`` fraction of the budget (default 15 %; and any budget left once
+  every technique has run out of configurations) re-measures (technique ``"confirm"``),
+  as LUCB does (Kalyanakrishnan et al., ICML 2012): the leader to :data:`MIN_CONFIRMED`
+  measurements and a ``reference`` configuration (the session passes the default) to as
+  many as the leader, the less measured first, so a speed-up over it compares like with
+  like; then, of the ``confirm_top`` strongest challengers, the one with the highest
+  upper bound while it overlaps the leader's lower bound (or the leader, when it is the
+  less measured of the two), bounds of :data:`Z_SEPARATED` standard errors. Once no
+  challenger overlaps, the leader is *separated* and tuning ends early: the rest of the
+  budget is not spent.
 - With a ``prior`` (a physics model of the job, see :mod:`autotune.tuning.prior`) the
   calibrated surrogate is a technique of its own (``"prior"``, tried first) and screens
   every other technique's proposals: one predicted, even optimistically, more than
   ``screen`` below the incumbent is not run (:attr:`screened` counts them), except an
   ``unscreened`` share (a quarter) of the proposals, and nothing once the prior's ranking
-  is shown wrong (:meth:`autotune.tuning.prior.Surrogate.trusted`).
+  is shown wrong (:meth:`autotune.tuning.prior.Surrogate.trusted`); from then on the
+  ``"prior"`` technique is not asked either.
 - A configuration's score is the mean of all its trials, weighted by their measurements
   (``tell(measured=...)``: the scored iterations behind the score; default all of the
   trial's iterations). The searchers rank by that mean. A failed trial (``score=None``)
