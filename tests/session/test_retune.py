@@ -6,6 +6,7 @@ Times to notice and to recover: benchmarks/retune_bench.py."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -22,8 +23,15 @@ def retuned(res: dict) -> list[int]:
     return [i for i in res["retunes"] if i > res["changed_at"]]
 
 
-@pytest.mark.parametrize("before,after", [("40mbit", "10mbit"), ("10mbit", "40mbit")],
-                         ids=["rate cut", "rate raised"])
+RAISED_TOO = os.environ.get("AUTOTUNE_LONG_TESTS") == "1"  # ~35 s more; the faster
+# direction is also tested on the schedule (tests/tuning) and measured by retune_bench
+
+
+@pytest.mark.parametrize("before,after", [
+    ("40mbit", "10mbit"),
+    pytest.param("10mbit", "40mbit", marks=pytest.mark.skipif(
+        not RAISED_TOO, reason="the raised link on the cluster: set AUTOTUNE_LONG_TESTS=1")),
+], ids=["rate cut", "rate raised"])
 def test_a_link_change_mid_run_starts_a_retune(before, after, tmp_path):
     from autotune.emulate import Cluster
 
