@@ -51,7 +51,7 @@ from typing import Callable, Sequence
 from autotune.errors import ArgumentError
 from autotune.tuning.space import Config, ConfigError, SearchSpace
 from autotune.tuning.trials import TrialDriver
-from autotune.tuning.tuner import CONFIRM, Trial, TrialRecord, Tuner
+from autotune.tuning.tuner import CONFIRM, SEED, Trial, TrialRecord, Tuner
 
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "SWITCH_MARGIN",
            "trial_seconds"]
@@ -295,7 +295,8 @@ class TrialSchedule:
                 or self._capped is None or not self._capped()):
             return
         streams = self.probe["streams"]
-        self.tuner.try_first([{**c, "streams": streams} for c in self.space.seeds()])
+        self.tuner.try_first([{**c, "streams": streams} for c in self.space.seeds()],
+                             technique=SEED)
 
     def _measured(self, seconds: float, failed: str | None) -> Config:
         """An iteration of the trial under way ran."""

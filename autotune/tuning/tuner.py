@@ -237,7 +237,7 @@ class Tuner:
         self._next_index = 0
         self._scores: list[float] = []  # every trial's score, for the rank credit
         self._logs: dict[Key, _LogScores] = {}  # positive scores, for the noise-aware choice
-        self._warm: list[Config] = []
+        self._warm: list[tuple[Config, str | None]] = []  # queued, with a label or None
         self.try_first(warm_start)
 
     # ---------------------------------------------------------------- state
@@ -294,15 +294,16 @@ class Tuner:
         """Mean score of ``config`` over its trials (``None``: never scored)."""
         return self.obs.mean(self.space.key(config))
 
-    def try_first(self, configs: Iterable[Mapping[str, Any]]) -> None:
+    def try_first(self, configs: Iterable[Mapping[str, Any]], technique: str | None = None) -> None:
         """Try ``configs`` next, before any warm-start configuration not yet asked and
-        before the techniques (technique ``"warm"``): a warm start learnt during the run.
-        Each is projected into the space; duplicates, and configurations already tried
-        or queued, are dropped."""
-        seen = {self.space.key(c) for c in self._warm}
+        before the techniques: a warm start learnt during the run. ``technique``: their
+        label (default: what each is, ``"default"``, ``"seed"`` or ``"warm"``). Each is
+        projected into the space; duplicates, and configurations already tried or queued,
+        are dropped."""
+        seen = {self.space.key(c) for c, _ in self._warm}
         seen |= {p.key for p in self._pending.values()}
         seen |= {self.space.key(r.config) for r in self.history}
-        first: list[Config] = []
+        first: list[tuple[Config, str | None]] = []
         for c in configs:
             p = self.space.project(c)
             if p is None:
@@ -310,7 +311,7 @@ class Tuner:
             k = self.space.key(p)
             if k not in seen:
                 seen.add(k)
-                first.append(p)
+                first.append((p, technique))
         self._warm[:0] = first
 
     # ------------------------------------------------------------- ask/tell
@@ -338,8 +339,8 @@ class Tuner:
         if self.remaining <= 0 or self._stalled:
             return None
         if self._warm:
-            config = self._warm.pop(0)
-            return self._issue(config, self._queued_label(config), None)
+            config, label = self._warm.pop(0)
+            return self._issue(config, label or self._queued_label(config), None)
         if self.remaining > self.confirm_budget or not self.obs.scored():
             while True:
                 available = [t for t in self.techniques if t not in self._exhausted

@@ -129,7 +129,7 @@ def test_across_machines_the_last_warm_up_iteration_runs_several_streams(with_se
     # one stream was much slower than several (the injected delay): taken as a per-flow
     # cap, so the first trial is the seed (here the default) with the probe's streams
     first = capped[0]["session"]["history"][0]
-    assert (first["technique"], first["config"]) == ("warm", c[1]), \
+    assert (first["technique"], first["config"]) == ("seed", c[1]), \
         capped[0]["session"]["warmup_s"]
 
 

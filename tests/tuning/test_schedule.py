@@ -84,7 +84,7 @@ def test_flow_probe_is_the_last_warmup_and_seeds_the_capped_case():
     assert len(s.probe_times) == 1 and len(s.warmup_times) == 2
     # the capped case: the seeds with the probe's streams are the first trials
     assert s.trial.config == {**s.space.seeds()[0], "streams": PROBE_STREAMS}
-    assert s.trial.technique == "warm"
+    assert s.trial.technique == "seed"  # what it is: a seed, not a warm start
 
 
 def test_no_probe_without_two_warmups_or_when_not_capped():
