@@ -196,6 +196,13 @@ class Liveness:
             cause = cause[:self.CAUSE_CHARS - 3] + "..."
         try:
             self.store.set(f"{self.FAILED}{self.rank}", cause)
+            # also at the root of the store (torch prefixes the default store's keys), where
+            # the process that hosts it, e.g. ``autotune launch``, reads which rank failed
+            root = self.store
+            while getattr(root, "underlying_store", None) is not None:
+                root = root.underlying_store
+            if root is not self.store:
+                root.set(f"{self.FAILED}{self.rank}", cause)
         except Exception:  # the store is gone: the peers name this rank without a cause
             pass
 
