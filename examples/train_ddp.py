@@ -8,7 +8,6 @@ communication tuned through autotune's comm hook. The one changed line is marked
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import torch
@@ -17,18 +16,11 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import autotune
-from train_mlp import make_model, pick_device  # examples/ is on the path of a script
+from train_mlp import make_model, parse_args, pick_device  # examples/ is on the script's path
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--budget", type=int, default=100)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--db", default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    args = ap.parse_args()
+    args = parse_args(__doc__.splitlines()[0])
 
     torch.set_num_threads(1)
     dev = pick_device(args.device)

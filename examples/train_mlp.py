@@ -34,15 +34,20 @@ def pick_device(name: str) -> torch.device:
     return dev
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(description: str) -> argparse.Namespace:
+    """The options of this example and of train_ddp.py."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--budget", type=int, default=100)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--db", default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
 
     torch.set_num_threads(1)
     dev = pick_device(args.device)

@@ -65,6 +65,7 @@ class Surrogate:
         self._offset = 0.0
         self._fitted = 0
         self._z: list[float] = []  # standardised errors of the predictions of told scores
+        self._agreement: tuple[int, float | None] | None = None  # (scores told, tau)
 
     def _build(self) -> None:
         """Predict the pool with the prior, on first use (so a session can let its prior
@@ -201,12 +202,17 @@ class Surrogate:
         scored = self.obs.scored()
         if len(scored) < AGREEMENT_AFTER or self.failed is not None:
             return None
+        told = sum(st.count + st.failures for _, st in scored)
+        if self._agreement is not None and self._agreement[0] == told:
+            return self._agreement[1]  # asked once per proposal: judged once per score told
         from scipy.stats import kendalltau
 
         predicted = self.log_prior[[self._locate(st.config) for _, st in scored]]
         measured = [st.mean for _, st in scored]
         tau = kendalltau(predicted, measured).statistic
-        return None if tau is None or math.isnan(tau) else float(tau)
+        value = None if tau is None or math.isnan(tau) else float(tau)
+        self._agreement = (told, value)
+        return value
 
     def trusted(self) -> bool:
         """Whether the prior may screen: not (yet) shown to rank wrongly."""

@@ -120,30 +120,28 @@ def test_a_leader_killed_leaves_an_abandoned_run(tmp_path):
     assert closed["status"] == "aborted" and closed["finished"] and closed["trials"] >= 2
 
 
-def test_tune_simulated_stopped_by_sigint_is_aborted(tmp_path):
+def _stop_tune(args: list[str], tmp_path: Path, sig: int, code: int, start_s: float = 60,
+               end_s: float = 30) -> None:
+    """``autotune tune ARGS`` (an endless budget), stopped by ``sig`` once it has trials:
+    exit ``code``, the run ``aborted`` with a finish time and every trial kept."""
     db = tmp_path / "x.db"
-    cluster = tmp_path / "c.json"
-    cluster.write_text(json.dumps({"machines": 4, "gpus_per_machine": 2, "nic_gbps": 10}))
-    proc = _start(["tune", "--model", "resnet50", "--simulate", str(cluster), "--budget",
-                   "10000000", "--db", str(db)], tmp_path)
-    before = _wait_for_trials(proc, db)
-    proc.send_signal(signal.SIGINT)
-    rc, out = _ended(proc)
-    assert rc == 130, out[-3000:]
+    proc = _start(["tune", *args, "--budget", "10000000", "--db", str(db)], tmp_path)
+    before = _wait_for_trials(proc, db, timeout=start_s)
+    proc.send_signal(sig)
+    rc, out = _ended(proc, timeout=end_s)
+    assert rc == code, out[-3000:]
     (run,) = _store_runs(db)
     assert run["status"] == "aborted" and run["finished"] and run["trials"] >= before["trials"]
+
+
+def test_tune_simulated_stopped_by_sigint_is_aborted(tmp_path):
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"machines": 4, "gpus_per_machine": 2, "nic_gbps": 10}))
+    _stop_tune(["--model", "resnet50", "--simulate", str(cluster)], tmp_path, signal.SIGINT, 130)
 
 
 def test_tune_local_stopped_by_sigterm_is_aborted(tmp_path):
-    db = tmp_path / "x.db"
-    proc = _start(["tune", "--model", "tune_helpers:tiny", "--workers", "2", "--budget",
-                   "10000000", "--db", str(db)], tmp_path)
-    before = _wait_for_trials(proc, db)
-    proc.send_signal(signal.SIGTERM)
-    rc, out = _ended(proc)
-    assert rc == 143, out[-3000:]
-    (run,) = _store_runs(db)
-    assert run["status"] == "aborted" and run["finished"] and run["trials"] >= before["trials"]
+    _stop_tune(["--model", "tune_helpers:tiny", "--workers", "2"], tmp_path, signal.SIGTERM, 143)
 
 
 def _namespaces() -> set[str]:
@@ -157,13 +155,6 @@ def test_tune_emulated_stopped_by_sigint_is_aborted_and_leaves_no_namespace(tmp_
     """``autotune tune --emulate``: the same on the emulated cluster, whose hosts (network
     namespaces, veths, the bridge) are taken down too."""
     before_ns = _namespaces()
-    db = tmp_path / "x.db"
-    proc = _start(["tune", "--model", "tune_helpers:tiny", "--workers", "2", "--emulate",
-                   "200mbit", "--budget", "10000000", "--db", str(db)], tmp_path)
-    before = _wait_for_trials(proc, db, timeout=120)
-    proc.send_signal(signal.SIGINT)
-    rc, out = _ended(proc, timeout=60)
-    assert rc == 130, out[-3000:]
-    (run,) = _store_runs(db)
-    assert run["status"] == "aborted" and run["finished"] and run["trials"] >= before["trials"]
+    _stop_tune(["--model", "tune_helpers:tiny", "--workers", "2", "--emulate", "200mbit"],
+               tmp_path, signal.SIGINT, 130, start_s=120, end_s=60)
     assert _namespaces() <= before_ns, "the emulated hosts were left behind"
