@@ -253,7 +253,7 @@ class Cluster:
         placement = list(hosts) if hosts is not None else list(range(world))
         if len(placement) != world:
             raise EmulatorError(f"hosts lists {len(placement)} hosts for {world} ranks")
-        if world > len(self.hosts) or any(not 0 <= h < len(self.hosts) for h in placement):
+        if (hosts is None and world > len(self.hosts)) or any(not 0 <= h < len(self.hosts) for h in placement):
             raise EmulatorError(f"{workers} workers + {servers} servers do not fit on "
                                 f"{len(self.hosts)} hosts")
         port = self._next_port

@@ -1,0 +1,231 @@
+"""Record measured tabular benchmarks on the emulated cluster (root only).
+
+For each job below, a seeded sample of the space a session of that job would search
+(:meth:`SearchSpace.of` on the runtime's limits, as :func:`autotune.session.facts.
+job_space` builds it) is run through the runtime directly, in the sample's (random)
+order: per configuration one switch iteration (the vote and the rebuild, timed but not
+scored, as a session does not score it) and ``--iterations`` scored iterations. Every
+iteration is a whole training step as the session times it (sync, forward, backward,
+wait; the slowest worker's time). Lossless configurations are checked to give the exact
+average. Before the sample, the session's warm-up is recorded too: the default three
+times, then the default with :data:`~autotune.tuning.schedule.PROBE_STREAMS` streams,
+so that a replay builds the physics prior from what a session would know.
+
+The jobs span the cases of issue 26: bandwidth-bound with servers, a per-flow cap, a small
+latency-bound model, a lossy-allowed job on a slow link (where a codec should win), and two
+workers per machine (intra modes, reduce roots).
+
+Each table goes to ``benchmarks/data/tables/<job>.json`` as it grows (a run that stops
+keeps what it measured; ``--resume`` is not offered: a table is one run). The replay is
+``benchmarks/tuner_bench.py --suite measured``.
+
+    sudo .venv/bin/python benchmarks/record_tables.py                 # all jobs, ~40 min
+    sudo .venv/bin/python benchmarks/record_tables.py --jobs cap --configs 40   # a quick look
+
+The same file is the rank program (``--job``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from benchlib import machine, require_emulator  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "tables"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One recorded job: the emulated cluster and the training job on it."""
+    name: str
+    what: str
+    machines: int
+    workers_per_machine: int = 1
+    servers: int = 0
+    rate: str = "200mbit"
+    flow_cap: str | None = None
+    model: str = "resnet50/8"     # 161 tensors, 1.9 MiB
+    fwd_ms: float = 10.0
+    bwd_ms: float = 20.0
+    allow_lossy: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def workers(self) -> int:
+        return self.machines * self.workers_per_machine
+
+    @property
+    def hosts(self) -> list[int]:
+        """Host of each rank: workers packed per machine, then one host per server."""
+        return ([m for m in range(self.machines) for _ in range(self.workers_per_machine)]
+                + [self.machines + s for s in range(self.servers)])
+
+
+JOBS = {j.name: j for j in (
+    Job("servers", "bandwidth-bound, 2 workers and 2 Summation Service hosts",
+        machines=2, servers=2, rate="200mbit"),
+    Job("cap", "per-flow cap: each TCP flow at a quarter of the NIC",
+        machines=2, servers=1, rate="400mbit", flow_cap="100mbit"),
+    Job("small", "a small latency-bound model (resnet50/1: 161 tensors, 30 KiB) on 3 machines",
+        machines=3, rate="1gbit", model="resnet50/1", fwd_ms=2.0, bwd_ms=4.0),
+    Job("lossy", "lossy codecs allowed on a slow link",
+        machines=2, rate="100mbit", allow_lossy=True),
+    Job("intra", "2 machines x 2 workers: intra modes and reduce roots",
+        machines=2, workers_per_machine=2, servers=1, rate="200mbit"),
+)}
+
+
+def sample(space, n: int, seed: int) -> list[dict]:
+    """``n`` distinct configurations of ``space`` (all of them if it has fewer), drawn
+    with ``seed``; the default first."""
+    rng = random.Random(seed)
+    out = {space.key(space.default()): space.default()}
+    for _ in range(100 * n):
+        if len(out) >= n:
+            break
+        c = space.sample(rng)
+        out.setdefault(space.key(c), c)
+    if len(out) < n:  # a small space: take the rest in order
+        for c in space.all_configs():
+            out.setdefault(space.key(c), c)
+            if len(out) >= n:
+                break
+    return list(out.values())
+
+
+# ---- rank program ---------------------------------------------------------------------
+
+def rank_main(a: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from autotune.runtime import Runtime
+    from autotune.server import serve
+    from autotune.tuning.schedule import PROBE_STREAMS
+    from autotune.tuning.space import SearchSpace
+    from autotune.workload import check_average, model_shapes, sleepy_model
+
+    job = JOBS[a.name]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    rt = Runtime.bootstrap(timeout=600)
+    if os.environ.get("AUTOTUNE_ROLE") == "server":
+        serve(rt)
+        rt.shutdown()
+        return
+    shapes = model_shapes(job.model)
+    model = sleepy_model(shapes, job.fwd_ms / 1e3, job.bwd_ms / 1e3, rank + 1)
+    rt.register(model.parameters())
+    space = SearchSpace.of(rt.limits, allow_lossy=job.allow_lossy)
+    configs = sample(space, a.configs, a.seed)  # the same list on every rank
+    leader = rank == 0
+    want = (job.workers + 1) / 2
+    x = torch.ones(1)
+
+    def iteration(cfg: dict | None) -> float:
+        t0 = time.perf_counter()
+        rt.sync(cfg if leader else None)
+        model.zero_grad(set_to_none=False)
+        model(x).backward()
+        rt.wait()
+        return float(rt.worker_max(time.perf_counter() - t0))
+
+    default = space.default()
+    probe = space.project({**default, "streams": space["streams"].nearest(PROBE_STREAMS)})
+    warm = [iteration(default) for _ in range(3)]
+    many = [iteration(probe) for _ in range(2)]
+    table = {
+        "job": {**asdict(job), "workers": job.workers,
+                "sizes": [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]},
+        "space": [[p.name, list(p.values)] for p in space.params],
+        "space_facts": {k: v for k, v in space.facts},
+        "iterations": a.iterations, "seed": a.seed,
+        "warmup": {"one_stream_s": warm, "many_streams_s": many, "probe": probe},
+        "rows": [],
+    }
+    t_start = time.time()
+    for i, cfg in enumerate(configs):
+        switch = iteration(cfg)
+        times = [iteration(cfg) for _ in range(a.iterations)]
+        if cfg.get("compression", "none") == "none":
+            check_average(model, want, f"rank {rank}: {cfg}")
+        if leader:
+            table["rows"].append({"config": cfg, "switch_s": switch, "times_s": times})
+            if i % 10 == 9 or i == len(configs) - 1:
+                table["wall_s"] = time.time() - t_start
+                table["default_after_s"] = None
+                Path(a.out).write_text(json.dumps(table))
+                print(f"{a.name}: {i + 1}/{len(configs)} configurations, "
+                      f"{time.time() - t_start:.0f} s", flush=True)
+    # the default again, to see how much the machine drifted over the recording
+    after = [iteration(default) for _ in range(1 + a.iterations)][1:]
+    rt.sync(stop=True) if leader else rt.sync()
+    rt.shutdown()
+    if leader:
+        table["default_after_s"] = after
+        table["wall_s"] = time.time() - t_start
+        table["machine"] = machine()
+        Path(a.out).write_text(json.dumps(table))
+
+
+# ---- driver ---------------------------------------------------------------------------
+
+def record(a: argparse.Namespace, job: Job) -> Path:
+    from rich.console import Console
+
+    from autotune.emulate import Cluster
+
+    con = Console(stderr=True)
+    out = Path(a.out_dir) / f"{job.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with Cluster(hosts=job.machines + job.servers, rate=job.rate, flow_cap=job.flow_cap) as c:
+        con.print(f"[bold]{job.name}[/]: {job.what}; {c.describe()}")
+        argv = [sys.executable, os.path.abspath(__file__), "--job", job.name,
+                "--configs", str(a.configs), "--iterations", str(a.iterations),
+                "--seed", str(a.seed), "--out", str(out)]
+        c.launch(argv, workers=job.workers, servers=job.servers, hosts=job.hosts,
+                 timeout_s=a.timeout, echo=sys.stderr).check()
+    table = json.loads(out.read_text())
+    table["command"] = "benchmarks/record_tables.py " + " ".join(sys.argv[1:])
+    out.write_text(json.dumps(table))
+    con.print(f"{job.name}: {len(table['rows'])} configurations in {table['wall_s']:.0f} s -> {out}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--jobs", default=",".join(JOBS), help=f"comma list of {', '.join(JOBS)}")
+    p.add_argument("--configs", type=int, default=300, help="configurations per job")
+    p.add_argument("--iterations", type=int, default=6, help="scored iterations each")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per job")
+    p.add_argument("--out-dir", default=str(DATA))
+    p.add_argument("--job", dest="name", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.name:
+        rank_main(a)
+        return
+    names = [n.strip() for n in a.jobs.split(",") if n.strip()]
+    bad = [n for n in names if n not in JOBS]
+    if bad:
+        p.error(f"unknown jobs {bad}; known: {', '.join(JOBS)}")
+    if a.configs < 1 or a.iterations < 1:
+        p.error("--configs and --iterations must be >= 1")
+    require_emulator(p.prog)
+    for n in names:
+        record(a, JOBS[n])
+
+
+if __name__ == "__main__":
+    main()
