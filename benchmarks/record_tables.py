@@ -114,7 +114,7 @@ def rank_main(a: argparse.Namespace) -> None:
     from autotune.tuning.space import SearchSpace
     from autotune.workload import check_average, model_shapes, sleepy_model
 
-    job = JOBS[a.name]
+    job = JOBS[a.name] if a.name in JOBS else Job(**json.loads(a.spec))
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -180,25 +180,33 @@ def rank_main(a: argparse.Namespace) -> None:
 
 # ---- driver ---------------------------------------------------------------------------
 
-def record(a: argparse.Namespace, job: Job) -> Path:
+def run_job(job: Job, out: Path, *, configs: int, iterations: int, seed: int,
+            timeout: float) -> dict:
+    """Record ``job`` on a new emulated cluster into ``out``; the table."""
     from rich.console import Console
 
     from autotune.emulate import Cluster
 
     con = Console(stderr=True)
-    out = Path(a.out_dir) / f"{job.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     with Cluster(hosts=job.machines + job.servers, rate=job.rate, flow_cap=job.flow_cap) as c:
         con.print(f"[bold]{job.name}[/]: {job.what}; {c.describe()}")
         argv = [sys.executable, os.path.abspath(__file__), "--job", job.name,
-                "--configs", str(a.configs), "--iterations", str(a.iterations),
-                "--seed", str(a.seed), "--out", str(out)]
+                "--spec", json.dumps(asdict(job)), "--configs", str(configs),
+                "--iterations", str(iterations), "--seed", str(seed), "--out", str(out)]
         c.launch(argv, workers=job.workers, servers=job.servers, hosts=job.hosts,
-                 timeout_s=a.timeout, echo=sys.stderr).check()
+                 timeout_s=timeout, echo=sys.stderr).check()
     table = json.loads(out.read_text())
+    con.print(f"{job.name}: {len(table['rows'])} configurations in {table['wall_s']:.0f} s -> {out}")
+    return table
+
+
+def record(a: argparse.Namespace, job: Job) -> Path:
+    out = Path(a.out_dir) / f"{job.name}.json"
+    table = run_job(job, out, configs=a.configs, iterations=a.iterations, seed=a.seed,
+                    timeout=a.timeout)
     table["command"] = "benchmarks/record_tables.py " + " ".join(sys.argv[1:])
     out.write_text(json.dumps(table))
-    con.print(f"{job.name}: {len(table['rows'])} configurations in {table['wall_s']:.0f} s -> {out}")
     return out
 
 
@@ -211,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per job")
     p.add_argument("--out-dir", default=str(DATA))
     p.add_argument("--job", dest="name", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.name:

@@ -1,7 +1,11 @@
 """Tuning quality at equal budget: the Tuner against each technique alone and baselines.
 
-On every objective of ``benchmarks/objectives.py`` (an analytic step-time model of
-data-parallel training with 2-5 % measurement noise) each method gets the same budget
+Two suites of objectives (``--suite``): ``measured``, the tables that
+``benchmarks/record_tables.py`` measured on the emulated cluster, replayed by
+``benchmarks/measured.py`` (every score a real measurement, the prior built as a session
+builds it; these judge the tuner on data it was not built from), and ``analytic``, the
+step-time models of ``benchmarks/objectives.py`` (2-5 % noise; they share their physics
+with the prior, so they flatter it). On every objective each method gets the same budget
 of training iterations (100, as in the AIACC-Training paper (ICDCS 2022)) through the same :class:`Tuner` loop:
 
 - ``tuner``: the Tuner as a session runs it: the physics prior (the simulator on what the
@@ -46,7 +50,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from objectives import SCENARIOS, Scenario  # noqa: E402
+from measured import load_all  # noqa: E402
+from objectives import SCENARIOS  # noqa: E402
 
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, Tuner  # noqa: E402
 
@@ -60,17 +65,23 @@ METHODS: dict[str, tuple[str, ...]] = {
     "gp": ("optuna-gp",),
 }
 WITH_PRIOR = ("tuner", "prior")
+ENSEMBLES = ("tuner", "ensemble")  # what --tuner-options changes
 ANCHORS = ("tpe", "gp")
 RESULTS = Path(__file__).resolve().parent / "results" / "tuner_bench.json"
+# every objective, analytic then measured; worker processes index into it
+OBJECTIVES = [*SCENARIOS, *load_all()]
+SUITES = {"analytic": [i for i, o in enumerate(OBJECTIVES) if not hasattr(o, "table")],
+          "measured": [i for i, o in enumerate(OBJECTIVES) if hasattr(o, "table")]}
+SUITES["both"] = SUITES["measured"] + SUITES["analytic"]
 
 
 def _optimum(si: int) -> tuple[int, dict, float]:
-    config, value = SCENARIOS[si].optimum
+    config, value = OBJECTIVES[si].optimum
     return si, config, value
 
 
 def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: dict) -> dict:
-    sc: Scenario = SCENARIOS[si]
+    sc = OBJECTIVES[si]
     rng = np.random.default_rng([seed, si])  # same noise stream for every method
     t0 = time.process_time()
     prior = {"prior": sc.prior()} if method in WITH_PRIOR else {}
@@ -90,6 +101,7 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         "scenario": sc.name, "method": method, "seed": seed, "regret": regret,
         "iterations_to_95": to95 if to95 is not None else budget + 1,
         "tuning_cost": cost / max(1, spent), "screened": tuner.screened,
+        "overruled": tuner.overruled,
         "trials": len(tuner.history), "cpu_s": time.process_time() - t0, "best": best[0] if best else None,
     }
 
@@ -101,7 +113,7 @@ def _warm(si: int, seed: int, budget: int, optimum: float) -> dict:
     job. Returned: the share of the optimum the held best reaches after 6 iterations."""
     from dataclasses import replace
 
-    sc: Scenario = SCENARIOS[si]
+    sc = OBJECTIVES[si]
     similar = replace(sc, model_mb=sc.model_mb * 1.25, fwd_ms=sc.fwd_ms * 1.2,
                       bwd_ms=sc.bwd_ms * 1.2, nic_gbps=sc.nic_gbps * 0.8)
     rng = np.random.default_rng([seed, si, 7])
@@ -160,12 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trial-iterations", type=int, default=None,
                     help="iterations per trial for every method (default: the Tuner's)")
     ap.add_argument("--tuner-options", type=json.loads, default={}, metavar="JSON",
-                    help='extra Tuner arguments for the "tuner" method, e.g. \'{"window": 100, "C": 0.05}\' '
+                    help='extra Tuner arguments for the "tuner" and "ensemble" methods, e.g. \'{"window": 100, "C": 0.05}\' '
                          'or \'{"techniques": ["grid", "pbt", "tpe", "hyperband"]}\'')
     ap.add_argument("--no-warm", dest="warm", action="store_false",
                     help="skip the warm-start measurement")
+    ap.add_argument("--suite", choices=sorted(SUITES), default="both",
+                    help="measured tables, analytic models, or both (default)")
     ap.add_argument("--scenarios", default=None,
-                    help="comma-separated objective names (default: all of objectives.py)")
+                    help="comma-separated objective names (default: all of the suite)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if not isinstance(args.tuner_options, dict):
@@ -173,11 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     common = {} if args.trial_iterations is None else {"trial_iterations": args.trial_iterations}
     seeds = args.seeds or (2 if args.quick else 10)
     names = [n.strip() for n in args.scenarios.split(",")] if args.scenarios else None
-    unknown = sorted(set(names or ()) - {sc.name for sc in SCENARIOS})
+    suite = SUITES[args.suite]
+    unknown = sorted(set(names or ()) - {OBJECTIVES[si].name for si in suite})
     if unknown:
         ap.error(f"--scenarios: unknown {', '.join(unknown)}; choose from "
-                 f"{', '.join(sc.name for sc in SCENARIOS)}")
-    chosen = [si for si, sc in enumerate(SCENARIOS) if names is None or sc.name in names]
+                 f"{', '.join(OBJECTIVES[si].name for si in suite)}")
+    chosen = [si for si in suite if names is None or OBJECTIVES[si].name in names]
+    if not chosen:
+        ap.error(f"no objective in suite {args.suite!r}"
+                 + (" (record tables with benchmarks/record_tables.py)" if args.suite == "measured" else ""))
     methods = [m for m in args.methods.split(",") if m]
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -185,11 +203,20 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console()
     console.print(
-        f"[bold]Tuner benchmark[/]: {len(chosen)} noisy step-time objectives x {seeds} seeds, "
+        f"[bold]Tuner benchmark[/]: {len(chosen)} objectives ({args.suite}) x {seeds} seeds, "
         f"budget {args.budget} iterations, methods {', '.join(methods)}"
         + (f", trial_iterations {args.trial_iterations}" if common else "")
         + (f", tuner options {json.dumps(args.tuner_options)}" if args.tuner_options else "")
     )
+    correlation = {}
+    for si in chosen:
+        if si in SUITES["measured"]:
+            job = OBJECTIVES[si]
+            correlation[job.name] = job.rank_correlation()
+            console.print(f"{job.name}: {job.measured} measured configurations; the simulator's "
+                          f"rank correlation with them: Kendall tau "
+                          f"{correlation[job.name]['kendall_tau']:.2f}, Spearman rho "
+                          f"{correlation[job.name]['spearman_rho']:.2f}")
     t_start = time.time()
     runs: list[dict] = []
     optima: dict[int, float] = {}
@@ -200,12 +227,14 @@ def main(argv: list[str] | None = None) -> int:
             si, _, value = fut.result()
             optima[si] = value
             progress.advance(task)
+        # warm start is judged on the analytic objectives (it needs a similar job)
         warm_futures = [pool.submit(_warm, si, s, args.budget, optima[si])
-                        for s in range(seeds) for si in chosen] if args.warm else []
+                        for s in range(seeds) for si in chosen
+                        if si in SUITES["analytic"]] if args.warm else []
         jobs = [(si, m, s) for s in range(seeds) for si in chosen for m in methods]
         progress.update(task, description="tuning runs", completed=0, total=len(jobs))
         futures = [pool.submit(_run, si, m, s, args.budget, optima[si],
-                               {**common, **(args.tuner_options if m == "tuner" else {})})
+                               {**common, **(args.tuner_options if m in ENSEMBLES else {})})
                    for si, m, s in jobs]
         for fut in as_completed(futures):
             runs.append(fut.result())
@@ -217,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in sorted(runs, key=lambda r: r["seed"]):
         by[(r["scenario"], r["method"])].append(r["regret"])
     per_scenario = {sc.name: {m: statistics.median(by[(sc.name, m)]) for m in methods}
-                    for sc in (SCENARIOS[si] for si in chosen)}
+                    for sc in (OBJECTIVES[si] for si in chosen)}
     overall = {m: statistics.median([r["regret"] for r in runs if r["method"] == m]) for m in methods}
     mean_of_medians = {m: statistics.fmean(per_scenario[s][m] for s in per_scenario) for m in methods}
     cpu = {m: statistics.fmean(r["cpu_s"] for r in runs if r["method"] == m) for m in methods}
@@ -288,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "tuner_bench",
         "quick": args.quick, "seeds": seeds, "budget": args.budget, "methods": methods,
         "trial_iterations": args.trial_iterations, "tuner_options": args.tuner_options,
-        "objectives": [SCENARIOS[si].name for si in chosen],
+        "objectives": [OBJECTIVES[si].name for si in chosen], "suite": args.suite,
+        "rank_correlation": correlation,
         "median_regret_overall": overall, "mean_of_median_regret": mean_of_medians,
         "median_regret_per_objective": per_scenario, "summary": summary,
         "cpu_s_per_run": cpu, "wall_s": wall, "host": platform.node(), "python": platform.python_version(),

@@ -79,6 +79,7 @@ WARM = "warm"  # technique name of warm-start trials
 DEFAULT = "default"  # a queued configuration that is the space's default
 SEED = "seed"  # a queued configuration that is one of the space's other seeds
 CONFIRM = "confirm"  # technique name of re-measurements of the best candidates
+JUDGE = "bayes"  # the technique whose model judges every other technique's nominee
 MIN_CONFIRMED = MIN_ITERATIONS  # measurements of the kept one and the reference: a headline's
 NOISE_PRIOR = 0.05  # relative noise of one measurement assumed before any is repeated
 NOISE_PRIOR_WEIGHT = 2.0  # ... worth this many degrees of freedom of measured noise
@@ -169,6 +170,7 @@ class Tuner:
         screen: float = 0.3,
         credit_quantile: float = 0.25,
         unscreened: float = 0.25,
+        judge: float = 0.0,
     ) -> None:
         if budget < 1:
             raise ValueError(f"budget must be >= 1 iteration, got {budget}")
@@ -191,6 +193,8 @@ class Tuner:
             raise ValueError(f"screen must be a fraction in [0, 1), got {screen}")
         if not 0 <= unscreened <= 1:
             raise ValueError(f"unscreened must be a fraction in [0, 1], got {unscreened}")
+        if not 0 <= judge <= 1:
+            raise ValueError(f"judge must be a fraction in [0, 1], got {judge}")
         if not 0 < credit_quantile <= 1:
             raise ValueError(f"credit_quantile must be in (0, 1], got {credit_quantile}")
         unknown = [t for t in techniques if t not in TECHNIQUES and t != PRIOR]
@@ -213,6 +217,8 @@ class Tuner:
         self.screened = 0  # proposals not run: predicted far slower than the incumbent
         self.unscreened = float(unscreened)
         self._proposals = 0  # techniques' proposals judged, for the unscreened share
+        self.judge = float(judge) if JUDGE in techniques else 0.0
+        self.overruled = 0  # nominees the judge replaced by its own
         self.surrogate = None if prior is None else Surrogate(space, prior, seed)
         self.reference = None if reference is None else space.validate(reference)
         self.searchers: dict[str, Searcher] = {}
@@ -353,6 +359,12 @@ class Tuner:
                 if config is None:
                     self._exhausted.add(name)
                     continue
+                if self._overruled(name, config):
+                    name, searcher = JUDGE, self.searchers[JUDGE]
+                    config = searcher.ask()
+                    if config is None:
+                        self._exhausted.add(JUDGE)
+                        continue
                 return self._issue(config, name, searcher.iterations())
         config = self._confirm_candidate()
         if config is None:
@@ -387,6 +399,24 @@ class Tuner:
             mean, _ = self.surrogate.predict_config(config)
             searcher.tell(config, float(math.exp(mean)))
         return searcher.ask()
+
+    def _overruled(self, name: str, config: Config) -> bool:
+        """Whether the shared judge (the Bayesian technique's GP, fitted on every trial)
+        replaces ``name``'s nominee ``config`` by its own: when the nominee's expected
+        improvement is below ``judge`` times the best available. The overruled technique
+        is credited a use without success (a dense reward: the bandit learns from every
+        nominee, not only from the rare new best) and told the GP's prediction, so it
+        moves on."""
+        if (not self.judge or name in (JUDGE, PRIOR) or JUDGE in self._exhausted
+                or not self.searchers[JUDGE].ready):
+            return False
+        ei, best, predicted = self.searchers[JUDGE].judge(config)
+        if best <= 0 or ei >= self.judge * best:
+            return False
+        self.overruled += 1
+        self.searchers[name].tell(config, predicted)
+        self.bandit.credit(name, False)
+        return True
 
     def _confirm_candidate(self) -> Config | None:
         """What the confirm phase measures next (module docstring, LUCB): ``None`` when

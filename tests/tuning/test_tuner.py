@@ -281,3 +281,39 @@ def test_a_score_measured_on_its_switch_alone_counts_no_measurement():
     tr2 = t.ask()
     t.tell(tr2, 60.0, measured=1)
     assert t.measurements(tr2.config) == 1
+
+
+def test_the_judge_replaces_weak_nominees_by_its_own_and_credits_them_as_failures():
+    t = Tuner(SPACE, budget=80, seed=3, trial_iterations=2, options=FAST, judge=0.5)
+    judge = t.searchers["bayes"]
+    seen = []
+    real = judge.judge
+
+    def spy(config):  # what the judge said of each nominee, and the trial that followed
+        out = real(config)
+        seen.append((t._next_index, config, out, len(t.history)))
+        return out
+
+    judge.judge = spy
+    uses = []
+    t.bandit.credit = lambda name, ok, real_credit=t.bandit.credit: (
+        uses.append((name, ok)), real_credit(name, ok))
+    t.run(objective)
+    overruled = [(i, c) for i, c, (ei, best, _), _ in seen if ei < 0.5 * best]
+    assert t.overruled == len(overruled) > 0
+    by_index = {r.index: r for r in t.history}
+    for i, c in overruled:  # the judge's own nominee ran in its place
+        assert by_index[i].technique == "bayes" and by_index[i].config != c
+        # and the overruled technique moved on: it was told the judge's prediction
+        assert any(SPACE.key(c) in s.obs.stats for n, s in t.searchers.items() if n != "bayes")
+    assert sum(1 for name, ok in uses if name != "bayes" and not ok) >= len(overruled)
+    # no nominee was judged before the GP had its initial points
+    assert all(scored >= 3 for *_, scored in seen)
+
+
+def test_the_judge_needs_the_bayesian_technique_and_a_fraction():
+    t = Tuner(SPACE, budget=40, seed=3, techniques=("grid", "pbt"), judge=0.5)
+    t.run(objective)
+    assert t.judge == 0 and t.overruled == 0
+    with pytest.raises(ValueError, match="judge"):
+        Tuner(SPACE, judge=1.5)

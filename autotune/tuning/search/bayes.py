@@ -142,16 +142,38 @@ class BayesianSearch(Searcher):
         if len(cand) == 0:
             c = self.random_unseen()  # the subset was all seen; look everywhere
             return None if c is None else self._propose(c)
-        from skopt.acquisition import gaussian_ei
+        ei = self._improvement(cand)
+        return self._propose(self.space.decode(cand[int(np.argmax(ei))]))
 
+    # ------------------------------------------------- the Tuner's shared judge
+    @property
+    def ready(self) -> bool:
+        """Whether the GP has enough data to judge (past the random initial points)."""
+        return bool(self._vary) and len(self.obs.scored()) >= self.n_initial_points
+
+    def _improvement(self, rows: np.ndarray) -> np.ndarray:
+        """Expected improvement of encoded configurations ``rows`` (in -log score)."""
+        from skopt.acquisition import gaussian_ei
         from threadpoolctl import threadpool_limits
 
         opt = self._fit()
-        Xt = opt.space.transform(cand[:, self._vary].tolist())
+        Xt = opt.space.transform(np.asarray(rows)[:, self._vary].tolist())
         with warnings.catch_warnings(), threadpool_limits(1):
             warnings.simplefilter("ignore")
-            ei = gaussian_ei(Xt, opt.models[-1], y_opt=float(np.min(opt.yi)), xi=self.xi)
-        return self._propose(self.space.decode(cand[int(np.argmax(ei))]))
+            return gaussian_ei(Xt, opt.models[-1], y_opt=float(np.min(opt.yi)), xi=self.xi)
+
+    def judge(self, config: Config) -> tuple[float, float, float]:
+        """How the GP, fitted on every trial told, rates ``config`` (see the Tuner's
+        ``judge``): ``(its expected improvement, the best expected improvement over
+        the configurations not seen yet, its predicted score)``. Needs :attr:`ready`."""
+        row = np.asarray([self.space.encode(self.space.canonical(config))])
+        ei = float(self._improvement(row)[0])
+        cand = self._candidates()
+        best = float(np.max(self._improvement(cand))) if len(cand) else 0.0
+        opt = self._fit()
+        mu = float(opt.models[-1].predict(opt.space.transform(row[:, self._vary].tolist()))[0])
+        logs = all(st.mean > 0 for _, st in self.obs.scored())  # as _data models them
+        return ei, max(best, ei), math.exp(-mu) if logs else -mu
 
 
 class OptunaSearch(Searcher):

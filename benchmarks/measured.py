@@ -1,0 +1,148 @@
+"""Measured objectives: the tables of ``record_tables.py``, replayed for the tuner benchmark.
+
+A :class:`MeasuredJob` has the interface of :class:`objectives.Scenario` (``name``,
+``space``, ``measure``, ``throughput``, ``optimum``, ``prior``), but every score is a real
+measurement from the emulated cluster:
+
+- **The space is restricted to the measured configurations**, as tabular benchmarks
+  (HPOBench's tabular suites, NAS-Bench) do, rather than a surrogate fitted to the
+  measurements (YAHPO Gym's way). A proposal is answered by the measured configuration
+  nearest to it (:meth:`nearest`: per parameter, the distance of value indices, scaled
+  to [0, 1] for ordinal parameters and 0/1 for the others; ties to the first recorded).
+  Why: a surrogate's landscape between the measured points is the surrogate's, and its
+  optimum may lie where nothing was measured; here every score, and the optimum the
+  regret is taken against, is a measurement. The cost: the landscape is piecewise
+  constant between measured points (most of a space of a few hundred configurations is
+  measured; of the lossy job's, a sample).
+- **A trial's score is drawn from that configuration's measured samples**: each scored
+  iteration is one of its recorded step times, drawn with replacement, and the score is
+  the mean throughput (it/s) over them, as a session scores a trial.
+- **The truth** a kept configuration is judged by is its median recorded throughput.
+- **The prior** is built as a session builds it (:class:`autotune.session.facts.
+  JobTuners`): the simulator on the job's gradient sizes, world and CPU device, at the
+  link rates that the recorded warm-up implies (:func:`autotune.sim.predict.warmup_link`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune.tuning.space import Config, SearchSpace
+
+TABLES = Path(__file__).resolve().parent / "data" / "tables"
+
+
+@dataclass
+class MeasuredJob:
+    name: str
+    table: dict = field(repr=False)
+
+    @classmethod
+    def load(cls, path: Path) -> "MeasuredJob":
+        table = json.loads(Path(path).read_text())
+        if not table.get("rows"):
+            raise ValueError(f"{path}: no measured configurations")
+        return cls("measured-" + table["job"]["name"], table)
+
+    @cached_property
+    def space(self) -> SearchSpace:
+        """The session's space of the recorded job, rebuilt from its facts (checked
+        against the recorded parameters)."""
+        f = self.table["space_facts"]
+        space = SearchSpace.build(k_max=f["k_max"], workers_per_machine=f["workers_per_machine"],
+                                  root_candidates=f["root_candidates"],
+                                  allow_lossy=f["allow_lossy"], max_streams=f["max_streams"])
+        recorded = [[n, v] for n, v in self.table["space"]]
+        if [[p.name, list(p.values)] for p in space.params] != recorded:
+            raise ValueError(f"{self.name}: the recorded space differs from the one rebuilt "
+                             "from its facts (a table from another version?)")
+        return space
+
+    @cached_property
+    def _rows(self) -> list[tuple[Config, np.ndarray]]:
+        """Measured configurations (canonical) with their scored throughputs (it/s)."""
+        out, seen = [], set()
+        for r in self.table["rows"]:
+            c = self.space.canonical(r["config"])
+            k = self.space.key(c)
+            if k in seen:
+                continue
+            seen.add(k)
+            out.append((c, 1.0 / np.asarray(r["times_s"], dtype=float)))
+        return out
+
+    @cached_property
+    def _codes(self) -> np.ndarray:
+        return np.array([self.space.encode(c) for c, _ in self._rows], dtype=float)
+
+    @cached_property
+    def _scale(self) -> np.ndarray:
+        return np.array([1.0 / max(1, len(p.values) - 1) if p.ordinal else 1.0
+                         for p in self.space.params])
+
+    @cached_property
+    def _ordinal(self) -> np.ndarray:
+        return np.array([p.ordinal for p in self.space.params])
+
+    def nearest(self, config: Config) -> int:
+        """Index of the measured configuration nearest to ``config``."""
+        code = np.array(self.space.encode(self.space.canonical(config)), dtype=float)
+        diff = np.abs(self._codes - code)
+        diff = np.where(self._ordinal, diff * self._scale, (diff > 0).astype(float))
+        return int(np.argmin(diff.sum(axis=1)))
+
+    def throughput(self, c: Config) -> float:
+        """The truth: the median measured throughput of the configuration answering ``c``."""
+        return float(np.median(self._rows[self.nearest(c)][1]))
+
+    def measure(self, c: Config, iterations: int, rng: np.random.Generator) -> float:
+        """A trial's score: mean throughput over ``iterations - 1`` recorded samples of the
+        configuration answering ``c`` (drawn with replacement; the first iteration, the
+        switch, is not scored)."""
+        samples = self._rows[self.nearest(c)][1]
+        return float(np.mean(rng.choice(samples, size=max(1, iterations - 1))))
+
+    @cached_property
+    def optimum(self) -> tuple[Config, float]:
+        tps = [float(np.median(s)) for _, s in self._rows]
+        i = int(np.argmax(tps))
+        return self._rows[i][0], tps[i]
+
+    @property
+    def measured(self) -> int:
+        return len(self._rows)
+
+    def prior(self):
+        """The physics prior a session of this job would build (module docstring)."""
+        from autotune.sim.predict import job_prior, warmup_link
+
+        job, warm = self.table["job"], self.table["warmup"]
+        sizes = job["sizes"]
+        link = (warmup_link(warm["one_stream_s"], warm["many_streams_s"], sum(sizes), job["workers"])
+                if job["machines"] > 1 else {})
+        return job_prior(sizes, machines=job["machines"],
+                         workers_per_machine=job["workers_per_machine"],
+                         servers=job["servers"], device="cpu", batch_per_worker=1, **link)
+
+    def rank_correlation(self) -> dict[str, Any]:
+        """Kendall's tau and Spearman's rho between the prior's predicted throughput and
+        the measured medians, over every measured configuration."""
+        from scipy.stats import kendalltau, spearmanr
+
+        configs = [c for c, _ in self._rows]
+        predicted = np.asarray(self.prior()(configs), dtype=float)
+        measured = np.array([np.median(s) for _, s in self._rows])
+        return {"kendall_tau": float(kendalltau(predicted, measured).statistic),
+                "spearman_rho": float(spearmanr(predicted, measured).statistic),
+                "configurations": len(configs)}
+
+
+def load_all(directory: Path = TABLES) -> list[MeasuredJob]:
+    """Every recorded table in ``directory``, by name."""
+    return [MeasuredJob.load(p) for p in sorted(Path(directory).glob("*.json"))]

@@ -1,0 +1,66 @@
+"""The measured tabular benchmarks (benchmarks/data/tables) and their replay
+(benchmarks/measured.py): what the tuner benchmark's measured suite rests on."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from measured import TABLES, MeasuredJob, load_all  # noqa: E402
+
+from autotune.tuning.space import MiB, SearchSpace  # noqa: E402
+
+RECORDED = sorted(TABLES.glob("*.json"))
+
+
+def _table(space: SearchSpace, rows: list[tuple[dict, list[float]]]) -> dict:
+    return {"job": {"name": "t", "machines": 2, "workers_per_machine": 1, "servers": 0,
+                    "workers": 2, "sizes": [4 * MiB]},
+            "space": [[p.name, list(p.values)] for p in space.params],
+            "space_facts": dict(space.facts),
+            "warmup": {"one_stream_s": [0.1], "many_streams_s": [0.1]},
+            "rows": [{"config": c, "switch_s": t[0], "times_s": t} for c, t in rows]}
+
+
+def test_a_proposal_is_answered_by_the_nearest_measured_configuration():
+    space = SearchSpace.build(max_streams=8)
+    d = space.default()
+    rows = [({**d, "streams": 1}, [0.5, 0.5]), ({**d, "streams": 8}, [0.2, 0.3, 0.25]),
+            ({**d, "streams": 4, "transport": "pushpull"}, [0.4])]
+    job = MeasuredJob("t", _table(space, rows))
+    assert job.nearest({**d, "streams": 7}) == 1        # ordinal: 7 is next to 8
+    assert job.nearest({**d, "streams": 2}) == 0
+    assert job.nearest({**d, "streams": 4, "transport": "pushpull"}) == 2
+    assert job.throughput({**d, "streams": 7}) == pytest.approx(1 / 0.25)
+    assert job.optimum[0]["streams"] == 8
+    rng = np.random.default_rng(0)
+    for _ in range(20):  # a score is a mean of recorded samples, never anything else
+        s = job.measure({**d, "streams": 8}, 2, rng)
+        assert any(s == pytest.approx(1 / t) for t in (0.2, 0.3, 0.25))
+
+
+def test_a_table_from_another_space_is_refused():
+    space = SearchSpace.build(max_streams=8)
+    table = _table(space, [(space.default(), [0.1])])
+    table["space"][0][1] = [1, 2]
+    with pytest.raises(ValueError, match="recorded space differs"):
+        _ = MeasuredJob("t", table).space
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded tables (benchmarks/record_tables.py)")
+def test_the_recorded_tables_are_what_the_issue_asks_for():
+    jobs = load_all()
+    assert len(jobs) >= 5
+    for job in jobs:
+        rows = job.table["rows"]
+        assert len(rows) >= 300 or len(rows) == job.space.size(), job.name
+        assert all(len(r["times_s"]) >= 6 for r in rows), job.name
+        assert job.measured == len(rows)  # distinct configurations of the job's own space
+        for r in rows[:20]:
+            assert job.space.contains(r["config"]), (job.name, r["config"])
+        # the prior builds as a session would, and predicts every measured configuration
+        corr = job.rank_correlation()
+        assert corr["configurations"] == len(rows) and -1 <= corr["kendall_tau"] <= 1
