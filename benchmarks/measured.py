@@ -124,11 +124,27 @@ class MeasuredJob:
 
         job, warm = self.table["job"], self.table["warmup"]
         sizes = job["sizes"]
-        link = (warmup_link(warm["one_stream_s"], warm["many_streams_s"], sum(sizes), job["workers"])
+        link = (warmup_link(warm["one_stream_s"], self.probe_times(), sum(sizes), job["workers"])
                 if job["machines"] > 1 else {})
         return job_prior(sizes, machines=job["machines"],
                          workers_per_machine=job["workers_per_machine"],
                          servers=job["servers"], device="cpu", batch_per_worker=1, **link)
+
+    def probe_times(self) -> list[float]:
+        """The flow-cap probe's warm-up times, as the session's probe
+        (:func:`autotune.tuning.schedule.flow_probe`) would measure them: recorded with
+        the warm-up, or, for a table recorded before the probe chose its chunks, that
+        configuration's recorded times when it was measured."""
+        from autotune.tuning.schedule import flow_probe
+
+        warm = self.table["warmup"]
+        probe = flow_probe(self.space, sum(self.table["job"]["sizes"]))
+        if probe is None or self.space.key(probe) == self.space.key(warm["probe"]):
+            return warm["many_streams_s"]
+        i = self.nearest(probe)
+        if self.space.key(self._rows[i][0]) == self.space.key(probe):
+            return [float(x) for x in 1.0 / self._rows[i][1]]
+        return warm["many_streams_s"]
 
     def rank_correlation(self) -> dict[str, Any]:
         """Kendall's tau and Spearman's rho between the prior's predicted throughput and

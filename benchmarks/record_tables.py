@@ -8,7 +8,7 @@ scored, as a session does not score it) and ``--iterations`` scored iterations. 
 iteration is a whole training step as the session times it (sync, forward, backward,
 wait; the slowest worker's time). Lossless configurations are checked to give the exact
 average. Before the sample, the session's warm-up is recorded too: the default three
-times, then the default with :data:`~autotune.tuning.schedule.PROBE_STREAMS` streams,
+times, then the session's flow-cap probe (:func:`~autotune.tuning.schedule.flow_probe`),
 so that a replay builds the physics prior from what a session would know.
 
 The jobs span the cases of issue 26: bandwidth-bound with servers, a per-flow cap, a small
@@ -110,7 +110,7 @@ def rank_main(a: argparse.Namespace) -> None:
 
     from autotune.runtime import Runtime
     from autotune.server import serve
-    from autotune.tuning.schedule import PROBE_STREAMS
+    from autotune.tuning.schedule import flow_probe
     from autotune.tuning.space import SearchSpace
     from autotune.workload import check_average, model_shapes, sleepy_model
 
@@ -141,12 +141,13 @@ def rank_main(a: argparse.Namespace) -> None:
         return float(rt.worker_max(time.perf_counter() - t0))
 
     default = space.default()
-    probe = space.project({**default, "streams": space["streams"].nearest(PROBE_STREAMS)})
+    sizes = [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
+    probe = flow_probe(space, sum(sizes))  # as the session's warm-up runs it
     warm = [iteration(default) for _ in range(3)]
     many = [iteration(probe) for _ in range(2)]
     table = {
         "job": {**asdict(job), "workers": job.workers,
-                "sizes": [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]},
+                "sizes": sizes},
         "space": [[p.name, list(p.values)] for p in space.params],
         "space_facts": {k: v for k, v in space.facts},
         "iterations": a.iterations, "seed": a.seed,

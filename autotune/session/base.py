@@ -127,7 +127,7 @@ class TuningSession:
             self.space, self.trials, tuners, budget=self.budget, warmup=self.warmup,
             cut_short=self.cut_short, samples_per_step=self.samples_per_step,
             drift=self._drift, seed=self.seed, probe=self.info.n_machines > 1,
-            capped=tuners.capped, listener=self.display)
+            capped=tuners.capped, listener=self.display, gradient_bytes=sum(tuners.sizes))
         warm = self._run.warm_start(self.space)
         restarted = self._run.restarted_best(self.space)
         if restarted is not None:

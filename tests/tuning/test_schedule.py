@@ -9,7 +9,7 @@ import re
 import pytest
 
 from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, SWITCH_MARGIN, TRIAL, WARMUP,
-                                      Drift, Listener, TrialSchedule)
+                                      Drift, Listener, TrialSchedule, flow_probe)
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.tuner import Tuner
@@ -289,3 +289,21 @@ def test_bad_arguments_are_autotune_errors_naming_the_argument(kw, words):
 
     with pytest.raises(ArgumentError, match=words):
         make(**kw)
+
+
+def test_the_flow_probe_cuts_chunks_so_that_every_stream_carries_one():
+    space = SearchSpace.build(k_max=2)
+    default = space.default()
+    big = flow_probe(space, 64 * default["chunk_bytes"])  # many default chunks: unchanged
+    assert big == {**default, "streams": PROBE_STREAMS}
+    small = flow_probe(space, 2 * 2**20)  # 2 MiB: one default (4 MiB) chunk would carry it all
+    assert small["streams"] == PROBE_STREAMS
+    assert small["chunk_bytes"] * PROBE_STREAMS <= 2 * 2**20 < small["chunk_bytes"] * 2 * PROBE_STREAMS
+    tiny = flow_probe(space, 1000)  # smaller than any chunk: the smallest
+    assert tiny["chunk_bytes"] == min(space["chunk_bytes"].values)
+    # the session's capped seeds take the probe's chunks when smaller than theirs
+    s, _ = make(space=space, warmup=3, probe=True, capped=lambda: True, gradient_bytes=2 * 2**20)
+    ran, _ = drive(s, s.start([]), 3)
+    assert ran[2] == small
+    assert s.trial.config == {**space.seeds()[0], "streams": PROBE_STREAMS,
+                              "chunk_bytes": small["chunk_bytes"]}
