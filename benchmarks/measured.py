@@ -162,3 +162,29 @@ class MeasuredJob:
 def load_all(directory: Path = TABLES) -> list[MeasuredJob]:
     """Every recorded table in ``directory``, by name."""
     return [MeasuredJob.load(p) for p in sorted(Path(directory).glob("*.json"))]
+
+
+def describe(jobs: list[MeasuredJob]) -> str:
+    """A Markdown table of the recorded tables: what each job is, how much was measured,
+    the default and the best measured configuration, the noise, the drift of the default
+    over the recording, and the simulator's rank correlation with the measurements."""
+    lines = ["| table | job | configurations | recording | default it/s (before / after) "
+             "| best it/s | best configuration | noise (median CV) | simulator's Kendall tau |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for j in jobs:
+        t, job = j.table, j.table["job"]
+        before = 1 / np.median(t["warmup"]["one_stream_s"][1:] or t["warmup"]["one_stream_s"])
+        after = 1 / np.median(t["default_after_s"]) if t.get("default_after_s") else float("nan")
+        cv = np.median([np.std(r["times_s"]) / np.mean(r["times_s"]) for r in t["rows"]])
+        best, tp = j.optimum
+        shown = {k: v for k, v in best.items() if j.space[k].active(best) and v != j.space[k].default}
+        lines.append(
+            f"| {job['name']} | {job['what']}; {job['rate']}"
+            + (f", per-flow cap {job['flow_cap']}" if job.get("flow_cap") else "")
+            + f", {job['model']} | {j.measured} | {t['wall_s'] / 60:.0f} min | {before:.2f} / {after:.2f} "
+            f"| {tp:.2f} | `{json.dumps(shown)}` | {cv:.1%} | {j.rank_correlation()['kendall_tau']:.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe(load_all()))

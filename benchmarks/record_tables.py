@@ -204,6 +204,15 @@ def run_job(job: Job, out: Path, *, configs: int, iterations: int, seed: int,
 
 def record(a: argparse.Namespace, job: Job) -> Path:
     out = Path(a.out_dir) / f"{job.name}.json"
+    if a.warmup_only:  # a new warm-up (e.g. a changed probe) for a table already recorded
+        table = json.loads(out.read_text())
+        fresh = run_job(job, out.with_suffix(".warmup.json"), configs=1, iterations=1,
+                        seed=a.seed, timeout=a.timeout)
+        out.with_suffix(".warmup.json").unlink()
+        table["warmup"] = {**fresh["warmup"], "recorded_apart": time.strftime("%Y-%m-%d %H:%M"),
+                           "command": "benchmarks/record_tables.py " + " ".join(sys.argv[1:])}
+        out.write_text(json.dumps(table))
+        return out
     table = run_job(job, out, configs=a.configs, iterations=a.iterations, seed=a.seed,
                     timeout=a.timeout)
     table["command"] = "benchmarks/record_tables.py " + " ".join(sys.argv[1:])
@@ -219,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per job")
     p.add_argument("--out-dir", default=str(DATA))
+    p.add_argument("--warmup-only", action="store_true",
+                   help="record only the warm-up again, into the existing tables")
     p.add_argument("--job", dest="name", default=None, help=argparse.SUPPRESS)
     p.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
