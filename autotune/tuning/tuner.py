@@ -43,6 +43,11 @@ and by offline callers alike::
   less measured of the two), bounds of :data:`Z_SEPARATED` standard errors. Once no
   challenger overlaps, the leader is *separated* and tuning ends early: the rest of the
   budget is not spent.
+- **A shared judge** (``judge``, default :data:`JUDGE_SHARE`): the Bayesian technique's
+  GP, fitted on every trial, judges every other technique's nominee; one whose expected
+  improvement is under ``judge`` times the best available is replaced by the GP's own
+  nominee, and its technique is told the GP's prediction and credited a use without
+  success, so the bandit learns from every nominee (:meth:`_overruled`).
 - With a ``prior`` (a physics model of the job, see :mod:`autotune.tuning.prior`) the
   calibrated surrogate is a technique of its own (``"prior"``, tried first) and screens
   every other technique's proposals: one predicted, even optimistically, more than
@@ -80,6 +85,7 @@ DEFAULT = "default"  # a queued configuration that is the space's default
 SEED = "seed"  # a queued configuration that is one of the space's other seeds
 CONFIRM = "confirm"  # technique name of re-measurements of the best candidates
 JUDGE = "bayes"  # the technique whose model judges every other technique's nominee
+JUDGE_SHARE = 0.3  # a nominee runs if its expected improvement is this share of the best's
 MIN_CONFIRMED = MIN_ITERATIONS  # measurements of the kept one and the reference: a headline's
 NOISE_PRIOR = 0.05  # relative noise of one measurement assumed before any is repeated
 NOISE_PRIOR_WEIGHT = 2.0  # ... worth this many degrees of freedom of measured noise
@@ -170,7 +176,7 @@ class Tuner:
         screen: float = 0.3,
         credit_quantile: float = 0.25,
         unscreened: float = 0.25,
-        judge: float = 0.0,
+        judge: float = JUDGE_SHARE,
     ) -> None:
         if budget < 1:
             raise ValueError(f"budget must be >= 1 iteration, got {budget}")

@@ -114,8 +114,9 @@ def test_every_result_is_told_to_every_technique():
     t = Tuner(SPACE, budget=40, seed=2, trial_iterations=2, options=FAST)
     t.run(objective)
     keys = {SPACE.key(r.config) for r in t.history}
-    for s in t.searchers.values():
-        assert set(s.obs.stats) == keys
+    for name, s in t.searchers.items():  # and an overruled nominee to its technique
+        overruled = set(s.obs.stats) - keys
+        assert keys <= set(s.obs.stats) and (not overruled or name != "bayes")
     # the bandit saw each technique's trials, one use per iteration
     used = sum(r.iterations for r in t.history if r.technique in t.techniques)
     assert sum(t.bandit.uses.values()) == min(used, t.bandit.window)

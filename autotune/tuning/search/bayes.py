@@ -58,9 +58,11 @@ class BayesianSearch(Searcher):
         self._kernel: Any = None  # last optimised kernel, reused between refits
         self._kernel_n = 0
         self._dirty = True
+        self._best_ei: float | None = None  # the judge's best EI, until the next tell
 
     def _told(self, key: Key, score: float | None) -> None:
         self._dirty = True
+        self._best_ei = None
 
     def _code(self, rows: np.ndarray) -> np.ndarray:
         return rows @ self._radix
@@ -168,8 +170,10 @@ class BayesianSearch(Searcher):
         the configurations not seen yet, its predicted score)``. Needs :attr:`ready`."""
         row = np.asarray([self.space.encode(self.space.canonical(config))])
         ei = float(self._improvement(row)[0])
-        cand = self._candidates()
-        best = float(np.max(self._improvement(cand))) if len(cand) else 0.0
+        if self._best_ei is None:  # over the unseen configurations; kept until a tell
+            cand = self._candidates()
+            self._best_ei = float(np.max(self._improvement(cand))) if len(cand) else 0.0
+        best = self._best_ei
         opt = self._fit()
         mu = float(opt.models[-1].predict(opt.space.transform(row[:, self._vary].tolist()))[0])
         logs = all(st.mean > 0 for _, st in self.obs.scored())  # as _data models them
