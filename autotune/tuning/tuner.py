@@ -32,7 +32,10 @@ and by offline callers alike::
   towards :data:`NOISE_PRIOR` while few are (:meth:`noise`). ``best`` is the
   configuration with the highest *lower confidence bound* (mean - :data:`Z` standard
   errors), so a configuration measured once must beat a well-measured one by more than
-  the noise.
+  the noise. Once the confirm phase has begun, only configurations measured at least
+  :data:`MIN_CONFIRMED` times are ranked (all, while none is), so a budget that ends
+  while the confirm phase still chases a lucky newcomer keeps a confirmed configuration,
+  not the newcomer.
 - The last ``confirm`` fraction of the budget (default 15 %; and any budget left once
   every technique has run out of configurations) re-measures (technique ``"confirm"``),
   as LUCB does (Kalyanakrishnan et al., ICML 2012): the leader to :data:`MIN_CONFIRMED`
@@ -47,7 +50,8 @@ and by offline callers alike::
   GP, fitted on every trial, judges every other technique's nominee; one whose expected
   improvement is under ``judge`` times the best available is replaced by the GP's own
   nominee, and its technique is told the GP's prediction and credited a use without
-  success, so the bandit learns from every nominee (:meth:`_overruled`).
+  success, so the bandit learns from every nominee (:meth:`_overruled`). The GP's
+  nominee rests on measurements and is not screened by a ``prior``.
 - With a ``prior`` (a physics model of the job, see :mod:`autotune.tuning.prior`) the
   calibrated surrogate is a technique of its own (``"prior"``, tried first) and screens
   every other technique's proposals: one predicted, even optimistically, more than
@@ -225,6 +229,7 @@ class Tuner:
         self._proposals = 0  # techniques' proposals judged, for the unscreened share
         self.judge = float(judge) if JUDGE in techniques else 0.0
         self.overruled = 0  # nominees the judge replaced by its own
+        self._confirming = False  # the confirm phase has begun (best: confirmed ones only)
         self.surrogate = None if prior is None else Surrogate(space, prior, seed)
         self.reference = None if reference is None else space.validate(reference)
         self.searchers: dict[str, Searcher] = {}
@@ -266,10 +271,13 @@ class Tuner:
     @property
     def best(self) -> tuple[Config, float] | None:
         """``(config, mean score)`` of the configuration to keep so far (the highest lower
-        confidence bound, module docstring), or ``None`` before any score."""
+        confidence bound; in the confirm phase, of those confirmed: module docstring), or
+        ``None`` before any score."""
         ranked = self._by_bound()
         if not ranked:
             return self.obs.best()  # scores that are not positive: no log model, the mean
+        if self._confirming:
+            ranked = [k for k in ranked if self._logs[k].measured >= MIN_CONFIRMED] or ranked
         st = self.obs.stats[ranked[0]]
         return dict(st.config), float(st.mean)
 
@@ -377,6 +385,7 @@ class Tuner:
             self._stalled = True
             self.separated = bool(self._logs)
             return None
+        self._confirming = True
         return self._issue(config, CONFIRM, None)
 
     def _queued_label(self, config: Config) -> str:

@@ -122,9 +122,12 @@ def test_across_machines_the_last_warm_up_iteration_runs_several_streams(with_se
     from autotune.session import PROBE_STREAMS
 
     # one machine: the warm-up is the default throughout (checked above); two machines:
-    # the default, then the default with several streams (configs[i] is for iteration i + 1)
+    # the default, then the default with several streams (configs[i] is for iteration i + 1),
+    # its chunks cut so that every stream carries one (flow_probe; test_schedule.py)
     c = capped[0]["session"]["configs"]
-    assert c[1] == {**c[0], "streams": PROBE_STREAMS} and c[0]["streams"] == 1
+    assert c[0]["streams"] == 1 and c[1]["streams"] == PROBE_STREAMS
+    assert c[1]["chunk_bytes"] <= c[0]["chunk_bytes"]
+    assert {**c[1], "streams": 1, "chunk_bytes": 0} == {**c[0], "chunk_bytes": 0}
     assert capped[1]["session"]["configs"][:2] == c[:2]
     # one stream was much slower than several (the injected delay): taken as a per-flow
     # cap, so the first trial is the seed (here the default) with the probe's streams

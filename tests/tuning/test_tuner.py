@@ -148,8 +148,8 @@ def test_failed_trials_are_never_best():
 def test_best_is_the_best_mean_not_one_lucky_sample():
     a = SMALL.validate({"streams": 2})
     b = SMALL.validate({"streams": 3})
-    # confirm=0.5 of 6 iterations: after the two warm trials only re-measurements
-    t = Tuner(SMALL, budget=6, seed=0, trial_iterations=2, warm_start=[a, b], confirm=0.5)
+    # confirm=0.5 of 8 iterations: after the two warm trials only re-measurements
+    t = Tuner(SMALL, budget=8, seed=0, trial_iterations=2, warm_start=[a, b], confirm=0.5)
     ta, tb = t.ask(), t.ask()
     t.tell(ta, 10.0)
     t.tell(tb, 6.0)
@@ -158,7 +158,12 @@ def test_best_is_the_best_mean_not_one_lucky_sample():
     assert again.technique == CONFIRM and again.config == a  # tie on weight: better mean
     t.tell(again, 1.0)
     assert t.score_of(a) == pytest.approx(5.5)
-    assert t.best == (b, 6.0)
+    # b leads on its mean but rests on 2 measurements: a, confirmed, is kept until b is
+    assert t.best == (a, pytest.approx(5.5))
+    last = t.ask()
+    assert last.technique == CONFIRM and last.config == b
+    t.tell(last, 6.0)
+    assert t.best == (b, 6.0) and t.ask() is None
 
 
 def test_deterministic_for_a_seed():
