@@ -6,6 +6,7 @@ Run under ``autotune launch`` (by the tests, through :func:`launch_group`)::
     python tests/runtime_helpers.py faults OUTDIR    # injected fault + retry, killed server
     python tests/runtime_helpers.py stall OUTDIR     # a silent peer -> timeout
     python tests/runtime_helpers.py staged OUTDIR    # the sweep through host staging
+    python tests/runtime_helpers.py views OUTDIR     # the same with .grad as views
 
 Each worker writes ``OUTDIR/rank<r>.json`` with what it saw; the tests compare. Gradients
 are made by a real backward pass (``loss = sum(p * target)``, so ``p.grad == target``), the
@@ -326,11 +327,25 @@ def run_sweep(out: Path, full: bool) -> None:
     dist.destroy_process_group()
 
 
+def _viewed(rt: Any, params: list, working: bool = False) -> int:
+    """How many of ``params``' gradients are views of the runtime's flat buffers (grad
+    views, ``AUTOTUNE_GRAD_VIEWS=1``); ``working``: of the buffers the next round packs
+    and reduces into (there must be none: the rotation keeps the reduction out of them)."""
+    a = rt._active
+    buffers = [*a.inp.values(), *a.out.values()]
+    if not working:
+        buffers += [t for spares in a.spares.values() for t in spares.values()]
+    ptrs = {t.untyped_storage().data_ptr() for t in buffers}
+    return sum(1 for q in params
+               if q.grad is not None and q.grad.untyped_storage().data_ptr() in ptrs)
+
+
 def run_staged(out: Path) -> None:
-    """2 workers + 1 server, ``AUTOTUNE_STAGE_CPU=1``: the CPU gradients go through host
-    staging (Staged copies handed to the rounds, waited for by the stream threads, copied
-    back through ``HostStaging.to_device``), under :func:`staged_cases`; then an injected
-    fault and ``retry()``, which repacks every gradient through staging."""
+    """2 workers + 1 server under :func:`staged_cases`, then an injected fault and
+    ``retry()``. With ``AUTOTUNE_STAGE_CPU=1`` the CPU gradients go through host staging
+    (Staged copies handed to the rounds, waited for by the stream threads, copied back
+    through ``HostStaging.to_device``; retry repacks through staging); with
+    ``AUTOTUNE_GRAD_VIEWS=1`` (mode ``views``) ``.grad`` becomes a view of the averages."""
     import torch
     import torch.distributed as dist
 
@@ -354,20 +369,30 @@ def run_staged(out: Path) -> None:
         case = _iteration(rt, wg, params, use, idx, cfg, zero_grads=idx % 3 == 0,
                           check_overlap=shape_set == "tiny" and idx % 2 == 0)
         case["used"] = sum(1 for i in use if _used(use[i], info.rank))
+        case["viewed"] = _viewed(rt, params)
+        case["in_working"] = _viewed(rt, params, working=True)
+        # gradients whose layout allows a view (a channels_last one keeps its own tensor)
+        case["dense"] = sum(1 for q in params if q.grad is not None and q.grad.is_contiguous())
         rec["cases"].append(case)
-    # an injected fault (streams=7 under pushpull), then retry() under another configuration
+    # an injected fault (streams=7 under pushpull), then retry() under another configuration;
+    # the gradients zeroed in place (with grad views: views of the runtime's buffers)
     base = dict(cases[0][1])
     rt.sync({**base, "transport": "pushpull", "servers": 1, "streams": 7} if leader else None)
     for q in params:
-        q.grad = None
+        if q.grad is not None:
+            q.grad.zero_()
     g = torch.Generator().manual_seed(4242 + info.rank)
     targets = [torch.randn(q.shape, generator=g).to(q.dtype) for q in params]
     torch.stack([(q * t).sum().float() for q, t in zip(params, targets)]).sum().backward()
+    rec["fault_viewed"] = _viewed(rt, params)
+    before = [None if q.grad is None else q.grad.clone() for q in params]
     try:
         rt.wait()
         rec["injected"] = "NO ERROR"
     except RuntimeFault as e:
         rec["injected"] = f"recoverable={e.recoverable}"
+    rec["intact"] = all((b is None and q.grad is None) or torch.equal(b, q.grad)
+                        for b, q in zip(before, params))
     rt.sync({**base, "transport": "allreduce", "streams": 3, "intra": "scatter"}
             if leader else None)
     refs = _reference(params, use, wg, len(info.workers))
@@ -411,9 +436,11 @@ def run_faults(out: Path) -> None:
                 os.kill(int(store.get(f"autotune/pid/{server}").decode()), signal.SIGKILL)
             else:
                 time.sleep(1.0)
-        for q in params:
-            q.grad = None
+        for q in params:  # zeroed in place (with grad views: views of the last averages)
+            if q.grad is not None:
+                q.grad.zero_()
         sum((q * (info.rank + 1)).sum() for q in params).backward()
+        viewed = (_viewed(rt, params), _viewed(rt, params, working=True))
         t0 = time.monotonic()
         try:
             rt.wait()
@@ -421,7 +448,7 @@ def run_faults(out: Path) -> None:
         except RuntimeFault as e:
             rec.update(fault=str(e), rank=e.rank, recoverable=e.recoverable,
                        seconds=time.monotonic() - t0, iteration=it, timeout=timeout,
-                       server=server)
+                       server=server, viewed=viewed)
             rec["intact"] = all(torch.equal(q.grad, torch.full_like(q, info.rank + 1))
                                 for q in params)
             break
@@ -488,7 +515,7 @@ if __name__ == "__main__":
         run_faults(outdir)
     elif mode == "stall":
         run_stall(outdir)
-    elif mode == "staged":
+    elif mode in ("staged", "views"):  # the same job; the environment makes the difference
         run_staged(outdir)
     else:
         raise SystemExit(f"unknown mode {mode}")

@@ -52,7 +52,8 @@ class Averager:
 
     def __init__(self, info: WorldInfo, active: Active, layout: Layout, groups: GroupCache,
                  faults: FaultInjector, liveness: Liveness, timeout: float,
-                 describe: Callable[[int], str], copy_cpu: bool = False):
+                 describe: Callable[[int], str], copy_cpu: bool = False,
+                 grad_views: bool | None = None):
         self.active = active
         self.layout = layout
         self.groups = groups
@@ -69,7 +70,7 @@ class Averager:
         self.accumulating = False             # inside no_sync(): hooks leave .grad alone
         self._hooks: list[Any] = []           # gradient hooks (workers)
         self._had_grad: list[bool] = []
-        self.copies = GradientCopies(active, layout, info.rank, timeout, copy_cpu)
+        self.copies = GradientCopies(active, layout, info.rank, timeout, copy_cpu, grad_views)
 
     def reset(self) -> None:
         """Forget the open round (after the servers were dropped: it is averaged again)."""

@@ -9,7 +9,17 @@ active configuration (:class:`~autotune.runtime.reconfigure.Active`), one small 
   :class:`~autotune.runtime.staging.HostStaging`, on the staging side stream, and its
   :class:`~autotune.runtime.staging.Staged` returned for the round to wait on;
 * :meth:`GradientCopies.write_back` puts a completed round's averages into ``.grad``
-  (non-blocking for staged gradients, see there for the ordering);
+  (non-blocking for staged gradients, see there for the ordering). With ``grad_views``
+  (opt-in, as DDP's ``gradient_as_bucket_view`` is; ``AUTOTUNE_GRAD_VIEWS=1``,
+  :func:`grad_views_from_env`) a CPU gradient is not copied back: ``.grad`` becomes a
+  view of the averages in the flat buffer, and the next round packs into a spare buffer
+  of the same size (:meth:`~autotune.runtime.reconfigure.Active.rotate`), so that no
+  reduction writes into memory that ``.grad`` shows: after a fault the gradients are
+  intact and ``retry()`` averages them again. The pack copy stays, for that reason
+  (gradients written straight into the buffer would be reduced in place). The price, and
+  why it is not the default: ``.grad`` is a new tensor after every round (zeroing it in
+  place does not keep its identity, as it does without views and in DDP), and a ``.grad``
+  tensor kept from an earlier round is overwritten two rounds later;
 * :meth:`GradientCopies.drain` is the wait before a new round writes into the buffers:
   every staged copy of earlier rounds completed (bounded by ``timeout``).
 
@@ -18,6 +28,7 @@ active configuration (:class:`~autotune.runtime.reconfigure.Active`), one small 
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Sequence
 
@@ -29,18 +40,29 @@ from .reconfigure import Active
 from .staging import HostStaging, Staged
 
 
+GRAD_VIEWS_ENV = "AUTOTUNE_GRAD_VIEWS"
+
+
+def grad_views_from_env() -> bool:
+    """Whether ``AUTOTUNE_GRAD_VIEWS`` asks for CPU ``.grad`` tensors as views of the
+    averages (``1``/``true``/``yes``; off when unset)."""
+    return os.environ.get(GRAD_VIEWS_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 class GradientCopies:
     """Copies between ``.grad`` and the flat buffers of ``active`` (see the module
     docstring). ``rank``: named in errors; ``timeout``: the bound of :meth:`drain`;
-    ``copy_cpu``: stage CPU gradients too (tests)."""
+    ``copy_cpu``: stage CPU gradients too (tests); ``grad_views``: CPU ``.grad`` become
+    views of the averages (``None``: :func:`grad_views_from_env`)."""
 
     def __init__(self, active: Active, layout: Layout, rank: int, timeout: float,
-                 copy_cpu: bool = False):
+                 copy_cpu: bool = False, grad_views: bool | None = None):
         self.active = active
         self.layout = layout
         self.rank = rank
         self.timeout = timeout
         self.copy_cpu = bool(copy_cpu)
+        self.grad_views = grad_views_from_env() if grad_views is None else bool(grad_views)
         self._lock = threading.Lock()         # making a HostStaging (hooks may race)
         self._stagers: dict[torch.device, HostStaging] = {}
         self._last: dict[torch.device, Staged] = {}  # latest copy issued per side stream
@@ -98,8 +120,10 @@ class GradientCopies:
         on the same side stream, so the device orders those anyway.)"""
         a = self.active
         setup = a.setup
-        res = a.out if setup.pushpull else a.inp
+        which = "out" if setup.pushpull else "inp"
+        res = getattr(a, which)
         ordered: dict[torch.device, Staged] = {}
+        viewed: set[str] = set()  # dtypes whose buffer .grad now shows
         for pos, reg in enumerate(self.layout.order):
             numel, dtype = setup.sizes[pos]
             p = self.layout.params[reg]
@@ -109,6 +133,9 @@ class GradientCopies:
                 if stage and numel:
                     st = self._note(self._stager(p.grad.device).to_device(view, p.grad))
                     ordered[p.grad.device] = st
+                elif self.grad_views and numel and p.grad.stride() == view.stride():
+                    p.grad = view
+                    viewed.add(dtype)
                 else:
                     p.grad.copy_(view)
             elif not had_grad[pos] and numel and bool(view.any()):
@@ -116,10 +143,15 @@ class GradientCopies:
                     g = torch.empty(p.shape, dtype=p.dtype, device=p.device)
                     ordered[p.device] = self._note(self._stager(p.device).to_device(view, g))
                     p.grad = g
+                elif self.grad_views:
+                    p.grad = view
+                    viewed.add(dtype)
                 else:
                     p.grad = view.clone(memory_format=torch.contiguous_format)
         for st in ordered.values():  # the latest copy per side stream: all before it too
             st.order()
+        if viewed:
+            a.rotate(which, viewed)
 
     def _stager(self, device: torch.device) -> HostStaging:
         """The staging of ``device`` (made on first use, one per device)."""

@@ -61,7 +61,8 @@ class Runtime:
     rank; the broken state); the Runtime runs the protocol between them."""
 
     def __init__(self, joined: Joined, heartbeat: float, control_timeout: float,
-                 faults: FaultInjector | None = None, copy_cpu: bool | None = None):
+                 faults: FaultInjector | None = None, copy_cpu: bool | None = None,
+                 grad_views: bool | None = None):
         info = self.info = joined.info
         self.limits = joined.limits
         self.timeout = float(joined.timeout)
@@ -76,7 +77,8 @@ class Runtime:
         self._active = Active(info, self._layout, self._groups, self._faults)
         self._averager = Averager(info, self._active, self._layout, self._groups, self._faults,
                                   self._liveness, self.timeout, joined.describe,
-                                  stage_cpu_from_env() if copy_cpu is None else copy_cpu)
+                                  stage_cpu_from_env() if copy_cpu is None else copy_cpu,
+                                  grad_views)
         self._blame = Blame(info, self._liveness, joined.describe, self._plane, self._groups,
                             self._active, self._layout, self._averager)
         self._sync = SyncProtocol(info, self.limits, self._layout, self._active, self._groups,
@@ -90,7 +92,8 @@ class Runtime:
                   max_streams: int = Limits.max_streams,
                   control_timeout: float = 3600.0, heartbeat: float = 0.5,
                   faults: FaultInjector | None = None,
-                  copy_cpu: bool | None = None) -> "Runtime":
+                  copy_cpu: bool | None = None,
+                  grad_views: bool | None = None) -> "Runtime":
         """Collective on an initialised ``torch.distributed`` world (every rank, servers
         too): learn roles and machines, create the control and worker groups
         (:func:`~autotune.runtime.bootstrap.join`).
@@ -107,10 +110,13 @@ class Runtime:
         ``timeout`` and ``max_streams``. ``faults``: injected faults for tests (default:
         the rules of ``AUTOTUNE_FAULT``, none when it is unset). ``copy_cpu``: CPU
         gradients go through host staging too, into the flat buffers and back, as CUDA
-        gradients do (tests; default: ``AUTOTUNE_STAGE_CPU``, off when unset)."""
+        gradients do (tests; default: ``AUTOTUNE_STAGE_CPU``, off when unset).
+        ``grad_views``: after each round, CPU ``.grad`` tensors are views of the averages,
+        not copies (default: ``AUTOTUNE_GRAD_VIEWS``, off when unset; see
+        :mod:`autotune.runtime.copies`)."""
         joined = join(timeout, role, max_streams)
         faults = faults if faults is not None else FaultInjector.from_env(joined.info.rank)
-        rt = cls(joined, heartbeat, control_timeout, faults, copy_cpu)
+        rt = cls(joined, heartbeat, control_timeout, faults, copy_cpu, grad_views)
         if joined.info.servers:
             streams = min(FALLBACK_STREAMS, joined.limits.max_streams)
             rt._groups.ensure([("ar", s) for s in range(streams)])

@@ -68,11 +68,25 @@ class Active:
         self.pools: list[BufferPool] = []
         self.pinned = False                   # inp/out are pinned (CUDA gradients staged)
         self.residuals = Residuals()          # error feedback, kept across configurations
+        self.spares: dict[str, dict[str, torch.Tensor]] = {"inp": {}, "out": {}}  # rotate()
         self.lost_servers: tuple[int, ...] = ()  # servers given up; the workers go on alone
 
     def release(self) -> None:
         """Let go of the buffers (at shutdown)."""
         self.inp, self.out, self.pools = {}, {}, []
+        self.spares = {"inp": {}, "out": {}}
+
+    def rotate(self, which: str, dtypes: set[str]) -> None:
+        """``.grad`` tensors now show the ``which`` (``"inp"`` or ``"out"``) buffers of
+        ``dtypes``: from the next round on, work in a spare of each instead (made on first
+        use, then the two alternate), so that no reduction writes into what ``.grad``
+        shows (:mod:`autotune.runtime.copies`)."""
+        bufs, spares = getattr(self, which), self.spares[which]
+        for d in dtypes:
+            spare = spares.get(d)
+            if spare is None or spare.shape != bufs[d].shape:
+                spare = torch.empty(bufs[d].shape, dtype=bufs[d].dtype, pin_memory=self.pinned)
+            spares[d], bufs[d] = bufs[d], spare
 
     # ------------------------------------------------------------------ step 1
     def prepare(self, config: RuntimeConfig, rows: list[list[int]] | None, version: int,
@@ -139,6 +153,9 @@ class Active:
         through ``control_op`` (the Runtime's bounded point-to-point)."""
         old, old_order = self.setup, self.layout.order
         self.config, self.setup = cand.config, cand.setup
+        for which in ("inp", "out"):  # spares of buffers no longer in use
+            if getattr(cand, which) is not getattr(self, which):
+                self.spares[which] = {}
         self.inp, self.out, self.pinned = cand.inp, cand.out, cand.pinned
         self.pools = [BufferPool() for _ in range(cand.setup.streams)]
         if cand.relaid:

@@ -14,8 +14,12 @@ import pytest
 import runtime_helpers as rh
 
 
-def test_killed_server_is_dropped_and_the_iteration_averaged_again(tmp_path) -> None:
-    code, log = rh.launch_group("faults", tmp_path, workers=2, servers=1, machines=None)
+@pytest.mark.parametrize("views", [False, True], ids=["copies", "grad-views"])
+def test_killed_server_is_dropped_and_the_iteration_averaged_again(tmp_path, views) -> None:
+    # grad views: .grad shows the last round's averages, and the round the server dies in
+    # has pulled part of its results; they must land elsewhere, so .grad stays intact
+    code, log = rh.launch_group("faults", tmp_path, workers=2, servers=1, machines=None,
+                                extra_env={"AUTOTUNE_GRAD_VIEWS": "1" if views else "0"})
     # the launcher reports the killed server; the workers finish: the job succeeds
     assert code == 0 and "rank 2 (server) failed, killed by SIGKILL" in log, log[-3000:]
     for r in range(2):
@@ -28,6 +32,8 @@ def test_killed_server_is_dropped_and_the_iteration_averaged_again(tmp_path) -> 
         assert res["recoverable"] is True
         assert res["seconds"] < res["timeout"], res
         assert res["intact"], ".grad was written although the averaging failed"
+        # both gradients views (none of the buffers the round reduced into), or none
+        assert res["viewed"] == ([2, 0] if views else [0, 0]), res
         # push/pull through the lost server is refused from now on, all-reduce works
         assert res["after"].startswith("ConfigError") and "were lost" in res["after"]
         assert res["retried"], "the same gradients, averaged again, are the mean"
