@@ -129,7 +129,12 @@ def _stop_tune(args: list[str], tmp_path: Path, sig: int, code: int, start_s: fl
     before = _wait_for_trials(proc, db, timeout=start_s)
     proc.send_signal(sig)
     rc, out = _ended(proc, timeout=end_s)
-    assert rc == code, out[-3000:]
+    # 128 + N, or killed by signal N, which a shell shows as the same $? (128 + N). Seen
+    # once in a full run (-2 after the handler had printed and called sys.exit(130); not
+    # reproduced in 55 tries alone): CPython re-kills itself with SIGINT at exit when a
+    # KeyboardInterrupt passed through code it ran by PyRun_*, even one caught later
+    assert rc in (code, -(code - 128)), out[-3000:]
+    assert "the run was closed as aborted" in out, out[-3000:]
     (run,) = _store_runs(db)
     assert run["status"] == "aborted" and run["finished"] and run["trials"] >= before["trials"]
 
