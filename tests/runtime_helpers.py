@@ -71,6 +71,12 @@ def sweep_cases(full: bool = False) -> list[tuple[str, dict]]:
     return cases
 
 
+def case_ids(cases: list[tuple[str, dict]]) -> list[str]:
+    """Test ids for (shape set, config) cases, e.g. ``mixed-pushpull-k1-root0-s2-64K``."""
+    return [f"{s}-{c['transport']}-k{c['servers']}-{c['intra']}{c['reduce_root']}"
+            f"-s{c['streams']}-{c['chunk_bytes'] // 1024}K" for s, c in cases]
+
+
 def staged_cases() -> list[tuple[str, dict]]:
     """(shape set, config) of the staging launch: 2 workers on one machine and 1 server;
     every (transport, k, intra) with two (streams, chunk) pairs on the mixed set, then the

@@ -33,9 +33,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 
 @pytest.mark.parametrize("index", range(len(CASES)),
-                         ids=[f"{s}-{c['transport']}-k{c['servers']}-{c['intra']}{c['reduce_root']}"
-                              f"-s{c['streams']}-{c['chunk_bytes'] // 1024}K"
-                              for s, c in CASES])
+                         ids=rh.case_ids(CASES))
 def test_views_average_is_all_reduce_bit_for_bit(results: list[dict], index: int) -> None:
     shape_set, cfg = CASES[index]
     for r, res in enumerate(results):

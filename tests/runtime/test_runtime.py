@@ -36,9 +36,7 @@ def test_world_info(results: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("index", range(len(CASES)),
-                         ids=[f"{s}-{c['transport']}-k{c['servers']}-{c['intra']}{c['reduce_root']}"
-                              f"-s{c['streams']}-{c['chunk_bytes'] // 1024}K"
-                              for s, c in CASES])
+                         ids=rh.case_ids(CASES))
 def test_average_matches_all_reduce(results: list[dict], index: int) -> None:
     shape_set, cfg = CASES[index]
     for r, res in enumerate(results):
