@@ -46,7 +46,11 @@ CONFIGS = {
     "allreduce 256 KiB": {"transport": "allreduce", "streams": 2, "chunk_bytes": 256 * 1024},
     "pushpull k=1 4 MiB": {"transport": "pushpull", "servers": 1, "streams": 2,
                            "chunk_bytes": 4 * MiB},
+    "allreduce 64 KiB": {"transport": "allreduce", "streams": 2, "chunk_bytes": 64 * 1024},
+    "pushpull k=1 64 KiB": {"transport": "pushpull", "servers": 1, "streams": 2,
+                            "chunk_bytes": 64 * 1024},
 }
+DEFAULT_CONFIGS = ",".join(list(CONFIGS)[:3])
 
 
 def _quartiles(xs: list[float]) -> tuple[float, float, float]:
@@ -61,8 +65,14 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=20, help="per variant and configuration")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--in-place", action="store_true", help="zero .grad in place, not None")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS,
+                    help=f"comma-separated, of: {', '.join(CONFIGS)} (default the first three)")
     ap.add_argument("--json", type=Path, default=RESULTS / "grad_views_bench.json")
     args = ap.parse_args()
+    chosen = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in CONFIGS]
+    if unknown:
+        ap.error(f"--configs: unknown {unknown}; choose from {list(CONFIGS)}")
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -81,7 +91,8 @@ def main() -> None:
     gb = args.mib * MiB / 1e9
     rows: dict[str, dict[str, Any]] = {}
     exact = True
-    for name, cfg in CONFIGS.items():
+    for name in chosen:
+        cfg = CONFIGS[name]
         if cfg.get("servers", 0) > len(info.servers):
             continue
         samples: dict[bool, dict[str, list[float]]] = {
