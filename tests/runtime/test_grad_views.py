@@ -66,3 +66,26 @@ def test_views_are_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert grad_views_from_env()
     monkeypatch.setenv(GRAD_VIEWS_ENV, "0")
     assert not grad_views_from_env()
+
+
+def test_the_cpu_per_gb_benchmark_runs_and_checks_its_averages(tmp_path) -> None:
+    """``benchmarks/grad_views_bench.py`` (a smoke run: 4 MiB, 2 iterations per variant):
+    both variants measured on every configuration asked for, every average exact."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "gv.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.launch", "-n", "2", "-k", "1",
+         str(rh.ROOT / "benchmarks" / "grad_views_bench.py"), "--mib", "4", "--tensors", "4",
+         "--iterations", "2", "--warmup", "1", "--configs",
+         "allreduce 64 KiB,pushpull k=1 4 MiB", "--json", str(out)],
+        cwd=rh.ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    res = json.loads(out.read_text())
+    assert res["exact"] and set(res["rows"]) == {"allreduce 64 KiB", "pushpull k=1 4 MiB"}
+    for row in res["rows"].values():
+        for variant in ("copies", "views"):
+            lo, mid, hi = row[variant]["cpu"]
+            assert 0 < lo <= mid <= hi
