@@ -253,7 +253,8 @@ class Cluster:
         placement = list(hosts) if hosts is not None else list(range(world))
         if len(placement) != world:
             raise EmulatorError(f"hosts lists {len(placement)} hosts for {world} ranks")
-        if (hosts is None and world > len(self.hosts)) or any(not 0 <= h < len(self.hosts) for h in placement):
+        crowded = hosts is None and world > len(self.hosts)  # given hosts may be shared
+        if crowded or any(not 0 <= h < len(self.hosts) for h in placement):
             raise EmulatorError(f"{workers} workers + {servers} servers do not fit on "
                                 f"{len(self.hosts)} hosts")
         port = self._next_port

@@ -309,11 +309,13 @@ class TrialSchedule:
         if (self.probe is None or not self.probe_times or self.tuner is None
                 or self._capped is None or not self._capped()):
             return
-        streams, chunk = self.probe["streams"], self.probe.get("chunk_bytes")
-        self.tuner.try_first([{**c, "streams": streams,
-                               **({"chunk_bytes": min(c["chunk_bytes"], chunk)}
-                                  if chunk and "chunk_bytes" in c else {})}
-                              for c in self.space.seeds()], technique=SEED)
+        seeds = []
+        for c in self.space.seeds():  # the probe's streams, chunks no larger than its
+            seed = {**c, "streams": self.probe["streams"]}
+            if "chunk_bytes" in c:
+                seed["chunk_bytes"] = min(c["chunk_bytes"], self.probe["chunk_bytes"])
+            seeds.append(seed)
+        self.tuner.try_first(seeds, technique=SEED)
 
     def _measured(self, seconds: float, failed: str | None) -> Config:
         """An iteration of the trial under way ran."""

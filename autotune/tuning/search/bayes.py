@@ -74,7 +74,7 @@ class BayesianSearch(Searcher):
         scored = self.obs.scored()
         X = [[k[i] for i in self._vary] for k, _ in scored]
         means = [st.mean for _, st in scored]
-        y = [-math.log(m) for m in means] if all(m > 0 for m in means) else [-m for m in means]
+        y = [-math.log(m) for m in means] if self._log_scale() else [-m for m in means]
         if y:
             worst = max(y)
             for k, st in self.obs.stats.items():
@@ -82,6 +82,10 @@ class BayesianSearch(Searcher):
                     X.append([k[i] for i in self._vary])
                     y.append(worst)
         return X, y
+
+    def _log_scale(self) -> bool:
+        """Whether the GP models -log(score) (every mean positive), else -score."""
+        return all(st.mean > 0 for _, st in self.obs.scored())
 
     def _fit(self) -> Any:
         """The skopt Optimizer with a GP fitted on the current data (cached).
@@ -176,8 +180,7 @@ class BayesianSearch(Searcher):
         best = self._best_ei
         opt = self._fit()
         mu = float(opt.models[-1].predict(opt.space.transform(row[:, self._vary].tolist()))[0])
-        logs = all(st.mean > 0 for _, st in self.obs.scored())  # as _data models them
-        return ei, max(best, ei), math.exp(-mu) if logs else -mu
+        return ei, max(best, ei), math.exp(-mu) if self._log_scale() else -mu
 
 
 class OptunaSearch(Searcher):
