@@ -7,6 +7,10 @@ serves whatever plan the workers use, one iteration per ``sync``, until the lead
 
 ``-h``/``--help`` prints what it is and the environment it needs; a missing or malformed
 environment is a usage error (exit code 2, no traceback) before torch is imported.
+
+``AUTOTUNE_TRACE=DIR`` (diagnosis): the server records its operations
+(:mod:`autotune.runtime.trace`) and writes them to ``DIR/rank<r>.json`` when it stops,
+beside the workers' traces, for ``benchmarks/timeline.py``.
 """
 
 from __future__ import annotations
@@ -112,15 +116,21 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch.distributed as dist
 
-    from autotune.runtime import Runtime
+    from autotune.runtime import Runtime, trace
     from autotune.runtime.errors import install_excepthook
 
     dist.init_process_group("gloo")
     install_excepthook()  # a worker's failure ends the server with one line naming it
     rt = Runtime.bootstrap(timeout=timeout, role="server")
+    folder = os.environ.get("AUTOTUNE_TRACE")
+    if folder:
+        trace.start()
     try:
         serve(rt)
     finally:
+        if folder:
+            trace.dump(os.path.join(folder, f"rank{rt.info.rank}.json"), rank=rt.info.rank,
+                       role="server")
         rt.shutdown()
     dist.destroy_process_group()
     return 0

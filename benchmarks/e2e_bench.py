@@ -92,15 +92,20 @@ def fixed_main(a: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from autotune.runtime import Runtime
+    from autotune.runtime import Runtime, trace
     from autotune.server import serve
 
     torch.set_num_threads(1)
     patch_depth(a.depth)
     dist.init_process_group("gloo")
     rt = Runtime.bootstrap(timeout=600)
+    if a.trace:  # diagnosis only: every rank's operations, for benchmarks/timeline.py
+        trace.start()
     if not rt.info.is_worker:
         serve(rt)
+        if a.trace:
+            trace.dump(Path(a.trace) / f"rank{rt.info.rank}.json", rank=rt.info.rank,
+                       role="server")
         rt.shutdown()
         return
     rank, n = rt.info.rank, a.workers
@@ -112,12 +117,15 @@ def fixed_main(a: argparse.Namespace) -> None:
     for cfg in parse_fixed(a.fixed):
         times = []
         for i in range(a.warmup + a.repeats):
+            s0 = time.perf_counter()
             rt.sync(cfg if leader else None)
             t0 = time.perf_counter()
             model.zero_grad(set_to_none=False)
             model(x).backward()
             rt.wait()
-            t = rt.worker_max(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            trace.mark(f"iteration {fmt_cfg(cfg)} {i}", s0, t1)  # from the sync
+            t = rt.worker_max(t1 - t0)
             if i >= a.warmup:
                 times.append(t)
         check_average(model, (n + 1) / 2, f"fixed {cfg}")
@@ -125,6 +133,8 @@ def fixed_main(a: argparse.Namespace) -> None:
         if leader:
             print(f"fixed {fmt_cfg(cfg)}: {median(times):.3f} s {times}", flush=True)
     rt.sync(stop=True) if leader else rt.sync()
+    if a.trace:
+        trace.dump(Path(a.trace) / f"rank{rank}.json", rank=rank, role="worker")
     rt.shutdown()
     if leader:
         emit({"fixed": rows})
@@ -203,6 +213,7 @@ def run(a: argparse.Namespace) -> dict:
                 argv = me + ["--job", "fixed", "--fixed", a.fixed, "--repeats", str(a.repeats),
                              "--warmup", str(a.warmup)] + common
                 argv += ["--depth", a.depth] if a.depth else []
+                argv += ["--trace", str(a.trace)] if a.trace else []
                 job = c.launch(argv, workers=n, servers=kf, timeout_s=a.timeout,
                                echo=echo).check()
             out["fixed"] = job.last_json(MARK)["fixed"]
@@ -342,6 +353,9 @@ def main(argv: list[str] | None = None) -> None:
                          "'ar:1x4M,pp4:1x64K' (transport[servers]:streams x chunk)")
     ap.add_argument("--depth", default=None,
                     help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="diagnosis: the --fixed runs write every rank's operations to "
+                         "TRACE/rank<r>.json (read them with benchmarks/timeline.py)")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--json", type=Path, default=None)

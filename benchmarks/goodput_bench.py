@@ -29,6 +29,9 @@ a PNG:
     sudo .venv/bin/python benchmarks/goodput_bench.py                       # ~8 min
     sudo .venv/bin/python benchmarks/goodput_bench.py --settings 1x4M,4x4M --servers 0,4
     sudo .venv/bin/python benchmarks/goodput_bench.py --rate 400mbit --flow-cap 100mbit
+
+``--trace DIR`` records every rank's operations (``autotune.runtime.trace``) for
+``benchmarks/timeline.py``, the per-stage timeline of one iteration.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def rank_main(a: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from autotune.runtime import Runtime
+    from autotune.runtime import Runtime, trace
     from autotune.server import serve
 
     torch.set_num_threads(1)
@@ -91,8 +94,12 @@ def rank_main(a: argparse.Namespace) -> None:
     rank, n = dist.get_rank(), a.workers
     workers = dist.new_group(list(range(n)))  # every rank, before the runtime's groups
     rt = Runtime.bootstrap(timeout=300)
+    if a.trace:  # diagnosis only (--trace): every rank's operations, for timeline.py
+        trace.start()
     if not rt.info.is_worker:
         serve(rt)
+        if a.trace:
+            trace.dump(Path(a.trace) / f"rank{rank}.json", rank=rank, role="server")
         rt.shutdown()
         dist.destroy_process_group()
         return
@@ -125,11 +132,13 @@ def rank_main(a: argparse.Namespace) -> None:
         for i in range(a.warmup + a.repeats):
             for p in params:
                 p.grad.fill_(mine)
-            c0 = os.times()  # every thread of this process: the runtime's CPU
+            c0, s0 = os.times(), time.perf_counter()  # os.times: every thread's CPU
             active = rt.sync(cfg if leader else None)
             t0 = time.perf_counter()
             rt.wait()
-            t, c1 = time.perf_counter() - t0, os.times()
+            t1, c1 = time.perf_counter(), os.times()
+            t = t1 - t0
+            trace.mark(f"iteration {fmt_cfg(cfg)} {i}", s0, t1)  # from the sync
             t = rt.worker_max(t)
             c = rt.worker_max(c1.user + c1.system - c0.user - c0.system)
             k = rt.worker_max(c1.system - c0.system)  # of it in the kernel (TCP, shaping)
@@ -149,6 +158,8 @@ def rank_main(a: argparse.Namespace) -> None:
         emit({"bytes": numel * a.tensors * 4, "gloo_allreduce_s": ref, "rows": rows})
     else:
         rt.sync()
+    if a.trace:
+        trace.dump(Path(a.trace) / f"rank{rank}.json", rank=rank, role="worker")
     rt.shutdown()
     dist.destroy_process_group()
 
@@ -177,7 +188,8 @@ def run(a: argparse.Namespace) -> dict:
         argv = [sys.executable, os.path.abspath(__file__), "--job", "--workers", str(n),
                 "--mbytes", str(a.mbytes), "--tensors", str(a.tensors),
                 "--repeats", str(a.repeats), "--warmup", str(a.warmup),
-                "--configs", json.dumps(cfgs)] + (["--depth", a.depth] if a.depth else [])
+                "--configs", json.dumps(cfgs)] + (["--depth", a.depth] if a.depth else []) \
+            + (["--trace", str(a.trace)] if a.trace else [])
         con.print(f"timing {len(cfgs)} configurations x {a.warmup}+{a.repeats} iterations")
         job = c.launch(argv, workers=n, servers=kmax, timeout_s=a.timeout,
                        echo=sys.stderr if a.verbose else None).check()
@@ -307,6 +319,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--depth", default=None,
                     help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="diagnosis: every rank writes its operations to TRACE/rank<r>.json "
+                         "(read them with benchmarks/timeline.py)")
     ap.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--configs", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

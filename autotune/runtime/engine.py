@@ -22,6 +22,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
+from . import trace
 from .errors import RuntimeFault
 
 
@@ -45,27 +46,36 @@ class Op:
     __slots__ = ("work", "what", "peers")
 
     def __init__(self, work: Any, what: str, peers: Sequence[int]):
-        self.work = work
+        self.work = work  # a trace.Watched while :mod:`.trace` records
         self.what = what
         self.peers = peers
 
     def wait(self, timeout: float) -> None:
+        watched = self.work if isinstance(self.work, trace.Watched) else None
+        waited = trace.now() if watched else 0.0
         try:
-            ok = self.work.wait(timedelta(seconds=timeout))
+            ok = (watched.wait(timeout) if watched
+                  else self.work.wait(timedelta(seconds=timeout)))
         except Exception as e:  # gloo raises on timeout, closed connections, ...
             raise OpError(self.what, self.peers, e) from e
         if ok is False:
             raise OpError(self.what, self.peers, f"timed out after {timeout:.0f}s")
+        if watched:
+            trace.record(self.what, self.peers, watched.nbytes, watched.issued, waited,
+                         watched.done)
 
 
 def issue(what: str, peers: Sequence[int], fn: Callable[..., Any], *args: Any,
           **kwargs: Any) -> Op:
     """Start ``fn(*args, **kwargs)`` (an async ``torch.distributed`` call) as an :class:`Op`;
     an error while issuing (gloo may fail at once on a closed connection) is an OpError."""
+    issued = trace.now() if trace.on() else 0.0
     try:
         work = fn(*args, **kwargs)
     except Exception as e:
         raise OpError(what, peers, e) from e
+    if issued:
+        work = trace.watch(what, work, issued, trace.nbytes_of(args))
     return Op(work, what, peers)
 
 
