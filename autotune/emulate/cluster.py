@@ -111,10 +111,16 @@ class Cluster:
                 f"link set {h.ifname} up"]) + "\n")
             netns.sh("ip", "-n", br, "-batch", "-", stdin="\n".join([
                 f"link set {peer} master br0", f"link set {peer} up"]) + "\n")
-            netns.sh("tc", "-n", h.netns, "-batch", "-",
-                     stdin="\n".join(tc_lines(h.ifname, self.link)) + "\n")
-            netns.sh("tc", "-n", br, "-batch", "-",
-                     stdin="\n".join(tc_lines(peer, self.link)) + "\n")
+            self._shape(h, self.link)
+
+    def _shape(self, h: Host, link: LinkSpec) -> None:
+        """Both directions of host ``h``'s NIC: its egress (to a peer) and the bridge's
+        port toward it (from a peer); per-flow buckets tell the peers apart."""
+        peers = [o.addr for o in self.hosts if o.index != h.index]
+        for ns, dev, peer_is in ((h.netns, h.ifname, "dst"),
+                                 (self.bridge_netns, f"h{h.index}", "src")):
+            netns.sh("tc", "-n", ns, "-batch", "-",
+                     stdin="\n".join(tc_lines(dev, link, peers, peer_is)) + "\n")
 
     def reshape(self, rate: str | int | None = None, *, flow_cap: str | int | None = None,
                 hosts: Sequence[int] | None = None) -> LinkSpec:
@@ -128,7 +134,7 @@ class Cluster:
             h = self.hosts[i]
             for ns, dev in ((h.netns, h.ifname), (self.bridge_netns, f"h{h.index}")):
                 netns.sh("tc", "-n", ns, "qdisc", "del", "dev", dev, "root")
-                netns.sh("tc", "-n", ns, "-batch", "-", stdin="\n".join(tc_lines(dev, link)) + "\n")
+            self._shape(h, link)
         if hosts is None:
             self.link = link
         return link

@@ -8,13 +8,25 @@ cap, optional latency) into the ``tc`` commands that shape one direction of one 
 * Per-flow cap: an ``htb`` tree instead. Class ``1:1`` holds the NIC rate; one leaf per
   bucket of port bits (``2 * flow_bits`` bits: bits 1.. of the source and of the
   destination port, bit 0 is skipped because Linux gives ephemeral ports one parity),
-  each guaranteed ``rate / buckets`` and allowed to borrow up to the per-flow cap. A
-  ``u32`` filter sends each TCP flow to its bucket, so one flow is held to the cap while
-  several flows (several streams) share the whole NIC. Two flows whose port bits collide
-  share one cap. Between two hosts one port is a listener's, so only the other side's
-  ``flow_bits`` tell flows apart (16 buckets at the default 4; Linux adds random steps
-  between ephemeral ports): 8 equal flows lose ~9% to collisions on average, 16 ~1%.
-  Real per-flow caps do not collide; 4 bits is the most that keeps the rule list short.
+  each guaranteed ``rate / buckets`` and allowed to borrow up to the per-flow cap, so one
+  flow is held to the cap while several flows (several streams) share the whole NIC. Two
+  flows in one bucket share one cap.
+
+  - Without ``peers``, a ``u32`` filter per bucket matches the port bits. Flows to or
+    from different hosts then collide too: the flows from 4 workers into one server share
+    the server's listener port, so only 16 values of their own ports tell them apart, and
+    one job in 3 drew a collision that halved a flow (``benchmarks/RESULTS.md``, "Push/pull
+    under a per-flow cap, stage by stage").
+  - With ``peers`` (the other hosts' addresses, and whether the peer is the packets'
+    destination, on a host's own NIC, or their source, on the bridge's side), ``u32`` hash
+    tables key the bucket on the peer as well: peer ``p`` (its position in ``peers``)
+    puts a flow with port bits ``(s, d)`` in bucket ``((s + p) mod 2**flow_bits, (d + p)
+    mod 2**flow_bits)``. Flows from different peers that share a listener port then never
+    share a bucket (up to ``2**flow_bits`` peers); flows to one peer collide as before,
+    about 1 pair in ``2**(2 * flow_bits)`` when both ports differ. Three hash lookups per
+    packet instead of a walk over every bucket's filter.
+
+  Real per-flow caps do not collide.
 * Latency: a ``netem`` delay as the child of each shaping leaf (needs ``sch_netem``).
 """
 
@@ -22,6 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 from autotune.errors import AutotuneError
 
@@ -131,8 +144,13 @@ def _netem_line(dev: str, parent: str, handle: str, spec: LinkSpec) -> str:
     return f"qdisc add dev {dev} parent {parent} handle {handle} netem delay {us}us limit 100000"
 
 
-def tc_lines(dev: str, spec: LinkSpec) -> list[str]:
-    """``tc -batch`` lines that shape egress of ``dev`` per ``spec``."""
+PEER_AWARE_MAX = 32  # more peers than this: the port-bits filters alone (the rule list grows)
+
+
+def tc_lines(dev: str, spec: LinkSpec, peers: Sequence[str] = (), peer_is: str = "dst") -> list[str]:
+    """``tc -batch`` lines that shape egress of ``dev`` per ``spec``. ``peers``: the other
+    hosts' IPv4 addresses, which per-flow buckets then tell apart; ``peer_is``: ``"dst"``
+    on a host's NIC (its egress goes to the peer), ``"src"`` on the bridge's side of it."""
     if spec.flow_cap_bps is None:
         lines = [
             f"qdisc add dev {dev} root handle 1: tbf rate {spec.rate_bps}bit "
@@ -141,7 +159,9 @@ def tc_lines(dev: str, spec: LinkSpec) -> list[str]:
         if spec.latency_s > 0:
             lines.append(_netem_line(dev, "1:1", "10:", spec))
         return lines
-    return _htb_lines(dev, spec)
+    if peer_is not in ("dst", "src"):
+        raise ShapingError(f"peer_is must be 'dst' or 'src', got {peer_is!r}")
+    return _htb_lines(dev, spec, list(peers) if len(peers) <= PEER_AWARE_MAX else [], peer_is)
 
 
 def flow_bucket_minor(sport_bits: int, dport_bits: int, flow_bits: int) -> int:
@@ -149,7 +169,7 @@ def flow_bucket_minor(sport_bits: int, dport_bits: int, flow_bits: int) -> int:
     return 0x10 + (sport_bits << flow_bits) + dport_bits
 
 
-def _htb_lines(dev: str, spec: LinkSpec) -> list[str]:
+def _htb_lines(dev: str, spec: LinkSpec, peers: list[str], peer_is: str) -> list[str]:
     rate, cap, n = spec.rate_bps, spec.flow_cap_bps, spec.buckets
     assert cap is not None
     share = max(8000, rate // (n + 1))  # n buckets + the default class share the rate
@@ -168,20 +188,50 @@ def _htb_lines(dev: str, spec: LinkSpec) -> list[str]:
         f"match u16 0x0000 0xff00 at 2 flowid 1:2",
     ]
     leaves = ["1:2"]
-    mask = ((1 << spec.flow_bits) - 1) << 1
-    for s in range(1 << spec.flow_bits):
-        for d in range(1 << spec.flow_bits):
-            minor = f"{flow_bucket_minor(s, d, spec.flow_bits):x}"
+    bits = spec.flow_bits
+    mask = ((1 << bits) - 1) << 1
+    for s in range(1 << bits):
+        for d in range(1 << bits):
+            minor = f"{flow_bucket_minor(s, d, bits):x}"
             cb = _burst(cap)
             lines.append(
                 f"class add dev {dev} parent 1:1 classid 1:{minor} htb rate {share}bit "
                 f"ceil {cap}bit burst {cb} cburst {cb} quantum {q}")
-            lines.append(
-                f"filter add dev {dev} parent 1: protocol ip prio 2 u32 "
-                f"match ip protocol 6 0xff match ip sport {s << 1} 0x{mask:x} "
-                f"match ip dport {d << 1} 0x{mask:x} flowid 1:{minor}")
+            if not peers:
+                lines.append(
+                    f"filter add dev {dev} parent 1: protocol ip prio 2 u32 "
+                    f"match ip protocol 6 0xff match ip sport {s << 1} 0x{mask:x} "
+                    f"match ip dport {d << 1} 0x{mask:x} flowid 1:{minor}")
             leaves.append(f"1:{minor}")
+    if peers:
+        lines += _peer_filters(dev, peers, peer_is, bits)
     if spec.latency_s > 0:
         for i, leaf in enumerate(leaves):
             lines.append(_netem_line(dev, leaf, f"{0x100 + i:x}:", spec))
+    return lines
+
+
+def _peer_filters(dev: str, peers: list[str], peer_is: str, bits: int) -> list[str]:
+    """u32 hash tables: peer (one filter each in the root table) -> source port bits
+    (table ``0x100 + p``) -> destination port bits (table ``0x200 + p * n + s``) -> the
+    bucket ``((s + p) mod n, (d + p) mod n)``, ``n = 2**bits``."""
+    n = 1 << bits
+    head = f"filter add dev {dev} parent 1: protocol ip prio 2"
+    sport_key = f"hashkey mask 0x{((n - 1) << 17):08x} at 20"  # bits 1.. of the source port
+    dport_key = f"hashkey mask 0x{((n - 1) << 1):08x} at 20"   # ... of the destination port
+    lines = []
+    for p, addr in enumerate(peers):
+        lines.append(f"{head} handle {0x100 + p:x}: u32 divisor {n}")
+        for s in range(n):
+            lines.append(f"{head} handle {0x200 + p * n + s:x}: u32 divisor {n}")
+    for p, addr in enumerate(peers):
+        for s in range(n):
+            for d in range(n):
+                minor = flow_bucket_minor((s + p) % n, (d + p) % n, bits)
+                lines.append(f"{head} u32 ht {0x200 + p * n + s:x}:{d:x}: match u32 0 0 "
+                             f"flowid 1:{minor:x}")
+            lines.append(f"{head} u32 ht {0x100 + p:x}:{s:x}: match u32 0 0 {dport_key} "
+                         f"link {0x200 + p * n + s:x}:")
+        lines.append(f"{head} u32 ht 800:: match ip protocol 6 0xff match ip {peer_is} "
+                     f"{addr}/32 {sport_key} link {0x100 + p:x}:")
     return lines

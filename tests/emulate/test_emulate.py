@@ -69,6 +69,33 @@ def test_per_flow_cap_rules_bucket_every_port_pair():
         LinkSpec.build("100mbit", flow_cap="200mbit")
 
 
+def test_per_flow_buckets_tell_peers_apart():
+    """With the peers' addresses, peer p's flow with port bits (s, d) lands in bucket
+    ((s + p) mod n, (d + p) mod n): hashed on the peer, then each port's bits."""
+    spec = LinkSpec.build("200mbit", flow_cap="50mbit", flow_bits=2)
+    peers = ["10.77.0.2", "10.77.0.3", "10.77.0.4"]
+    lines = tc_lines("h0", spec, peers, "src")
+    assert not [ln for ln in lines if "sport" in ln]  # no walk over per-bucket filters
+    roots = [ln for ln in lines if "ht 800::" in ln]
+    assert [ln.split("match ip src ")[1].split("/")[0] for ln in roots] == peers
+    assert all("hashkey mask 0x00060000 at 20" in ln for ln in roots)  # source port bits 1-2
+    leaf = {}
+    for ln in lines:
+        if "flowid" in ln and " ht " in ln:
+            table, bucket = ln.split(" ht ")[1].split()[0].split(":")[:2]
+            leaf[(int(table, 16), int(bucket, 16))] = int(ln.split("flowid 1:")[1], 16)
+    n = 4
+    for p in range(len(peers)):
+        for s in range(n):
+            for d in range(n):
+                assert leaf[(0x200 + p * n + s, d)] == 0x10 + ((s + p) % n << 2) + (d + p) % n
+    # peers with one shared destination port never share a bucket
+    assert len({leaf[(0x200 + p * n + 1, 3)] for p in range(3)}) == 3
+    assert tc_lines("h0", spec) != lines and len(tc_lines("h0", spec, peers * 20)) < len(lines)
+    with pytest.raises(ShapingError):
+        tc_lines("h0", spec, peers, "both")
+
+
 def test_cluster_refuses_bad_arguments():
     with pytest.raises(EmulatorError):
         Cluster(hosts=0)
@@ -181,6 +208,28 @@ def test_transfer_is_limited_to_the_rate(cluster):
     best = m.best_bytes_per_s / m.nominal_bytes_per_s
     assert 0.85 <= best <= 1.0, f"achieved {m.best_bytes_per_s * 8 / 1e6:.1f} mbit/s at 100mbit"
     assert m.ratio <= 1.0
+
+
+@root
+@pytest.mark.timeout(120)
+def test_flows_from_two_hosts_with_the_same_ports_each_get_the_cap():
+    """The case that halved push/pull's flows into a server: two peers' flows with equal
+    port bits (here equal ports) into one host. Bucketed on the peer as well, each flow
+    gets the whole per-flow cap; on port bits alone they would share one (half each)."""
+    nbytes = 3 << 20
+    with Cluster(hosts=3, rate="200mbit", flow_cap="40mbit") as c:
+        cap = c.link.flow_cap_bps / 8
+        recv = subprocess.Popen(c.wrap(0, [PY, str(HERE / "flows_helper.py"), "recv", "5101",
+                                           "2", str(nbytes)]), stdout=subprocess.PIPE, text=True)
+        sends = [subprocess.Popen(c.wrap(h, [PY, str(HERE / "flows_helper.py"), "send",
+                                             c.hosts[0].addr, "5101", "40002", str(nbytes)]))
+                 for h in (1, 2)]
+        out, _ = recv.communicate(timeout=90)
+        assert [p.wait(30) for p in sends] == [0, 0] and recv.returncode == 0, out
+    rates = json.loads(out.split("RATES ", 1)[1])
+    assert sorted(k.split(":")[1] for k in rates) == ["40002", "40002"]
+    for peer, r in rates.items():
+        assert 0.75 * cap <= r <= 1.05 * cap, f"{peer}: {r / cap:.2f} of the per-flow cap"
 
 
 @root
