@@ -14,9 +14,9 @@ cap, optional latency) into the ``tc`` commands that shape one direction of one 
 
   - Without ``peers``, a ``u32`` filter per bucket matches the port bits. Flows to or
     from different hosts then collide too: the flows from 4 workers into one server share
-    the server's listener port, so only 16 values of their own ports tell them apart, and
-    one job in 3 drew a collision that halved a flow (``benchmarks/RESULTS.md``, "Push/pull
-    under a per-flow cap, stage by stage").
+    the server's listener port, so only 16 values of their own ports tell them apart
+    (``tests/emulate/test_emulate.py``: two same-port flows from two hosts got 0.74 of
+    the cap each).
   - With ``peers`` (the other hosts' addresses, and whether the peer is the packets'
     destination, on a host's own NIC, or their source, on the bridge's side), ``u32`` hash
     tables key the bucket on the peer as well: peer ``p`` (its position in ``peers``)
