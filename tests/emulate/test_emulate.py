@@ -53,9 +53,11 @@ def test_per_flow_cap_rules_bucket_every_port_pair():
     classes = [ln for ln in lines if ln.startswith("class add") and "ceil 50000000bit" in ln]
     filters = [ln for ln in lines if ln.startswith("filter add") and "sport" in ln]
     assert len(classes) == len(filters) == spec.buckets == 16
-    # pure ACKs (IP total length under 256) go to the NIC-rate class before any bucket
+    # pure ACKs (IP total length under 256, TCP flags exactly ACK) go to the NIC-rate
+    # class before any bucket; small segments with data (PSH) stay in their flow's queue
     (acks,) = [ln for ln in lines if ln.startswith("filter add") and "sport" not in ln]
-    assert "prio 1 " in acks and "match u16 0x0000 0xff00 at 2 flowid 1:2" in acks
+    assert "prio 1 " in acks and "match u16 0x0000 0xff00 at 2 " in acks
+    assert "match ip protocol 6 0xff match u8 0x10 0xff at 33 flowid 1:2" in acks
     assert all("prio 2 " in ln for ln in filters)
     # every (sport bits, dport bits) pair has exactly one filter, on bits 1..2 (mask 0x6)
     pairs = {(ln.split("sport ")[1].split()[0], ln.split("dport ")[1].split()[0]) for ln in filters}
