@@ -129,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         serve(rt)
     finally:
         if folder:
-            trace.dump(os.path.join(folder, f"rank{rt.info.rank}.json"), rank=rt.info.rank,
-                       role="server")
+            trace.dump(folder, rt.info.rank, "server")
         rt.shutdown()
     dist.destroy_process_group()
     return 0

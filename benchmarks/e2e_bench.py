@@ -104,8 +104,7 @@ def fixed_main(a: argparse.Namespace) -> None:
     if not rt.info.is_worker:
         serve(rt)
         if a.trace:
-            trace.dump(Path(a.trace) / f"rank{rt.info.rank}.json", rank=rt.info.rank,
-                       role="server")
+            trace.dump(a.trace, rt.info.rank, "server")
         rt.shutdown()
         return
     rank, n = rt.info.rank, a.workers
@@ -134,7 +133,7 @@ def fixed_main(a: argparse.Namespace) -> None:
             print(f"fixed {fmt_cfg(cfg)}: {median(times):.3f} s {times}", flush=True)
     rt.sync(stop=True) if leader else rt.sync()
     if a.trace:
-        trace.dump(Path(a.trace) / f"rank{rank}.json", rank=rank, role="worker")
+        trace.dump(a.trace, rank, "worker")
     rt.shutdown()
     if leader:
         emit({"fixed": rows})

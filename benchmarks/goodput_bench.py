@@ -99,7 +99,7 @@ def rank_main(a: argparse.Namespace) -> None:
     if not rt.info.is_worker:
         serve(rt)
         if a.trace:
-            trace.dump(Path(a.trace) / f"rank{rank}.json", rank=rank, role="server")
+            trace.dump(a.trace, rank, "server")
         rt.shutdown()
         dist.destroy_process_group()
         return
@@ -159,7 +159,7 @@ def rank_main(a: argparse.Namespace) -> None:
     else:
         rt.sync()
     if a.trace:
-        trace.dump(Path(a.trace) / f"rank{rank}.json", rank=rank, role="worker")
+        trace.dump(a.trace, rank, "worker")
     rt.shutdown()
     dist.destroy_process_group()
 

@@ -131,9 +131,10 @@ def nbytes_of(args: Sequence[Any]) -> int:
     return 0
 
 
-def dump(path: Path | str, **meta: Any) -> Path:
-    """Stop and write ``{**meta, "events": [...]}`` to ``path``."""
-    p = Path(path)
+def dump(folder: Path | str, rank: int, role: str) -> Path:
+    """Stop and write this rank's events to ``folder/rank<rank>.json`` (with its rank and
+    role), the files ``benchmarks/timeline.py`` reads."""
+    p = Path(folder) / f"rank{rank}.json"
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps({**meta, "events": stop()}))
+    p.write_text(json.dumps({"rank": rank, "role": role, "events": stop()}))
     return p

@@ -54,7 +54,7 @@ RANK_PROGRAM = textwrap.dedent(f"""
         trace.mark(f"iteration pp {{i}}", t0, trace.now())
         assert all(bool((p.grad == 1.5).all()) for p in params), "wrong average"
     rt.sync(stop=True) if leader else rt.sync()
-    trace.dump(out / f"rank{{me}}.json", rank=me, role="worker")
+    trace.dump(out, me, "worker")
     rt.shutdown()
 """)
 
