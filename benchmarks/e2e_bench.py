@@ -124,6 +124,7 @@ def fixed_main(a: argparse.Namespace) -> None:
             rt.wait()
             t1 = time.perf_counter()
             trace.mark(f"iteration {fmt_cfg(cfg)} {i}", s0, t1)  # from the sync
+            trace.mark(f"sync {fmt_cfg(cfg)} {i}", s0, t0)
             t = rt.worker_max(t1 - t0)
             if i >= a.warmup:
                 times.append(t)
@@ -198,7 +199,8 @@ def run(a: argparse.Namespace) -> dict:
     ks = [int(k) for k in a.servers.split(",") if k.strip()]
     fixed = parse_fixed(a.fixed or "")
     kf = max([c.get("servers", 0) for c in fixed] or [0])
-    with Cluster(hosts=n + max(ks + [kf]), rate=a.rate, flow_cap=a.flow_cap) as c:
+    with Cluster(hosts=n + max(ks + [kf]), rate=a.rate, flow_cap=a.flow_cap,
+                 congestion=a.congestion) as c:
         con.print(f"[bold]cluster[/] {c.describe()}")
         with con.status("measuring B"):
             out["link"] = measure_B(c, repeats=3)
@@ -337,6 +339,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--flow-cap", default=None,
                     help="cap per TCP flow, e.g. 100mbit (the cloud case: one flow gets a "
                          "fraction of the NIC)")
+    ap.add_argument("--congestion", default=None,
+                    help="the hosts' TCP congestion control, e.g. cubic (default: this "
+                         "machine's, see docs/emulate.md)")
     ap.add_argument("--fwd-ms", type=float, default=100.0, help="emulated forward time")
     ap.add_argument("--bwd-ms", type=float, default=300.0, help="emulated backward time")
     ap.add_argument("--buckets", default="5,25,100", help="DDP bucket_cap_mb values (25 = default)")

@@ -181,7 +181,8 @@ def run(a: argparse.Namespace) -> dict:
     n, kmax = a.workers, max(a.server_counts)
     cfgs = configs(a)
     started = time.time()
-    with Cluster(hosts=n + kmax, rate=a.rate, flow_cap=a.flow_cap) as c:
+    with Cluster(hosts=n + kmax, rate=a.rate, flow_cap=a.flow_cap,
+                 congestion=a.congestion) as c:
         con.print(f"[bold]cluster[/] {c.describe()}")
         with con.status("measuring B"):
             link = measure_B(c, repeats=3)
@@ -305,6 +306,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--servers", default="0,1,2,4", help="server counts k to time (pushpull)")
     ap.add_argument("--rate", default="200mbit")
     ap.add_argument("--flow-cap", default=None, help="cap per TCP flow, e.g. 50mbit")
+    ap.add_argument("--congestion", default=None,
+                    help="the hosts' TCP congestion control, e.g. cubic (default: this "
+                         "machine's, see docs/emulate.md)")
     ap.add_argument("--mbytes", type=int, default=64, help="MiB of gradients per worker")
     ap.add_argument("--tensors", type=int, default=16, help="equal gradient tensors")
     ap.add_argument("--settings", default=None,

@@ -37,7 +37,7 @@ from pathlib import Path
 
 _OP = re.compile(r"^stream (\d+) chunk (\d+): (push to|pull from|receive from|send sum to) "
                  r"rank (\d+)$")
-_MARK = re.compile(r"^iteration (.+) (\d+)$")
+_MARK = re.compile(r"^(iteration|sync) (.+) (\d+)$")
 
 
 def load(folder: Path) -> dict[int, dict]:
@@ -50,14 +50,15 @@ def load(folder: Path) -> dict[int, dict]:
     return ranks
 
 
-def iterations(ranks: dict[int, dict]) -> dict[tuple[str, int], list[dict]]:
-    """(label, index) -> every worker's mark of that iteration."""
+def iterations(ranks: dict[int, dict], kind: str = "iteration") -> dict[tuple[str, int], list[dict]]:
+    """(label, index) -> every worker's mark of that iteration (``kind`` "sync": the
+    marks of its ``sync`` alone, where the benchmark wrote them), each with its rank."""
     out: dict[tuple[str, int], list[dict]] = defaultdict(list)
-    for d in ranks.values():
+    for r, d in ranks.items():
         for e in d["events"]:
             m = _MARK.match(e["what"]) if not e["peers"] else None
-            if m:
-                out[(m.group(1), int(m.group(2)))].append(e)
+            if m and m.group(1) == kind:
+                out[(m.group(2), int(m.group(3)))].append({**e, "rank": r})
     return out
 
 
@@ -135,12 +136,16 @@ def analyse(ranks: dict[int, dict], label: str | None = None, index: int = -1,
             stages["pull on the wire"].append(q["done"] - q["wire"])
             stages["chunk, push issued to pull done"].append(q["done"] - p["issued"])
     span = t1 - t0
+    began = {m["rank"]: m for m in iterations(ranks)[(label, i)]}
+    synced = {m["rank"]: m for m in iterations(ranks, "sync").get((label, i), [])}
     per_worker = {}
     for w in sorted({p["rank"] for p in pushes}):
         mine_p = [p for p in pushes if p["rank"] == w]
         mine_q = [q for q in pulls if q["rank"] == w]
         first = min(p["issued"] for p in mine_p)
         per_worker[w] = {
+            "start_s": began[w]["issued"] - t0 if w in began else None,
+            "sync_done_s": synced[w]["done"] - t0 if w in synced else None,
             "bytes_out": sum(p["bytes"] for p in mine_p),
             "bytes_in": sum(q["bytes"] for q in mine_q),
             "first_push_issued_s": first - t0,
@@ -203,12 +208,12 @@ def print_report(res: dict) -> None:
     con.print(t)
     nic = res["nic_MBps"]
     t = Table(title="each worker over the iteration" + (f" (NIC {nic:.1f} MB/s)" if nic else ""))
-    for col in ("worker", "first push", "first pull done", "last push done",
-                "last pull done", "out MB/s", "in MB/s", "out busy", "in busy"):
+    for col in ("worker", "start", "sync done", "first push", "first pull done",
+                "last push done", "last pull done", "out MB/s", "in MB/s", "out busy", "in busy"):
         t.add_column(col, justify="right")
     for w, x in res["workers"].items():
-        t.add_row(str(w), *(f"{1e3 * x[k]:.0f} ms" for k in (
-            "first_push_issued_s", "first_pull_done_s", "last_push_done_s", "last_pull_done_s")),
+        t.add_row(str(w), *(f"{1e3 * x[k]:.0f} ms" if x[k] is not None else "-" for k in (
+            "start_s", "sync_done_s", "first_push_issued_s", "first_pull_done_s", "last_push_done_s", "last_pull_done_s")),
             *(f"{x[k]:.1f}" + (f" ({x[k] / nic:.2f})" if nic else "") for k in ("out_MBps", "in_MBps")),
             f"{x['out_busy']:.2f}", f"{x['in_busy']:.2f}")
     con.print(t)

@@ -8,16 +8,17 @@ measures the achieved host-to-host bytes/s B over torch.distributed. Needs root;
 :func:`unavailable_reason` says why not when it cannot run. See docs/emulate.md.
 """
 
-from autotune.emulate.cluster import Cluster, Host, cleanup
+from autotune.emulate.cluster import Cluster, Host, cleanup, congestion_controls
 from autotune.emulate.launcher import JobResult, RankResult
 from autotune.emulate.linkprobe import LinkMeasurement, measure_bandwidth
 from autotune.emulate.netns import EmulatorError, has_netem, unavailable_reason
 from autotune.emulate.shaping import LinkSpec, ShapingError, format_rate, parse_rate
 
 __all__ = [
-    "Cluster", "Host", "cleanup", "JobResult", "RankResult", "LinkMeasurement",
-    "measure_bandwidth", "EmulatorError", "has_netem", "unavailable_reason", "LinkSpec",
-    "ShapingError", "format_rate", "parse_rate", "leftovers",
+    "Cluster", "Host", "cleanup", "congestion_controls", "JobResult", "RankResult",
+    "LinkMeasurement", "measure_bandwidth", "EmulatorError", "has_netem",
+    "unavailable_reason", "LinkSpec", "ShapingError", "format_rate", "parse_rate",
+    "leftovers",
 ]
 
 

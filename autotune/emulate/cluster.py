@@ -10,6 +10,12 @@ clusters can live side by side.
 ``with Cluster(hosts=4, rate="200mbit") as c: c.launch([...], workers=4).check()``
 sets it up, runs one process per rank with the torchrun-style environment and tears it
 all down on success, failure, timeout, Ctrl-C or SIGTERM.
+
+TCP congestion control: the hosts use the machine's default (``congestion=None``) or the
+algorithm named, set on each host's route to the cluster subnet (``ip route ... congctl``),
+since a namespace may set as its default only what the root namespace allows
+(``net.ipv4.tcp_allowed_congestion_control``), and a route's algorithm has no such limit.
+It applies to both ends of every connection between hosts, senders and receivers alike.
 """
 
 from __future__ import annotations
@@ -52,9 +58,16 @@ class Cluster:
 
     def __init__(self, hosts: int = 3, rate: str | int = "200mbit", *,
                  flow_cap: str | int | None = None, latency: str | float | None = None,
-                 flow_bits: int = 4, name: str | None = None) -> None:
+                 flow_bits: int = 4, congestion: str | None = None,
+                 name: str | None = None) -> None:
         if not 1 <= hosts <= MAX_HOSTS:
             raise EmulatorError(f"hosts must be in 1..{MAX_HOSTS}, got {hosts}")
+        if congestion is not None and congestion not in congestion_controls():
+            raise EmulatorError(
+                f"congestion control {congestion!r} is not available on this kernel "
+                f"(net.ipv4.tcp_available_congestion_control: "
+                f"{' '.join(congestion_controls()) or 'unreadable'})")
+        self.congestion = congestion
         self.link = LinkSpec.build(rate, flow_cap=flow_cap, latency=latency, flow_bits=flow_bits)
         self.name = name or f"{PREFIX}{secrets.token_hex(3)}"
         if not self.name.startswith(PREFIX) or len(self.name) > 40 or not self.name.isalnum():
@@ -109,6 +122,10 @@ class Cluster:
             netns.sh("ip", "-n", h.netns, "-batch", "-", stdin="\n".join([
                 "link set lo up", f"addr add {h.addr}/24 dev {h.ifname}",
                 f"link set {h.ifname} up"]) + "\n")
+            if self.congestion:
+                netns.sh("ip", "-n", h.netns, "route", "replace", f"{SUBNET}.0/24", "dev",
+                         h.ifname, "proto", "kernel", "scope", "link", "src", h.addr,
+                         "congctl", self.congestion)
             netns.sh("ip", "-n", br, "-batch", "-", stdin="\n".join([
                 f"link set {peer} master br0", f"link set {peer} up"]) + "\n")
             self._shape(h, self.link)
@@ -284,8 +301,17 @@ class Cluster:
         lk = self.link
         extra = f", per-flow cap {format_rate(lk.flow_cap_bps)}" if lk.flow_cap_bps else ""
         extra += f", latency {lk.latency_s * 1e3:g} ms" if lk.latency_s else ""
+        extra += f", TCP {self.congestion}" if self.congestion else ""
         return (f"{self.name}: {len(self.hosts)} hosts at {format_rate(lk.rate_bps)} each way"
                 f"{extra}; " + ", ".join(f"h{h.index}={h.addr}" for h in self.hosts))
+
+
+def congestion_controls() -> list[str]:
+    """The TCP congestion control algorithms this kernel has loaded."""
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    except OSError:
+        return []
 
 
 def _raise_exit(signum: int, frame: object) -> None:

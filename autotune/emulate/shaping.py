@@ -18,13 +18,17 @@ cap, optional latency) into the ``tc`` commands that shape one direction of one 
     (``tests/emulate/test_emulate.py``: two same-port flows from two hosts got 0.74 of
     the cap each).
   - With ``peers`` (the other hosts' addresses, and whether the peer is the packets'
-    destination, on a host's own NIC, or their source, on the bridge's side), ``u32`` hash
-    tables key the bucket on the peer as well: peer ``p`` (its position in ``peers``)
-    puts a flow with port bits ``(s, d)`` in bucket ``((s + p) mod 2**flow_bits, (d + p)
-    mod 2**flow_bits)``. Flows from different peers that share a listener port then never
-    share a bucket (up to ``2**flow_bits`` peers); flows to one peer collide as before,
-    about 1 pair in ``2**(2 * flow_bits)`` when both ports differ. Three hash lookups per
-    packet instead of a walk over every bucket's filter.
+    destination, on a host's own NIC, or their source, on the bridge's side), each peer
+    has buckets of its own: ``u32`` hash tables key the bucket on the peer, then the
+    port bits, and peer ``p`` (its position in ``peers``) puts a flow with port bits
+    ``(s, d)`` in its bucket ``(p, s, d)``. Flows to or from different peers never share
+    a bucket; flows to one peer (two streams between the same two hosts) collide about 1
+    pair in ``2**(2 * flow_bits)`` when both ports differ. Three hash lookups per packet
+    instead of a walk over every bucket's filter. (Until 2026-11-25 the peers shared one
+    set of buckets, peer ``p``'s flow going to ``((s + p) mod n, (d + p) mod n)``; the
+    ports of a job's connections are close together, so flows from peers ``p`` and
+    ``p + 1`` whose port bits differ by one each collided, and about one capped job in
+    five ran one server at half rate.)
 
   Real per-flow caps do not collide.
 * Latency: a ``netem`` delay as the child of each shaping leaf (needs ``sch_netem``).
@@ -144,7 +148,7 @@ def _netem_line(dev: str, parent: str, handle: str, spec: LinkSpec) -> str:
     return f"qdisc add dev {dev} parent {parent} handle {handle} netem delay {us}us limit 100000"
 
 
-PEER_AWARE_MAX = 32  # more peers than this: the port-bits filters alone (the rule list grows)
+PEER_AWARE_MAX = 16  # more peers: the port-bits buckets alone (peers x 4**flow_bits classes)
 
 
 def tc_lines(dev: str, spec: LinkSpec, peers: Sequence[str] = (), peer_is: str = "dst") -> list[str]:
@@ -164,14 +168,17 @@ def tc_lines(dev: str, spec: LinkSpec, peers: Sequence[str] = (), peer_is: str =
     return _htb_lines(dev, spec, list(peers) if len(peers) <= PEER_AWARE_MAX else [], peer_is)
 
 
-def flow_bucket_minor(sport_bits: int, dport_bits: int, flow_bits: int) -> int:
-    """htb class minor number (hex in tc) of a bucket; 1 and 2 are taken."""
-    return 0x10 + (sport_bits << flow_bits) + dport_bits
+def flow_bucket_minor(sport_bits: int, dport_bits: int, flow_bits: int, peer: int = 0) -> int:
+    """htb class minor number (hex in tc) of peer ``peer``'s bucket of port bits
+    ``(sport_bits, dport_bits)``; 1 and 2 are taken."""
+    return 0x10 + (((peer << flow_bits) + sport_bits) << flow_bits) + dport_bits
 
 
 def _htb_lines(dev: str, spec: LinkSpec, peers: list[str], peer_is: str) -> list[str]:
-    rate, cap, n = spec.rate_bps, spec.flow_cap_bps, spec.buckets
+    rate, cap = spec.rate_bps, spec.flow_cap_bps
     assert cap is not None
+    groups = max(1, len(peers))  # a set of buckets per peer (one when not peer-aware)
+    n = spec.buckets * groups
     share = max(8000, rate // (n + 1))  # n buckets + the default class share the rate
     burst = _burst(rate)
     q = 2 * MTU_FRAME
@@ -194,19 +201,20 @@ def _htb_lines(dev: str, spec: LinkSpec, peers: list[str], peer_is: str) -> list
     leaves = ["1:2"]
     bits = spec.flow_bits
     mask = ((1 << bits) - 1) << 1
-    for s in range(1 << bits):
-        for d in range(1 << bits):
-            minor = f"{flow_bucket_minor(s, d, bits):x}"
-            cb = _burst(cap)
-            lines.append(
-                f"class add dev {dev} parent 1:1 classid 1:{minor} htb rate {share}bit "
-                f"ceil {cap}bit burst {cb} cburst {cb} quantum {q}")
-            if not peers:
+    cb = _burst(cap)
+    for p in range(groups):
+        for s in range(1 << bits):
+            for d in range(1 << bits):
+                minor = f"{flow_bucket_minor(s, d, bits, p):x}"
                 lines.append(
-                    f"filter add dev {dev} parent 1: protocol ip prio 2 u32 "
-                    f"match ip protocol 6 0xff match ip sport {s << 1} 0x{mask:x} "
-                    f"match ip dport {d << 1} 0x{mask:x} flowid 1:{minor}")
-            leaves.append(f"1:{minor}")
+                    f"class add dev {dev} parent 1:1 classid 1:{minor} htb rate {share}bit "
+                    f"ceil {cap}bit burst {cb} cburst {cb} quantum {q}")
+                if not peers:
+                    lines.append(
+                        f"filter add dev {dev} parent 1: protocol ip prio 2 u32 "
+                        f"match ip protocol 6 0xff match ip sport {s << 1} 0x{mask:x} "
+                        f"match ip dport {d << 1} 0x{mask:x} flowid 1:{minor}")
+                leaves.append(f"1:{minor}")
     if peers:
         lines += _peer_filters(dev, peers, peer_is, bits)
     if spec.latency_s > 0:
@@ -217,8 +225,8 @@ def _htb_lines(dev: str, spec: LinkSpec, peers: list[str], peer_is: str) -> list
 
 def _peer_filters(dev: str, peers: list[str], peer_is: str, bits: int) -> list[str]:
     """u32 hash tables: peer (one filter each in the root table) -> source port bits
-    (table ``0x100 + p``) -> destination port bits (table ``0x200 + p * n + s``) -> the
-    bucket ``((s + p) mod n, (d + p) mod n)``, ``n = 2**bits``."""
+    (table ``0x100 + p``) -> destination port bits (table ``0x200 + p * n + s``) -> peer
+    ``p``'s own bucket ``(s, d)``, ``n = 2**bits``."""
     n = 1 << bits
     head = f"filter add dev {dev} parent 1: protocol ip prio 2"
     sport_key = f"hashkey mask 0x{((n - 1) << 17):08x} at 20"  # bits 1.. of the source port
@@ -231,7 +239,7 @@ def _peer_filters(dev: str, peers: list[str], peer_is: str, bits: int) -> list[s
     for p, addr in enumerate(peers):
         for s in range(n):
             for d in range(n):
-                minor = flow_bucket_minor((s + p) % n, (d + p) % n, bits)
+                minor = flow_bucket_minor(s, d, bits, p)
                 lines.append(f"{head} u32 ht {0x200 + p * n + s:x}:{d:x}: match u32 0 0 "
                              f"flowid 1:{minor:x}")
             lines.append(f"{head} u32 ht {0x100 + p:x}:{s:x}: match u32 0 0 {dport_key} "

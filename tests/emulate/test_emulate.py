@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.emulate import (Cluster, EmulatorError, ShapingError, cleanup, leftovers,
-                              measure_bandwidth, parse_rate)
+from autotune.emulate import (Cluster, EmulatorError, ShapingError, cleanup,
+                              congestion_controls, leftovers, measure_bandwidth, parse_rate)
 from autotune.emulate.launcher import RankSpec, run_ranks
 from autotune.emulate.shaping import LinkSpec, format_rate, parse_latency, tc_lines
 
@@ -72,8 +72,8 @@ def test_per_flow_cap_rules_bucket_every_port_pair():
 
 
 def test_per_flow_buckets_tell_peers_apart():
-    """With the peers' addresses, peer p's flow with port bits (s, d) lands in bucket
-    ((s + p) mod n, (d + p) mod n): hashed on the peer, then each port's bits."""
+    """With the peers' addresses, each peer has buckets of its own: peer p's flow with port
+    bits (s, d) lands in bucket (p, s, d), hashed on the peer, then each port's bits."""
     spec = LinkSpec.build("200mbit", flow_cap="50mbit", flow_bits=2)
     peers = ["10.77.0.2", "10.77.0.3", "10.77.0.4"]
     lines = tc_lines("h0", spec, peers, "src")
@@ -87,12 +87,18 @@ def test_per_flow_buckets_tell_peers_apart():
             table, bucket = ln.split(" ht ")[1].split()[0].split(":")[:2]
             leaf[(int(table, 16), int(bucket, 16))] = int(ln.split("flowid 1:")[1], 16)
     n = 4
-    for p in range(len(peers)):
-        for s in range(n):
-            for d in range(n):
-                assert leaf[(0x200 + p * n + s, d)] == 0x10 + ((s + p) % n << 2) + (d + p) % n
-    # peers with one shared destination port never share a bucket
-    assert len({leaf[(0x200 + p * n + 1, 3)] for p in range(3)}) == 3
+    buckets = {p: {leaf[(0x200 + p * n + s, d)] for s in range(n) for d in range(n)}
+               for p in range(len(peers))}
+    # every port pair of a peer has a bucket of its own, and no two peers share one: the
+    # shift the buckets once had put peer p's (1, 1) and peer p + 1's (0, 0) together
+    assert all(len(b) == n * n for b in buckets.values())
+    assert not buckets[0] & buckets[1] and not buckets[1] & buckets[2] and not buckets[0] & buckets[2]
+    classes = {int(ln.split("classid 1:")[1].split()[0], 16) for ln in lines
+               if ln.startswith("class add") and "ceil 50000000bit" in ln}
+    assert classes == set().union(*buckets.values())
+    shares = [int(ln.split(" rate ")[1].split("bit")[0]) for ln in lines
+              if ln.startswith("class add") and "parent 1:1 " in ln]
+    assert sum(shares) <= 200_000_000
     assert tc_lines("h0", spec) != lines and len(tc_lines("h0", spec, peers * 20)) < len(lines)
     with pytest.raises(ShapingError):
         tc_lines("h0", spec, peers, "both")
@@ -105,6 +111,8 @@ def test_cluster_refuses_bad_arguments():
         Cluster(hosts=2, name="mine")  # must carry the prefix cleanup looks for
     with pytest.raises(ShapingError):
         Cluster(hosts=2, rate="fast")
+    with pytest.raises(EmulatorError, match="'warp' is not available"):
+        Cluster(hosts=2, congestion="warp")
 
 
 def test_refuses_clearly_without_root(monkeypatch):
@@ -232,6 +240,44 @@ def test_flows_from_two_hosts_with_the_same_ports_each_get_the_cap():
     assert sorted(k.split(":")[1] for k in rates) == ["40002", "40002"]
     for peer, r in rates.items():
         assert 0.75 * cap <= r <= 1.05 * cap, f"{peer}: {r / cap:.2f} of the per-flow cap"
+
+
+_CC_RECV = """
+import socket
+srv = socket.create_server(("0.0.0.0", 5102)); srv.settimeout(30)
+conn, _ = srv.accept()
+print("CC", conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\\0").decode())
+conn.recv(1)
+"""
+_CC_SEND = """
+import socket, sys, time
+for _ in range(200):
+    try:
+        s = socket.create_connection((sys.argv[1], 5102)); break
+    except ConnectionRefusedError:
+        time.sleep(0.05)
+print("CC", s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\\0").decode())
+s.sendall(b"x")
+"""
+
+
+@root
+@pytest.mark.timeout(60)
+def test_hosts_use_the_congestion_control_asked_for():
+    """Both ends of a connection between hosts run the algorithm the cluster names, where
+    the root namespace's default is another (set per route, not per namespace)."""
+    default = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    want = "cubic" if default != "cubic" and "cubic" in congestion_controls() else "reno"
+    assert want != default
+    with Cluster(hosts=2, rate="200mbit", congestion=want) as c:
+        assert f"TCP {want}" in c.describe()
+        recv = subprocess.Popen(c.wrap(0, [PY, "-c", _CC_RECV]), stdout=subprocess.PIPE,
+                                text=True)
+        send = subprocess.run(c.wrap(1, [PY, "-c", _CC_SEND, c.hosts[0].addr]),
+                              capture_output=True, text=True, timeout=30)
+        out, _ = recv.communicate(timeout=30)
+    assert send.stdout.split() == ["CC", want], send.stdout + send.stderr
+    assert out.split() == ["CC", want], out
 
 
 @root
