@@ -242,6 +242,32 @@ def test_flows_from_two_hosts_with_the_same_ports_each_get_the_cap():
         assert 0.75 * cap <= r <= 1.05 * cap, f"{peer}: {r / cap:.2f} of the per-flow cap"
 
 
+@root
+@pytest.mark.timeout(120)
+def test_flows_from_neighbouring_peers_with_neighbouring_ports_each_get_the_cap():
+    """The case that ran one server at half rate in about one capped job in five: peers
+    p and p + 1 whose flows' port bits differ by one each way. When the peers shared one
+    set of buckets, shifted by p, these two landed in one bucket (half the cap each)."""
+    nbytes = 3 << 20
+    helper = str(HERE / "flows_helper.py")
+    # host 0's peers are [host 1, host 2]: p = 0 and 1. Port bits are bits 1-4:
+    # host 1 -> (40003 -> 1, 5111 -> 11); host 2 -> (40001 -> 0, 5109 -> 10): the old
+    # rule put both in bucket (1, 11).
+    flows = [(1, 40003, 5111), (2, 40001, 5109)]
+    with Cluster(hosts=3, rate="200mbit", flow_cap="40mbit") as c:
+        cap = c.link.flow_cap_bps / 8
+        recvs = [subprocess.Popen(c.wrap(0, [PY, helper, "recv", str(port), "1", str(nbytes)]),
+                                  stdout=subprocess.PIPE, text=True) for _, _, port in flows]
+        sends = [subprocess.Popen(c.wrap(h, [PY, helper, "send", c.hosts[0].addr, str(port),
+                                             str(sport), str(nbytes)]))
+                 for h, sport, port in flows]
+        outs = [r.communicate(timeout=90)[0] for r in recvs]
+        assert [p.wait(30) for p in sends] == [0, 0], outs
+    for (h, sport, _), out in zip(flows, outs):
+        (rate,) = json.loads(out.split("RATES ", 1)[1]).values()
+        assert 0.75 * cap <= rate <= 1.05 * cap, f"host {h}: {rate / cap:.2f} of the per-flow cap"
+
+
 _CC_RECV = """
 import socket
 srv = socket.create_server(("0.0.0.0", 5102)); srv.settimeout(30)
