@@ -178,8 +178,8 @@ def _htb_lines(dev: str, spec: LinkSpec, peers: list[str], peer_is: str) -> list
     rate, cap = spec.rate_bps, spec.flow_cap_bps
     assert cap is not None
     groups = max(1, len(peers))  # a set of buckets per peer (one when not peer-aware)
-    n = spec.buckets * groups
-    share = max(8000, rate // (n + 1))  # n buckets + the default class share the rate
+    buckets = spec.buckets * groups
+    share = max(8000, rate // (buckets + 1))  # the buckets + the default class share the rate
     burst = _burst(rate)
     q = 2 * MTU_FRAME
     lines = [
@@ -232,7 +232,7 @@ def _peer_filters(dev: str, peers: list[str], peer_is: str, bits: int) -> list[s
     sport_key = f"hashkey mask 0x{((n - 1) << 17):08x} at 20"  # bits 1.. of the source port
     dport_key = f"hashkey mask 0x{((n - 1) << 1):08x} at 20"   # ... of the destination port
     lines = []
-    for p, addr in enumerate(peers):
+    for p in range(len(peers)):
         lines.append(f"{head} handle {0x100 + p:x}: u32 divisor {n}")
         for s in range(n):
             lines.append(f"{head} handle {0x200 + p * n + s:x}: u32 divisor {n}")
