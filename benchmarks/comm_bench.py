@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/comm_bench.py                      # ResNet-50 + BERT-base
     .venv/bin/python benchmarks/comm_bench.py --model resnet50 --workers 4 --servers 2 \
         --machines 2 --repeats 5 --full
+    .venv/bin/python benchmarks/comm_bench.py --model resnet50 --servers 0 \
+        --chunks 64KiB,256KiB,4MiB --streams 2 --repeats 9        # all-reduce only
 
 It starts the job itself with ``autotune launch`` (N workers, K servers) and re-enters this
 file on every worker. Gradient shapes come from :mod:`autotune.zoo` (built on torch's meta
@@ -15,8 +17,12 @@ repeat is the slowest worker's. References, timed the same way in the same job:
 * ``allreduce/tensor``: one blocking ``all_reduce`` per gradient tensor;
 * ``allreduce/bucket``: DDP's way, 25 MiB flat buckets (pack, ``all_reduce``, unpack).
 
-Medians are printed with the ratio ``bucket reference time / config time`` (> 1: faster than
-the reference) and written to ``benchmarks/results/comm_bench.json``.
+``--chunks`` and ``--streams`` replace the grid by all-reduce (and, with servers, push/pull)
+at those chunk sizes and stream counts. Medians are printed with the ratio ``bucket
+reference time / config time`` (> 1: faster than the reference), the slowest worker's
+process CPU (every thread, gloo's included) per GB of gradients, and the messages a worker
+starts per average (the plan's chunks: one collective or push each), and written to
+``benchmarks/results/comm_bench.json``.
 """
 
 from __future__ import annotations
@@ -35,9 +41,19 @@ KiB, MiB = 1024, 1024 * 1024
 BUCKET = 25 * MiB
 
 
-def configs(full: bool, k_max: int, per_machine: int) -> list[dict]:
-    """The configurations to time (the defaults first)."""
+def configs(full: bool, k_max: int, per_machine: int, chunks: list[int] | None = None,
+            streams_: list[int] | None = None) -> list[dict]:
+    """The configurations to time (the defaults first); with ``chunks`` or ``streams_``,
+    flat all-reduce (and push/pull through every server) at those."""
     out: list[dict] = []
+    if chunks or streams_:
+        for s in streams_ or [2]:
+            for c in chunks or [4 * MiB]:
+                out.append({"transport": "allreduce", "streams": s, "chunk_bytes": c})
+                if k_max:
+                    out.append({"transport": "pushpull", "servers": k_max, "streams": s,
+                                "chunk_bytes": c})
+        return out
     chunks = (256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB) if full else (1 * MiB, 4 * MiB)
     streams = (1, 2, 4, 8) if full else (1, 4)
     for s in streams:
@@ -54,6 +70,20 @@ def configs(full: bool, k_max: int, per_machine: int) -> list[dict]:
             if k_max:
                 out.append({"transport": "pushpull", "servers": k_max, "intra": intra,
                             "streams": 4, "chunk_bytes": 4 * MiB})
+    return out
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _byte_list(text: str) -> list[int]:
+    from autotune.units import parse_value
+
+    out = [parse_value("chunk_bytes", x) for x in text.split(",") if x.strip()]
+    bad = [x for x in out if not isinstance(x, int)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a byte size: {bad} (write 64KiB, 4MiB or bytes)")
     return out
 
 
@@ -74,6 +104,7 @@ def _worker(args: argparse.Namespace) -> None:
     from autotune import zoo
     from autotune.runtime import Runtime
     from autotune.runtime.config import RuntimeConfig
+    from autotune.runtime.plan import make_plan
     from autotune.workload import gradient_bytes
 
     torch.set_num_threads(1)
@@ -84,16 +115,19 @@ def _worker(args: argparse.Namespace) -> None:
     wg = dist.new_group(list(info.workers), use_local_synchronization=True)
     results: dict[str, Any] = {"world": info.as_dict(), "models": {}}
 
-    def timed(fn: Any) -> list[float]:
-        times = []
+    def timed(fn: Any) -> dict[str, list[float]]:
+        """Wall time and process CPU of each repeat, the slowest worker's."""
+        times: list[float] = []
+        cpu: list[float] = []
         for rep in range(args.repeats + 1):
             rt.worker_max(0.0)  # line the workers up
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
-            dt = rt.worker_max(time.perf_counter() - t0)
+            dt, dc = rt.worker_max([time.perf_counter() - t0, time.process_time() - c0])
             if rep:  # the first run warms up
                 times.append(dt)
-        return times
+                cpu.append(dc)
+        return {"times": times, "cpu": cpu}
 
     for model in args.model:
         shapes = zoo.gradient_shapes(model)
@@ -125,18 +159,25 @@ def _worker(args: argparse.Namespace) -> None:
                         off += b.numel()
                     bucket, size = [], 0
 
-        rows = [{"name": "allreduce/tensor", "times": timed(per_tensor)},
-                {"name": "allreduce/bucket", "times": timed(bucketed)}]
+        rows = [{"name": "allreduce/tensor", **timed(per_tensor), "messages": len(grads)},
+                {"name": "allreduce/bucket", **timed(bucketed),
+                 "messages": -(-nbytes // BUCKET)}]
         rt.register(params)
-        for cfg in configs(args.full, len(info.servers), info.workers_per_machine):
+        sizes = [p.numel() for p in params]
+        for cfg in configs(args.full, len(info.servers), info.workers_per_machine,
+                           args.chunks, args.streams):
             full_cfg = RuntimeConfig.of(cfg).check(rt.limits).as_dict()
 
             def run() -> None:
                 rt.sync(full_cfg if leader else None)
                 rt.retry()
-            rows.append({"name": label(full_cfg), "config": full_cfg, "times": timed(run)})
+            rows.append({"name": label(full_cfg), "config": full_cfg, **timed(run),
+                         "messages": len(make_plan(sizes, full_cfg, info))})
         for row in rows:
             row["median_s"] = statistics.median(row["times"])
+            row["cpu_s_per_gb"] = statistics.median(row["cpu"]) / (nbytes / 1e9)
+            q = statistics.quantiles(row["times"], n=4) if len(row["times"]) > 1 else []
+            row["iqr_s"] = [q[0], q[2]] if q else [row["median_s"]] * 2
         ref = rows[1]["median_s"]
         for row in rows:
             row["ratio_vs_bucket"] = ref / row["median_s"]
@@ -160,6 +201,10 @@ def main() -> int:
     ap.add_argument("--machines", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--full", action="store_true", help="a larger grid of configurations")
+    ap.add_argument("--chunks", type=_byte_list, default=None,
+                    help="time these chunk sizes only, e.g. 64KiB,256KiB,4MiB")
+    ap.add_argument("--streams", type=_int_list, default=None,
+                    help="time these stream counts only, e.g. 1,2,4")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "comm_bench.json"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -176,6 +221,10 @@ def main() -> int:
            "--out", args.out] + [x for m in args.model for x in ("--model", m)]
     if args.full:
         cmd.append("--full")
+    if args.chunks:
+        cmd += ["--chunks", ",".join(str(c) for c in args.chunks)]
+    if args.streams:
+        cmd += ["--streams", ",".join(str(c) for c in args.streams)]
     os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
     code = run_job(cmd, args.workers, args.servers, args.machines, out=open(os.devnull, "w"))
     if code:
@@ -185,12 +234,16 @@ def main() -> int:
     res["host"] = {"cpus": os.cpu_count(), "load1": os.getloadavg()[0]}
     Path(args.out).write_text(json.dumps(res, indent=1))
     print(f"{args.workers} workers, {args.servers} servers, machines={args.machines or 1}, "
-          f"median of {args.repeats}; ratio = bucketed all_reduce time / this time")
+          f"median of {args.repeats} [interquartile range]; ratio = bucketed all_reduce time / "
+          "this time; CPU = the slowest worker's process CPU per GB; messages = per average")
     for model, m in res["models"].items():
         print(f"\n{model}: {m['tensors']} tensors, {m['bytes'] / MiB:.1f} MiB")
         for row in m["rows"]:
-            print(f"  {row['name']:42s} {row['median_s'] * 1000:9.1f} ms "
-                  f"{row['gbit_s']:6.2f} Gbit/s  x{row['ratio_vs_bucket']:.2f}")
+            lo, hi = row["iqr_s"]
+            print(f"  {row['name']:34s} {row['median_s'] * 1000:8.1f} ms "
+                  f"[{lo * 1000:.0f}-{hi * 1000:.0f}] {row['gbit_s']:6.2f} Gbit/s "
+                  f"x{row['ratio_vs_bucket']:.2f}  CPU {row['cpu_s_per_gb']:5.2f} s/GB  "
+                  f"{row['messages']:5d} messages")
     best = {mo: max(m["rows"][2:], key=lambda r: r["ratio_vs_bucket"])
             for mo, m in res["models"].items()}
     for mo, row in best.items():

@@ -12,6 +12,16 @@ the simulator's plan (:mod:`autotune.sim.job`): the chunks it predicts are these
   ``chunk_bytes``; a large one fills the current chunk and continues in the next ones. A
   dtype change closes the chunk. So every chunk but the last of each dtype holds exactly
   ``chunk_bytes``.
+* **Coalescing** (:func:`coalesce`, under a lossless flat all-reduce: :func:`coalesces`).
+  The whole chunks of one gradient become ready at the same moment, so sending them one
+  message each buys no overlap; it only costs a gloo all-reduce's fixed price (its sends,
+  receives and wake-ups: about 76 system calls a chunk) per ``chunk_bytes``. They go as
+  at most ``streams`` messages instead, one contiguous run of whole chunks per stream. So
+  ``chunk_bytes`` keeps its meaning where it buys overlap (packing small gradients, the
+  piece of a large one that shares a chunk with the next) and stops costing where it
+  does not. Not under ``pushpull`` or intra ``root``/``scatter``: there a chunk's stages
+  (push, sum, pull; reduce, all-reduce, broadcast) pipeline chunk by chunk, which one
+  large message would undo; nor under compression, whose codecs work chunk by chunk.
 * **Streams** (:func:`stream_of`). Chunk ``i`` goes to stream ``i % streams``.
 * **Summation Service owners** (``transport=pushpull``; BytePS §4.1; :func:`owner_weights`,
   :func:`assign_owners`). With ``n`` worker machines and ``k`` servers, each server sums
@@ -168,6 +178,36 @@ def cut(sizes: Sequence[int | Size], chunk_bytes: int) -> list[Span]:
     return spans
 
 
+def coalesces(config: Mapping[str, Any]) -> bool:
+    """Whether ``config``'s plan coalesces (see the module docstring): a lossless all-reduce
+    among all workers (``transport=allreduce``, ``intra=flat``, ``compression=none``)."""
+    return (config.get("transport", Transport.ALLREDUCE) == Transport.ALLREDUCE
+            and config.get("intra", Intra.FLAT) == Intra.FLAT
+            and config.get("compression", "none") == "none")
+
+
+def coalesce(spans: Sequence[Span], streams: int) -> list[Span]:
+    """``spans`` (from :func:`cut`) with each run of chunks that hold one gradient alone
+    merged into at most ``streams`` contiguous messages of near-equal chunk counts (the
+    first ones one chunk longer). Such a run becomes ready at once, when its gradient is in;
+    chunks that pack several gradients are left as they are."""
+    if streams < 1:
+        raise ValueError(f"streams must be positive: {streams}")
+    out: list[Span] = []
+    i = 0
+    while i < len(spans):
+        j = i + 1
+        while (j < len(spans) and len(spans[i].tensors) == 1
+               and spans[j].tensors == spans[i].tensors):
+            j += 1
+        for start, count in shard_bounds(j - i, min(streams, j - i)):
+            first, last = spans[i + start], spans[i + start + count - 1]
+            out.append(Span(first.dtype, first.offset, last.offset + last.numel - first.offset,
+                            first.tensors))
+        i = j
+    return out
+
+
 def stream_of(index: int, streams: int) -> int:
     """The stream of chunk ``index`` (round robin)."""
     return index % streams
@@ -205,7 +245,7 @@ def assign_owners(nbytes: Sequence[int], weights: Sequence[float]) -> list[int]:
 
 def make_plan(sizes: Sequence[int | Size], config: Mapping[str, Any], info: Any) -> list[Chunk]:
     """The chunks for gradients of ``sizes`` (ready order) under ``config``: :func:`cut`,
-    :func:`stream_of` and, under ``pushpull``, :func:`assign_owners` over
+    :func:`coalesce` where :func:`coalesces`, :func:`stream_of` and, under ``pushpull``, :func:`assign_owners` over
     :func:`summation_owners`.
 
     ``info`` is a :class:`~autotune.runtime.world.WorldInfo` (only ``servers`` and
@@ -215,6 +255,8 @@ def make_plan(sizes: Sequence[int | Size], config: Mapping[str, Any], info: Any)
     if chunk_bytes < 1 or streams < 1:
         raise ValueError(f"chunk_bytes and streams must be positive: {chunk_bytes}, {streams}")
     spans = cut(sizes, chunk_bytes)
+    if coalesces(config):
+        spans = coalesce(spans, streams)
     owners: list[int | None] = [None] * len(spans)
     if config.get("transport") == Transport.PUSHPULL:
         cands = summation_owners(config, info)

@@ -4,7 +4,7 @@ A :class:`Job` is the gradient sizes in ready order (bytes, optionally with thei
 and the compute time. Its chunks are the runtime's: :meth:`Job.plan` cuts them, puts them
 on streams and gives them Summation Service owners with the runtime's own plan code
 (:mod:`autotune.runtime.plan`: :func:`~autotune.runtime.plan.cut`,
-:func:`~autotune.runtime.plan.stream_of`, :func:`~autotune.runtime.plan.owner_weights`,
+:func:`~autotune.runtime.plan.coalesce`, :func:`~autotune.runtime.plan.stream_of`, :func:`~autotune.runtime.plan.owner_weights`,
 :func:`~autotune.runtime.plan.assign_owners`), so the chunks the simulator predicts are
 the chunks that run. A chunk is ready when backward has produced the last byte of its
 last gradient (the runtime sends a chunk once all its gradients are in). Gradients are
@@ -20,8 +20,8 @@ from itertools import accumulate
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from autotune.runtime.config import Transport
-from autotune.runtime.plan import (DTYPE_BYTES, Size, assign_owners, cut, owner_weights,
-                                   stream_of)
+from autotune.runtime.plan import (DTYPE_BYTES, Size, assign_owners, coalesce, coalesces, cut,
+                                   owner_weights, stream_of)
 
 
 class ChunkPlan(NamedTuple):
@@ -113,11 +113,12 @@ class Job:
         return [(b, "uint8") for b in self.grad_bytes]
 
     # ---------------------------------------------------------------- the plan
-    def chunks(self, chunk_bytes: int) -> tuple[list[int], list[float]]:
+    def chunks(self, chunk_bytes: int, coalesced: int = 0) -> tuple[list[int], list[float]]:
         """Chunk sizes (bytes) and, for each, the share of gradient bytes produced by the
-        time it is ready (0..1), in plan order: the runtime's :func:`~autotune.runtime.plan.cut`.
-        Cached per ``chunk_bytes``."""
-        key = ("chunks", int(chunk_bytes))
+        time it is ready (0..1), in plan order: the runtime's :func:`~autotune.runtime.plan.cut`,
+        then, with ``coalesced`` streams (> 0), its :func:`~autotune.runtime.plan.coalesce`.
+        Cached per ``chunk_bytes`` and ``coalesced``."""
+        key = ("chunks", int(chunk_bytes), int(coalesced))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -126,6 +127,8 @@ class Job:
         done = list(accumulate(self.grad_bytes))  # bytes produced once gradient i is in
         total = done[-1]
         spans = cut(self.sizes, int(chunk_bytes))
+        if coalesced:
+            spans = coalesce(spans, int(coalesced))
         hit = ([sp.nbytes for sp in spans], [done[sp.tensors[-1]] / total for sp in spans])
         self._cache[key] = hit
         return hit
@@ -152,11 +155,11 @@ class Job:
         """The chunks of this job under ``config`` (``chunk_bytes``, ``streams``,
         ``transport``, ``servers``) with ``machines`` worker machines: what
         :func:`autotune.runtime.plan.make_plan` gives the runtime, in bytes and owner
-        indices."""
+        indices (coalesced where :func:`~autotune.runtime.plan.coalesces`)."""
         chunk_bytes, streams = int(config["chunk_bytes"]), int(config["streams"])
         if streams < 1:
             raise ValueError(f"streams must be >= 1, got {streams}")
-        sizes, ready = self.chunks(chunk_bytes)
+        sizes, ready = self.chunks(chunk_bytes, streams if coalesces(config) else 0)
         on = [stream_of(j, streams) for j in range(len(sizes))]
         if config.get("transport") == Transport.PUSHPULL:
             who, owned = self.owners(chunk_bytes, machines, int(config.get("servers", 0)))

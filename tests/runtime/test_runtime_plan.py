@@ -1,4 +1,5 @@
-"""The partition plan is a pure function: packing, splitting, streams, Summation owners."""
+"""The partition plan is a pure function: packing, splitting, coalescing, streams, Summation
+owners."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotune.runtime.plan import (
-    DTYPE_BYTES, bytes_per_owner, flat_layout, make_plan, pushers, shard_bounds,
-    summation_shares, summation_units,
+    DTYPE_BYTES, bytes_per_owner, coalesce, coalesces, cut, flat_layout, make_plan, pushers,
+    shard_bounds, summation_shares, summation_units,
 )
 from autotune.runtime.world import WorldInfo
 
@@ -45,7 +46,7 @@ def covered(plan, sizes) -> None:
 
 def test_packs_small_and_splits_large() -> None:
     sizes = [10] * 100 + [100_000] + [(3, "float16")]
-    plan = make_plan(sizes, cfg(chunk_bytes=64 * KiB), world(1, 1, 0))
+    plan = cut(sizes, 64 * KiB)
     cap = 64 * KiB // 4
     assert plan[0].numel == cap and plan[0].tensors[:3] == (0, 1, 2)  # packed
     big = [c for c in plan if 100 in c.tensors]
@@ -67,6 +68,36 @@ def test_chunk_larger_than_everything_gives_one_chunk_per_dtype() -> None:
 def test_zero_sized_gradients_are_in_no_chunk() -> None:
     plan = make_plan([0, 4, 0], cfg(), world(1, 1, 0))
     assert len(plan) == 1 and plan[0].tensors == (1,)
+
+
+def test_coalescing_sends_a_gradients_whole_chunks_as_one_message_per_stream() -> None:
+    # 1000 small elements and the head of the big gradient fill chunk 0; the big one's 5
+    # whole chunks (ready together) go as 3 messages of 2, 2 and 1 chunks on 3 streams; its
+    # tail shares the last chunk with gradient 101
+    sizes = [10] * 100 + [100_000, 5]
+    cap = 64 * KiB // 4
+    plan = make_plan(sizes, cfg(streams=3), world(1, 1, 0))
+    assert [(c.numel, c.tensors[-1], c.stream) for c in plan] == [
+        (cap, 100, 0), (2 * cap, 100, 1), (2 * cap, 100, 2), (cap, 100, 0),
+        (1000 + 100_000 + 5 - 6 * cap, 101, 1)]
+    covered(plan, sizes)
+    # one stream: the whole run is one message; more streams than chunks: one chunk each
+    assert [c.numel for c in make_plan(sizes, cfg(streams=1), world(1, 1, 0))][1] == 5 * cap
+    assert len(make_plan(sizes, cfg(streams=16), world(1, 1, 0))) == len(cut(sizes, 64 * KiB))
+
+
+@pytest.mark.parametrize("kw", [dict(transport="pushpull", servers=1), dict(intra="root"),
+                                dict(intra="scatter"), dict(compression="fp16")])
+def test_no_coalescing_where_chunks_pipeline_or_are_encoded(kw) -> None:
+    sizes = [10] * 100 + [100_000, 5]
+    c = cfg(streams=3, **kw)
+    assert not coalesces(c)
+    spans = cut(sizes, 64 * KiB)
+    assert [(p.offset, p.numel) for p in make_plan(sizes, c, world(2, 1, 1))] == [
+        (sp.offset, sp.numel) for sp in spans]
+    assert coalesces(cfg()) and coalesces({})  # the defaults: a lossless flat all-reduce
+    with pytest.raises(ValueError):
+        coalesce(spans, 0)
 
 
 def test_streams_round_robin() -> None:
@@ -145,8 +176,14 @@ def test_plan_properties(sizes, chunk_exp, streams, k) -> None:
             transport="pushpull" if k else "allreduce", servers=k)
     plan = make_plan(sizes, c, info)
     covered(plan, sizes)
+    alone: dict[int, list[int]] = {}  # gradient -> streams of the messages holding it alone
     for ch in plan:
-        assert ch.nbytes <= max(1 << chunk_exp, DTYPE_BYTES[ch.dtype])
+        whole = ch.nbytes <= max(1 << chunk_exp, DTYPE_BYTES[ch.dtype])
+        assert whole or (not k and len(ch.tensors) == 1)  # only coalescing goes beyond a chunk
+        if len(ch.tensors) == 1:
+            alone.setdefault(ch.tensors[0], []).append(ch.stream)
         assert 0 <= ch.stream < streams
         assert (ch.owner is not None) == bool(k)
+    if not k:  # coalesced: at most one message per stream for each gradient's own chunks
+        assert all(len(set(s)) == len(s) for s in alone.values())
     assert plan == make_plan(sizes, c, info)

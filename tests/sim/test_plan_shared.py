@@ -15,7 +15,7 @@ from itertools import accumulate
 
 import pytest
 
-from autotune.runtime.plan import DTYPE_BYTES, make_plan
+from autotune.runtime.plan import DTYPE_BYTES, coalesces, make_plan
 from autotune.runtime.world import WorldInfo
 from autotune.sim import Cluster, Job, simulate
 
@@ -106,7 +106,8 @@ def test_simulator_plans_the_runtime_chunks(grads: tuple[int, ...], config: dict
     job = Job(grads)
     info = world(machines, per_machine, launched)
     want = runtime_view(grads, [(b // 4, "float32") for b in grads], config, info)
-    assert job.chunks(config["chunk_bytes"])[0] == [w[0] for w in want]
+    coalesced = config["streams"] if coalesces(config) else 0
+    assert job.chunks(config["chunk_bytes"], coalesced)[0] == [w[0] for w in want]
     assert sim_view(job, config, machines) == want
     # the simulator's bytes-as-uint8 gradients cut as float32 ones do
     assert runtime_view(grads, job.sizes, config, info) == want
