@@ -125,6 +125,26 @@ def pyplot():
     return plt
 
 
+def add_cluster_args(ap: Any, flow_cap_help: str = "cap per TCP flow, e.g. 100mbit") -> None:
+    """The emulated cluster's options a benchmark offers: ``--rate``, ``--flow-cap``,
+    ``--congestion`` (given to :class:`~autotune.emulate.Cluster`)."""
+    ap.add_argument("--rate", default="200mbit", help="NIC rate each way")
+    ap.add_argument("--flow-cap", default=None, help=flow_cap_help)
+    ap.add_argument("--congestion", default=None,
+                    help="the hosts' TCP congestion control, e.g. cubic (default: this "
+                         "machine's, see docs/emulate.md)")
+
+
+def add_diagnosis_args(ap: Any, trace_help: str) -> None:
+    """The runtime diagnosis options: ``--depth`` (:func:`patch_depth`) and ``--trace``
+    (every rank writes its operations, :mod:`autotune.runtime.trace`)."""
+    ap.add_argument("--depth", default=None,
+                    help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help=f"diagnosis: {trace_help} TRACE/rank<r>.json (read them with "
+                         "benchmarks/timeline.py)")
+
+
 def patch_depth(depth: str | None) -> None:
     """Diagnosis only: set the runtime's pipelining depths in this process, read when a
     configuration is applied: ``SEND[,TAIL[,SUM]]`` = chunks a stream keeps on their way

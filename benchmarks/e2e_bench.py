@@ -38,8 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import MARK, RESULTS, describe_link, emit, fmt_cfg, machine, measure_B, median, \
-    model_shapes, patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
+from benchlib import (MARK, RESULTS, add_cluster_args, add_diagnosis_args,  # noqa: E402
+                      describe_link, emit, fmt_cfg, machine, measure_B, median, model_shapes,
+                      patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model)
 
 from autotune.workload import check_average, gradient_bytes, optimum_s, time_ddp  # noqa: E402
 
@@ -335,13 +336,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--servers", default="0,4",
                     help="server hosts per session run ('' for no session runs)")
-    ap.add_argument("--rate", default="200mbit")
-    ap.add_argument("--flow-cap", default=None,
-                    help="cap per TCP flow, e.g. 100mbit (the cloud case: one flow gets a "
+    add_cluster_args(ap, "cap per TCP flow, e.g. 100mbit (the cloud case: one flow gets a "
                          "fraction of the NIC)")
-    ap.add_argument("--congestion", default=None,
-                    help="the hosts' TCP congestion control, e.g. cubic (default: this "
-                         "machine's, see docs/emulate.md)")
     ap.add_argument("--fwd-ms", type=float, default=100.0, help="emulated forward time")
     ap.add_argument("--bwd-ms", type=float, default=300.0, help="emulated backward time")
     ap.add_argument("--buckets", default="5,25,100", help="DDP bucket_cap_mb values (25 = default)")
@@ -355,11 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fixed", default="",
                     help="also time these runtime configurations fixed (no tuning), e.g. "
                          "'ar:1x4M,pp4:1x64K' (transport[servers]:streams x chunk)")
-    ap.add_argument("--depth", default=None,
-                    help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
-    ap.add_argument("--trace", type=Path, default=None,
-                    help="diagnosis: the --fixed runs write every rank's operations to "
-                         "TRACE/rank<r>.json (read them with benchmarks/timeline.py)")
+    add_diagnosis_args(ap, "the --fixed runs write every rank's operations to")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--json", type=Path, default=None)

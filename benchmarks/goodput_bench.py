@@ -45,8 +45,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import MARK, MiB, RESULTS, describe_link, emit, fmt_cfg, machine, measure_B, \
-    median, patch_depth, pyplot, report, require_emulator, save_figure  # noqa: E402
+from benchlib import (MARK, MiB, RESULTS, add_cluster_args, add_diagnosis_args,  # noqa: E402
+                      describe_link, emit, fmt_cfg, machine, measure_B, median, patch_depth,
+                      pyplot, report, require_emulator, save_figure)
 
 from autotune.sim.formulas import allreduce_time, byteps_time  # noqa: E402
 
@@ -304,11 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--servers", default="0,1,2,4", help="server counts k to time (pushpull)")
-    ap.add_argument("--rate", default="200mbit")
-    ap.add_argument("--flow-cap", default=None, help="cap per TCP flow, e.g. 50mbit")
-    ap.add_argument("--congestion", default=None,
-                    help="the hosts' TCP congestion control, e.g. cubic (default: this "
-                         "machine's, see docs/emulate.md)")
+    add_cluster_args(ap, "cap per TCP flow, e.g. 50mbit")
     ap.add_argument("--mbytes", type=int, default=64, help="MiB of gradients per worker")
     ap.add_argument("--tensors", type=int, default=16, help="equal gradient tensors")
     ap.add_argument("--settings", default=None,
@@ -321,11 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path, default=None,
                     help="default results/goodput_bench.json (_cap.json with --flow-cap)")
     ap.add_argument("--plot", type=Path, default=None)
-    ap.add_argument("--depth", default=None,
-                    help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
-    ap.add_argument("--trace", type=Path, default=None,
-                    help="diagnosis: every rank writes its operations to TRACE/rank<r>.json "
-                         "(read them with benchmarks/timeline.py)")
+    add_diagnosis_args(ap, "every rank writes its operations to")
     ap.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--configs", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
