@@ -135,14 +135,16 @@ def add_cluster_args(ap: Any, flow_cap_help: str = "cap per TCP flow, e.g. 100mb
                          "machine's, see docs/emulate.md)")
 
 
-def add_diagnosis_args(ap: Any, trace_help: str) -> None:
-    """The runtime diagnosis options: ``--depth`` (:func:`patch_depth`) and ``--trace``
-    (every rank writes its operations, :mod:`autotune.runtime.trace`)."""
+def add_diagnosis_args(ap: Any, trace_help: str | None = None) -> None:
+    """The runtime diagnosis options: ``--depth`` (:func:`patch_depth`) and, where the
+    benchmark passes it on (``trace_help`` says to what), ``--trace`` (every rank writes its
+    operations, :mod:`autotune.runtime.trace`)."""
     ap.add_argument("--depth", default=None,
                     help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
-    ap.add_argument("--trace", type=Path, default=None,
-                    help=f"diagnosis: {trace_help} TRACE/rank<r>.json (read them with "
-                         "benchmarks/timeline.py)")
+    if trace_help:
+        ap.add_argument("--trace", type=Path, default=None,
+                        help=f"diagnosis: {trace_help} TRACE/rank<r>.json (read them with "
+                             "benchmarks/timeline.py)")
 
 
 def patch_depth(depth: str | None) -> None:

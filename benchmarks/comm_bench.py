@@ -20,8 +20,10 @@ repeat is the slowest worker's. References, timed the same way in the same job:
 ``--chunks`` and ``--streams`` replace the grid by all-reduce (and, with servers, push/pull)
 at those chunk sizes and stream counts. Medians are printed with the ratio ``bucket
 reference time / config time`` (> 1: faster than the reference), the slowest worker's
-process CPU (every thread, gloo's included) per GB of gradients, and the messages a worker
-starts per average (the plan's chunks: one collective or push each), and written to
+process CPU (every thread, gloo's included) per GB of gradients, and the messages per
+average: the plan's chunks as the runtime runs them (after coalescing; a chunk is one
+collective, or one push and pull, per worker under ``intra=flat``, several under
+``root``/``scatter``), and the references' collectives. Written to
 ``benchmarks/results/comm_bench.json``.
 """
 
@@ -104,7 +106,6 @@ def _worker(args: argparse.Namespace) -> None:
     from autotune import zoo
     from autotune.runtime import Runtime
     from autotune.runtime.config import RuntimeConfig
-    from autotune.runtime.plan import make_plan
     from autotune.workload import gradient_bytes
 
     torch.set_num_threads(1)
@@ -142,28 +143,25 @@ def _worker(args: argparse.Namespace) -> None:
             for g in grads:
                 dist.all_reduce(g, group=wg)
 
+        buckets: list[list] = [[]]  # closed at a tensor once they hold BUCKET bytes
+        for g in grads:
+            if sum(b.numel() * 4 for b in buckets[-1]) >= BUCKET:
+                buckets.append([])
+            buckets[-1].append(g)
+
         def bucketed() -> None:
-            bucket: list = []
-            size = 0
-            for g in grads + [None]:
-                if g is not None:
-                    bucket.append(g)
-                    size += g.numel() * 4
-                if bucket and (g is None or size >= BUCKET):
-                    flat = torch.cat([b.reshape(-1) for b in bucket])
-                    dist.all_reduce(flat, group=wg)
-                    flat /= len(info.workers)
-                    off = 0
-                    for b in bucket:
-                        b.copy_(flat[off:off + b.numel()].view_as(b))
-                        off += b.numel()
-                    bucket, size = [], 0
+            for bucket in buckets:
+                flat = torch.cat([b.reshape(-1) for b in bucket])
+                dist.all_reduce(flat, group=wg)
+                flat /= len(info.workers)
+                off = 0
+                for b in bucket:
+                    b.copy_(flat[off:off + b.numel()].view_as(b))
+                    off += b.numel()
 
         rows = [{"name": "allreduce/tensor", **timed(per_tensor), "messages": len(grads)},
-                {"name": "allreduce/bucket", **timed(bucketed),
-                 "messages": -(-nbytes // BUCKET)}]
+                {"name": "allreduce/bucket", **timed(bucketed), "messages": len(buckets)}]
         rt.register(params)
-        sizes = [p.numel() for p in params]
         for cfg in configs(args.full, len(info.servers), info.workers_per_machine,
                            args.chunks, args.streams):
             full_cfg = RuntimeConfig.of(cfg).check(rt.limits).as_dict()
@@ -172,11 +170,12 @@ def _worker(args: argparse.Namespace) -> None:
                 rt.sync(full_cfg if leader else None)
                 rt.retry()
             rows.append({"name": label(full_cfg), "config": full_cfg, **timed(run),
-                         "messages": len(make_plan(sizes, full_cfg, info))})
+                         "messages": len(rt.setup.plan)})
         for row in rows:
             row["median_s"] = statistics.median(row["times"])
             row["cpu_s_per_gb"] = statistics.median(row["cpu"]) / (nbytes / 1e9)
-            q = statistics.quantiles(row["times"], n=4) if len(row["times"]) > 1 else []
+            q = (statistics.quantiles(row["times"], n=4, method="inclusive")
+                 if len(row["times"]) > 1 else [])
             row["iqr_s"] = [q[0], q[2]] if q else [row["median_s"]] * 2
         ref = rows[1]["median_s"]
         for row in rows:

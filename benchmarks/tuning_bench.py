@@ -42,8 +42,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import MARK, MiB, RESULTS, describe_link, emit, fmt_cfg, machine, measure_B, \
-    median, model_shapes, patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model  # noqa: E402
+from benchlib import (MARK, MiB, RESULTS, add_cluster_args, add_diagnosis_args,  # noqa: E402
+                      describe_link, emit, fmt_cfg, machine, measure_B, median, model_shapes,
+                      patch_depth, pyplot, report, require_emulator, save_figure, sleepy_model)
 
 from autotune.workload import check_average  # noqa: E402
 
@@ -183,7 +184,8 @@ def run(a: argparse.Namespace) -> dict:
     con = Console(stderr=True)
     cfgs = sweep_configs(a)
     started = time.time()
-    with Cluster(hosts=a.workers + a.servers, rate=a.rate, flow_cap=a.flow_cap) as c:
+    with Cluster(hosts=a.workers + a.servers, rate=a.rate, flow_cap=a.flow_cap,
+                 congestion=a.congestion) as c:
         con.print(f"[bold]cluster[/] {c.describe()}")
         with con.status("measuring B"):
             link = measure_B(c, repeats=3)
@@ -326,8 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweep-servers", default="0,2,4", help="server counts in the sweep")
     ap.add_argument("--streams", default="1,4", help="streams in the sweep")
     ap.add_argument("--chunks", default="64K,256K,1M,4M,16M", help="chunk sizes in the sweep")
-    ap.add_argument("--rate", default="200mbit")
-    ap.add_argument("--flow-cap", default=None, help="cap per TCP flow, e.g. 50mbit")
+    add_cluster_args(ap, "cap per TCP flow, e.g. 50mbit")
     ap.add_argument("--fwd-ms", type=float, default=20.0)
     ap.add_argument("--bwd-ms", type=float, default=60.0)
     ap.add_argument("--repeats", type=int, default=3, help="timed iterations per sweep point")
@@ -335,8 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=int, default=100, help="session tuning iterations")
     ap.add_argument("--trial-iterations", type=int, default=0, help="0: the tuner's default")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--depth", default=None,
-                    help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
+    add_diagnosis_args(ap)
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--json", type=Path, default=None,

@@ -10,8 +10,8 @@ the simulator's plan (:mod:`autotune.sim.job`): the chunks it predicts are these
 * **Packing and splitting** (AIACC-Training §V-B, PHub §3.2.3; :func:`cut`). Walking the
   gradients in ready order, small ones are packed into a chunk until it holds
   ``chunk_bytes``; a large one fills the current chunk and continues in the next ones. A
-  dtype change closes the chunk. So every chunk but the last of each dtype holds exactly
-  ``chunk_bytes``.
+  dtype change closes the chunk. So every chunk :func:`cut` gives but the last of each
+  dtype holds exactly ``chunk_bytes`` (before coalescing).
 * **Coalescing** (:func:`coalesce`, under a lossless flat all-reduce: :func:`coalesces`).
   The whole chunks of one gradient become ready at the same moment, so sending them one
   message each buys no overlap; it only costs a gloo all-reduce's fixed price (its sends,
@@ -21,7 +21,9 @@ the simulator's plan (:mod:`autotune.sim.job`): the chunks it predicts are these
   piece of a large one that shares a chunk with the next) and stops costing where it
   does not. Not under ``pushpull`` or intra ``root``/``scatter``: there a chunk's stages
   (push, sum, pull; reduce, all-reduce, broadcast) pipeline chunk by chunk, which one
-  large message would undo; nor under compression, whose codecs work chunk by chunk.
+  large message would undo; nor under any ``compression`` but ``none``, whose codecs
+  encode chunk by chunk. A message may so exceed ``chunk_bytes``: up to a gradient's size
+  divided by ``streams``.
 * **Streams** (:func:`stream_of`). Chunk ``i`` goes to stream ``i % streams``.
 * **Summation Service owners** (``transport=pushpull``; BytePS §4.1; :func:`owner_weights`,
   :func:`assign_owners`). With ``n`` worker machines and ``k`` servers, each server sums
@@ -245,8 +247,8 @@ def assign_owners(nbytes: Sequence[int], weights: Sequence[float]) -> list[int]:
 
 def make_plan(sizes: Sequence[int | Size], config: Mapping[str, Any], info: Any) -> list[Chunk]:
     """The chunks for gradients of ``sizes`` (ready order) under ``config``: :func:`cut`,
-    :func:`coalesce` where :func:`coalesces`, :func:`stream_of` and, under ``pushpull``, :func:`assign_owners` over
-    :func:`summation_owners`.
+    :func:`coalesce` where :func:`coalesces`, :func:`stream_of` and, under ``pushpull``,
+    :func:`assign_owners` over :func:`summation_owners`.
 
     ``info`` is a :class:`~autotune.runtime.world.WorldInfo` (only ``servers`` and
     ``summation_hosts`` are read, and only for ``pushpull``)."""

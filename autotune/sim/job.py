@@ -4,10 +4,11 @@ A :class:`Job` is the gradient sizes in ready order (bytes, optionally with thei
 and the compute time. Its chunks are the runtime's: :meth:`Job.plan` cuts them, puts them
 on streams and gives them Summation Service owners with the runtime's own plan code
 (:mod:`autotune.runtime.plan`: :func:`~autotune.runtime.plan.cut`,
-:func:`~autotune.runtime.plan.coalesce`, :func:`~autotune.runtime.plan.stream_of`, :func:`~autotune.runtime.plan.owner_weights`,
-:func:`~autotune.runtime.plan.assign_owners`), so the chunks the simulator predicts are
-the chunks that run. A chunk is ready when backward has produced the last byte of its
-last gradient (the runtime sends a chunk once all its gradients are in). Gradients are
+:func:`~autotune.runtime.plan.coalesce`, :func:`~autotune.runtime.plan.stream_of`,
+:func:`~autotune.runtime.plan.owner_weights`, :func:`~autotune.runtime.plan.assign_owners`),
+so the chunks the simulator predicts are the chunks that run. A chunk is ready when
+backward has produced the last byte of its last gradient (the runtime sends a chunk once
+all its gradients are in). Gradients are
 produced during the backward pass, the last ``backward_fraction`` of ``compute_s``, in
 proportion to their bytes.
 """
