@@ -8,9 +8,8 @@ on streams and gives them Summation Service owners with the runtime's own plan c
 :func:`~autotune.runtime.plan.owner_weights`, :func:`~autotune.runtime.plan.assign_owners`),
 so the chunks the simulator predicts are the chunks that run. A chunk is ready when
 backward has produced the last byte of its last gradient (the runtime sends a chunk once
-all its gradients are in). Gradients are
-produced during the backward pass, the last ``backward_fraction`` of ``compute_s``, in
-proportion to their bytes.
+all its gradients are in). Gradients are produced during the backward pass, the last
+``backward_fraction`` of ``compute_s``, in proportion to their bytes.
 """
 
 from __future__ import annotations
