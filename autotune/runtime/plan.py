@@ -22,8 +22,10 @@ the simulator's plan (:mod:`autotune.sim.job`): the chunks it predicts are these
   does not. Not under ``pushpull`` or intra ``root``/``scatter``: there a chunk's stages
   (push, sum, pull; reduce, all-reduce, broadcast) pipeline chunk by chunk, which one
   large message would undo; nor under any ``compression`` but ``none``, whose codecs
-  encode chunk by chunk. A message may so exceed ``chunk_bytes``: up to a gradient's size
-  divided by ``streams``.
+  encode chunk by chunk. A message may so exceed ``chunk_bytes``, but never
+  ``MAX_CHUNK_BYTES`` (64 MiB, the largest chunk a configuration may ask for), so no
+  single operation, and no wait bounded by the runtime's ``timeout``, grows beyond what a
+  configuration could already ask for.
 * **Streams** (:func:`stream_of`). Chunk ``i`` goes to stream ``i % streams``.
 * **Summation Service owners** (``transport=pushpull``; BytePS §4.1; :func:`owner_weights`,
   :func:`assign_owners`). With ``n`` worker machines and ``k`` servers, each server sums
@@ -43,7 +45,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from .config import Intra, Transport
+from .config import MAX_CHUNK_BYTES, Intra, Transport
 
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
@@ -188,13 +190,15 @@ def coalesces(config: Mapping[str, Any]) -> bool:
             and config.get("compression", "none") == "none")
 
 
-def coalesce(spans: Sequence[Span], streams: int) -> list[Span]:
+def coalesce(spans: Sequence[Span], streams: int,
+             max_bytes: int = MAX_CHUNK_BYTES) -> list[Span]:
     """``spans`` (from :func:`cut`) with each run of chunks that hold one gradient alone
-    merged into at most ``streams`` contiguous messages of near-equal chunk counts (the
-    first ones one chunk longer). Such a run becomes ready at once, when its gradient is in;
-    chunks that pack several gradients are left as they are."""
-    if streams < 1:
-        raise ValueError(f"streams must be positive: {streams}")
+    merged into contiguous messages of near-equal chunk counts (the first ones one chunk
+    longer): ``streams`` of them, or, where a message would exceed ``max_bytes``, the least
+    multiple of ``streams`` that fits; never more than the run has chunks. Such a run becomes ready at once, when its
+    gradient is in; chunks that pack several gradients are left as they are."""
+    if streams < 1 or max_bytes < 1:
+        raise ValueError(f"streams and max_bytes must be positive: {streams}, {max_bytes}")
     out: list[Span] = []
     i = 0
     while i < len(spans):
@@ -202,7 +206,10 @@ def coalesce(spans: Sequence[Span], streams: int) -> list[Span]:
         while (j < len(spans) and len(spans[i].tensors) == 1
                and spans[j].tensors == spans[i].tensors):
             j += 1
-        for start, count in shard_bounds(j - i, min(streams, j - i)):
+        run = spans[i:j]
+        per = max(1, max_bytes // max(sp.nbytes for sp in run))  # chunks a message may hold
+        parts = streams * -(-len(run) // (per * streams))  # the same number on every stream
+        for start, count in shard_bounds(len(run), min(parts, len(run))):
             first, last = spans[i + start], spans[i + start + count - 1]
             out.append(Span(first.dtype, first.offset, last.offset + last.numel - first.offset,
                             first.tensors))

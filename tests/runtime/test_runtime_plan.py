@@ -86,6 +86,22 @@ def test_coalescing_sends_a_gradients_whole_chunks_as_one_message_per_stream() -
     assert len(make_plan(sizes, cfg(streams=16), world(1, 1, 0))) == len(cut(sizes, 64 * KiB))
 
 
+def test_no_coalesced_message_exceeds_the_largest_chunk_a_config_may_ask_for() -> None:
+    # 200 MiB in one gradient at 3 MiB chunks (21 fit in 64 MiB, not 21.33): with 2
+    # streams, 67 whole chunks become 4 messages (2 per stream) of at most 21 chunks, not
+    # 2 of 34
+    sizes = [50 * 1024 * 1024, 1]
+    plan = make_plan(sizes, cfg(streams=2, chunk_bytes=3 * 1024 * KiB), world(1, 1, 0))
+    big = [c for c in plan if c.tensors == (0,)]
+    assert len(big) == 4 and max(c.nbytes for c in big) <= 21 * 3 * 1024 * KiB
+    covered(plan, sizes)
+    spans = cut(sizes, 3 * 1024 * KiB)
+    for limit in (1, 3 * 1024 * KiB, 10 * 1024 * KiB):  # below one chunk: one chunk each
+        merged = coalesce(spans, 2, max_bytes=limit)
+        assert all(sp.nbytes <= max(limit, 3 * 1024 * KiB) for sp in merged)
+        assert sum(sp.numel for sp in merged) == sum(sp.numel for sp in spans)
+
+
 @pytest.mark.parametrize("kw", [dict(transport="pushpull", servers=1), dict(intra="root"),
                                 dict(intra="scatter"), dict(compression="fp16")])
 def test_no_coalescing_where_chunks_pipeline_or_are_encoded(kw) -> None:
