@@ -200,8 +200,13 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
         exact &= torch.equal(q.grad, ref)
         if zero_grads and ids[i] is not None and id(q.grad) != ids[i]:
             ident_ok = False
+    from autotune.runtime.plan import cut
+
     return {"config": active, "ratio": worst, "none_ok": none_ok, "ident_ok": ident_ok,
             "exact": exact, "staged_copies": copies,
+            # messages the plan ran, against the chunks cut() gives (fewer: coalesced)
+            "messages": len(rt.setup.plan),
+            "chunks": len(cut(list(rt.setup.sizes), int(active["chunk_bytes"]))),
             "overlap": overlap, "order": rt.gradient_order, "ms": round(ms, 2),
             "ref_ms": round(t_ref * 1000, 2),
             "total_ms": round((time.perf_counter() - t_start) * 1000, 2)}

@@ -48,6 +48,23 @@ def test_average_matches_all_reduce(results: list[dict], index: int) -> None:
         assert case["ident_ok"], f"rank {r}: an existing .grad tensor was replaced"
 
 
+def test_coalesced_cases_ran_and_match_all_reduce(results: list[dict]) -> None:
+    """The flat lossless all-reduce cases ran coalesced messages where a gradient has
+    several whole chunks (fewer messages than chunks), and matched all_reduce; no other
+    case was coalesced."""
+    from autotune.runtime.plan import coalesces
+
+    coalesced = 0
+    for r, res in enumerate(results):
+        for case in res["cases"]:
+            if coalesces(case["config"]):
+                coalesced += case["messages"] < case["chunks"]
+                assert case["messages"] <= case["chunks"] and case["ratio"] <= 1.0, (r, case)
+            else:
+                assert case["messages"] == case["chunks"], (r, case["config"])
+    assert coalesced >= 2 * len(results), coalesced  # at least two such cases per worker
+
+
 def test_chunks_leave_during_backward(results: list[dict]) -> None:
     """On the cases that checked it (shape sets where every rank uses every parameter),
     every chunk was averaged before wait() was called."""
