@@ -195,8 +195,9 @@ def coalesce(spans: Sequence[Span], streams: int,
     """``spans`` (from :func:`cut`) with each run of chunks that hold one gradient alone
     merged into contiguous messages of near-equal chunk counts (the first ones one chunk
     longer): ``streams`` of them, or, where a message would exceed ``max_bytes``, the least
-    multiple of ``streams`` that fits; never more than the run has chunks. Such a run becomes ready at once, when its
-    gradient is in; chunks that pack several gradients are left as they are."""
+    multiple of ``streams`` that fits; never more than the run has chunks. Such a run
+    becomes ready at once, when its gradient is in; chunks that pack several gradients are
+    left as they are."""
     if streams < 1 or max_bytes < 1:
         raise ValueError(f"streams and max_bytes must be positive: {streams}, {max_bytes}")
     out: list[Span] = []
