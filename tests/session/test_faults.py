@@ -27,9 +27,12 @@ MARGIN = 12.0  # seconds past the timeout, for a heartbeat check on a loaded 2-c
 
 
 def run(scenario: str, tmp: Path) -> tuple[int, str, list[dict | None]]:
-    # grace: how long survivors may take after a worker died; a stopped server left
-    # behind is stopped by the launcher after it
-    grace = "30" if "worker" in scenario else "5"
+    # grace: how long the others may take after the first rank exits. A killed worker
+    # exits first: the survivors then need up to the timeout to notice. A stopped worker
+    # never exits: the survivor exits first, after the timeout, and the server, which
+    # timed out at about the same moment, only needs to report. A stopped server left
+    # behind is stopped by the launcher after it.
+    grace = {"kill_worker": "30", "stop_worker": "15"}.get(scenario, "5")
     cmd = [sys.executable, "-m", "autotune.launch", "-n", "2", "-k", "1", "--grace", grace,
            str(Path(fw.__file__)), scenario, str(tmp)]
     env = dict(os.environ, OMP_NUM_THREADS="1",
