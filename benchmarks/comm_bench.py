@@ -144,10 +144,13 @@ def _worker(args: argparse.Namespace) -> None:
                 dist.all_reduce(g, group=wg)
 
         buckets: list[list] = [[]]  # closed at a tensor once they hold BUCKET bytes
+        size = 0
         for g in grads:
-            if sum(b.numel() * 4 for b in buckets[-1]) >= BUCKET:
+            if size >= BUCKET:
                 buckets.append([])
+                size = 0
             buckets[-1].append(g)
+            size += g.numel() * 4
 
         def bucketed() -> None:
             for bucket in buckets:

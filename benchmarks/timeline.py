@@ -62,7 +62,9 @@ def iterations(ranks: dict[int, dict], kind: str = "iteration") -> dict[tuple[st
     return out
 
 
-def window(ranks: dict[int, dict], label: str | None, index: int) -> tuple[str, int, float, float]:
+def window(ranks: dict[int, dict], label: str | None,
+           index: int) -> tuple[str, int, list[dict]]:
+    """The iteration to analyse: its label, index and every worker's mark of it."""
     its = iterations(ranks)
     labels = list(dict.fromkeys(k[0] for k in its))
     if not labels:
@@ -73,8 +75,7 @@ def window(ranks: dict[int, dict], label: str | None, index: int) -> tuple[str, 
         raise SystemExit(f"no iteration {label!r}; the traces hold {labels}")
     idx = sorted(i for (lab, i) in its if lab == label)
     i = idx[index]
-    marks = its[(label, i)]
-    return label, i, min(m["issued"] for m in marks), max(m["done"] for m in marks)
+    return label, i, its[(label, i)]
 
 
 def _on_wire(ops: list[dict], start_key: str) -> None:
@@ -88,7 +89,8 @@ def _on_wire(ops: list[dict], start_key: str) -> None:
 
 def analyse(ranks: dict[int, dict], label: str | None = None, index: int = -1,
             nic_mbs: float | None = None, cap_mbs: float | None = None) -> dict:
-    label, i, t0, t1 = window(ranks, label, index)
+    label, i, marks = window(ranks, label, index)
+    t0, t1 = min(m["issued"] for m in marks), max(m["done"] for m in marks)
     pushes, pulls, recvs, sends = [], [], [], []
     for r, d in ranks.items():
         for e in d["events"]:
@@ -136,7 +138,7 @@ def analyse(ranks: dict[int, dict], label: str | None = None, index: int = -1,
             stages["pull on the wire"].append(q["done"] - q["wire"])
             stages["chunk, push issued to pull done"].append(q["done"] - p["issued"])
     span = t1 - t0
-    began = {m["rank"]: m for m in iterations(ranks)[(label, i)]}
+    began = {m["rank"]: m for m in marks}
     synced = {m["rank"]: m for m in iterations(ranks, "sync").get((label, i), [])}
     per_worker = {}
     for w in sorted({p["rank"] for p in pushes}):
@@ -212,8 +214,9 @@ def print_report(res: dict) -> None:
                 "last push done", "last pull done", "out MB/s", "in MB/s", "out busy", "in busy"):
         t.add_column(col, justify="right")
     for w, x in res["workers"].items():
-        t.add_row(str(w), *(f"{1e3 * x[k]:.0f} ms" if x[k] is not None else "-" for k in (
-            "start_s", "sync_done_s", "first_push_issued_s", "first_pull_done_s", "last_push_done_s", "last_pull_done_s")),
+        times = ("start_s", "sync_done_s", "first_push_issued_s", "first_pull_done_s",
+                 "last_push_done_s", "last_pull_done_s")
+        t.add_row(str(w), *(f"{1e3 * x[k]:.0f} ms" if x[k] is not None else "-" for k in times),
             *(f"{x[k]:.1f}" + (f" ({x[k] / nic:.2f})" if nic else "") for k in ("out_MBps", "in_MBps")),
             f"{x['out_busy']:.2f}", f"{x['in_busy']:.2f}")
     con.print(t)
