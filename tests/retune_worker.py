@@ -7,7 +7,12 @@ The job: 2 workers train a 1 MiB-gradient model under ``autotune.session`` with
 Rank 0 appends ``iteration phase baseline`` to ``progress`` after every step. Once the
 session has locked and measured its drift baseline, the driver calls ``change()`` (e.g.
 ``tc`` on the hosts) and creates ``trigger``; with ``slower_compute_s`` the ranks then
-sleep that much longer per iteration (the workload's own slowdown). Rank 0 prints
+sleep that much longer per iteration (the workload's own slowdown). With ``end_early``
+(the tests) the job stops as soon as what it is for has shown: a re-tune's first trial,
+or ``3 * window`` iterations after a slowdown, which then starts at the first iteration
+after the baseline (no trigger). Rank 0 decides both and broadcasts them every
+iteration (:func:`_decide`), so every rank stops, and slows down, at the same iteration.
+Rank 0 prints
 ``RESULT {json}``: per iteration its wall time, seconds, phase; the iterations at which
 drift started a re-tune; the trials.
 """
@@ -23,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 SPEC = {"steps": 60, "budget": 12, "warmup": 3, "window": 6, "threshold": 0.2,
-        "compute_s": 0.05, "slower_compute_s": 0.0, "features": 512}
+        "compute_s": 0.05, "slower_compute_s": 0.0, "features": 512, "end_early": False}
 
 
 def main(progress: str, trigger: str, spec_json: str) -> None:
@@ -40,14 +45,22 @@ def main(progress: str, trigger: str, spec_json: str) -> None:
     model = nn.Sequential(nn.Linear(f, f), nn.ReLU(), nn.Linear(f, 1))  # ~1 MiB of gradients
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
     g = torch.Generator().manual_seed(rank)
-    rows, changed_at = [], None
+    rows, changed_at, slower_at = [], None, None
+    early, window = bool(spec["end_early"]), int(spec["window"])
+    selfslow = early and float(spec["slower_compute_s"]) > 0
     with autotune.session(model, budget=int(spec["budget"]), warmup=int(spec["warmup"]),
                           retune_on_drift=float(spec["threshold"]),
                           drift_window=int(spec["window"]), db=spec.get("db"),
                           verbose=False, job="retune", timeout=120) as tuner:
         for i in range(int(spec["steps"])):
             t0 = time.perf_counter()
-            seen = os.path.exists(trigger)
+            if early:  # rank 0's schedule decides, for every rank at the same iteration
+                seen, stop = _decide(tuner, i, slower_at, selfslow, window, trigger)
+                if stop:
+                    break
+                slower_at = i if seen and selfslow and slower_at is None else slower_at
+            else:
+                seen = os.path.exists(trigger)
             if seen and changed_at is None:
                 changed_at = i
             time.sleep(spec["compute_s"] + (spec["slower_compute_s"] if seen else 0.0))
@@ -68,6 +81,29 @@ def main(progress: str, trigger: str, spec_json: str) -> None:
             "trials": [{"index": r.index, "technique": r.technique, "config": r.config,
                         "score": r.score} for r in tuner.history],
         }), flush=True)
+
+
+def _decide(tuner: Any, i: int, slower_at: int | None, selfslow: bool, window: int,
+            trigger: str) -> tuple[bool, bool]:
+    """``end_early``: (whether the change is on, whether to stop before iteration ``i``),
+    decided on rank 0 (only the leader holds the schedule) and broadcast: the change is on
+    once the trigger exists, or, with ``selfslow``, from the first iteration after the
+    drift baseline; the job stops after a re-tune's first trial, or ``3 * window``
+    iterations after a slowdown."""
+    import torch
+    import torch.distributed as dist
+
+    flags = torch.zeros(2, dtype=torch.int64)
+    s = tuner.schedule
+    if s is not None:
+        if selfslow:
+            flags[0] = slower_at is not None or (s.phase == "locked" and s.baseline is not None)
+        else:
+            flags[0] = os.path.exists(trigger)
+        flags[1] = bool((s.retunes and s.phase == "trial")
+                        or (slower_at is not None and i > slower_at + 3 * window))
+    dist.broadcast(flags, src=0)
+    return bool(flags[0]), bool(flags[1])
 
 
 def run_job(cluster: Any, tmp: Path, change: Callable[[], None], **spec: Any) -> dict:

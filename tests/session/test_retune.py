@@ -36,7 +36,7 @@ def test_a_link_change_mid_run_starts_a_retune(before, after, tmp_path):
     from autotune.emulate import Cluster
 
     with Cluster(hosts=2, rate=before) as c:
-        res = retune_worker.run_job(c, tmp_path, lambda: c.reshape(after))
+        res = retune_worker.run_job(c, tmp_path, lambda: c.reshape(after), end_early=True)
     assert res["retunes"] and res["retunes"] == retuned(res), res["retunes"]
     # a second tuning phase: trials again after the first lock
     phases = [p for _, _, p in res["rows"]]
@@ -48,7 +48,8 @@ def test_a_longer_compute_step_starts_no_retune(tmp_path):
     from autotune.emulate import Cluster
 
     with Cluster(hosts=2, rate="40mbit") as c:
-        res = retune_worker.run_job(c, tmp_path, lambda: None, slower_compute_s=0.3)
+        res = retune_worker.run_job(c, tmp_path, lambda: None, slower_compute_s=0.3,
+                                     end_early=True)
     secs = [s for _, s, _ in res["rows"]]
     at = res["changed_at"]
     assert at is not None and len(secs) - at >= 3 * retune_worker.SPEC["window"]
