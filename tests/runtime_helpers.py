@@ -161,6 +161,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
     rank, n = info.rank, len(info.workers)
     active = rt.sync(cfg if rank == info.leader else None)
     copies = rt._averager.copies.staged_copies  # copies through host staging (AUTOTUNE_STAGE_CPU)
+    lent = rt._averager.copies.lent  # gradients pushed from .grad itself (no pack copy)
     g = torch.Generator().manual_seed(1000 * it + rank)
     targets = [torch.randn(q.shape, generator=g).to(q.dtype) for q in params]
     for q in params:
@@ -185,6 +186,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
     rt.wait()
     ms = (time.perf_counter() - t0) * 1000
     copies = rt._averager.copies.staged_copies - copies
+    lent = rt._averager.copies.lent - lent
     worst, none_ok, ident_ok, exact = 0.0, True, True, True
     for i, q in enumerate(params):
         if use[i] in ("frozen", "none"):  # never registered / never used anywhere
@@ -203,7 +205,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
     from autotune.runtime.plan import cut
 
     return {"config": active, "ratio": worst, "none_ok": none_ok, "ident_ok": ident_ok,
-            "exact": exact, "staged_copies": copies,
+            "exact": exact, "staged_copies": copies, "lent": lent,
             # messages the plan ran, against the chunks cut() gives (fewer: coalesced)
             "messages": len(rt.setup.plan),
             "chunks": len(cut(list(rt.setup.sizes), int(active["chunk_bytes"]))),
@@ -459,7 +461,8 @@ def run_faults(out: Path) -> None:
         except RuntimeFault as e:
             rec.update(fault=str(e), rank=e.rank, recoverable=e.recoverable,
                        seconds=time.monotonic() - t0, iteration=it, timeout=timeout,
-                       server=server, viewed=viewed)
+                       server=server, viewed=viewed,
+                       lent=rt._averager.copies.lent)  # gradients pushed from .grad
             rec["intact"] = all(torch.equal(q.grad, torch.full_like(q, info.rank + 1))
                                 for q in params)
             break

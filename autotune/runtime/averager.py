@@ -135,6 +135,8 @@ class Averager:
             it = RoundState(setup.plan, setup.tensor_chunks, setup.streams,
                            refused=self.faults.refuses(a.config))
             it.round = self.round
+            # a residual left from a lossy configuration is folded into what is pushed
+            it.lend = not a.residuals.dirty
             self.round += 1
             self._had_grad = [True] * len(setup.sizes)
             self.current = it
@@ -168,10 +170,16 @@ class Averager:
         pos = self.layout.pos.get(index)
         if pos is None:  # registered after the active layout: ignored until the next sync
             return
-        staged = None
+        staged = lent = None
         if not it.refused and not it.fired[pos]:
-            staged = self.copies.pack(pos, param.grad)
-        it.mark_ready(pos, staged)
+            staged, lent = self._pack(it, pos, param.grad)
+        it.mark_ready(pos, staged, lent)
+
+    def _pack(self, it: RoundState, pos: int, grad: torch.Tensor | None) -> tuple[Any, Any]:
+        """(staged copy, lent gradient) of gradient ``pos`` for round ``it``: lent where
+        its chunks may be pushed from it (:meth:`GradientCopies.lend`), else packed."""
+        lent = self.copies.lend(pos, grad) if it.lend else None
+        return (None if lent is not None else self.copies.pack(pos, grad)), lent
 
     def complete(self, repack_all: bool, write: bool = True) -> None:
         """Pack what did not arrive (everything with ``repack_all``), wait for the round
@@ -181,13 +189,13 @@ class Averager:
         params = self.layout.params
         for pos, reg in enumerate(self.layout.order):
             if repack_all or not it.fired[pos]:
-                staged = None
+                staged = lent = None
                 if write:  # (a discarded round sends whatever the buffers hold)
                     g = params[reg].grad
                     if not it.refused:
-                        staged = self.copies.pack(pos, g)
+                        staged, lent = self._pack(it, pos, g)
                     self._had_grad[pos] = g is not None
-                it.mark_ready(pos, staged)
+                it.mark_ready(pos, staged, lent)
         if it.refused:
             self.reset()
             raise RuntimeFault(

@@ -146,6 +146,9 @@ class CommunicationStream:
 
         if intra == Intra.FLAT:
             if pp:
+                lent = self.it.lent.get(c.tensors[0]) if len(c.tensors) == 1 else None
+                if lent is not None:  # the chunk holds one gradient alone: push from it
+                    inb = lent.narrow(0, c.offset - st.offsets[c.tensors[0]], c.numel)
                 yield from self._pushpull(c, 0, 0, inb, outb, lossy)
                 res = outb
             else:

@@ -8,6 +8,12 @@ active configuration (:class:`~autotune.runtime.reconfigure.Active`), one small 
   at once; a CUDA one (or a CPU one with ``copy_cpu``, for tests) only started, through
   :class:`~autotune.runtime.staging.HostStaging`, on the staging side stream, and its
   :class:`~autotune.runtime.staging.Staged` returned for the round to wait on;
+* :meth:`GradientCopies.lend` instead, under a lossless push/pull among all workers
+  (:func:`~autotune.runtime.plan.pushes_from_grad`): a contiguous CPU gradient is not
+  copied where a chunk holds it alone; that chunk is pushed from ``.grad`` itself, which
+  is only read (the sum is pulled into the second buffer, ``out``), and only its parts in
+  chunks shared with other gradients are copied. With ``grad_views`` as well, such a
+  gradient is copied neither way;
 * :meth:`GradientCopies.write_back` puts a completed round's averages into ``.grad``
   (non-blocking for staged gradients, see there for the ordering). With ``grad_views``
   (opt-in, as DDP's ``gradient_as_bucket_view`` is; ``AUTOTUNE_GRAD_VIEWS=1``,
@@ -15,8 +21,9 @@ active configuration (:class:`~autotune.runtime.reconfigure.Active`), one small 
   view of the averages in the flat buffer, and the next round packs into a spare buffer
   of the same size (:meth:`~autotune.runtime.reconfigure.Active.rotate`), so that no
   reduction writes into memory that ``.grad`` shows: after a fault the gradients are
-  intact and ``retry()`` averages them again. The pack copy stays, for that reason
-  (gradients written straight into the buffer would be reduced in place). The price, and
+  intact and ``retry()`` averages them again. The pack copy stays (but see :meth:`lend`),
+  for that reason (gradients written straight into the buffer would be reduced in place
+  by an all-reduce). The price, and
   why it is not the default: ``.grad`` is a new tensor after every round (zeroing it in
   place does not keep its identity, as it does without views and in DDP), and a ``.grad``
   tensor kept from an earlier round is overwritten two rounds later;
@@ -67,6 +74,7 @@ class GradientCopies:
         self._stagers: dict[torch.device, HostStaging] = {}
         self._last: dict[torch.device, Staged] = {}  # latest copy issued per side stream
         self.staged_copies = 0                # copies through staging (both ways)
+        self.lent = 0                         # gradients whose own chunks pushed from .grad
 
     def pack(self, pos: int, grad: torch.Tensor | None) -> Staged | None:
         """Copy gradient ``pos`` into the flat input buffer: a CPU gradient at once (no
@@ -84,6 +92,27 @@ class GradientCopies:
         else:
             view.view(grad.shape).copy_(grad)
         return None
+
+    def lend(self, pos: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        """Gradient ``pos`` itself, flat, for its own chunks to be pushed from (no copy;
+        :func:`~autotune.runtime.plan.pushes_from_grad`), with only its parts in chunks
+        shared with other gradients copied into the flat input buffer. ``None`` (nothing
+        copied; :meth:`pack` it) unless the configuration pushes from gradients and this
+        one is a contiguous CPU tensor of the registered size and dtype, not staged."""
+        setup = self.active.setup
+        parts = setup.from_grad[pos]
+        if (parts is None or grad is None or grad.is_cuda or self.copy_cpu
+                or not grad.is_contiguous()):
+            return None
+        numel, dtype = setup.sizes[pos]
+        if grad.numel() != numel or grad.dtype != getattr(torch, dtype):
+            return None
+        flat = grad.view(-1)
+        inp, base = self.active.inp[dtype], setup.offsets[pos]
+        for start, n in parts:
+            inp.narrow(0, base + start, n).copy_(flat.narrow(0, start, n))
+        self.lent += 1
+        return flat
 
     def drain(self) -> RuntimeFault | None:
         """Before a new round writes into the flat buffers (packing, ``zero_``, the

@@ -221,12 +221,15 @@ class RoundState:
         self.round = 0        # Context.iteration of the codecs (the same on every worker)
         self.stored = False   # this rank kept an error-feedback residual this round
         self.copies: dict[int, Any] = {}  # position -> Staged copy into the flat buffer
+        self.lend = False     # chunks may be pushed from the gradients (GradientCopies.lend)
+        self.lent: dict[int, Any] = {}    # position -> the flat gradient its chunks push
 
     # ------------------------------------------------------------------ readiness
-    def mark_ready(self, pos: int, staged: Any = None) -> None:
+    def mark_ready(self, pos: int, staged: Any = None, lent: Any = None) -> None:
         """Gradient ``pos`` is in the flat buffer, or, with ``staged`` (a
         :class:`~autotune.runtime.staging.Staged` copy to the host), on its way there:
-        :meth:`wait_copies` waits for it before its chunks leave."""
+        :meth:`wait_copies` waits for it before its chunks leave; with ``lent`` (the
+        flat gradient itself), the chunks that hold it alone are pushed from there."""
         with self._lock:
             if self.fired[pos]:
                 self.twice.append(pos)
@@ -234,6 +237,8 @@ class RoundState:
             self.fired[pos] = True
             if staged is not None:
                 self.copies[pos] = staged
+            if lent is not None:
+                self.lent[pos] = lent
             self.order.append(pos)
             for c in self.tensor_chunks[pos]:
                 self.pending[c] -= 1

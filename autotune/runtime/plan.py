@@ -27,6 +27,11 @@ the simulator's plan (:mod:`autotune.sim.job`): the chunks it predicts are these
   ``MAX_CHUNK_BYTES`` (64 MiB, the largest chunk a configuration may ask for), so no
   single operation, and no wait bounded by the runtime's ``timeout``, grows beyond what a
   configuration could already ask for.
+* **Pushed from the gradient** (:func:`pushes_from_grad`, :func:`shared_parts`). Under a
+  lossless push/pull among all workers, a chunk that holds one gradient alone is pushed
+  straight from that gradient: a worker only reads what it pushes and pulls the sum into
+  a second buffer, so nothing writes into ``.grad`` before the round completes. Only the
+  parts of gradients that share a chunk are copied into the flat buffer.
 * **Streams** (:func:`stream_of`). Chunk ``i`` goes to stream ``i % streams``.
 * **Summation Service owners** (``transport=pushpull``; BytePS §4.1; :func:`owner_weights`,
   :func:`assign_owners`). With ``n`` worker machines and ``k`` servers, each server sums
@@ -287,6 +292,43 @@ def bytes_per_owner(plan: Sequence[Chunk]) -> dict[int, int]:
         if c.owner is not None:
             out[c.owner] = out.get(c.owner, 0) + c.nbytes
     return out
+
+
+def pushes_from_grad(config: Mapping[str, Any]) -> bool:
+    """Whether a chunk that holds one gradient alone is pushed straight from that gradient,
+    with no copy into the flat buffer: under a lossless push/pull among all workers
+    (``transport=pushpull``, ``intra=flat``, ``compression=none``). There a worker only
+    reads what it pushes (the network, or the colocated Summation Service, takes it as it
+    is) and the sum is pulled into the second buffer, so ``.grad`` is never written before
+    the round completes, and a failed round leaves the gradients intact for ``retry()``.
+    Not under ``allreduce`` nor intra ``root``/``scatter``, whose collectives reduce in
+    place, nor with a codec, which encodes with error feedback."""
+    return (config.get("transport") == Transport.PUSHPULL
+            and config.get("intra", Intra.FLAT) == Intra.FLAT
+            and config.get("compression", "none") == "none")
+
+
+def shared_parts(plan: Sequence[Chunk], sizes: Sequence[int | Size]
+                 ) -> list[tuple[tuple[int, int], ...] | None]:
+    """Per gradient (ready order), when some chunk of ``plan`` holds it alone: the
+    ``(start, numel)`` element ranges of it that lie in chunks shared with other gradients,
+    the only parts still copied into the flat buffer when its own chunks are pushed from
+    the gradient (:func:`pushes_from_grad`). ``None`` for a gradient with no chunk of its
+    own: it is copied whole."""
+    norm = normalize_sizes(sizes)
+    offsets, _ = flat_layout(norm)
+    alone = [False] * len(norm)
+    parts: list[list[tuple[int, int]]] = [[] for _ in norm]
+    for c in plan:
+        if len(c.tensors) == 1:
+            alone[c.tensors[0]] = True
+            continue
+        for t in c.tensors:
+            lo = max(c.offset, offsets[t])
+            hi = min(c.offset + c.numel, offsets[t] + norm[t][0])
+            if hi > lo:
+                parts[t].append((lo - offsets[t], hi - lo))
+    return [tuple(p) if a else None for a, p in zip(alone, parts)]
 
 
 def shard_bounds(numel: int, parts: int) -> list[tuple[int, int]]:

@@ -16,8 +16,8 @@ from typing import Any, Mapping
 from .config import ConfigError, Intra, Transport
 
 from .compression import Compression
-from .plan import (Chunk, Size, Unit, flat_layout, make_plan, shards_per_chunk,
-                   summation_units)
+from .plan import (Chunk, Size, Unit, flat_layout, make_plan, pushes_from_grad,
+                   shards_per_chunk, shared_parts, summation_units)
 from .world import WorldInfo
 
 # Pipelining (AIACC-Training, BytePS): a stream keeps SEND_DEPTH chunks on their way
@@ -64,6 +64,10 @@ class Setup:
     tail_depth: int                              # chunks a stream keeps in flight in all
     sum_depth: int                               # units a Summation Service stream posts
     compression: Compression                     # the codec (built once per configuration)
+    # per gradient, when its own chunks are pushed straight from ``.grad``
+    # (:func:`~autotune.runtime.plan.pushes_from_grad`): the (start, numel) parts still
+    # copied into ``inp``; None: copied whole (always, unless pushed from the gradient)
+    from_grad: tuple[tuple[tuple[int, int], ...] | None, ...] = ()
 
     @property
     def streams(self) -> int:
@@ -127,4 +131,6 @@ def build_setup(config: Mapping[str, Any], sizes: list[Size], info: WorldInfo) -
         tensor_chunks=tuple(tuple(t) for t in tensor_chunks), shards=shards,
         units=tuple(tuple(u) for u in units), send_depth=SEND_DEPTH,
         tail_depth=TAIL_DEPTH, sum_depth=sum_depth, compression=compression,
+        from_grad=(tuple(shared_parts(plan, sizes)) if pushes_from_grad(config)
+                   else (None,) * len(sizes)),
     )

@@ -50,6 +50,18 @@ def test_views_average_is_all_reduce_bit_for_bit(results: list[dict], index: int
         assert case["staged_copies"] == 0
 
 
+def test_pushpull_flat_lossless_cases_copied_gradients_neither_way(
+        results: list[dict]) -> None:
+    """With views, the lossless flat push/pull cases also pushed gradients from ``.grad``
+    (no pack copy: :meth:`GradientCopies.lend`), bit for bit all_reduce's average."""
+    from autotune.runtime.plan import pushes_from_grad
+
+    for r, res in enumerate(results):
+        lent = [c["lent"] for c in res["cases"] if pushes_from_grad(c["config"])]
+        assert lent and sum(x > 0 for x in lent) >= 2, (r, lent)
+        assert all(c["lent"] == 0 for c in res["cases"] if not pushes_from_grad(c["config"]))
+
+
 def test_views_are_intact_after_a_fault_and_retry_averages_them(results: list[dict]) -> None:
     for res in results:
         assert res["fault_viewed"] > 0  # the faulty round's gradients were views

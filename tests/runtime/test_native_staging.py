@@ -45,6 +45,7 @@ def test_staged_average_is_all_reduce_bit_for_bit(results: list[dict], index: in
         assert case["none_ok"] and case["ident_ok"], f"rank {r}: {case}"
         # every used gradient went to the host and came back through the staging
         assert case["staged_copies"] >= 2 * case["used"], (r, case)
+        assert case["lent"] == 0  # staged gradients are never pushed from .grad itself
 
 
 def test_staged_chunks_still_leave_during_backward(results: list[dict]) -> None:

@@ -65,6 +65,23 @@ def test_coalesced_cases_ran_and_match_all_reduce(results: list[dict]) -> None:
     assert coalesced >= 2 * len(results), coalesced  # at least two such cases per worker
 
 
+def test_pushpull_flat_lossless_cases_pushed_from_grad_and_match_all_reduce(
+        results: list[dict]) -> None:
+    """The lossless flat push/pull cases pushed gradients' own chunks straight from
+    ``.grad`` (no pack copy) and matched all_reduce; no other case did."""
+    from autotune.runtime.plan import pushes_from_grad
+
+    lent = 0
+    for r, res in enumerate(results):
+        for case in res["cases"]:
+            if pushes_from_grad(case["config"]):
+                lent += case["lent"] > 0
+                assert case["ratio"] <= 1.0, (r, case)
+            else:
+                assert case["lent"] == 0, (r, case["config"])
+    assert lent >= 2 * len(results), lent  # at least two such cases per worker
+
+
 def test_chunks_leave_during_backward(results: list[dict]) -> None:
     """On the cases that checked it (shape sets where every rank uses every parameter),
     every chunk was averaged before wait() was called."""

@@ -32,6 +32,9 @@ def test_killed_server_is_dropped_and_the_iteration_averaged_again(tmp_path, vie
         assert res["recoverable"] is True
         assert res["seconds"] < res["timeout"], res
         assert res["intact"], ".grad was written although the averaging failed"
+        # the big gradient's own chunks were pushed from .grad itself in all 4 rounds, the
+        # failed one included (the 7-element one shares a chunk: copied)
+        assert res["lent"] == 4, res
         # both gradients views (none of the buffers the round reduced into), or none
         assert res["viewed"] == ([2, 0] if views else [0, 0]), res
         # push/pull through the lost server is refused from now on, all-reduce works

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from autotune.runtime.plan import (
     DTYPE_BYTES, bytes_per_owner, coalesce, coalesces, cut, flat_layout, make_plan, pushers,
-    shard_bounds, summation_shares, summation_units,
+    pushes_from_grad, shard_bounds, shared_parts, summation_shares, summation_units,
 )
 from autotune.runtime.world import WorldInfo
 
@@ -181,6 +181,23 @@ def test_bad_input() -> None:
         make_plan([3], cfg(transport="pushpull", servers=3), world(2, 1, 1))
 
 
+def test_shared_parts_are_what_a_gradient_pushed_from_grad_still_copies() -> None:
+    # 64 KiB chunks hold 16384 floats. Gradient 0 (100) and the head of 1 (16284) share
+    # chunk 0; gradient 1 then has a chunk of its own, and its tail (40000 = 16284 + 16384
+    # + 7332, from element 32668) shares chunk 2 with gradient 2 (no chunk of its own) and
+    # the head of 3 (9002 = 16384 - 7332 - 50); 3 ends the plan alone in a partial chunk
+    sizes = [100, 40_000, 50, 20_000]
+    plan = make_plan(sizes, cfg(transport="pushpull", servers=1), world(2, 1, 1))
+    assert [c.tensors for c in plan] == [(0, 1), (1,), (1, 2, 3), (3,)]
+    assert shared_parts(plan, sizes) == [None, ((0, 16284), (32668, 7332)), None,
+                                         ((0, 9002),)]
+    assert pushes_from_grad(cfg(transport="pushpull", servers=1))
+    for kw in (dict(), dict(transport="pushpull", servers=1, intra="root"),
+               dict(transport="pushpull", servers=1, intra="scatter"),
+               dict(transport="pushpull", servers=1, compression="fp16")):
+        assert not pushes_from_grad(cfg(**kw)), kw  # in-place reductions, or a codec
+
+
 @settings(max_examples=60, deadline=None)
 @given(sizes=st.lists(st.tuples(st.integers(0, 50_000), st.sampled_from(["float32", "float16",
                                                                         "bfloat16"])),
@@ -202,4 +219,14 @@ def test_plan_properties(sizes, chunk_exp, streams, k) -> None:
         assert (ch.owner is not None) == bool(k)
     if not k:  # coalesced: at most one message per stream for each gradient's own chunks
         assert all(len(set(s)) == len(s) for s in alone.values())
+    # pushed from .grad: a gradient's own chunks and its shared parts tile it exactly
+    offsets, _ = flat_layout(sizes)
+    for t, parts in enumerate(shared_parts(plan, sizes)):
+        if parts is None:
+            assert t not in alone
+            continue
+        pieces = sorted([(ch.offset - offsets[t], ch.numel) for ch in plan
+                         if ch.tensors == (t,)] + list(parts))
+        ends = [0] + [a + n for a, n in pieces]
+        assert [a for a, _ in pieces] == ends[:-1] and ends[-1] == sizes[t][0], (t, pieces)
     assert plan == make_plan(sizes, c, info)
