@@ -12,6 +12,9 @@ or the last few), and applies the one failure policy:
   drop lost servers (see ``ServerLost``);
 * once every worker has exited, servers still running get ``grace`` seconds, then are
   stopped;
+* the grace period ends early once every rank still running is stopped (SIGSTOP: it
+  cannot exit on its own), and stopping a rank sends SIGCONT after SIGTERM, so that a
+  stopped one takes its SIGTERM at once (as a shell's ``kill`` does for a stopped job);
 * an optional ``timeout_s`` stops everything.
 
 Every process it started is stopped (SIGTERM, then SIGKILL) and reaped before :func:`run`
@@ -176,7 +179,8 @@ def _wait(procs: list[tuple[Rank, subprocess.Popen]], seen: _Seen, grace: float,
         if deadline is not None and now >= deadline:
             seen.timed_out = True
             return
-        if grace_end is not None and now >= grace_end:
+        if grace_end is not None and (now >= grace_end or all(
+                _state(p.pid) == "T" for (_, p), c in zip(procs, codes) if c is None)):
             seen.stopped_early = True
             return
         time.sleep(POLL_S)
@@ -205,6 +209,8 @@ def stop(procs: Sequence[subprocess.Popen], term_s: float = 5.0, group: bool = F
             break
         for p in live:
             _signal(p.pid, sig, group)
+            if sig == signal.SIGTERM:  # a stopped process takes it once continued
+                _signal(p.pid, signal.SIGCONT, group)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and any(p.poll() is None for p in live):
             time.sleep(POLL_S)
@@ -248,14 +254,20 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    state = _state(pid)
+    if state == "Z":
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return state not in (None, "Z")
+
+
+def _state(pid: int) -> str | None:
+    """Process ``pid``'s state letter from ``/proc`` (``T``: stopped, ``Z``: a zombie);
+    ``None`` when it is gone or cannot be read."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(") ", 1)[1].startswith("Z"):
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-                return False
+            return f.read().rsplit(") ", 1)[1][:1] or None
     except (OSError, IndexError):
-        return False
-    return True
+        return None

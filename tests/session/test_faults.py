@@ -30,8 +30,8 @@ def run(scenario: str, tmp: Path) -> tuple[int, str, list[dict | None]]:
     # grace: how long the others may take after the first rank exits. A killed worker
     # exits first: the survivors then need up to the timeout to notice. A stopped worker
     # never exits: the survivor exits first, after the timeout, and the server, which
-    # timed out at about the same moment, only needs to report. A stopped server left
-    # behind is stopped by the launcher after it.
+    # timed out at about the same moment, only needs to report. A stopped rank left
+    # behind is stopped by the launcher as soon as no other rank is running.
     grace = {"kill_worker": "30", "stop_worker": "15"}.get(scenario, "5")
     cmd = [sys.executable, "-m", "autotune.launch", "-n", "2", "-k", "1", "--grace", grace,
            str(Path(fw.__file__)), scenario, str(tmp)]
