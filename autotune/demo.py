@@ -160,8 +160,9 @@ def summarize(a: argparse.Namespace, link: dict, ddp: dict, sess: dict,
         "budget": a.budget, "B_bytes_per_s": statistics.median(B_samples),
         "B_samples_bytes_per_s": B_samples, "unit": sess["unit"], "rows": rows,
         "speedup_kept_vs_ddp": rows[2]["speedup_vs_ddp"],  # Speedup.as_json()
-        # the tuner's own score of the kept configuration, from its trials
-        "kept_while_tuning": {"it_per_s": sess["best_score"], "spread": sess["best_spread"],
+        # the session's own score of the kept configuration: its trials' iterations and
+        # those after tuning (TrialSchedule, locked)
+        "kept_by_session": {"it_per_s": sess["best_score"], "spread": sess["best_spread"],
                               "iterations": sess.get("best_iterations")},
         "tuning_s": sess["tuning_s"], "trials": sess["history"], "db": a.db,
         "wall_s": wall_s,
@@ -348,10 +349,10 @@ def main(argv: list[str] | None = None) -> None:
 
     con = Console(highlight=False)
     con.print(table(res))
-    est = res["kept_while_tuning"]
-    more = (f"; while tuning it measured the kept configuration at {est['it_per_s']:.3f} ± "
-            f"{est['spread'] or 0:.3f} it/s over {est['iterations'] or '?'} iterations"
-            if est["it_per_s"] else "")
+    est = res["kept_by_session"]
+    more = (f"; the session scored the kept configuration at {est['it_per_s']:.3f} ± "
+            f"{est['spread'] or 0:.3f} it/s over {est['iterations'] or '?'} iterations "
+            "(its trials and training after them)" if est["it_per_s"] else "")
     con.print(f"Tuning: {len(res['trials'])} trials in {res['tuning_s']:.0f} s{more}. "
               f"Numbers in {a.json}; the run is in {a.db} (`autotune db runs`, "
               "`autotune report latest`). Whole demo: "

@@ -26,13 +26,17 @@ next. The phases:
     :data:`SWITCH_MARGIN` for the switch's cost) ends after that one. A failed iteration
     fails its trial.
 ``locked``
-    The budget is spent: the best configuration is kept. With a drift watch (:class:`Drift`),
+    The budget is spent: the best configuration is kept, and each of its iterations (but
+    the first after a switch) is one more scored iteration of it, so the mean reported as
+    "best" comes to rest on training and not only on the trials that picked it. With a
+    drift watch (:class:`Drift`),
     the first ``window`` iterations under it are its baseline; after that, when the median
     communication time of a ``window`` (the part of the iteration the configuration can
     change; the iteration time when the caller does not measure it) moves more than
     ``threshold`` of the baseline iteration time away from the baseline's, slower or faster,
-    a short re-tune (``budget`` iterations) starts, measuring the old best again first. A
-    slower compute step leaves the communication time alone, so it starts no re-tune.
+    a short re-tune (``budget`` iterations) starts, measuring the old best again first
+    (every configuration's scored iterations start afresh: they describe the job before
+    the change). A slower compute step leaves the communication time alone, so it starts no re-tune.
 
 Two more events come from outside: a configuration the runtime refused to apply
 (:meth:`rejected`: its trial fails, the next is proposed) and lost servers
@@ -201,6 +205,7 @@ class TrialSchedule:
         self.baseline: tuple[float, float] | None = None
         self.retunes: list[int] = []  # iterations at which drift started a re-tune
         self._replan = False
+        self._ran: Config | None = None  # the configuration of the previous iteration
 
     # ---------------------------------------------------------------- start
     def start(self, warm: Sequence[Config], keep: Config | None = None) -> Config:
@@ -224,11 +229,14 @@ class TrialSchedule:
         ``comm_s``: its communication time, what the drift watch judges (the least any
         worker waited for the averaged gradients: a straggler's compute is not in it)."""
         self.iteration += 1
+        switched, self._ran = config != self._ran, dict(config)
         if seconds != float("inf") and failed is None:
             self.last_good = dict(config)
         if self._replan:
             return self._start_over(failed, config)
         if self.phase == LOCKED:
+            if not switched and failed is None and seconds != float("inf"):
+                self._settled(config, seconds)
             return self._watch_drift(seconds, config, comm_s)
         if self.phase == WARMUP:
             return self._warmed(config, seconds)
@@ -404,6 +412,14 @@ class TrialSchedule:
         self.listener.settled(self.kept)
         return kept
 
+    def _settled(self, config: Config, seconds: float) -> None:
+        """A settled iteration of the kept configuration (not the first after a switch) is
+        one more scored iteration of it: its mean, the one "best" number, then rests on
+        training as it goes on and not only on the trials that picked it, whose highest
+        means were picked for being high (the winner's curse)."""
+        if self.best is not None and self.space.key(config) == self.space.key(self.best[0]):
+            self.driver.sample(config, self.throughput(seconds))
+
     def _watch_drift(self, seconds: float, config: Config, comm_s: float | None) -> Config:
         kept = self.best[0] if self.best else config
         if self.drift is None or self.best is None or seconds == float("inf"):
@@ -428,7 +444,9 @@ class TrialSchedule:
                           f" to {fmt_score(self.throughput(now_s), self.unit)}): "
                           f"re-tuning for {self.drift.budget} iterations")
         self.retunes.append(self.iteration)
-        # The old best is stale: measure it again first, alongside its neighbours.
+        # The old best is stale: measure it again first, alongside its neighbours. What
+        # was measured describes the job before the change: the means start afresh.
+        self.driver.samples.clear()
         old = self.best[0]
         self.best = None
         self.phase = TRIAL

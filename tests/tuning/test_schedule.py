@@ -158,6 +158,32 @@ def test_budget_spent_locks_the_best():
     assert s.next(cfg, seconds_of(cfg)) == s.kept  # stays
 
 
+def test_settled_iterations_are_scored_iterations_of_the_kept_configuration():
+    s, _ = make(warmup=0, budget=30)
+    cfg = s.start(s.space.seeds())
+    while s.phase != LOCKED:
+        cfg = s.next(cfg, seconds_of(cfg))
+    kept = s.kept
+    mean, _, n = s.driver.measured(kept)
+    assert mean == pytest.approx(1 / seconds_of(kept))
+    others = {k: list(v) for k, v in s.driver.samples.items() if k != s.space.key(kept)}
+    # the first iteration after the last trial switches to the kept configuration (unless
+    # the last trial was it): not scored; then 3 settled iterations, twice as slow
+    switch = s.driver.history[-1].config != kept
+    slow = 2 * seconds_of(kept)
+    for _ in range(4):
+        cfg = s.next(cfg, slow)
+    assert cfg == kept
+    scored = 4 - switch
+    mean2, _, n2 = s.driver.measured(kept)
+    assert n2 == n + scored
+    assert mean2 == pytest.approx((n * mean + scored / slow) / (n + scored))
+    # a failed iteration is no score; nothing else's samples change
+    s.next(cfg, float("inf"))
+    assert s.driver.measured(kept)[2] == n2
+    assert {k: v for k, v in s.driver.samples.items() if k != s.space.key(kept)} == others
+
+
 def test_budget_zero_keeps_the_first_warm_start():
     s, heard = make(budget=0)
     pushpull = s.space.seeds()[1]
@@ -180,6 +206,7 @@ def test_drift_starts_a_short_retune_from_the_old_best():
         cfg = s.next(cfg, 3 * seconds_of(cfg))
     assert s.phase == TRIAL and s.tuner.budget == 8 and s.best is None
     assert s.trial.config == old and s.trial.technique == "warm"
+    assert s.driver.samples == {}  # measured on the job before the change: forgotten
     said = [e[1] for e in heard.events if e[0] == "say" and "drifted" in e[1]]
     assert said and re.search(r"iteration time drifted.* from [\d.]+ m?s to [\d.]+ m?s "
                               r"\([\d.,]+ it/s to [\d.,]+ it/s\): re-tuning", said[0]), said
