@@ -73,6 +73,8 @@ SWITCH_MARGIN = 2.0
 PROBE_STREAMS = 4
 
 WARMUP, TRIAL, LOCKED = "warmup", "trial", "locked"
+# the most scored iterations kept of the kept configuration (trials' and settled ones)
+SETTLED_SAMPLES = 1000
 
 
 def flow_probe(space: SearchSpace, gradient_bytes: int | None = None) -> Config | None:
@@ -416,8 +418,11 @@ class TrialSchedule:
         """A settled iteration of the kept configuration (not the first after a switch) is
         one more scored iteration of it: its mean, the one "best" number, then rests on
         training as it goes on and not only on the trials that picked it, whose highest
-        means were picked for being high (the winner's curse)."""
-        if self.best is not None and self.space.key(config) == self.space.key(self.best[0]):
+        means were picked for being high (the winner's curse). Up to
+        :data:`SETTLED_SAMPLES` in all, so a long job's memory stays bounded."""
+        key = self.space.key(config)
+        if (self.best is not None and key == self.space.key(self.best[0])
+                and len(self.driver.samples.get(key, ())) < SETTLED_SAMPLES):
             self.driver.sample(config, self.throughput(seconds))
 
     def _watch_drift(self, seconds: float, config: Config, comm_s: float | None) -> Config:

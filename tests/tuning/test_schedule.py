@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, SWITCH_MARGIN, TRIAL, WARMUP,
-                                      Drift, Listener, TrialSchedule, flow_probe)
+from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, SETTLED_SAMPLES, SWITCH_MARGIN,
+                                      TRIAL, WARMUP, Drift, Listener, TrialSchedule,
+                                      flow_probe)
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.tuner import Tuner
@@ -182,6 +183,10 @@ def test_settled_iterations_are_scored_iterations_of_the_kept_configuration():
     s.next(cfg, float("inf"))
     assert s.driver.measured(kept)[2] == n2
     assert {k: v for k, v in s.driver.samples.items() if k != s.space.key(kept)} == others
+    # bounded: a long job keeps SETTLED_SAMPLES of them
+    for _ in range(SETTLED_SAMPLES + 10):
+        cfg = s.next(cfg, slow)
+    assert s.driver.measured(kept)[2] == SETTLED_SAMPLES
 
 
 def test_budget_zero_keeps_the_first_warm_start():
