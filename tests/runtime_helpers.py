@@ -179,6 +179,11 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
             time.sleep(0.01)
         overlap = rt.progress
     ids = [id(q.grad) if q.grad is not None else None for q in params]
+    # gradients whose own chunks may be pushed from .grad: a chunk of their own, and a
+    # contiguous CPU .grad (GradientCopies.lend; no residual is ever left here)
+    lay = rt._averager.layout
+    lendable = sum(1 for pos, parts in enumerate(rt.setup.from_grad) if parts is not None
+                   and (g := lay.params[lay.order[pos]].grad) is not None and g.is_contiguous())
     t_ref = time.perf_counter()
     refs = _reference(params, use, wg, n)
     t_ref = time.perf_counter() - t_ref
@@ -205,7 +210,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
     from autotune.runtime.plan import cut
 
     return {"config": active, "ratio": worst, "none_ok": none_ok, "ident_ok": ident_ok,
-            "exact": exact, "staged_copies": copies, "lent": lent,
+            "exact": exact, "staged_copies": copies, "lent": lent, "lendable": lendable,
             # messages the plan ran, against the chunks cut() gives (fewer: coalesced)
             "messages": len(rt.setup.plan),
             "chunks": len(cut(list(rt.setup.sizes), int(active["chunk_bytes"]))),
@@ -252,7 +257,7 @@ def run_sweep(out: Path, full: bool) -> None:
     import torch
     import torch.distributed as dist
 
-    from autotune.runtime import ConfigError, Runtime, RuntimeFault
+    from autotune.runtime import ConfigError, Runtime, RuntimeFault, UsageError
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -306,6 +311,19 @@ def run_sweep(out: Path, full: bool) -> None:
         rt.sync(pp if leader else None)
     err["flush_warned"] = any("discarded" in str(w.message) for w in caught)
     rec["after_errors"] = _iteration(rt, wg, params, use, it, base, False)
+    # a lent .grad (pushed from .grad itself) changed in place before wait(), as gradient
+    # clipping too early would: a UsageError naming the parameter, on every rank alike
+    rt.sync(pp if leader else None)
+    for q in params:
+        q.grad = None
+    torch.stack([(2 * q).float().sum() for q in params if q.requires_grad]).sum().backward()
+    lent = rt._averager.current.lent if rt._averager.current is not None else {}
+    err["lent_before_change"] = len(lent)
+    for q in params:
+        if q.grad is not None:
+            q.grad.mul_(0.5)
+    err["changed_lent"] = _expect_error(rt.wait, UsageError)
+    rec["after_changed"] = _iteration(rt, wg, params, use, it + 1, base, False)
     # injected fault (streams=7, pushpull): wait() raises, .grad intact, retry() averages
     faulty = {**base, "transport": "pushpull", "servers": 1, "streams": 7}
     rt.sync(faulty if leader else None)

@@ -12,8 +12,8 @@ active configuration (:class:`~autotune.runtime.reconfigure.Active`), one small 
   (:func:`~autotune.runtime.plan.pushes_from_grad`): a contiguous CPU gradient is not
   copied where a chunk holds it alone; that chunk is pushed from ``.grad`` itself, which
   is only read (the sum is pulled into the second buffer, ``out``), and only its parts in
-  chunks shared with other gradients are copied. With ``grad_views`` as well, such a
-  gradient is copied neither way;
+  chunks shared with other gradients are copied. With ``grad_views`` as well, only those
+  parts are copied, and nothing back;
 * :meth:`GradientCopies.write_back` puts a completed round's averages into ``.grad``
   (non-blocking for staged gradients, see there for the ordering). With ``grad_views``
   (opt-in, as DDP's ``gradient_as_bucket_view`` is; ``AUTOTUNE_GRAD_VIEWS=1``,
@@ -98,11 +98,13 @@ class GradientCopies:
         :func:`~autotune.runtime.plan.pushes_from_grad`), with only its parts in chunks
         shared with other gradients copied into the flat input buffer. ``None`` (nothing
         copied; :meth:`pack` it) unless the configuration pushes from gradients and this
-        one is a contiguous CPU tensor of the registered size and dtype, not staged."""
+        one is a contiguous CPU tensor of the registered size and dtype, not staged. The
+        round checks, once complete, that nothing changed it in place meanwhile
+        (:meth:`~autotune.runtime.engine.RoundState.changed_lent`)."""
         setup = self.active.setup
         parts = setup.from_grad[pos]
-        if (parts is None or grad is None or grad.is_cuda or self.copy_cpu
-                or not grad.is_contiguous()):
+        if (parts is None or grad is None or grad.device.type != "cpu" or self.copy_cpu
+                or not grad.is_contiguous() or grad.is_inference()):
             return None
         numel, dtype = setup.sizes[pos]
         if grad.numel() != numel or grad.dtype != getattr(torch, dtype):

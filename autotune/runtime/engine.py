@@ -223,6 +223,7 @@ class RoundState:
         self.copies: dict[int, Any] = {}  # position -> Staged copy into the flat buffer
         self.lend = False     # chunks may be pushed from the gradients (GradientCopies.lend)
         self.lent: dict[int, Any] = {}    # position -> the flat gradient its chunks push
+        self._lent_versions: dict[int, int] = {}  # position -> its version when lent
 
     # ------------------------------------------------------------------ readiness
     def mark_ready(self, pos: int, staged: Any = None, lent: Any = None) -> None:
@@ -239,11 +240,25 @@ class RoundState:
                 self.copies[pos] = staged
             if lent is not None:
                 self.lent[pos] = lent
+                base = lent._base
+                if base is None or base.numel() == lent.numel():
+                    # a version counter of its own (not a view into a larger buffer, as
+                    # with grad_views, whose every gradient shares it)
+                    self._lent_versions[pos] = lent._version
             self.order.append(pos)
             for c in self.tensor_chunks[pos]:
                 self.pending[c] -= 1
                 if self.pending[c] == 0:
                     self._conds[self.plan[c].stream].notify_all()
+
+    def changed_lent(self) -> list[int]:
+        """Positions of lent gradients that something changed in place after they were
+        lent (their version counter moved: gradient clipping or unscaling before
+        ``wait()``, a second backward pass), while their chunks were being pushed. Not
+        known of a ``.grad`` that is a view into a larger buffer (``grad_views``)."""
+        with self._lock:
+            return [pos for pos, v in self._lent_versions.items()
+                    if self.lent[pos]._version != v]
 
     def wait_ready(self, chunk: Any) -> None:
         cond = self._conds[chunk.stream]

@@ -67,7 +67,7 @@ class Setup:
     # per gradient, when its own chunks are pushed straight from ``.grad``
     # (:func:`~autotune.runtime.plan.pushes_from_grad`): the (start, numel) parts still
     # copied into ``inp``; None: copied whole (always, unless pushed from the gradient)
-    from_grad: tuple[tuple[tuple[int, int], ...] | None, ...] = ()
+    from_grad: tuple[tuple[tuple[int, int], ...] | None, ...]
 
     @property
     def streams(self) -> int:

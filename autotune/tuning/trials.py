@@ -49,6 +49,14 @@ class TrialDriver:
         """One scored iteration of ``config`` (its throughput)."""
         self.samples.setdefault(self.space.key(config), []).append(float(score))
 
+    def count(self, config: Config) -> int:
+        """How many scored iterations of ``config`` there are."""
+        return len(self.samples.get(self.space.key(config), ()))
+
+    def forget(self) -> None:
+        """Drop every scored iteration (they describe the job before a change)."""
+        self.samples.clear()
+
     def finish(self, trial: Trial, score: float | None, *, iterations: int | None = None,
                measured: int | None = None, error: str | None = None, wall_time: float = 0.0,
                index: int | None = None) -> TrialRecord:

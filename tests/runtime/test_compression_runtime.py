@@ -54,16 +54,19 @@ def config(**kw: Any) -> dict:
 def schedule() -> list[tuple[str, dict, int]]:
     """(label, configuration, rounds) in run order."""
     flush = ("flush", config(), 1)  # compression=none: folds every residual back
+    # ... through push/pull among all workers too, where a gradient's own chunks are
+    # otherwise pushed from .grad itself (not in a round that must fold a residual first)
+    flush_pp = ("flush/pushpull", config(transport="pushpull", servers=1), 1)
     out: list[tuple[str, dict, int]] = [
         # round 0 runs in registration-reversed order, round 1 in the learnt one: worker
         # residuals move with their gradients, the Summation Services' are handed back
         ("relayout", config(compression="topk", transport="pushpull", servers=1), 2),
         flush,
     ]
-    for codec in CODECS:
+    for i, codec in enumerate(CODECS):
         for t, k in TRANSPORTS:
             out.append((f"{codec}/{t}/k{k}", config(compression=codec, transport=t, servers=k), 2))
-        out.append(flush)
+        out.append(flush_pp if i % 2 else flush)
     out += [
         ("topk/allreduce/root1", config(compression="topk", intra="root", reduce_root=1,
                                         streams=2), 2),

@@ -67,8 +67,9 @@ def test_coalesced_cases_ran_and_match_all_reduce(results: list[dict]) -> None:
 
 def test_pushpull_flat_lossless_cases_pushed_from_grad_and_match_all_reduce(
         results: list[dict]) -> None:
-    """The lossless flat push/pull cases pushed gradients' own chunks straight from
-    ``.grad`` (no pack copy) and matched all_reduce; no other case did."""
+    """The lossless flat push/pull cases pushed every gradient that has a chunk of its own
+    and a contiguous CPU ``.grad`` straight from ``.grad`` (no pack copy) and matched
+    all_reduce; no other case pushed any."""
     from autotune.runtime.plan import pushes_from_grad
 
     lent = 0
@@ -76,9 +77,10 @@ def test_pushpull_flat_lossless_cases_pushed_from_grad_and_match_all_reduce(
         for case in res["cases"]:
             if pushes_from_grad(case["config"]):
                 lent += case["lent"] > 0
+                assert case["lent"] == case["lendable"], (r, case)
                 assert case["ratio"] <= 1.0, (r, case)
             else:
-                assert case["lent"] == 0, (r, case["config"])
+                assert case["lent"] == case["lendable"] == 0, (r, case["config"])
     assert lent >= 2 * len(results), lent  # at least two such cases per worker
 
 
@@ -138,6 +140,11 @@ def test_bad_configs_and_registrations_raise_everywhere(results: list[dict]) -> 
         assert "register() takes effect at the next sync()" in err["register_no_sync"]
         assert err["flush_warned"]
         assert res["after_errors"]["ratio"] <= 1.0, "the job did not recover after the errors"
+        # a pushed-from .grad changed in place before wait(): named, and the job goes on
+        assert err["lent_before_change"] > 0
+        assert err["changed_lent"].startswith("UsageError"), err["changed_lent"]
+        assert "changed in place between backward() and wait()" in err["changed_lent"]
+        assert res["after_changed"]["ratio"] <= 1.0
 
 
 def test_injected_fault_keeps_gradients_and_retry_averages(results: list[dict]) -> None:

@@ -183,10 +183,11 @@ def test_settled_iterations_are_scored_iterations_of_the_kept_configuration():
     s.next(cfg, float("inf"))
     assert s.driver.measured(kept)[2] == n2
     assert {k: v for k, v in s.driver.samples.items() if k != s.space.key(kept)} == others
-    # bounded: a long job keeps SETTLED_SAMPLES of them
+    # only the first SETTLED_SAMPLES after tuning: a later, slower compute step (no
+    # re-tune) does not move the mean away from the default's, measured during the trials
     for _ in range(SETTLED_SAMPLES + 10):
-        cfg = s.next(cfg, slow)
-    assert s.driver.measured(kept)[2] == SETTLED_SAMPLES
+        cfg = s.next(cfg, 10 * slow)
+    assert s.driver.measured(kept)[2] == n + SETTLED_SAMPLES
 
 
 def test_budget_zero_keeps_the_first_warm_start():
