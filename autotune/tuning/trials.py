@@ -49,10 +49,6 @@ class TrialDriver:
         """One scored iteration of ``config`` (its throughput)."""
         self.samples.setdefault(self.space.key(config), []).append(float(score))
 
-    def count(self, config: Config) -> int:
-        """How many scored iterations of ``config`` there are."""
-        return len(self.samples.get(self.space.key(config), ()))
-
     def forget(self) -> None:
         """Drop every scored iteration (they describe the job before a change)."""
         self.samples.clear()
