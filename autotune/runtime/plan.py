@@ -188,12 +188,18 @@ def cut(sizes: Sequence[int | Size], chunk_bytes: int) -> list[Span]:
     return spans
 
 
+def _lossless_flat(config: Mapping[str, Any], transport: str) -> bool:
+    """Whether ``config`` is a lossless ``transport`` among all workers (``intra=flat``,
+    ``compression=none``)."""
+    return (config.get("transport", Transport.ALLREDUCE) == transport
+            and config.get("intra", Intra.FLAT) == Intra.FLAT
+            and config.get("compression", "none") == "none")
+
+
 def coalesces(config: Mapping[str, Any]) -> bool:
     """Whether ``config``'s plan coalesces (see the module docstring): a lossless all-reduce
     among all workers (``transport=allreduce``, ``intra=flat``, ``compression=none``)."""
-    return (config.get("transport", Transport.ALLREDUCE) == Transport.ALLREDUCE
-            and config.get("intra", Intra.FLAT) == Intra.FLAT
-            and config.get("compression", "none") == "none")
+    return _lossless_flat(config, Transport.ALLREDUCE)
 
 
 def coalesce(spans: Sequence[Span], streams: int,
@@ -303,9 +309,7 @@ def pushes_from_grad(config: Mapping[str, Any]) -> bool:
     the round completes, and a failed round leaves the gradients intact for ``retry()``.
     Not under ``allreduce`` nor intra ``root``/``scatter``, whose collectives reduce in
     place, nor with a codec, which encodes with error feedback."""
-    return (config.get("transport") == Transport.PUSHPULL
-            and config.get("intra", Intra.FLAT) == Intra.FLAT
-            and config.get("compression", "none") == "none")
+    return _lossless_flat(config, Transport.PUSHPULL)
 
 
 def shared_parts(plan: Sequence[Chunk], sizes: Sequence[int | Size]

@@ -36,7 +36,8 @@ next. The phases:
     ``threshold`` of the baseline iteration time away from the baseline's, slower or faster,
     a short re-tune (``budget`` iterations) starts, measuring the old best again first
     (every configuration's scored iterations start afresh: they describe the job before
-    the change). A slower compute step leaves the communication time alone, so it starts no re-tune.
+    the change). A slower compute step leaves the communication time alone, so it starts
+    no re-tune.
 
 Two more events come from outside: a configuration the runtime refused to apply
 (:meth:`rejected`: its trial fails, the next is proposed) and lost servers
