@@ -8,18 +8,31 @@ The public API::
     autotune.SearchSpace.build(k_max=2)                   # the tunable parameters
 
 Names are loaded lazily, so ``import autotune`` (and the CLI) does not import torch.
+:func:`session` is a function defined here, so no import of a subpackage can shadow it
+(the training-loop glue lives in :mod:`autotune.sessions`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time, loaded on first use
+    import torch
+
+    from autotune.errors import ArgumentError, AutotuneError
+    from autotune.runtime.errors import UsageError
+    from autotune.sessions import DDPSession, Session, TuningSession
+    from autotune.tuning.schedule import TrialSchedule
+    from autotune.tuning.space import Config, ConfigError, SearchSpace
+    from autotune.tuning.tuner import Trial, Tuner
+
 _EXPORTS = {
-    "session": "autotune.session",
-    "Session": "autotune.session",
-    "DDPSession": "autotune.session",
+    "TuningSession": "autotune.sessions",
+    "Session": "autotune.sessions",
+    "DDPSession": "autotune.sessions",
     "Tuner": "autotune.tuning.tuner",
     "Trial": "autotune.tuning.tuner",
     "SearchSpace": "autotune.tuning.space",
@@ -27,20 +40,97 @@ _EXPORTS = {
     "ConfigError": "autotune.tuning.space",
     "AutotuneError": "autotune.errors",
     "ArgumentError": "autotune.errors",
+    "UsageError": "autotune.runtime.errors",
     "TrialSchedule": "autotune.tuning.schedule",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = sorted([*_EXPORTS, "session", "__version__"])
+
+
+def session(
+    model: torch.nn.Module,
+    *,
+    budget: int = 100,
+    db: str | os.PathLike[str] | None = None,
+    allow_lossy: bool = False,
+    samples_per_step: int | None = None,
+    techniques: Sequence[str] = ("grid", "pbt", "bayes", "hyperband"),
+    seed: int = 0,
+    verbose: bool = True,
+    retune_on_drift: float | None = None,
+    drift_window: int = 50,
+    timeout: float = 300.0,
+    trial_iterations: int | None = None,
+    warmup: int = 3,
+    cut_short: float | None = 0.5,
+    job: str | None = None,
+    store: bool = True,
+    broadcast_buffers: bool = True,
+    prior: bool = True,
+    fixed: Mapping[str, Any] | None = None,
+) -> TuningSession:
+    """Tune the gradient communication of ``model`` while it trains.
+
+    Use the result as a context manager around the training loop and call its ``step()``
+    after each iteration's backward::
+
+        with autotune.session(model, budget=100) as tuner:
+            for x, y in loader:
+                loss_fn(model(x), y).backward()
+                tuner.step()             # .grad now holds the gradient averaged over workers
+                optimizer.step(); optimizer.zero_grad()
+        print(tuner.best)
+
+    ``model`` is an ``nn.Module`` (the native runtime averages its gradients and keeps DDP's
+    semantics: a :class:`~autotune.sessions.core.Session`) or a
+    ``DistributedDataParallel`` model (DDP keeps averaging them, through autotune's comm
+    hook: a :class:`~autotune.sessions.ddp.DDPSession`). Every argument is checked here: a
+    bad one is an :class:`ArgumentError` naming it.
+
+    Args:
+        budget: training iterations spent on trials (0: no tuning; the best stored
+            configuration of a similar job, or the default).
+        db: the results store (default ``./autotune.db``, or ``$AUTOTUNE_DB``).
+        allow_lossy: let compression codecs into the space.
+        samples_per_step: the per-worker batch size; the score is then samples/s (else it/s).
+        techniques: the Tuner's searchers, from ``grid``, ``pbt``, ``bayes``,
+            ``hyperband``, ``random``, ``tpe``, ``optuna-gp`` and ``prior``.
+        seed: the Tuner's random seed.
+        verbose: rank 0 shows the progress and the final table.
+        retune_on_drift: re-tune when the communication time (median over
+            ``drift_window`` iterations) moves by more than this fraction of an iteration
+            (docs/tuner.md, "Drift"); None: never.
+        drift_window: iterations in the drift median.
+        timeout: seconds any wait may take (> 0); an expired wait names the rank.
+        trial_iterations: iterations per trial (default: the schedule's).
+        warmup: iterations before the first trial.
+        cut_short: a trial whose first scored iteration is below this fraction of the best
+            so far ends early; None: never.
+        job: the run's name in the store.
+        store: False to record nothing.
+        broadcast_buffers: as DDP's (native runtime; a DDP model has its own).
+        prior: let the physics prior screen and propose configurations.
+        fixed: knobs to pin, ``{"chunk_bytes": 4 << 20}``, or to narrow,
+            ``{"streams": [1, 2, 4]}``; one the runtime cannot run is a
+            :class:`ConfigError` at the start.
+    """
+    from autotune.sessions import open_session
+    from autotune.sessions.options import SessionOptions
+
+    options = SessionOptions(
+        budget=budget, db=db, allow_lossy=allow_lossy, samples_per_step=samples_per_step,
+        techniques=techniques, seed=seed, verbose=verbose, retune_on_drift=retune_on_drift,
+        drift_window=drift_window, timeout=timeout, trial_iterations=trial_iterations,
+        warmup=warmup, cut_short=cut_short, job=job, store=store,
+        broadcast_buffers=broadcast_buffers, prior=prior, fixed=fixed or {})
+    return open_session(model, options)
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         import importlib
 
-        module = importlib.import_module(_EXPORTS[name])
-        value = getattr(module, name)
-        # Importing ``autotune.session`` binds the submodule as ``autotune.session``;
-        # the function must win, or a second ``autotune.session(...)`` calls a module.
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

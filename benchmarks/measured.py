@@ -18,7 +18,7 @@ measurement from the emulated cluster:
   iteration is one of its recorded step times, drawn with replacement, and the score is
   the mean throughput (it/s) over them, as a session scores a trial.
 - **The truth** a kept configuration is judged by is its median recorded throughput.
-- **The prior** is built as a session builds it (:class:`autotune.session.facts.
+- **The prior** is built as a session builds it (:class:`autotune.sessions.facts.
   JobTuners`): the simulator on the job's gradient sizes, world and CPU device, at the
   link rates that the recorded warm-up implies (:func:`autotune.sim.predict.warmup_link`).
 """

@@ -126,7 +126,7 @@ def misuse(kind: str) -> str:
     model = mlp()
     x, y = data(RANK, 1)[0][0]
     if kind == "wrapped":  # the native runtime's class given a DDP model
-        from autotune.session import Session
+        from autotune.sessions import Session
 
         try:
             Session(nn.parallel.DistributedDataParallel(model))

@@ -240,6 +240,11 @@ class Runtime:
         self._check_registration()
         self._complete(repack_all=False)
 
+    def gradients_arrived(self) -> bool:
+        """Workers: whether a gradient reached its hook since the last iteration ended
+        (a backward outside :meth:`no_sync` ran)."""
+        return self._averager.current is not None
+
     def retry(self) -> None:
         """Workers: average the current iteration's local gradients (still intact in
         ``.grad`` after a recoverable fault) again, under the active configuration.

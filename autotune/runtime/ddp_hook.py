@@ -145,6 +145,7 @@ class BucketTransport:
         self._sizes: Dict[int, int] = {}
         self._staging: Dict[str, HostStaging] = {}
         self._ops = ChunkOps(self.rank, self.timeout)
+        self.averaged = 0  # buckets handed to the hook so far (none under DDP's no_sync)
         self._lossy = LossyBuckets(self.world, self._ops)
 
     # ------------------------------------------------------------------ making
@@ -274,6 +275,7 @@ class BucketTransport:
             raise UsageError(f"rank {self.rank}: bucket {idx} arrived before any "
                              "configuration: use BucketTransport.install (or set_config)")
         buf = bucket.buffer()
+        self.averaged += 1
         rnd = self._rounds.get(idx, 0)
         self._rounds[idx] = rnd + 1
         self._sizes[idx] = buf.numel()

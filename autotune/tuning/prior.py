@@ -99,8 +99,10 @@ class Surrogate:
             warnings.warn(self.failed, RuntimeWarning, stacklevel=2)
             self.log_prior = np.zeros(len(self.log_prior))
             return np.zeros(len(configs))
-        floor = np.nanmax(values[values > 0]) * 1e-6 if np.any(values > 0) else 1e-12
-        values = np.where(np.isfinite(values) & (values > 0), values, floor)
+        usable = np.isfinite(values) & (values > 0)
+        if not usable.any():  # e.g. no communication to predict: every rate infinite
+            return np.zeros(len(configs))
+        values = np.where(usable, values, values[usable].max() * 1e-6)
         return np.log(values)
 
     def _features(self, rows: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The trial driver: ask -> apply -> measure -> tell -> record, one home for both loops.
 
-A training session (:mod:`autotune.session`) applies a trial's configuration through the
+A training session (:mod:`autotune.sessions`) applies a trial's configuration through the
 runtime and measures real iterations; offline tuning (:mod:`autotune.offline.simulated`)
 asks the simulator. Both go through :class:`TrialDriver`, which owns what they share:
 

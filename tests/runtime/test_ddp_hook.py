@@ -155,7 +155,7 @@ def test_transport_needs_torch_distributed():
 def test_the_hook_imports_nothing_from_tuning_or_session():
     code = ("import sys, autotune.runtime.ddp_hook, autotune.runtime.staging; "
             "print(sorted(m for m in sys.modules if m.startswith(('autotune.tuning', "
-            "'autotune.session', 'autotune.search'))))")
+            "'autotune.sessions', 'autotune.search'))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr

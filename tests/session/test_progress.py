@@ -217,7 +217,7 @@ def test_a_viewer_starts_a_display_per_phase():
 def test_a_tuning_that_failed_never_says_done():
     """Issue 28: a session that failed ends its display with ``failed``, on its own
     lines and through events shown by another process, and says nothing was kept."""
-    from autotune.session.display import SessionDisplay
+    from autotune.sessions.display import SessionDisplay
 
     events, shown = io.StringIO(), io.StringIO()
     display = SessionDisplay(True, "it/s", lambda: 812.0)

@@ -275,7 +275,7 @@ def test_a_loopback_session_is_not_warm_started_by_a_simulated_32_gpu_run(tmp_pa
     from types import SimpleNamespace
 
     from autotune.offline.simulated import cluster_graph
-    from autotune.session.record import SessionRun
+    from autotune.sessions.record import SessionRun
     from autotune.store import Store
     from autotune.store.fingerprint import model_graph
     from autotune.tuning.tuner import Tuner

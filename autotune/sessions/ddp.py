@@ -19,9 +19,8 @@ names the failed rank and its cause instead.
 from __future__ import annotations
 
 import contextlib
-import time
 from datetime import timedelta
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -30,32 +29,33 @@ from autotune.runtime.bootstrap import rendezvous_store
 from autotune.runtime.config import RuntimeConfig
 from autotune.runtime.errors import PeerFailed, RuntimeFault, UsageError, install_excepthook
 from autotune.runtime.faults import Liveness
-from autotune.session.base import DDP, TuningSession
+from autotune.sessions.base import DDP, TuningSession
+from autotune.sessions.options import SessionOptions
 from autotune.signals import status_of
-from autotune.tuning.space import Config, ConfigError, SearchSpace
+from autotune.tuning.space import Config, SearchSpace
 
 
 class DDPSession(TuningSession):
     """The session of a DDP model (module docstring). Made by ``autotune.session(ddp_model,
-    ...)``; arguments: :class:`~autotune.session.base.TuningSession`."""
+    ...)``."""
 
-    def __init__(self, model: DDP, **options: Any) -> None:
+    def __init__(self, model: DDP, options: SessionOptions | None = None) -> None:
         if not isinstance(model, DDP):
             raise TypeError(f"DDPSession needs a DistributedDataParallel model, got "
                             f"{type(model).__name__}: autotune.session(model) picks the kind")
-        super().__init__(model, **options)
+        super().__init__(model, options)
         self.transport: Any = None
         self._control: Any = None
         self._ranks: list[int] = []
         self._liveness: Liveness | None = None  # posts and reads ranks' failures
-        self._t_last = 0.0
+        self._averaged = 0  # the hook's count of buckets averaged, at the last step
 
     @property
     def is_leader(self) -> bool:
         """Whether this rank is the first of DDP's group: it tunes, records and shows."""
         return bool(self._ranks) and dist.get_rank() == self._ranks[0]
 
-    def __enter__(self) -> "DDPSession":
+    def _open(self) -> None:
         from autotune.runtime.ddp_hook import BucketTransport
         from autotune.runtime.world import discover, local_machine
 
@@ -68,13 +68,13 @@ class DDPSession(TuningSession):
         # (DDP's group may be a subgroup: then only its members make the control group)
         subgroup = len(self._ranks) < dist.get_world_size()
         self._control = dist.new_group(self._ranks, backend="gloo",
-                                       timeout=timedelta(seconds=self.timeout),
+                                       timeout=timedelta(seconds=self.options.timeout),
                                        use_local_synchronization=subgroup)
         me = self._ranks.index(dist.get_rank())
         self.info = discover(me, len(self._ranks), "worker", local_machine(), self._control)
-        self.transport = BucketTransport.install(self.model, timeout=self.timeout)
-        self.space = SearchSpace.of(self.transport.limits, allow_lossy=self.allow_lossy,
-                                    fixed=self.fixed)
+        self.transport = BucketTransport.install(self.model, timeout=self.options.timeout)
+        self.space = SearchSpace.of(self.transport.limits, allow_lossy=self.options.allow_lossy,
+                                    fixed=self.options.fixed)
         params = [p for p in self.model.module.parameters() if p.requires_grad]
         try:
             first = (self._lead(params, dist.get_backend(group)) if self.is_leader
@@ -84,49 +84,37 @@ class DDPSession(TuningSession):
             self.display.settled(None, status_of(exc))
             self._restore_signals()
             raise
-        return self
 
-    def step(self) -> None:
-        """After backward (DDP has averaged the gradients): measure the iteration and put
-        the next configuration in force. Collective over DDP's ranks, once per iteration."""
-        elapsed = time.perf_counter() - self._t_last
+    def _await_average(self) -> tuple[str | None, float | None] | None:
+        """DDP has averaged the gradients when backward returns. A step whose backward
+        sent no bucket ran inside ``no_sync()`` (a micro-step of gradient accumulation,
+        as Accelerate's ``accumulate()`` runs): not an iteration."""
+        averaged = self.transport.averaged
+        if averaged == self._averaged:
+            if not any(p.grad is not None for p in self.model.parameters()):
+                raise UsageError("tuner.step() before any backward: call it once per "
+                                 "iteration, after loss.backward()")
+            return None
+        self._averaged = averaged
+        return None, None
+
+    def _slowest(self, elapsed: float, waited: float | None) -> tuple[float, float | None]:
         slowest = torch.tensor([elapsed], dtype=torch.float64)
         self._collective("the slowest time's all-reduce", dist.all_reduce, slowest,
                          op=dist.ReduceOp.MAX)
-        self.iteration += 1
-        nxt = (self.schedule.next(self.config, float(slowest.item())) if self.is_leader
-               else None)
-        self._apply(nxt)
+        return float(slowest.item()), None
 
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        """DDP's own ``no_sync`` (``ddp_model.no_sync()`` is the same)."""
-        with self.model.no_sync():
-            yield
+    def _accumulate(self) -> contextlib.AbstractContextManager[None]:
+        return self.model.no_sync()  # DDP's own (``ddp_model.no_sync()`` is the same)
 
-    def _apply(self, config: Config | None) -> None:
-        """The leader's ``config`` reaches every rank (int64s) and the hook takes it. One
-        the hook cannot run fails alike on every rank: the leader's schedule says what
-        instead (the trial fails, or the fallback)."""
-        n = len(RuntimeConfig().encode())
-        for _ in range(1000):
-            msg = torch.zeros(n, dtype=torch.int64)
-            if self.is_leader:
-                msg[:] = torch.tensor(RuntimeConfig.of(config).encode(), dtype=torch.int64)
-            self._collective("the configuration's broadcast", dist.broadcast, msg,
-                             src=self._ranks[0])
-            wanted = RuntimeConfig.decode(msg.tolist())
-            try:
-                self.transport.set_config(wanted)
-                break
-            except ConfigError as exc:
-                if self.is_leader:
-                    config = self.schedule.rejected(config, str(exc))
-        else:  # pragma: no cover - every config in a row failing to apply
-            raise UsageError("no configuration could be applied to the DDP hook: 1000 in a "
-                             "row failed")
-        self.config = {k: wanted[k] for k in self.space.names}
-        self._t_last = time.perf_counter()
+    def _put_in_force(self, config: Config | None) -> RuntimeConfig:
+        """The leader's ``config`` reaches every rank (int64s) and the hook takes it."""
+        msg = torch.zeros(len(RuntimeConfig().encode()), dtype=torch.int64)
+        if self.is_leader:
+            msg[:] = torch.tensor(RuntimeConfig.of(config).encode(), dtype=torch.int64)
+        self._collective("the configuration's broadcast", dist.broadcast, msg,
+                         src=self._ranks[0])
+        return self.transport.set_config(RuntimeConfig.decode(msg.tolist()))
 
     def _collective(self, what: str, fn: Any, tensor: torch.Tensor, **kwargs: Any) -> None:
         """``fn`` on the control group (its wait bounded by the session's ``timeout``); a
@@ -142,12 +130,11 @@ class DDPSession(TuningSession):
         return (self._liveness.failure(self._ranks, lambda r: f"rank {r}")
                 if self._liveness is not None else None)
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
+    def _close(self, exc: BaseException | None) -> None:
+        if exc is None:
             if self.is_leader:
                 self._finish(None)
-            return None
-        exc = exc if exc is not None else exc_type()
+            return
         # after another rank's failure (e.g. DDP's own all-reduce broke in backward):
         # that failure; else this rank's own, posted for the others
         peer = (self._peer_failure()
@@ -158,5 +145,3 @@ class DDPSession(TuningSession):
             self._finish(peer or exc)
         if peer is not None:
             raise peer from exc
-        return None
-

@@ -17,17 +17,18 @@ import os
 import time
 import warnings
 from datetime import timedelta
-from typing import Any, Iterator
+from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
 
-from autotune.runtime.errors import ServerLost, UsageError, install_excepthook
-from autotune.session.base import DDP, TuningSession
-from autotune.session.facts import job_space
-from autotune.session.parity import DDPParity
+from autotune.runtime.errors import RuntimeFault, ServerLost, UsageError, install_excepthook
+from autotune.sessions.base import DDP, TuningSession
+from autotune.sessions.facts import job_space
+from autotune.sessions.options import SessionOptions
+from autotune.sessions.parity import DDPParity
 from autotune.signals import shielded, status_of
-from autotune.tuning.space import Config, ConfigError
+from autotune.tuning.space import Config
 
 
 def init_world(timeout: float) -> None:
@@ -54,34 +55,32 @@ def _destroy_world() -> None:
 class Session(TuningSession):
     """The native runtime's session: autotune averages the gradients itself (a
     multi-stream Communication Service, Summation Services) and keeps DDP's semantics.
-    Made by ``autotune.session(model, ...)`` for a plain module; arguments:
-    :class:`~autotune.session.base.TuningSession`."""
+    Made by ``autotune.session(model, ...)`` for a plain module."""
 
-    def __init__(self, model: torch.nn.Module, **options: Any) -> None:
+    def __init__(self, model: torch.nn.Module, options: SessionOptions | None = None) -> None:
         if isinstance(model, DDP):
             raise TypeError(
                 "Session is the native runtime, which does DDP's work itself: pass the module "
                 "(Session(model.module, ...)), or autotune.session(ddp_model, ...) to keep DDP "
                 "and tune its communication")
-        super().__init__(model, **options)
+        super().__init__(model, options)
         self.rt: Any = None
         self.parity: DDPParity | None = None
-        self._t_last = 0.0
         self._servers_dropped = False
 
-    # ------------------------------------------------------------------ set-up
     @property
     def is_leader(self) -> bool:
         """Whether this rank is the runtime's leader: the first *worker*, whichever ranks
         are servers. It tunes, records to the store, shows progress and sends the stop."""
         return self.rt is not None and self.rt.info.rank == self.rt.info.leader
 
-    def __enter__(self) -> "Session":
+    # ------------------------------------------------------------------ set-up
+    def _open(self) -> None:
         from autotune.runtime import Runtime
 
-        init_world(self.timeout)
+        init_world(self.options.timeout)
         install_excepthook()  # a peer's failure, uncaught, is one line
-        self.rt = Runtime.bootstrap(timeout=self.timeout)
+        self.rt = Runtime.bootstrap(timeout=self.options.timeout)
         if self.rt.info.role == "server":
             # A server rank that ran the user's script: serve, then leave the process.
             from autotune.server import serve
@@ -97,31 +96,31 @@ class Session(TuningSession):
             self._restore_signals()
             self.rt.shutdown(failed=exc)
             raise
-        return self
 
     def _start(self) -> None:
         """Workers: register, start like DDP, build the space, apply the first config."""
         self.info = self.rt.info
-        self.parity = DDPParity(self.model, self.rt, self.broadcast_buffers)
+        self.parity = DDPParity(self.model, self.rt, self.options.broadcast_buffers)
         self.rt.register(self.parity.params)
         self.parity.start()
-        self.space = job_space(self.rt, allow_lossy=self.allow_lossy, fixed=self.fixed)
+        self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
+                               fixed=self.options.fixed)
         if not self.is_leader:
             self._apply(None)
             return
         self._apply(self._lead(self.parity.params, dist.get_backend()))
 
     # ------------------------------------------------------------ the hot path
-    def step(self) -> None:
-        """Wait until every ``.grad`` holds the averaged gradient, then move the trial on.
-
-        Collective over all workers: every worker calls it once per iteration.
-        """
-        from autotune.runtime import RuntimeFault
-
+    def _await_average(self) -> tuple[str | None, float | None]:
+        """Wait until every ``.grad`` holds the averaged gradient; a configuration that
+        fails there is scored as failed and the same gradients are averaged again under
+        the last one that worked (lost servers are dropped first)."""
         if self.rt.accumulating:
             raise UsageError("tuner.step() inside tuner.no_sync(): leave the block for the "
                              "last micro-batch's backward, then call step()")
+        if not self.rt.gradients_arrived():
+            raise UsageError("tuner.step() with no backward since the last step: call it "
+                             "once per iteration, after loss.backward()")
         failed: str | None = None
         waited = time.perf_counter()
         try:
@@ -138,23 +137,17 @@ class Session(TuningSession):
             self.rt.retry()
         waited = time.perf_counter() - waited
         self.parity.check()
-        elapsed = time.perf_counter() - self._t_last
+        return failed, waited
+
+    def _slowest(self, elapsed: float, waited: float | None) -> tuple[float, float | None]:
         # The slowest worker's time (a failure anywhere shows up as infinity) and the
         # least any worker waited for the averaged gradients: the communication the
         # configuration leaves exposed, without the waits for a straggler's compute.
-        slowest, least_wait = self.rt.worker_max([float("inf") if failed else elapsed, -waited])
-        self.iteration += 1
-        nxt = (self.schedule.next(self.config, slowest, failed, comm_s=-least_wait)
-               if self.is_leader else None)
-        self._apply(nxt)
+        slowest, least_wait = self.rt.worker_max([elapsed, -(waited or 0.0)])
+        return slowest, -least_wait
 
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        """As DDP's ``no_sync``: backward passes inside only accumulate into ``.grad``
-        locally; the next backward outside it communicates the accumulated gradient and
-        ``step()`` returns its average (``docs/ddp.md``)."""
-        with self.rt.no_sync():
-            yield
+    def _accumulate(self) -> contextlib.AbstractContextManager[None]:
+        return self.rt.no_sync()
 
     def _lose_servers(self, exc: ServerLost) -> None:
         """Servers stopped; the runtime already dropped them. Shrink the space to what is
@@ -162,52 +155,40 @@ class Session(TuningSession):
         if self._servers_dropped:
             return
         self._servers_dropped = True
-        self.space = job_space(self.rt, allow_lossy=self.allow_lossy, fixed=self.fixed)
+        self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
+                               fixed=self.options.fixed)
         if self.is_leader:
             self.schedule.servers_lost(self.space, exc.servers, str(exc), self.config)
 
-    def _apply(self, config: Config | None, retrying: bool = False) -> None:
-        """``Runtime.sync`` until a configuration is in force. A configuration that cannot
-        be applied fails identically on every rank: the leader's schedule says what
-        instead (the trial fails, or the fallback), the others just sync again."""
-        from autotune.runtime import RuntimeFault
+    def _put_in_force(self, config: Config | None) -> Mapping[str, Any]:
+        return self.rt.sync(config)
 
-        for _ in range(1000):
-            try:
-                active = self.rt.sync(config)
-                # the runtime's configuration, as a point of this session's space
-                self.config = {k: active[k] for k in self.space.names}
-                break
-            except (ConfigError, RuntimeFault) as exc:
-                if isinstance(exc, RuntimeFault) and not exc.recoverable:
-                    raise
-                if isinstance(exc, ServerLost):
-                    # lost at an iteration boundary: nothing to average again; keep the
-                    # configuration if it can still run, the tuner starts over next step
-                    self._lose_servers(exc)
-                    if self.is_leader and config is not None and not self.schedule.allowed(config):
-                        config = self.schedule.fallback()
-                    continue
-                if self.is_leader:
-                    config = self.schedule.rejected(config, str(exc), retrying)
-        else:  # pragma: no cover - every config in a row failing to apply
-            raise RuntimeFault("no configuration could be applied: 1000 in a row failed")
-        self._t_last = time.perf_counter()
+    def _apply_fault(self, exc: RuntimeFault, config: Config | None,
+                     retrying: bool) -> Config | None:
+        if not exc.recoverable:
+            raise exc
+        if isinstance(exc, ServerLost):
+            # lost at an iteration boundary: nothing to average again; keep the
+            # configuration if it can still run, the tuner starts over next step
+            self._lose_servers(exc)
+            if self.is_leader and config is not None and not self.schedule.allowed(config):
+                config = self.schedule.fallback()
+            return config
+        return self._rejected(config, exc, retrying)
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def _close(self, exc: BaseException | None) -> None:
         if self.parity is not None:
             self.parity.remove()
-        if exc_type is not None:
+        if exc is not None:
             # Another rank may be waiting in a collective: don't join one, just release
             # (this rank's own failure is posted first: the others name it and its cause).
             # Stopped by Ctrl-C/SIGTERM: no further signal cuts the closing short.
-            exc = exc if exc is not None else exc_type()
             with shielded(isinstance(exc, KeyboardInterrupt)):
                 self.display.settled(None, status_of(exc))
                 self.rt.shutdown(failed=exc)
                 if self.is_leader:
                     self._finish(exc)
-            return None
+            return
         try:
             with warnings.catch_warnings():
                 # The sync after the last step() opened an iteration nobody runs; the
@@ -226,4 +207,3 @@ class Session(TuningSession):
         self.rt.shutdown()
         if self.is_leader:
             self._finish(None)
-        return None

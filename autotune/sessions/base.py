@@ -1,0 +1,333 @@
+"""What every tuning session shares: its arguments, the leader's tuning, its results.
+
+``autotune.session(model, ...)`` makes a :class:`TuningSession`, of the kind the model asks
+for: a plain module gets the native runtime (:class:`~autotune.sessions.core.Session`,
+which does DDP's work itself); a ``DistributedDataParallel`` model keeps DDP, whose
+communication is tuned through a comm hook (:class:`~autotune.sessions.ddp.DDPSession`).
+Both measure each iteration, and on the leader the same trial schedule
+(:mod:`autotune.tuning.schedule`) says what the next one runs; both record to the store,
+show the same progress and end with the same table.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import time
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+import torch
+
+from autotune.runtime.config import ConfigError
+from autotune.runtime.errors import RuntimeFault, UsageError
+from autotune.sessions.display import SessionDisplay, report
+from autotune.sessions.facts import JobTuners
+from autotune.sessions.options import SessionOptions
+from autotune.sessions.record import SessionRun
+from autotune.signals import TerminateAsInterrupt, shielded, status_of
+from autotune.tuning.schedule import Drift, TrialSchedule
+from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.trials import TrialDriver
+from autotune.tuning.tuner import TrialRecord, Tuner
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+DDP = torch.nn.parallel.DistributedDataParallel
+
+#: Configurations tried in a row before putting one in force is given up as broken.
+MAX_APPLY_TRIES = 1000
+
+
+class TuningSession(abc.ABC):
+    """What :func:`autotune.session` returns: use it as a context manager around the
+    training loop and call :meth:`step` after each iteration's backward (the settings:
+    :class:`~autotune.sessions.options.SessionOptions`). The kinds:
+    :class:`~autotune.sessions.core.Session` (a plain module: the native runtime averages
+    its gradients) and :class:`~autotune.sessions.ddp.DDPSession` (a
+    ``DistributedDataParallel`` model: DDP keeps averaging them, through autotune's comm
+    hook). They differ in how gradients are averaged and a configuration is put in force
+    (:meth:`_await_average`, :meth:`_slowest`, :meth:`_put_in_force`); the iteration, the
+    apply-and-retry loop, the results and the misuse checks are here, once."""
+
+    def __init__(self, model: torch.nn.Module, options: SessionOptions | None = None) -> None:
+        _check_model(model)
+        options = options if options is not None else SessionOptions()
+        self.model = model
+        self.options = options
+        self._drift = (Drift(options.retune_on_drift, options.drift_window,
+                             max(10, options.budget // 5))
+                       if options.retune_on_drift else None)
+        self._run = SessionRun(options.db, options.job)
+        self.display = SessionDisplay(options.verbose, self.unit, lambda: self.best_score)
+        self.info: Any = None                       # the world (runtime.world.WorldInfo)
+        self.space: SearchSpace | None = None
+        self.trials: TrialDriver | None = None      # the leader's
+        self.schedule: TrialSchedule | None = None  # the leader's
+        self.config: Config | None = None
+        self.iteration = 0  # iterations completed (step() calls that synchronised)
+        self._state = "new"  # new -> open (inside ``with``) -> closed
+        self._t_last = 0.0
+
+    # ------------------------------------------------------------ the protocol
+    @property
+    @abc.abstractmethod
+    def is_leader(self) -> bool:
+        """Whether this rank is the session's leader (the first worker): it tunes, records
+        to the store and shows the progress."""
+
+    def __enter__(self) -> Self:
+        if self._state != "new":
+            raise UsageError("this session was already entered: make a new one with "
+                             "autotune.session(model, ...) for another `with` block")
+        self._open()
+        self._state = "open"
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: Any) -> None:
+        self._state = "closed"
+        if exc_type is not None and exc is None:
+            exc = exc_type()
+        self._close(exc)
+
+    def step(self) -> None:
+        """After the iteration's backward: return once every ``.grad`` holds the gradient
+        averaged over the workers, measure the iteration and put in force what the leader's
+        trial schedule runs next. Collective: every worker calls it once per iteration.
+        A micro-step whose backward ran inside ``no_sync()`` (gradient accumulation, as
+        Accelerate's ``accumulate()`` does) is not an iteration: it returns at once."""
+        self._require_open("step()")
+        averaged = self._await_average()
+        if averaged is None:
+            return
+        failed, waited = averaged
+        elapsed = time.perf_counter() - self._t_last
+        slowest, comm_s = self._slowest(float("inf") if failed else elapsed, waited)
+        self.iteration += 1
+        nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s)
+               if self.is_leader else None)
+        self._apply(nxt)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """As DDP's ``no_sync``: backward passes inside only accumulate into ``.grad``
+        locally; the next backward outside it communicates the accumulated gradient and
+        :meth:`step` returns its average (``docs/ddp.md``)."""
+        self._require_open("no_sync()")
+        with self._accumulate():
+            yield
+
+    # ------------------------------------------------------- what each kind does
+    @abc.abstractmethod
+    def _open(self) -> None:
+        """Join the world, start like DDP, build the space, put the first configuration
+        in force (the leader: :meth:`_lead`)."""
+
+    @abc.abstractmethod
+    def _close(self, exc: BaseException | None) -> None:
+        """Leave: stop the others and close the run (``exc``: what ended the block)."""
+
+    @abc.abstractmethod
+    def _await_average(self) -> tuple[str | None, float | None] | None:
+        """Wait until ``.grad`` holds the average: ``(failed, waited)``, the failure the
+        iteration was averaged again after (or None) and the seconds this rank waited
+        (None where the kind cannot tell); None for a micro-step that only accumulated."""
+
+    @abc.abstractmethod
+    def _slowest(self, elapsed: float, waited: float | None) -> tuple[float, float | None]:
+        """The slowest worker's iteration time and the communication left exposed (the
+        least any worker waited), over the workers."""
+
+    @abc.abstractmethod
+    def _put_in_force(self, config: Config | None) -> Mapping[str, Any]:
+        """Collective: the leader's ``config`` (None: keep the active one) in force on every
+        rank; the active configuration. Raises :class:`ConfigError` alike on every rank
+        when it cannot run."""
+
+    @abc.abstractmethod
+    def _accumulate(self) -> contextlib.AbstractContextManager[None]:
+        """The kind's ``no_sync``."""
+
+    def _apply_fault(self, exc: RuntimeFault, config: Config | None,
+                     retrying: bool) -> Config | None:
+        """A :class:`RuntimeFault` while putting ``config`` in force: what to try instead
+        (the native runtime survives recoverable ones); raises what it cannot survive."""
+        raise exc
+
+    # --------------------------------------------------- apply, and retry if it fails
+    def _apply(self, config: Config | None, retrying: bool = False) -> None:
+        """Put ``config`` in force on every rank (:meth:`_put_in_force`) until one is. One
+        that cannot be applied fails identically on every rank: the leader's schedule says
+        what instead (the trial fails, or the fallback), the others just put it again."""
+        for _ in range(MAX_APPLY_TRIES):
+            try:
+                active = self._put_in_force(config)
+            except ConfigError as exc:
+                config = self._rejected(config, exc, retrying)
+                continue
+            except RuntimeFault as exc:
+                config = self._apply_fault(exc, config, retrying)
+                continue
+            # the runtime's configuration, as a point of this session's space
+            self.config = {k: active[k] for k in self.space.names}
+            self._t_last = time.perf_counter()
+            return
+        raise RuntimeFault(f"no configuration could be applied: {MAX_APPLY_TRIES} in a row "
+                           "failed")
+
+    def _rejected(self, config: Config | None, exc: Exception, retrying: bool) -> Config | None:
+        """``config`` could not run: the leader's schedule says what instead."""
+        return self.schedule.rejected(config, str(exc), retrying) if self.is_leader else config
+
+    def _require_open(self, call: str) -> None:
+        if self._state == "new":
+            raise UsageError(
+                f"tuner.{call} outside its `with` block: a session is a context manager; "
+                "write `with autotune.session(model, ...) as tuner:` around the training loop "
+                f"and call tuner.{call} inside it")
+        if self._state == "closed":
+            raise UsageError(f"tuner.{call} after the session's `with` block ended: the "
+                             "session is closed; open a new one for more training")
+
+    # ------------------------------------------------------------------ the leader
+    def _lead(self, params: Sequence[torch.nn.Parameter], backend: str) -> Config:
+        """On the leader: open the run, make the schedule and its Tuners; the first
+        configuration to run. From here until :meth:`_finish`, SIGTERM raises (as
+        KeyboardInterrupt does), so that the run is closed as ``aborted``."""
+        self._signals = TerminateAsInterrupt(on_signal=self._close_now).install()
+        if self.options.store:  # fingerprinted as the module, with or without DDP around it
+            module = self.model.module if isinstance(self.model, DDP) else self.model
+            self._run.open(module, self.info, backend, self.space, self.unit)
+        self.trials = TrialDriver(self.space, None, self._run.store, self._run.run_id)
+        tuners = JobTuners(self.info, params, techniques=self.options.techniques,
+                           trial_iterations=self.options.trial_iterations,
+                           samples_per_step=self.options.samples_per_step,
+                           prior=self.options.prior)
+        o, budget = self.options, self.options.budget
+        if len(self.info.workers) == 1 and budget:
+            self.display.say("one worker: no gradient crosses the wire, so tuning has nothing "
+                             "to gain; keeping the default (or the stored best) untuned")
+            budget = 0
+        self.schedule = tuners.schedule = TrialSchedule(
+            self.space, self.trials, tuners, budget=budget, warmup=o.warmup,
+            cut_short=o.cut_short, samples_per_step=o.samples_per_step, drift=self._drift,
+            seed=o.seed, probe=self.info.n_machines > 1, capped=tuners.capped,
+            listener=self.display, gradient_bytes=sum(tuners.sizes))
+        warm = self._run.warm_start(self.space)
+        restarted = self._run.restarted_best(self.space)
+        if restarted is not None:
+            # torchrun --max-restarts brought the job back: no tuning again
+            self.display.say(f"restart {os.environ['TORCHELASTIC_RESTART_COUNT']}: keeping "
+                             f"the stored best configuration of job {self._run.job!r}")
+        return self.schedule.start(warm, keep=restarted)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        """On the leader, when the session ends (``exc``: the exception that ended it):
+        stop the display, close the run (``finished``; ``aborted`` for Ctrl-C or SIGTERM,
+        with the trials so far and the best of them; ``failed`` otherwise: nothing then
+        says ``done`` or ``kept``), put SIGTERM's handler back and, when it went well,
+        print the table."""
+        status = status_of(exc)
+        ok = status == "finished"
+        try:
+            with shielded(status == "aborted"):
+                self.display.settled(self.best if ok else None, status)
+                if self.trials is not None:
+                    self.trials.close(status, kept=self.best)
+        finally:
+            self._restore_signals()
+        if ok and self.options.verbose and self.trials is not None:
+            report(self)
+
+    def _close_now(self, signum: int) -> None:
+        """SIGINT or SIGTERM arrived (called from the signal watcher's thread, at once,
+        even while this rank waits in a collective that a stopped peer never joins): close
+        the run as ``aborted`` now; :meth:`_finish` closes it again when the main thread
+        gets there (with the truth, if it carries on)."""
+        if self.trials is not None:
+            self.trials.close("aborted", kept=self.best)
+
+    def _restore_signals(self) -> None:
+        signals = getattr(self, "_signals", None)
+        if signals is not None:
+            signals.restore()
+
+    # --------------------------------------------------------------- results
+    @property
+    def tuner(self) -> Tuner | None:
+        """The leader's current Tuner (a new one after a re-tune)."""
+        return self.schedule.tuner if self.schedule is not None else None
+
+    @property
+    def best(self) -> Config | None:
+        """The configuration the session settled on (on rank 0: the best measured so far)."""
+        kept = self.schedule.kept if self.schedule is not None else None
+        if kept is not None:
+            return kept
+        return dict(self.config) if self.config is not None else None
+
+    @property
+    def history(self) -> list[TrialRecord]:
+        """Every trial so far (leader)."""
+        return self.trials.history if self.trials is not None else []
+
+    @property
+    def failures(self) -> list[TrialRecord]:
+        return self.trials.failures if self.trials is not None else []
+
+    def _numbers(self, config: Config | None) -> tuple[float | None, float | None]:
+        """``config``'s mean and spread over its scored iterations (leader)."""
+        m = self.trials.measured(config) if self.trials is not None and config else None
+        return (m[0], m[1]) if m else (None, None)
+
+    @property
+    def best_score(self) -> float | None:
+        """The kept (best) configuration's mean throughput over its scored iterations:
+        the one "best" number of the progress bar, the table, the store and the report."""
+        best = self.schedule.best if self.schedule is not None else None
+        mean = self._numbers(best[0] if best else None)[0]
+        return mean if mean is not None else (best[1] if best else None)
+
+    @property
+    def best_spread(self) -> float | None:
+        """Standard deviation of the kept configuration's scored iterations."""
+        best = self.schedule.best if self.schedule is not None else None
+        return self._numbers(best[0] if best else None)[1]
+
+    @property
+    def default_score(self) -> float | None:
+        """The default's mean throughput over its scored iterations (the Tuner measures it
+        as long as the kept one); ``default_spread``: their standard deviation."""
+        return self._numbers(self.space.default() if self.space else None)[0]
+
+    @property
+    def default_spread(self) -> float | None:
+        return self._numbers(self.space.default() if self.space else None)[1]
+
+    @property
+    def unit(self) -> str:
+        """What the scores count: ``samples/s`` with ``samples_per_step``, else ``it/s``."""
+        return "samples/s" if self.options.samples_per_step else "it/s"
+
+    @property
+    def tuning(self) -> bool:
+        """True while trials are running (rank 0 only knows)."""
+        return self.schedule.tuning if self.schedule is not None else False
+
+    @property
+    def tuning_iterations(self) -> int:
+        """Iterations spent inside trials (leader)."""
+        return self.schedule.tuning_iterations if self.schedule is not None else 0
+
+
+def _check_model(model: Any) -> None:
+    """A model autotune cannot tune: an error that says what to pass instead."""
+    if isinstance(model, torch.nn.DataParallel):
+        raise TypeError(
+            "session() got a model wrapped in DataParallel (one process, several GPUs), "
+            "which autotune cannot tune: use DistributedDataParallel "
+            "(autotune.session(DistributedDataParallel(model), ...)) or pass the module")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"session() needs an nn.Module, got {type(model).__name__}")

@@ -1,0 +1,93 @@
+"""A session's settings, checked when ``autotune.session()`` is called.
+
+:class:`SessionOptions` holds every keyword of :func:`autotune.session` (its docstring says
+what each means), typed, and checks them as it is made: a bad value is an
+:class:`~autotune.errors.ArgumentError` that names the argument, what was given and what
+to pass instead, before any process group or runtime exists. Import-light: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from autotune.errors import ArgumentError
+from autotune.tuning.search import TECHNIQUES
+from autotune.tuning.tuner import DEFAULT_TECHNIQUES, PRIOR
+
+__all__ = ["SessionOptions"]
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """The keywords of :func:`autotune.session`, checked (module docstring)."""
+
+    budget: int = 100
+    db: str | os.PathLike | None = None
+    allow_lossy: bool = False
+    samples_per_step: int | None = None
+    techniques: Sequence[str] = DEFAULT_TECHNIQUES
+    seed: int = 0
+    verbose: bool = True
+    retune_on_drift: float | None = None
+    drift_window: int = 50
+    timeout: float = 300.0
+    trial_iterations: int | None = None
+    warmup: int = 3
+    cut_short: float | None = 0.5
+    job: str | None = None
+    store: bool = True
+    broadcast_buffers: bool = True
+    prior: bool = True
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check(_is_int(self.budget) and self.budget >= 0,
+               f"budget must be a whole number of iterations >= 0 (0: no tuning), "
+               f"got {self.budget!r}")
+        _check(self.samples_per_step is None
+               or (_is_int(self.samples_per_step) and self.samples_per_step > 0),
+               f"samples_per_step must be a positive batch size, got {self.samples_per_step!r}")
+        _check(self.retune_on_drift is None or _in_open_unit(self.retune_on_drift),
+               f"retune_on_drift is a fraction in (0, 1), e.g. 0.2, or None, "
+               f"got {self.retune_on_drift!r}")
+        _check(_is_int(self.drift_window) and self.drift_window >= 1,
+               f"drift_window must be >= 1 iterations, got {self.drift_window!r}")
+        _check(isinstance(self.timeout, (int, float)) and not isinstance(self.timeout, bool)
+               and math.isfinite(self.timeout) and self.timeout > 0,
+               f"timeout is the seconds any wait may take and must be > 0 "
+               f"(e.g. timeout=300), got {self.timeout!r}")
+        _check(self.trial_iterations is None
+               or (_is_int(self.trial_iterations) and self.trial_iterations >= 1),
+               f"trial_iterations must be >= 1 (or None for the default), "
+               f"got {self.trial_iterations!r}")
+        _check(_is_int(self.warmup) and self.warmup >= 0,
+               f"warmup must be >= 0 iterations, got {self.warmup!r}")
+        _check(self.cut_short is None or _in_open_unit(self.cut_short),
+               f"cut_short is a fraction in (0, 1), or None to never cut, got {self.cut_short!r}")
+        _check(_is_int(self.seed), f"seed must be an integer, got {self.seed!r}")
+        _check(isinstance(self.fixed, Mapping),
+               f"fixed is a dict of knob: value, got {type(self.fixed).__name__}")
+        _check(not isinstance(self.techniques, str) and len(self.techniques) > 0,
+               f"techniques is a non-empty list of names, e.g. ['grid', 'bayes'], "
+               f"got {self.techniques!r}")
+        unknown = [t for t in self.techniques if t not in TECHNIQUES and t != PRIOR]
+        _check(not unknown, f"unknown technique(s) {', '.join(map(repr, unknown))}; "
+                            f"choose from {', '.join(TECHNIQUES)}")
+        object.__setattr__(self, "techniques", tuple(self.techniques))
+        object.__setattr__(self, "fixed", dict(self.fixed))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _in_open_unit(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ArgumentError(message)
