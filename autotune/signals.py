@@ -1,12 +1,21 @@
-"""Stop signals as exceptions, so that what was started is closed (issue 28).
+"""Stop signals without races: recorded inside the library, raised at safe points.
 
-Python turns SIGINT into :class:`KeyboardInterrupt`; SIGTERM kills the process outright,
-so a run in the results store would stay ``running`` for ever. :class:`TerminateAsInterrupt`
-turns SIGTERM into :class:`Terminated`, a :class:`KeyboardInterrupt`, in the main
-thread, so one ``except KeyboardInterrupt`` (or the ``with`` block's ``__exit__``) handles
-both and closes the run as ``aborted``. :func:`status_of` says which status an exception
-closes a run with; :func:`shielded` keeps further stop signals from cutting the closing
-short. Import-light: standard library only.
+Python turns SIGINT into :class:`KeyboardInterrupt`, raised wherever the main thread happens
+to be; SIGTERM kills the process outright, so a run in the results store would stay
+``running`` for ever. Neither is safe inside the library: an exception raised by a signal
+handler while ``threading.Condition.wait`` re-acquires its lock leaves the lock broken
+(``RuntimeError('release unlocked lock')``), and the run was then closed as ``failed`` with
+an internal error (issue 38).
+
+:class:`TerminateAsInterrupt` installs one handler for the signals it is given (a session
+gives SIGINT and SIGTERM). Outside library code (the user's own, ``depth == 0``) it raises
+:class:`Terminated`, a :class:`KeyboardInterrupt`, at once, as Python would. Inside a
+library section (:func:`deferred`: a session's ``step()``, its start and end, the gradient
+hooks) it only records the signal; the section raises it at its end, and long waits call
+:func:`check` between bounded slices, where nothing is held. Once a stop was received,
+:func:`status_of` closes the run as ``aborted`` whatever exception follows (a peer that
+left, a broken collective). :func:`shielded` keeps further stop signals from cutting the
+closing short. Import-light: standard library only.
 """
 
 from __future__ import annotations
@@ -17,11 +26,13 @@ import signal
 import threading
 from typing import Any, Callable, Iterator
 
-__all__ = ["Terminated", "TerminateAsInterrupt", "status_of", "shielded", "exit_code"]
+__all__ = ["Terminated", "TerminateAsInterrupt", "status_of", "shielded", "exit_code",
+           "deferred", "check", "pending", "received"]
 
 
 class Terminated(KeyboardInterrupt):
-    """A stop signal (SIGTERM) arrived; raised like Ctrl-C's KeyboardInterrupt."""
+    """A stop signal (SIGTERM, or SIGINT under a session) arrived; raised like Ctrl-C's
+    KeyboardInterrupt."""
 
     def __init__(self, signum: int = signal.SIGTERM) -> None:
         super().__init__(f"stopped by {signal.Signals(signum).name}")
@@ -36,12 +47,73 @@ def exit_code(exc: BaseException) -> int:
 
 def status_of(exc: BaseException | None) -> str:
     """The status a run closes with after ``exc``: ``finished`` (none), ``aborted``
-    (KeyboardInterrupt, SIGTERM included), else ``failed``."""
+    (KeyboardInterrupt, SIGTERM included, or any exception once a stop signal was
+    :func:`received`: what broke was broken by the stop), else ``failed``."""
     if exc is None:
         return "finished"
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, KeyboardInterrupt) or received() is not None:
         return "aborted"
     return "failed"
+
+
+class _Stops:
+    """This process's stop state (touched by the main thread and its signal handler)."""
+
+    def __init__(self) -> None:
+        self.depth = 0                 # library sections the main thread is inside
+        self.pending: int | None = None   # a stop recorded, not yet raised
+        self.received: int | None = None  # the first stop since the handler was installed
+
+
+_STOPS = _Stops()
+
+
+def received() -> int | None:
+    """The stop signal received since a :class:`TerminateAsInterrupt` was installed, or
+    None."""
+    return _STOPS.received
+
+
+def pending() -> bool:
+    """Whether a stop was recorded inside a library section and not yet raised."""
+    return _STOPS.pending is not None
+
+
+def check() -> None:
+    """A safe point: raise the stop recorded inside a library section, if any (main thread;
+    elsewhere nothing). Call it where no lock is held and nothing is half-done."""
+    signum = _STOPS.pending
+    if signum is not None and _main():
+        _STOPS.pending = None
+        raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def deferred(raise_at_end: bool = True) -> Iterator[None]:
+    """A library section: a stop signal arriving inside is recorded, not raised (main
+    thread). At the end of the outermost section (``raise_at_end``) it is raised; when the
+    section ended by another exception after a stop, the stop is raised from it (the
+    exception is what the stop broke). Sections inside code the library does not own the
+    frames of (gradient hooks inside autograd) pass ``raise_at_end=False``: the stop waits
+    for the next section's end (the session's ``step()``)."""
+    if not _main():
+        yield
+        return
+    _STOPS.depth += 1
+    try:
+        yield
+    except Exception as exc:
+        _STOPS.depth -= 1
+        if _STOPS.depth == 0 and raise_at_end and _STOPS.pending is not None:
+            signum, _STOPS.pending = _STOPS.pending, None
+            raise Terminated(signum) from exc
+        raise
+    except BaseException:
+        _STOPS.depth -= 1
+        raise
+    _STOPS.depth -= 1
+    if _STOPS.depth == 0 and raise_at_end:
+        check()
 
 
 def _main() -> bool:
@@ -49,9 +121,10 @@ def _main() -> bool:
 
 
 class TerminateAsInterrupt:
-    """While installed (main thread only; elsewhere it does nothing), SIGTERM raises
-    :class:`Terminated` once; a repeat while that is being handled is ignored.
-    :meth:`restore` puts the previous handler back (idempotent).
+    """While installed (main thread only; elsewhere it does nothing), each of ``signals``
+    (SIGTERM by default) raises :class:`Terminated` once, at once outside library sections
+    and at the section's safe point inside one (module docstring); a repeat is ignored.
+    :meth:`restore` puts the previous handlers back (idempotent).
 
     ``on_signal(signum)``, if given, is called once, from a thread of its own, as soon
     as SIGINT or SIGTERM arrives, even while the main thread is blocked in C (a
@@ -70,6 +143,7 @@ class TerminateAsInterrupt:
     def install(self) -> "TerminateAsInterrupt":
         if self._old or not _main():
             return self
+        _STOPS.pending = _STOPS.received = None
         for sig in self.signals:
             self._old[sig] = signal.getsignal(sig)
             signal.signal(sig, self._handle)
@@ -109,6 +183,10 @@ class TerminateAsInterrupt:
         if self.fired:
             return
         self.fired = True
+        _STOPS.received = signum
+        if _STOPS.depth > 0:
+            _STOPS.pending = signum  # inside the library: raised at its safe point
+            return
         raise Terminated(signum)
 
     def restore(self) -> None:
@@ -117,6 +195,7 @@ class TerminateAsInterrupt:
         for sig, old in self._old.items():
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
         self._old.clear()
+        _STOPS.pending = _STOPS.received = None
         if self._wakeup is not None:
             r, w, old_fd = self._wakeup
             self._wakeup = None

@@ -35,6 +35,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from autotune import signals
+
 from .communication import CommunicationStream
 from .copies import GradientCopies
 from .engine import Aborted, Mailbox, OpError, RoundState, StreamPool
@@ -103,7 +105,8 @@ class Averager:
         def hook(param: torch.Tensor) -> None:
             if self.active.setup is None or self.layout.dirty or not live():
                 return
-            self.on_grad(index, param)
+            with signals.deferred(raise_at_end=False):  # a stop waits for step()
+                self.on_grad(index, param)
         return hook
 
     @contextlib.contextmanager
@@ -299,6 +302,9 @@ class Averager:
         """Wait for the round's jobs; a stretch of ``timeout`` without progress fails."""
         last, since = -1, time.monotonic()
         while not it.done.wait(0.5):
+            if signals.pending():  # Ctrl-C or SIGTERM: stop here, with no lock held
+                it.abort()
+                signals.check()
             gone = self.lost_peers()
             if gone:  # another rank gave up a peer this round depends on
                 it.abort()

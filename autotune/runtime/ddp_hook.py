@@ -84,6 +84,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 import torch.distributed as dist
 
+from autotune import signals
 from autotune.errors import ArgumentError
 
 from .codecs import (Codec, Context, ErrorFeedback, codec_from_config, compress_min_bytes,
@@ -264,8 +265,10 @@ class BucketTransport:
     def hook(state, bucket):
         """DDP's comm hook: ``hook(state: BucketTransport, bucket: dist.GradBucket) ->
         torch.futures.Future[torch.Tensor]`` of the bucket's average (no annotations:
-        DDP compares them with its own classes)."""
-        return state.average(bucket)
+        DDP compares them with its own classes). A stop signal arriving inside is raised
+        at the next safe point, not here (:mod:`autotune.signals`)."""
+        with signals.deferred(raise_at_end=False):
+            return state.average(bucket)
 
     def average(self, bucket: Any) -> torch.futures.Future:
         """Start averaging ``bucket`` under the current configuration; its future."""

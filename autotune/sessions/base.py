@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import os
+import signal
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
@@ -25,7 +26,7 @@ from autotune.sessions.display import SessionDisplay, report
 from autotune.sessions.facts import JobTuners
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
-from autotune.signals import TerminateAsInterrupt, shielded, status_of
+from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trials import TrialDriver
@@ -81,7 +82,17 @@ class TuningSession(abc.ABC):
         if self._state != "new":
             raise UsageError("this session was already entered: make a new one with "
                              "autotune.session(model, ...) for another `with` block")
-        self._open()
+        # Ctrl-C and SIGTERM, until __exit__: recorded inside the library and raised at a
+        # safe point, so the run closes as ``aborted`` (autotune.signals)
+        self._signals = TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM),
+                                             on_signal=self._close_now).install()
+        try:
+            with deferred():
+                self._open()
+        except BaseException:
+            self._state = "closed"
+            self._restore_signals()
+            raise
         self._state = "open"
         return self
 
@@ -90,7 +101,11 @@ class TuningSession(abc.ABC):
         self._state = "closed"
         if exc_type is not None and exc is None:
             exc = exc_type()
-        self._close(exc)
+        try:
+            with deferred():
+                self._close(exc)
+        finally:
+            self._restore_signals()
 
     def step(self) -> None:
         """After the iteration's backward: return once every ``.grad`` holds the gradient
@@ -99,16 +114,18 @@ class TuningSession(abc.ABC):
         A micro-step whose backward ran inside ``no_sync()`` (gradient accumulation, as
         Accelerate's ``accumulate()`` does) is not an iteration: it returns at once."""
         self._require_open("step()")
-        averaged = self._await_average()
-        if averaged is None:
-            return
-        failed, waited = averaged
-        elapsed = time.perf_counter() - self._t_last
-        slowest, comm_s = self._slowest(float("inf") if failed else elapsed, waited)
-        self.iteration += 1
-        nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s)
-               if self.is_leader else None)
-        self._apply(nxt)
+        check()  # a stop recorded during backward (in a gradient hook) ends the loop here
+        with deferred():
+            averaged = self._await_average()
+            if averaged is None:
+                return
+            failed, waited = averaged
+            elapsed = time.perf_counter() - self._t_last
+            slowest, comm_s = self._slowest(float("inf") if failed else elapsed, waited)
+            self.iteration += 1
+            nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s)
+                   if self.is_leader else None)
+            self._apply(nxt)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -194,9 +211,7 @@ class TuningSession(abc.ABC):
     # ------------------------------------------------------------------ the leader
     def _lead(self, params: Sequence[torch.nn.Parameter], backend: str) -> Config:
         """On the leader: open the run, make the schedule and its Tuners; the first
-        configuration to run. From here until :meth:`_finish`, SIGTERM raises (as
-        KeyboardInterrupt does), so that the run is closed as ``aborted``."""
-        self._signals = TerminateAsInterrupt(on_signal=self._close_now).install()
+        configuration to run."""
         if self.options.store:  # fingerprinted as the module, with or without DDP around it
             module = self.model.module if isinstance(self.model, DDP) else self.model
             self._run.open(module, self.info, backend, self.space, self.unit)
@@ -227,17 +242,13 @@ class TuningSession(abc.ABC):
         """On the leader, when the session ends (``exc``: the exception that ended it):
         stop the display, close the run (``finished``; ``aborted`` for Ctrl-C or SIGTERM,
         with the trials so far and the best of them; ``failed`` otherwise: nothing then
-        says ``done`` or ``kept``), put SIGTERM's handler back and, when it went well,
-        print the table."""
+        says ``done`` or ``kept``) and, when it went well, print the table."""
         status = status_of(exc)
         ok = status == "finished"
-        try:
-            with shielded(status == "aborted"):
-                self.display.settled(self.best if ok else None, status)
-                if self.trials is not None:
-                    self.trials.close(status, kept=self.best)
-        finally:
-            self._restore_signals()
+        with shielded(status == "aborted"):
+            self.display.settled(self.best if ok else None, status)
+            if self.trials is not None:
+                self.trials.close(status, kept=self.best)
         if ok and self.options.verbose and self.trials is not None:
             report(self)
 

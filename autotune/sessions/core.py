@@ -91,10 +91,13 @@ class Session(TuningSession):
         try:
             self._start()
         except BaseException as exc:
-            # e.g. the workers' models differ: release the runtime, let the error out.
-            self.display.settled(None, status_of(exc))
-            self._restore_signals()
-            self.rt.shutdown(failed=exc)
+            # e.g. the workers' models differ: release the runtime, close the run (if the
+            # leader opened one), let the error out.
+            with shielded(isinstance(exc, KeyboardInterrupt)):
+                self.display.settled(None, status_of(exc))
+                self.rt.shutdown(failed=exc)
+                if self.is_leader:
+                    self._finish(exc)
             raise
 
     def _start(self) -> None:

@@ -81,8 +81,12 @@ class DDPSession(TuningSession):
                      else None)
             self._apply(first)
         except BaseException as exc:
-            self.display.settled(None, status_of(exc))
-            self._restore_signals()
+            if self._liveness is not None and isinstance(exc, Exception):
+                self._liveness.fail(exc)  # the others name this rank and its cause
+            if self.is_leader:
+                self._finish(exc)
+            else:
+                self.display.settled(None, status_of(exc))
             raise
 
     def _await_average(self) -> tuple[str | None, float | None] | None:
