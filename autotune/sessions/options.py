@@ -74,7 +74,7 @@ class SessionOptions:
                f"techniques is a non-empty list of names, e.g. ['grid', 'bayes'], "
                f"got {self.techniques!r}")
         unknown = [t for t in self.techniques if t not in TECHNIQUES and t != PRIOR]
-        _check(not unknown, f"unknown technique(s) {', '.join(map(repr, unknown))}; "
+        _check(not unknown, f"techniques: unknown name(s) {', '.join(map(repr, unknown))}; "
                             f"choose from {', '.join(TECHNIQUES)}")
         object.__setattr__(self, "techniques", tuple(self.techniques))
         object.__setattr__(self, "fixed", dict(self.fixed))

@@ -1,0 +1,158 @@
+"""Interrupt real 2-worker jobs at random moments and report how each run closed.
+
+``python tests/interrupt_jobs.py OUT.json --jobs 20 --seed 0``: torch and autotune are
+imported once; each job forks two rank processes (a fresh process group, real
+``torch.distributed`` over gloo on loopback, a real store), each training a small MLP under
+``autotune.session`` for ever. Once the leader has opened its run, after a random delay,
+the job is stopped in one of three ways, in turn: SIGINT to the whole process group (as a
+terminal's Ctrl-C), SIGINT then SIGTERM (as ``autotune launch`` does after a Ctrl-C), or
+SIGTERM alone. Every wait is bounded; a rank still alive after ``--grace`` seconds is
+killed and reported. OUT.json lists, per job: the way, the delay, each rank's exit code
+and output tail, and the run's status in the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+import autotune
+from autotune.signals import exit_code
+
+WAYS = ("sigint-group", "sigint-then-sigterm", "sigterm")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, port: int, db: Path, log: Path) -> None:
+    """A rank's life in the forked child: train until stopped; never returns."""
+    code = 1
+    with open(log, "w") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        try:
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                              WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                        torch.nn.Linear(64, 1))
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            gen = torch.Generator().manual_seed(rank + 1)
+            with autotune.session(model, budget=10**6, db=db, verbose=False, timeout=30,
+                                  job="interrupt") as tuner:
+                while True:
+                    x = torch.randn(16, 32, generator=gen)
+                    torch.nn.functional.mse_loss(model(x), x[:, :1]).backward()
+                    tuner.step()
+                    opt.step()
+                    opt.zero_grad()
+        except KeyboardInterrupt as exc:
+            code = exit_code(exc)
+            print(f"stopped: {exc!r}", flush=True)
+        except BaseException:  # noqa: BLE001 - reported through the log and exit code
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _status(db: Path) -> str | None:
+    if not db.exists():
+        return None
+    try:
+        with sqlite3.connect(db, timeout=5) as con:
+            row = con.execute("SELECT status FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def _job(index: int, way: str, delay: float, root: Path, grace: float) -> dict:
+    db, port = root / f"job{index}.db", _free_port()
+    logs = [root / f"job{index}.rank{r}.log" for r in range(2)]
+    pids = []
+    for r in range(2):
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, 0) if r == 0 else os.setpgid(0, pids[0])
+            _rank(r, port, db, logs[r])
+        try:
+            os.setpgid(pid, pid if r == 0 else pids[0])
+        except OSError:  # the child did it first
+            pass
+        pids.append(pid)
+    pgid = pids[0]
+    deadline = time.monotonic() + 60
+    while _status(db) != "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    opened = _status(db) == "running"
+    time.sleep(delay)
+    if way in ("sigint-group", "sigint-then-sigterm"):
+        os.killpg(pgid, signal.SIGINT)
+    if way == "sigint-then-sigterm":
+        time.sleep(random.uniform(0.0, 0.3))
+    if way in ("sigint-then-sigterm", "sigterm"):
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+    codes: list[int | None] = [None, None]
+    end = time.monotonic() + grace
+    while time.monotonic() < end and None in codes:
+        for i, pid in enumerate(pids):
+            if codes[i] is None:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[i] = os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    killed = [pid for pid, c in zip(pids, codes) if c is None]
+    for i, pid in enumerate(pids):
+        if codes[i] is None:
+            _signal(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    return {"job": index, "way": way, "delay_s": round(delay, 3), "opened": opened,
+            "codes": codes, "killed": len(killed), "status": _status(db),
+            "logs": [p.read_text()[-2000:] if p.exists() else "" for p in logs]}
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--jobs", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-delay", type=float, default=1.5)
+    ap.add_argument("--grace", type=float, default=40.0)
+    a = ap.parse_args()
+    random.seed(a.seed)
+    torch.set_num_threads(1)
+    root = Path(a.out).parent
+    results = []
+    for i in range(a.jobs):
+        way = WAYS[i % len(WAYS)]
+        results.append(_job(i, way, random.uniform(0.0, a.max_delay), root, a.grace))
+        print(json.dumps({k: v for k, v in results[-1].items() if k != "logs"}), flush=True)
+    Path(a.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
