@@ -3,7 +3,8 @@
 ``python tests/interrupt_jobs.py OUT.json --jobs 20 --seed 0``: torch and autotune are
 imported once; each job forks two rank processes (a fresh process group, real
 ``torch.distributed`` over gloo on loopback, a real store), each training a small MLP under
-``autotune.session`` for ever. Once the leader has opened its run, after a random delay,
+``autotune.session`` for ever (``--parallel`` jobs at a time). Once the leader has opened
+its run, after a random delay,
 the job is stopped in one of three ways, in turn: SIGINT to the whole process group (as a
 terminal's Ctrl-C), SIGINT then SIGTERM (as ``autotune launch`` does after a Ctrl-C), or
 SIGTERM alone. Every wait is bounded; a rank still alive after ``--grace`` seconds is
@@ -14,6 +15,7 @@ and output tail, and the run's status in the store.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -28,6 +30,11 @@ from pathlib import Path
 import torch
 
 import autotune
+import autotune.probes
+import autotune.runtime.core
+import autotune.sessions
+import autotune.store.db
+import autotune.tuning.search  # imported once here, not in every forked rank
 from autotune.signals import exit_code
 
 WAYS = ("sigint-group", "sigint-then-sigterm", "sigterm")
@@ -53,8 +60,10 @@ def _rank(rank: int, port: int, db: Path, log: Path) -> None:
                                         torch.nn.Linear(64, 1))
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
             gen = torch.Generator().manual_seed(rank + 1)
+            # tuning all along (configurations switch under the signal), without the
+            # physics prior's CPU cost
             with autotune.session(model, budget=10**6, db=db, verbose=False, timeout=30,
-                                  job="interrupt") as tuner:
+                                  prior=False, job="interrupt") as tuner:
                 while True:
                     x = torch.randn(16, 32, generator=gen)
                     torch.nn.functional.mse_loss(model(x), x[:, :1]).backward()
@@ -82,50 +91,75 @@ def _status(db: Path) -> str | None:
     return row[0] if row else None
 
 
-def _job(index: int, way: str, delay: float, root: Path, grace: float) -> dict:
-    db, port = root / f"job{index}.db", _free_port()
-    logs = [root / f"job{index}.rank{r}.log" for r in range(2)]
-    pids = []
-    for r in range(2):
-        pid = os.fork()
-        if pid == 0:
-            os.setpgid(0, 0) if r == 0 else os.setpgid(0, pids[0])
-            _rank(r, port, db, logs[r])
-        try:
-            os.setpgid(pid, pid if r == 0 else pids[0])
-        except OSError:  # the child did it first
-            pass
-        pids.append(pid)
-    pgid = pids[0]
-    deadline = time.monotonic() + 60
-    while _status(db) != "running" and time.monotonic() < deadline:
-        time.sleep(0.05)
-    opened = _status(db) == "running"
-    time.sleep(delay)
-    if way in ("sigint-group", "sigint-then-sigterm"):
-        os.killpg(pgid, signal.SIGINT)
-    if way == "sigint-then-sigterm":
-        time.sleep(random.uniform(0.0, 0.3))
-    if way in ("sigint-then-sigterm", "sigterm"):
-        for pid in pids:
-            _signal(pid, signal.SIGTERM)
-    codes: list[int | None] = [None, None]
-    end = time.monotonic() + grace
-    while time.monotonic() < end and None in codes:
-        for i, pid in enumerate(pids):
-            if codes[i] is None:
+class Job:
+    """One job: its two forked ranks, then its stop, driven by :meth:`poll`."""
+
+    def __init__(self, index: int, way: str, delay: float, root: Path) -> None:
+        self.index, self.way, self.delay = index, way, delay
+        self.db, port = root / f"job{index}.db", _free_port()
+        self.logs = [root / f"job{index}.rank{r}.log" for r in range(2)]
+        self.pids: list[int] = []
+        for r in range(2):
+            pid = os.fork()
+            if pid == 0:
+                os.setpgid(0, 0 if r == 0 else self.pids[0])
+                _rank(r, port, self.db, self.logs[r])
+            try:
+                os.setpgid(pid, pid if r == 0 else self.pids[0])
+            except OSError:  # the child did it first
+                pass
+            self.pids.append(pid)
+        self.codes: list[int | None] = [None, None]
+        self.opened_at: float | None = None
+        self.steps = self._plan()
+        self.started = time.monotonic()
+        self.killed = 0
+        self.signalled = 0.0
+
+    def _plan(self) -> list[tuple[float, str]]:
+        """(seconds after the run opened, what to send), in order."""
+        if self.way == "sigint-group":
+            return [(self.delay, "int-group")]
+        if self.way == "sigint-then-sigterm":
+            return [(self.delay, "int-group"), (self.delay + random.uniform(0, 0.3), "term")]
+        return [(self.delay, "term")]
+
+    def poll(self, grace: float) -> bool:
+        """Move the job on; True once both ranks are reaped."""
+        now = time.monotonic()
+        if self.opened_at is None:
+            if _status(self.db) == "running":
+                self.opened_at = now
+            elif now - self.started > 60:
+                self.opened_at = now  # never opened: stop it anyway, reported below
+        while self.opened_at is not None and self.steps and now >= self.opened_at + self.steps[0][0]:
+            what = self.steps.pop(0)[1]
+            if what == "int-group":
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.pids[0], signal.SIGINT)
+            else:
+                for pid in self.pids:
+                    _signal(pid, signal.SIGTERM)
+            self.signalled = now
+        for i, pid in enumerate(self.pids):
+            if self.codes[i] is None:
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
-                    codes[i] = os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    killed = [pid for pid, c in zip(pids, codes) if c is None]
-    for i, pid in enumerate(pids):
-        if codes[i] is None:
-            _signal(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    return {"job": index, "way": way, "delay_s": round(delay, 3), "opened": opened,
-            "codes": codes, "killed": len(killed), "status": _status(db),
-            "logs": [p.read_text()[-2000:] if p.exists() else "" for p in logs]}
+                    self.codes[i] = os.waitstatus_to_exitcode(status)
+        if None in self.codes and not self.steps and now - self.signalled > grace:
+            for i, pid in enumerate(self.pids):
+                if self.codes[i] is None:
+                    self.killed += 1
+                    _signal(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    self.codes[i] = -9
+        return None not in self.codes
+
+    def result(self) -> dict:
+        return {"job": self.index, "way": self.way, "delay_s": round(self.delay, 3),
+                "opened": _status(self.db) is not None, "codes": self.codes,
+                "killed": self.killed, "status": _status(self.db),
+                "logs": [p.read_text()[-2000:] if p.exists() else "" for p in self.logs]}
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -142,15 +176,20 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-delay", type=float, default=1.5)
     ap.add_argument("--grace", type=float, default=40.0)
+    ap.add_argument("--parallel", type=int, default=2, help="jobs running at once")
     a = ap.parse_args()
     random.seed(a.seed)
     torch.set_num_threads(1)
     root = Path(a.out).parent
     results = []
-    for i in range(a.jobs):
-        way = WAYS[i % len(WAYS)]
-        results.append(_job(i, way, random.uniform(0.0, a.max_delay), root, a.grace))
-        print(json.dumps({k: v for k, v in results[-1].items() if k != "logs"}), flush=True)
+    for first in range(0, a.jobs, a.parallel):
+        batch = [Job(i, WAYS[i % len(WAYS)], random.uniform(0.0, a.max_delay), root)
+                 for i in range(first, min(a.jobs, first + a.parallel))]
+        while not all([job.poll(a.grace) for job in batch]):
+            time.sleep(0.05)
+        for job in batch:
+            results.append(job.result())
+            print(json.dumps({k: v for k, v in results[-1].items() if k != "logs"}), flush=True)
     Path(a.out).write_text(json.dumps(results, indent=1))
 
 
