@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt torch 2>&1 | grep -v "is ignored: it is neither" || true
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev,plot,optuna]' 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,plot,optuna,lightning,transformers,accelerate]' 2>&1 | grep -v "is ignored: it is neither" || true
 	$(BIN)/python -c "import autotune, torch, optuna, skopt, networkx, sqlite_utils"
 	touch $(STAMP)
 

@@ -1,0 +1,109 @@
+"""The integration callbacks in one process, with the real frameworks: what is checked
+when a callback is made, what happens where there is nothing to tune, batches Lightning
+skips, and the misuse the Transformers callback refuses. (Tuning on two processes under
+torchrun: test_integration_examples.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def test_importing_the_integrations_package_imports_no_framework():
+    code = ("import sys, autotune, autotune.integrations; "
+            "print(sorted(m for m in ('torch', 'lightning', 'transformers', 'accelerate') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_session_options_are_checked_when_the_callback_is_made():
+    from autotune.errors import ArgumentError
+    from autotune.integrations.callback import check_options
+
+    with pytest.raises(TypeError, match="'budgett'.*the options are: budget, db"):
+        check_options({"budgett": 5})
+    with pytest.raises(ArgumentError, match="budget must be"):
+        check_options({"budget": -1})
+    assert check_options({"budget": 5, "fixed": None}) == {"budget": 5, "fixed": None}
+
+
+@pytest.mark.slow
+def test_lightning_checks_options_warns_without_ddp_and_passes_over_skipped_batches(tmp_path):
+    pytest.importorskip("lightning.pytorch", reason="lightning is not installed")
+    db = tmp_path / "t.db"
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("AUTOTUNE_DB", None)
+    proc = subprocess.run([sys.executable, str(HERE / "lightning_one_process.py"), str(db)],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["made with budget"].startswith("ArgumentError: budget must be"), seen
+    assert seen["made with samples"].startswith("TypeError: unknown autotune.session option(s) "
+                                                "'samples'"), seen
+    # no DDP in one process: one warning saying so, training as ever, nothing stored
+    (warning,) = seen["untuned_warnings"]
+    assert "not DistributedDataParallel and this is one process" in warning
+    assert not seen["untuned_tuner"] and seen["untuned_losses"] == 2
+    # one-process DDP: the batches whose training_step returned None (the first one
+    # included, before any backward) are not iterations, and the run is finished
+    assert seen["is_leader"] and seen["iterations"] == seen["losses"] == 6, seen
+    from autotune.store import Store
+
+    store = Store(db, create=False)
+    try:
+        (run,) = store.runs()
+        assert run["job"] == "one_process" and run["status"] == "finished", run
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_hf_trainer_outside_the_with_block_is_a_usage_error(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("accelerate", reason="accelerate is not installed")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from autotune.integrations.transformers import AutotuneCallback
+    from autotune.runtime.errors import UsageError
+
+    with pytest.raises(TypeError, match="needs the transformers Trainer"):
+        AutotuneCallback(object())
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1,
+                                       n_head=1))
+    ids = torch.randint(0, 16, (8, 8))
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4,
+                             gradient_accumulation_steps=3, report_to="none",
+                             save_strategy="no", use_cpu=True, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    tuning = AutotuneCallback(trainer, budget=5, db=tmp_path / "t.db")
+    assert tuning in trainer.callback_handler.callbacks
+    assert tuning.session.options["samples_per_step"] == 4 * 3  # batch x accumulation
+    with pytest.raises(UsageError, match="with AutotuneCallback"):
+        trainer.train()
+    assert trainer.state.global_step == 0  # refused before any step
+    # inside the block: one process and no DDP, so a warning and training untuned; the
+    # callback leaves the trainer at the end of the block
+    with warnings.catch_warnings(record=True) as seen, tuning:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert trainer.state.global_step == 2
+    assert any("nothing to tune" in str(w.message) for w in seen), [str(w.message) for w in seen]
+    assert tuning not in trainer.callback_handler.callbacks and tuning.tuner is None
