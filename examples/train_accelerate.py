@@ -18,10 +18,10 @@ import argparse
 import torch
 import torch.nn as nn
 from accelerate import Accelerator
-from sklearn.datasets import load_digits
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 import autotune
+from digits import classifier, digits  # examples/ is on the script's path
 
 
 def parse_args() -> argparse.Namespace:
@@ -36,21 +36,13 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def digits() -> TensorDataset:
-    """scikit-learn's digits: 64 pixel intensities (0-16) -> the digit 0-9."""
-    data = load_digits()
-    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
-    return TensorDataset(x, torch.tensor(data.target, dtype=torch.long))
-
-
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     accelerator = Accelerator(gradient_accumulation_steps=args.accum, cpu=True)
     dataset = digits()
-    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                          nn.Linear(256, 10))
+    model = classifier()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loader = DataLoader(dataset, batch_size=args.batch, shuffle=True, drop_last=True)
     ddp, opt, loader = accelerator.prepare(model, opt, loader)  # ddp: DistributedDataParallel

@@ -19,10 +19,10 @@ import os
 import lightning.pytorch as pl
 import torch
 import torch.nn as nn
-from sklearn.datasets import load_digits
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from autotune.integrations.lightning import AutotuneCallback
+from digits import classifier, digits  # examples/ is on the script's path
 
 
 def parse_args() -> argparse.Namespace:
@@ -38,18 +38,10 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def digits() -> TensorDataset:
-    """scikit-learn's digits: 64 pixel intensities (0-16) -> the digit 0-9."""
-    data = load_digits()
-    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
-    return TensorDataset(x, torch.tensor(data.target, dtype=torch.long))
-
-
 class DigitClassifier(pl.LightningModule):
     def __init__(self, fail_at: int | None = None) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                                 nn.Linear(256, 10))
+        self.net = classifier()
         self.fail_at = fail_at
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:

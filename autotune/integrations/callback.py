@@ -32,7 +32,7 @@ from autotune.sessions.options import SessionOptions
 from autotune.tuning.space import Config
 from autotune.tuning.tuner import TrialRecord
 
-__all__ = ["CallbackSession", "check_options"]
+__all__ = ["CallbackSession", "SessionResults", "check_options"]
 
 #: DDP modules a session has tuned: DDP keeps one comm hook for its life, so a module is
 #: tuned once (a framework that trains the same DDP module again gets a clear error).
@@ -140,3 +140,27 @@ class CallbackSession:
     def is_leader(self) -> bool:
         """Whether this rank leads the session (tunes, records, shows)."""
         return self.tuner.is_leader if self.tuner is not None else False
+
+
+class SessionResults:
+    """The results of a framework callback's session, as a session shows them: mixed into
+    each framework's callback, whose :class:`CallbackSession` is ``self.session``."""
+
+    session: CallbackSession
+
+    @property
+    def tuner(self) -> TuningSession | None:
+        """The session (the last one, once closed); None before training started."""
+        return self.session.tuner
+
+    @property
+    def best(self) -> Config | None:
+        return self.session.best
+
+    @property
+    def history(self) -> list[TrialRecord]:
+        return self.session.history
+
+    @property
+    def is_leader(self) -> bool:
+        return self.session.is_leader

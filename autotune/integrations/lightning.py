@@ -33,15 +33,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from autotune.integrations.callback import CallbackSession
-from autotune.sessions.base import TuningSession
-from autotune.tuning.space import Config
-from autotune.tuning.tuner import TrialRecord
+from autotune.integrations.callback import CallbackSession, SessionResults
 
 __all__ = ["AutotuneCallback"]
 
 
-class AutotuneCallback(pl.Callback):
+class AutotuneCallback(SessionResults, pl.Callback):
     """Tune the DDP communication of the ``Trainer`` this callback is given to (module
     docstring). ``budget``, ``db`` and ``options`` are :func:`autotune.session`'s keywords
     (``samples_per_step``: the per-process batch size times ``accumulate_grad_batches``,
@@ -70,24 +67,6 @@ class AutotuneCallback(pl.Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
         self.session.finish(exception)
-
-    # ------------------------------------------------------------------ results
-    @property
-    def tuner(self) -> TuningSession | None:
-        """The session (the last one, once closed); None before training started."""
-        return self.session.tuner
-
-    @property
-    def best(self) -> Config | None:
-        return self.session.best
-
-    @property
-    def history(self) -> list[TrialRecord]:
-        return self.session.history
-
-    @property
-    def is_leader(self) -> bool:
-        return self.session.is_leader
 
 
 def _has_loss(outputs: Any) -> bool:

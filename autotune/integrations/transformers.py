@@ -31,16 +31,13 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from autotune.integrations.callback import CallbackSession
+from autotune.integrations.callback import CallbackSession, SessionResults
 from autotune.runtime.errors import UsageError
-from autotune.sessions.base import TuningSession
-from autotune.tuning.space import Config
-from autotune.tuning.tuner import TrialRecord
 
 __all__ = ["AutotuneCallback"]
 
 
-class AutotuneCallback(TrainerCallback):
+class AutotuneCallback(SessionResults, TrainerCallback):
     """Tune the DDP communication of ``trainer`` (module docstring); made, it adds itself to
     the trainer's callbacks. ``budget``, ``db`` and ``options`` are
     :func:`autotune.session`'s keywords, checked here; ``samples_per_step`` defaults to
@@ -103,21 +100,3 @@ class AutotuneCallback(TrainerCallback):
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
         self.session.finish(None)
-
-    # ------------------------------------------------------------------ results
-    @property
-    def tuner(self) -> TuningSession | None:
-        """The session (the last one, once closed); None before training started."""
-        return self.session.tuner
-
-    @property
-    def best(self) -> Config | None:
-        return self.session.best
-
-    @property
-    def history(self) -> list[TrialRecord]:
-        return self.session.history
-
-    @property
-    def is_leader(self) -> bool:
-        return self.session.is_leader
