@@ -47,13 +47,12 @@ def exit_code(exc: BaseException) -> int:
 
 def status_of(exc: BaseException | None) -> str:
     """The status a run closes with after ``exc``: ``finished`` (none), ``aborted``
-    (KeyboardInterrupt, SIGTERM included, or any exception once a stop signal was
-    :func:`received`: what broke was broken by the stop), else ``failed``."""
-    if exc is None:
-        return "finished"
+    (KeyboardInterrupt, SIGTERM included, or anything once a stop signal was
+    :func:`received`: what broke was broken by the stop, and the watcher thread has
+    already closed the run as ``aborted``), else ``failed``."""
     if isinstance(exc, KeyboardInterrupt) or received() is not None:
         return "aborted"
-    return "failed"
+    return "finished" if exc is None else "failed"
 
 
 class _Stops:
@@ -193,7 +192,10 @@ class TerminateAsInterrupt:
         if not _main():
             return
         for sig, old in self._old.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+            # only where ours is still in place: a framework that set its own handler
+            # meanwhile (Lightning ignores SIGINT while it tears down) keeps it
+            if signal.getsignal(sig) == self._handle:
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)
         self._old.clear()
         _STOPS.pending = _STOPS.received = None
         if self._wakeup is not None:

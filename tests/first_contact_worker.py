@@ -1,9 +1,9 @@
 """A 1-worker job for tests/session/test_first_contact.py (issue 38): ``python
 first_contact_worker.py native|ddp OUT_DIR`` in a world of one process (``autotune launch
 --workers 1``). Before training, ``step()`` with no backward must be a UsageError that
-leaves the session usable; then it trains ``STEPS`` iterations (DDP: each of ``MICRO``
-micro-batches, all but the last inside ``no_sync()``, with ``step()`` after every one, as
-under Accelerate's ``accumulate()``) and writes what it saw to OUT_DIR/result.json."""
+leaves the session usable; then it trains ``STEPS`` iterations, each of ``MICRO``
+micro-batches, all but the last inside ``no_sync()``, with ``step()`` after every one (as
+under Accelerate's ``accumulate()``), and writes what it saw to OUT_DIR/result.json."""
 
 from __future__ import annotations
 
@@ -39,10 +39,9 @@ def main() -> None:
             seen["early_step"] = str(e)
         steps = 0
         for _ in range(STEPS):
-            micro = MICRO if kind == "ddp" else 1
-            for m in range(micro):
+            for m in range(MICRO):
                 x = torch.randn(8, 16)
-                last = m == micro - 1
+                last = m == MICRO - 1
                 with contextlib.nullcontext() if last else tuner.no_sync():
                     torch.nn.functional.mse_loss(model(x), x[:, :1]).backward()
                 tuner.step()

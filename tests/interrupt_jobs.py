@@ -3,7 +3,7 @@
 ``python tests/interrupt_jobs.py OUT.json --jobs 20 --seed 0``: torch and autotune are
 imported once; each job forks two rank processes (a fresh process group, real
 ``torch.distributed`` over gloo on loopback, a real store), each training a small MLP under
-``autotune.session`` for ever (``--parallel`` jobs at a time). Once the leader has opened
+``autotune.session`` for ever, every other job a DDP model (DDP kept, its hook tuned) (``--parallel`` jobs at a time). Once the leader has opened
 its run, after a random delay,
 the job is stopped in one of three ways, in turn: SIGINT to the whole process group (as a
 terminal's Ctrl-C), SIGINT then SIGTERM (as ``autotune launch`` does after a Ctrl-C), or
@@ -25,9 +25,11 @@ import sqlite3
 import sys
 import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 import autotune
 import autotune.probes
@@ -46,8 +48,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, port: int, db: Path, log: Path) -> None:
-    """A rank's life in the forked child: train until stopped; never returns."""
+def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool) -> None:
+    """A rank's life in the forked child: train until stopped (``ddp``: a
+    DistributedDataParallel model, DDP kept); never returns."""
     code = 1
     with open(log, "w") as out:
         os.dup2(out.fileno(), 1)
@@ -56,8 +59,11 @@ def _rank(rank: int, port: int, db: Path, log: Path) -> None:
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                               WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
             torch.manual_seed(0)
-            model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
-                                        torch.nn.Linear(64, 1))
+            model: torch.nn.Module = torch.nn.Sequential(
+                torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+            if ddp:
+                dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+                model = torch.nn.parallel.DistributedDataParallel(model)
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
             gen = torch.Generator().manual_seed(rank + 1)
             # tuning all along (configurations switch under the signal), without the
@@ -94,8 +100,8 @@ def _status(db: Path) -> str | None:
 class Job:
     """One job: its two forked ranks, then its stop, driven by :meth:`poll`."""
 
-    def __init__(self, index: int, way: str, delay: float, root: Path) -> None:
-        self.index, self.way, self.delay = index, way, delay
+    def __init__(self, index: int, way: str, delay: float, root: Path, ddp: bool) -> None:
+        self.index, self.way, self.delay, self.ddp = index, way, delay, ddp
         self.db, port = root / f"job{index}.db", _free_port()
         self.logs = [root / f"job{index}.rank{r}.log" for r in range(2)]
         self.pids: list[int] = []
@@ -103,7 +109,7 @@ class Job:
             pid = os.fork()
             if pid == 0:
                 os.setpgid(0, 0 if r == 0 else self.pids[0])
-                _rank(r, port, self.db, self.logs[r])
+                _rank(r, port, self.db, self.logs[r], ddp)
             try:
                 os.setpgid(pid, pid if r == 0 else self.pids[0])
             except OSError:  # the child did it first
@@ -156,7 +162,8 @@ class Job:
         return None not in self.codes
 
     def result(self) -> dict:
-        return {"job": self.index, "way": self.way, "delay_s": round(self.delay, 3),
+        return {"job": self.index, "way": self.way, "ddp": self.ddp,
+                "delay_s": round(self.delay, 3),
                 "opened": _status(self.db) is not None, "codes": self.codes,
                 "killed": self.killed, "status": _status(self.db),
                 "logs": [p.read_text()[-2000:] if p.exists() else "" for p in self.logs]}
@@ -183,8 +190,8 @@ def main() -> None:
     root = Path(a.out).parent
     results = []
     for first in range(0, a.jobs, a.parallel):
-        batch = [Job(i, WAYS[i % len(WAYS)], random.uniform(0.0, a.max_delay), root)
-                 for i in range(first, min(a.jobs, first + a.parallel))]
+        batch = [Job(i, WAYS[i % len(WAYS)], random.uniform(0.0, a.max_delay), root,
+                     ddp=i % 2 == 1) for i in range(first, min(a.jobs, first + a.parallel))]
         while not all([job.poll(a.grace) for job in batch]):
             time.sleep(0.05)
         for job in batch:

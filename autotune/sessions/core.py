@@ -17,7 +17,7 @@ import os
 import time
 import warnings
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -67,6 +67,7 @@ class Session(TuningSession):
         self.rt: Any = None
         self.parity: DDPParity | None = None
         self._servers_dropped = False
+        self._micro = False  # a no_sync() block ended since the last iteration
 
     @property
     def is_leader(self) -> bool:
@@ -114,16 +115,21 @@ class Session(TuningSession):
         self._apply(self._lead(self.parity.params, dist.get_backend()))
 
     # ------------------------------------------------------------ the hot path
-    def _await_average(self) -> tuple[str | None, float | None]:
+    def _await_average(self) -> tuple[str | None, float | None] | None:
         """Wait until every ``.grad`` holds the averaged gradient; a configuration that
         fails there is scored as failed and the same gradients are averaged again under
-        the last one that worked (lost servers are dropped first)."""
+        the last one that worked (lost servers are dropped first). None after a micro-step
+        (its backward ran inside ``no_sync()``): not an iteration."""
         if self.rt.accumulating:
             raise UsageError("tuner.step() inside tuner.no_sync(): leave the block for the "
                              "last micro-batch's backward, then call step()")
         if not self.rt.gradients_arrived():
+            if self._micro:  # the backward since the last step ran inside no_sync()
+                self._micro = False
+                return None
             raise UsageError("tuner.step() with no backward since the last step: call it "
                              "once per iteration, after loss.backward()")
+        self._micro = False
         failed: str | None = None
         waited = time.perf_counter()
         try:
@@ -149,8 +155,11 @@ class Session(TuningSession):
         slowest, least_wait = self.rt.worker_max([elapsed, -(waited or 0.0)])
         return slowest, -least_wait
 
-    def _accumulate(self) -> contextlib.AbstractContextManager[None]:
-        return self.rt.no_sync()
+    @contextlib.contextmanager
+    def _accumulate(self) -> Iterator[None]:
+        with self.rt.no_sync():
+            yield
+        self._micro = True  # a step() now, before the next backward, is a micro-step
 
     def _lose_servers(self, exc: ServerLost) -> None:
         """Servers stopped; the runtime already dropped them. Shrink the space to what is

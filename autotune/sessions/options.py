@@ -70,9 +70,16 @@ class SessionOptions:
         _check(_is_int(self.seed), f"seed must be an integer, got {self.seed!r}")
         _check(isinstance(self.fixed, Mapping),
                f"fixed is a dict of knob: value, got {type(self.fixed).__name__}")
-        _check(not isinstance(self.techniques, str) and len(self.techniques) > 0,
+        _check(isinstance(self.techniques, (list, tuple)) and len(self.techniques) > 0,
                f"techniques is a non-empty list of names, e.g. ['grid', 'bayes'], "
                f"got {self.techniques!r}")
+        for name in ("allow_lossy", "verbose", "store", "broadcast_buffers", "prior"):
+            value = getattr(self, name)
+            _check(isinstance(value, bool), f"{name} is True or False, got {value!r}")
+        _check(self.db is None or isinstance(self.db, (str, os.PathLike)),
+               f"db is a path or None (./autotune.db), got {self.db!r}")
+        _check(self.job is None or isinstance(self.job, str),
+               f"job is a name (a string) or None, got {self.job!r}")
         unknown = [t for t in self.techniques if t not in TECHNIQUES and t != PRIOR]
         _check(not unknown, f"techniques: unknown name(s) {', '.join(map(repr, unknown))}; "
                             f"choose from {', '.join(TECHNIQUES)}")

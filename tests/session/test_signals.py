@@ -47,3 +47,63 @@ def test_shielded_ignores_stop_signals_inside():
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# ---------------------------------------------------------------- safe points (issue 38)
+def _wait_for(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_inside_a_library_section_a_signal_is_recorded_and_raised_at_its_end():
+    from autotune.signals import deferred, pending, received
+
+    reached = []
+    with TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM)):
+        with pytest.raises(Terminated) as stop:
+            with deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)  # a Python handler would raise here; ours records
+                reached.append(pending())
+        assert reached == [True] and stop.value.signum == signal.SIGINT
+        assert received() == signal.SIGINT and not pending()
+        # anything that ends the session now closes the run as aborted
+        assert status_of(None) == "aborted" == status_of(RuntimeError("peer left"))
+    assert received() is None and status_of(RuntimeError("x")) == "failed"
+
+
+def test_a_section_that_fails_after_a_stop_raises_the_stop_from_the_failure():
+    from autotune.signals import deferred
+
+    with TerminateAsInterrupt((signal.SIGTERM,)):
+        with pytest.raises(Terminated) as stop:
+            with deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                raise RuntimeError("a collective broke because the peer stopped")
+    assert isinstance(stop.value.__cause__, RuntimeError)
+
+
+def test_a_hook_section_leaves_the_stop_for_the_next_safe_point():
+    from autotune.signals import check, deferred, pending
+
+    with TerminateAsInterrupt((signal.SIGTERM,)):
+        with deferred(raise_at_end=False):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+        assert pending()  # e.g. a gradient hook inside autograd: not raised there
+        with pytest.raises(Terminated):
+            check()
+        assert not pending()
+
+
+def test_restore_leaves_a_handler_someone_else_set_meanwhile():
+    before = signal.getsignal(signal.SIGINT)
+    guard = TerminateAsInterrupt((signal.SIGINT,)).install()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as Lightning does while it tears down
+    try:
+        guard.restore()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
