@@ -89,7 +89,8 @@ def session(
 
     Args:
         budget: training iterations spent on trials (0: no tuning; the best stored
-            configuration of a similar job, or the default).
+            configuration of a similar job, whose run the output and the store name,
+            or the default).
         db: the results store (default ``./autotune.db``, or ``$AUTOTUNE_DB``).
         allow_lossy: let compression codecs into the space.
         samples_per_step: the per-worker batch size; the score is then samples/s (else it/s).

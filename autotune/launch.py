@@ -91,6 +91,21 @@ def check_world(workers: int, servers: int = 0, machines: int | None = None) -> 
             "with torchrun (docs/runtime.md).", param_hint=hint)
 
 
+def misplaced_options(args: Sequence[str]) -> list[str]:
+    """``autotune launch``'s own options (``--servers``, ``-n``, ``--grace=5``, ...) among
+    the arguments after the script, which go to the script; none after a ``--``."""
+    own = {name for p in launch.params if isinstance(p, click.Option)
+           for name in (*p.opts, *p.secondary_opts)}
+    found: list[str] = []
+    for arg in args:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if name in own and name not in found:
+            found.append(name)
+    return found
+
+
 @dataclass
 class Proc:
     """One process of a job as :func:`plan_processes` plans it."""
@@ -227,9 +242,22 @@ def _to_blame(job: ranks.Outcome, store: object) -> ranks.Exit | None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def launch(workers: int, servers: int, machines: int | None, grace: float, script: str,
            args: tuple[str, ...]) -> None:
-    """Run SCRIPT as N workers plus K servers on this machine."""
+    """Run SCRIPT as N workers plus K servers on this machine.
+
+    Everything after SCRIPT goes to the script: autotune launch's own options come
+    before it (one found after it is passed on, with a hint on stderr).
+
+    \b
+    Examples:
+      autotune launch --workers 2 train.py
+      autotune launch --workers 4 --servers 2 train.py --epochs 3
+      autotune launch -n 8 -k 2 --machines 2 train.py
+    """
     if not os.path.exists(script):
         raise click.BadParameter(f"no such script: {script}", param_hint="SCRIPT")
+    for option in misplaced_options(args):
+        click.echo(f"autotune launch: {option} comes after the script, so {script} gets it; "
+                   f"to give it to autotune launch, put it before {script}", err=True)
     check_world(workers, servers, machines)  # before the rendezvous store or any process
     from autotune.signals import TerminateAsInterrupt, exit_code
 

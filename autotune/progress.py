@@ -11,8 +11,15 @@ simulator) drives a :class:`TuningDisplay` (``advance``, ``describe``, ``trial``
   the ranks' lines (:class:`Terminal`), ``autotune tune`` shows its rank 0's on a display
   of its own (:class:`Viewer`);
 * ``lines``: no terminal anywhere (a pipe, a file, CI): one plain line per finished
-  trial (number, technique, configuration, score with its unit, best so far), flushed
-  at once, and one at the start and the end.
+  trial (number, technique, configuration, score with its unit, the best trial so far),
+  flushed at once, and one at the start and the end.
+
+Two numbers, two names. While trials run, ``best trial`` is the highest score of one
+trial so far (it never goes down; the report's "best so far" curve). The closing line
+(:func:`kept_summary`) gives the kept configuration's figure: its mean over its scored
+iterations, with their spread and count, the number the session's table, the store and
+the report show. The two differ: the best trial was picked for being high, and the kept
+configuration's mean also counts its confirm trials and its first iterations of training.
 
 ``AUTOTUNE_PROGRESS`` (:data:`ENV`) chooses one; unset, it is ``bar`` where the output is
 a terminal and ``lines`` elsewhere. ``autotune launch`` sets ``events`` when its own output
@@ -38,8 +45,9 @@ MODES = ("bar", "events", "lines")
 #: the start of a progress event line: ``MARK`` + a JSON object: the display's state
 #: (``label``, ``about``, ``total``, ``completed``, ``description``) and what happened,
 #: if anything more: ``trial`` (a finished trial, :meth:`TuningDisplay.trial`'s
-#: arguments), ``say`` (a message) or ``done`` (with ``summary``, and ``ended``: how,
-#: when not ``done``: ``failed`` or ``aborted``)
+#: arguments), ``say`` (a message), ``over`` (no more iterations come:
+#: :meth:`TuningDisplay.iterations_over`) or ``done`` (with ``summary``, and ``ended``:
+#: how, when not ``done``: ``failed`` or ``aborted``)
 MARK = "@autotune-progress "
 #: the label and the words after "N iterations" of a tuning display
 TUNING, TRIALS = "tuning", "of trials"
@@ -82,20 +90,30 @@ def is_event(line: str) -> bool:
 
 
 def describe_trial(index: int, technique: str, best: float | None, unit: str) -> str:
-    """A bar's description while a trial runs: ``trial 3 bayes     best 812 it/s`` (never
-    a bare number: an empty unit shows as ``?``)."""
+    """A bar's description while a trial runs: ``trial 3 bayes     best trial 812 it/s``
+    (``best``: the best trial's score so far; never a bare number: an empty unit shows as
+    ``?``)."""
     from autotune.units import fmt_score, unit_of
 
-    shown = f"best {fmt_score(best, unit_of(unit))}" if best else "best -"
+    shown = f"best trial {fmt_score(best, unit_of(unit))}" if best else "best trial -"
     return f"trial {index} {technique:9s} {shown}"
 
 
-def kept_summary(config: Mapping[str, Any] | None, score: float | None, unit: str) -> str:
-    """A display's closing words: ``kept streams=2 chunk_bytes=1MiB ... at 812 it/s``
-    (``""`` when nothing was kept)."""
+def kept_summary(config: Mapping[str, Any] | None, score: float | None, unit: str,
+                 spread: float | None = None, iterations: int | None = None) -> str:
+    """A display's closing words: ``kept streams=2 chunk_bytes=1MiB ... at 812 ± 9 it/s
+    (24 iterations)``: the kept configuration's figure, its mean ``score`` over its
+    ``iterations`` scored iterations with their ``spread`` (each left out when None), as
+    the session's table and the store give it (``""`` when nothing was kept)."""
     from autotune.units import fmt_config, fmt_score, unit_of
 
-    return f"kept {fmt_config(config)} at {fmt_score(score, unit_of(unit))}" if config else ""
+    if not config:
+        return ""
+    text = f"kept {fmt_config(config)}"
+    if score is None:
+        return text
+    count = "" if iterations is None else f" ({iterations} iterations)"
+    return f"{text} at {fmt_score(score, unit_of(unit), spread)}{count}"
 
 
 # ---- the side that tunes ----------------------------------------------------------------
@@ -113,6 +131,8 @@ class TuningDisplay:
         self.label = label
         self.about = about
         self.t0 = time.monotonic()
+        self._t_full: float | None = None  # when the last of the iterations was done
+        self._t_over: float | None = None  # when the iterations were said to be over
 
     def update(self, completed: int | None = None, total: int | None = None) -> None:
         """Set the iterations done (and the total) outright."""
@@ -120,6 +140,26 @@ class TuningDisplay:
             self.total = total
         if completed is not None:
             self.completed = completed
+        full = self.total > 0 and self.completed >= self.total
+        if full and self._t_full is None:
+            self._t_full = time.monotonic()
+        elif not full:
+            self._t_full = None
+
+    def iterations_over(self) -> None:
+        """No more iterations will come, whether or not ``total`` ran (a tuning separated
+        early leaves some): the clock stops here, though the display may stay open for
+        its closing words."""
+        if self._t_over is None:
+            self._t_over = time.monotonic()
+
+    def elapsed_s(self) -> float:
+        """Seconds the iterations took: from the start until the last of them, or until
+        :meth:`iterations_over` (a display kept open after them, until the kept
+        configuration's figure is final, does not count that wait), else until now."""
+        end = next((t for t in (self._t_over, self._t_full) if t is not None),
+                   time.monotonic())
+        return end - self.t0
 
     def advance(self, n: int = 1) -> None:
         self.update(self.completed + n)
@@ -141,7 +181,7 @@ class TuningDisplay:
 
 class Bar(TuningDisplay):
     """A rich progress bar on ``out`` (default stdout), a terminal: the label, the
-    iterations, the description (the trial under way and the best score so far; ``about``
+    iterations, the description (the trial under way and the best trial so far; ``about``
     until the first)."""
 
     def __init__(self, total: int, label: str = TUNING, about: str = TRIALS,
@@ -166,6 +206,8 @@ class Bar(TuningDisplay):
         self._progress.console.print(markup(text))
 
     def stop(self, summary: str = "", ended: str = "done") -> None:
+        if summary or ended != "done":  # the bar's last words: what was kept, or how it ended
+            self._progress.update(self._task, description=summary or ended)
         self._progress.stop()
 
 
@@ -195,6 +237,10 @@ class Events(TuningDisplay):
     def describe(self, text: str) -> None:
         self._description = text
         self._send()
+
+    def iterations_over(self) -> None:
+        super().iterations_over()
+        self._send(over=True)
 
     def trial(self, index: int, technique: str, config: Mapping[str, Any] | None,
               score: float | None, best: float | None, unit: str,
@@ -233,7 +279,7 @@ class Lines(TuningDisplay):
         unit = unit_of(unit)
         result = "failed" if error is not None else fmt_score(score, unit)
         self._write(f"{self.label}: trial {index} {technique}: {fmt_config(config)}: "
-                    f"{result}; best {fmt_score(best, unit) or '-'} "
+                    f"{result}; best trial {fmt_score(best, unit) or '-'} "
                     f"[{self.completed}/{self.total} iterations, {self._elapsed()}]")
 
     def say(self, text: str) -> None:
@@ -246,7 +292,7 @@ class Lines(TuningDisplay):
     def _elapsed(self) -> str:
         from autotune.units import fmt_seconds
 
-        return fmt_seconds(time.monotonic() - self.t0)
+        return fmt_seconds(self.elapsed_s())
 
 
 def tuning_display(total: int, which: str | None = None, *, label: str = TUNING,
@@ -304,34 +350,43 @@ def _float(value: Any) -> float | None:
 
 class Viewer:
     """One process's events (rank 0's :class:`Events`) shown on this process's own
-    display (:func:`tuning_display`: a bar or plain lines, by ``which`` or ``out``):
+    displays (:func:`tuning_display`: bars or plain lines, by ``which`` or ``out``):
     ``event(ev)`` for each parsed event (:func:`parse`; a field of the wrong type is
-    shown as missing, never raised: the caller is a rank's output reader). A display
-    starts at an event when none is open (after ``done``, or when the label changes) and
-    stops at ``done``; ``close()`` stops one left open (a job that died)."""
+    shown as missing, never raised: the caller is a rank's output reader).
+
+    One display per label, open from its first event until its ``done``: a phase may
+    start while another's display is still open (a session keeps its tuning display
+    open until the kept configuration's figure is final, while ``autotune tune`` times
+    its ``verify`` iterations). Plain lines show both; a bar is one at a time, so an open
+    bar stops (its state stays on screen) when another phase's starts, and its closing
+    words, when they come, are printed as a line (``tuning: kept ...``). ``close()``
+    stops what is left open (a job that died, a lost ``done``)."""
 
     def __init__(self, which: str | None = None, out: TextIO | None = None) -> None:
         self.which = which or mode(out)
         self.out = out
-        self.display: TuningDisplay | None = None
-        self._description = ""
+        self.displays: dict[str, TuningDisplay] = {}  # open, by label, oldest first
+        self._descriptions: dict[str, str] = {}
+        self._cut: set[str] = set()  # labels whose bar stopped for another's
+
+    @property
+    def display(self) -> TuningDisplay | None:
+        """The display opened last and still open (``None``: none is)."""
+        return next(reversed(self.displays.values()), None)
 
     def event(self, ev: Mapping[str, Any]) -> None:
         label = str(ev.get("label", TUNING))
-        shown = self.display
-        if shown is not None and shown.label != label:
-            self.close()
-            shown = None
+        shown = self.displays.get(label)
+        if shown is None and label in self._cut:
+            self._after_cut(label, ev)
+            return
         if shown is None:
-            shown = self.display = tuning_display(
-                _int(ev.get("total"), 0), self.which, label=label,
-                about=str(ev.get("about", TRIALS)), out=self.out)
-            self._description = ""
+            shown = self._open(label, ev)
         shown.update(completed=_int(ev.get("completed"), shown.completed),
                      total=_int(ev.get("total"), shown.total))
         description = str(ev.get("description", ""))
-        if description != self._description:
-            self._description = description
+        if description != self._descriptions.get(label, ""):
+            self._descriptions[label] = description
             shown.describe(description)
         trial = ev.get("trial")
         if isinstance(trial, Mapping):
@@ -340,16 +395,44 @@ class Viewer:
                         config if isinstance(config, Mapping) else None,
                         _float(trial.get("score")), _float(trial.get("best")),
                         str(trial.get("unit", "")), trial.get("error"))
+        if ev.get("over"):
+            shown.iterations_over()
         if "say" in ev:
             shown.say(str(ev["say"]))
         if ev.get("done"):
             shown.stop(str(ev.get("summary") or ""), str(ev.get("ended") or "done"))
-            self.display = None
+            self.displays.pop(label, None)
+            self._descriptions.pop(label, None)
+
+    def _open(self, label: str, ev: Mapping[str, Any]) -> TuningDisplay:
+        """A display for ``label``'s phase; a bar first stops any other open bar."""
+        if self.which == "bar":
+            for other in list(self.displays):
+                self.displays.pop(other).stop()
+                self._descriptions.pop(other, None)
+                self._cut.add(other)
+        shown = self.displays[label] = tuning_display(
+            _int(ev.get("total"), 0), self.which, label=label,
+            about=str(ev.get("about", TRIALS)), out=self.out)
+        self._descriptions[label] = ""
+        return shown
+
+    def _after_cut(self, label: str, ev: Mapping[str, Any]) -> None:
+        """An event of a phase whose bar stopped for another's: its messages and its
+        closing words are printed as lines; its progress is not shown again."""
+        if "say" in ev:
+            message(str(ev["say"]), self.out)
+        if ev.get("done"):
+            self._cut.discard(label)
+            words = str(ev.get("summary") or "") or str(ev.get("ended") or "")
+            if words and words != "done":
+                message(f"{label}: {words}", self.out)
 
     def close(self) -> None:
-        if self.display is not None:
-            self.display.stop()
-            self.display = None
+        for label in list(self.displays):
+            self.displays.pop(label).stop()
+        self._descriptions.clear()
+        self._cut.clear()
 
 
 class Terminal:

@@ -22,9 +22,23 @@ def _fail(e: Exception) -> None:
     raise click.ClickException(str(e))
 
 
-@click.group("emulate", context_settings={"help_option_names": ["-h", "--help"]})
+def _suggesting_group() -> type[click.Group]:
+    from autotune.cli import SuggestingGroup
+
+    return SuggestingGroup
+
+
+@click.group("emulate", cls=_suggesting_group(),
+             context_settings={"help_option_names": ["-h", "--help"]})
 def emulate() -> None:
-    """An emulated cluster on this machine: one network namespace per host (root only)."""
+    """An emulated cluster on this machine: one network namespace per host (root only).
+
+    \b
+    Examples:
+      sudo autotune emulate measure --rate 300mbit
+      sudo autotune emulate run --hosts 4 --rate 200mbit -- python train.py
+      sudo autotune emulate cleanup
+    """
 
 
 @emulate.command()
@@ -33,7 +47,13 @@ def emulate() -> None:
 @_flow_cap
 @_latency
 def up(hosts: int, rate: str, flow_cap: str | None, latency: str | None) -> None:
-    """Bring a cluster up and leave it standing; prints its name."""
+    """Bring a cluster up and leave it standing; prints its name.
+
+    \b
+    Examples:
+      sudo autotune emulate up --hosts 4 --rate 200mbit
+      sudo autotune emulate up --hosts 3 --flow-cap 50mbit --latency 2ms
+    """
     from autotune.emulate import Cluster, EmulatorError
 
     try:
@@ -47,7 +67,12 @@ def up(hosts: int, rate: str, flow_cap: str | None, latency: str | None) -> None
 @emulate.command()
 @click.argument("name")
 def down(name: str) -> None:
-    """Tear down the cluster NAME (kills its processes)."""
+    """Tear down the cluster NAME (kills its processes).
+
+    \b
+    Example:
+      sudo autotune emulate down CLUSTER
+    """
     from autotune.emulate import Cluster, EmulatorError
 
     try:
@@ -66,7 +91,12 @@ def down(name: str) -> None:
 
 @emulate.command("list")
 def list_() -> None:
-    """List emulated clusters (by namespace)."""
+    """List emulated clusters (by namespace).
+
+    \b
+    Example:
+      sudo autotune emulate list
+    """
     from autotune.emulate.netns import list_netns
 
     names = sorted({n.rsplit("-", 1)[0] for n in list_netns() if "-" in n})
@@ -80,7 +110,13 @@ def list_() -> None:
 @click.option("--all", "everything", is_flag=True,
               help="Also remove clusters made by `up` and ones whose owner still runs.")
 def cleanup(everything: bool) -> None:
-    """Remove leftovers of crashed runs (namespaces, processes, files)."""
+    """Remove leftovers of crashed runs (namespaces, processes, files).
+
+    \b
+    Examples:
+      sudo autotune emulate cleanup
+      sudo autotune emulate cleanup --all
+    """
     from autotune.emulate import cleanup as do_cleanup
 
     removed = do_cleanup(include_live=everything, include_persistent=everything)
@@ -101,7 +137,11 @@ def run(name: str | None, hosts: int, rate: str, flow_cap: str | None, latency: 
         workers: int | None, servers: int, timeout: float, command: tuple[str, ...]) -> None:
     """Run COMMAND as one rank per host (torchrun's environment, gloo on eth0).
 
-    Example: python -m autotune.emulate run --hosts 2 -- python train.py
+    \b
+    Examples:
+      autotune emulate run --hosts 2 -- python train.py
+      autotune emulate run --hosts 4 --servers 1 --rate 1gbit -- python train.py
+      autotune emulate run --name CLUSTER -- python train.py
     """
     from autotune.emulate import Cluster, EmulatorError
 
@@ -133,7 +173,13 @@ def run(name: str | None, hosts: int, rate: str, flow_cap: str | None, latency: 
 @click.option("--duplex", is_flag=True, help="Both directions at once.")
 def measure(rate: str, flow_cap: str | None, nbytes: int, repeats: int, streams: int,
             duplex: bool) -> None:
-    """Measure B between two hosts over torch.distributed (gloo send/recv)."""
+    """Measure B between two hosts over torch.distributed (gloo send/recv).
+
+    \b
+    Examples:
+      sudo autotune emulate measure --rate 300mbit
+      sudo autotune emulate measure --flow-cap 50mbit --streams 4 --duplex
+    """
     from autotune.emulate import Cluster, EmulatorError, measure_bandwidth
 
     try:

@@ -3,7 +3,8 @@
 The same :class:`~autotune.tuning.tuner.Tuner` a training session uses asks for configurations;
 :class:`~autotune.sim.SimulatedObjective` answers with the predicted (noisy) throughput
 of the model's gradients on the described cluster, for clusters of any size. The run is
-recorded like a session's (warm start from the nearest stored runs first, the default
+recorded like a session's (warm start from the nearest stored runs first, each said and,
+when kept, stored with the run it came from; the default
 configuration measured as long as the kept one, every trial stored, through the same
 :class:`~autotune.tuning.trials.TrialDriver`) but marked ``simulated``, under
 the model's fingerprint (the real zoo module built on the meta device: no memory) and the
@@ -66,6 +67,7 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     from autotune.sim.predict import prior
     from autotune.store import Store
     from autotune.store.fingerprint import model_graph
+    from autotune.store.origin import warm_start_line
     from autotune.tuning.trials import TrialDriver
     from autotune.tuning.tuner import Tuner
 
@@ -84,9 +86,10 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
              "machines": cluster.machines, "workers_per_machine": cluster.workers_per_machine,
              "cluster": {k: v for k, v in cluster.to_dict().items() if k != "topology"}}
     with Store(db) as store:
-        warm = store.warm_start_configs(mg, tg, space, unit=SHOWN_UNIT, machines=cluster.machines)
-        warm_from_store = list(warm)
-        warm += [c for c in space.seeds() if c not in warm]
+        sources = store.warm_start_sources(mg, tg, space, unit=SHOWN_UNIT,
+                                           machines=cluster.machines)
+        warm_from_store = [c for c, _ in sources]
+        warm = warm_from_store + [c for c in space.seeds() if c not in warm_from_store]
         run_id = store.start_run(job=job or f"tune-sim:{model}", world=world, backend="simulated",
                                  model_graph=mg, topology_graph=tg, space_facts=dict(space.facts),
                                  simulated=True)
@@ -94,11 +97,15 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                       reference=default, prior=prior(sim_job, cluster),
                       **({"trial_iterations": trial_iterations} if trial_iterations else {}))
         driver = TrialDriver(space, tuner, store, run_id)
+        for config, origin in sources:
+            driver.came_from(config, origin)
         shown = display or TuningDisplay(budget)
+        if sources and display is not None:  # which stored runs it starts from
+            shown.say(warm_start_line([o for _, o in sources]))
+        top: float | None = None  # the best trial's score so far (what the display shows)
         try:
             while (trial := driver.ask()) is not None:
-                shown.describe(describe_trial(trial.index, trial.technique,
-                                              driver.results()["best_score"], SHOWN_UNIT))
+                shown.describe(describe_trial(trial.index, trial.technique, top, SHOWN_UNIT))
                 scores = objective.samples(trial.config, trial.iterations)
                 for x in scores:
                     driver.sample(trial.config, x)
@@ -106,8 +113,9 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                 rec = driver.finish(trial, sum(scores) / len(scores),
                                     wall_time=trial.iterations * step)
                 shown.advance(trial.iterations)
-                shown.trial(rec.index, rec.technique, rec.config, rec.score,
-                            driver.results()["best_score"], SHOWN_UNIT, rec.error)
+                top = rec.score if top is None or (rec.score or 0) > top else top
+                shown.trial(rec.index, rec.technique, rec.config, rec.score, top, SHOWN_UNIT,
+                            rec.error)
         except BaseException as exc:  # Ctrl-C/SIGTERM: aborted, trials kept; else failed
             with shielded(isinstance(exc, KeyboardInterrupt)):
                 driver.close(status_of(exc))
@@ -134,7 +142,8 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
             "best": _estimate_dict(est_best), "default": _estimate_dict(est_default),
             "ddp_like": _estimate_dict(ddp),
         },
-        "warm_start": warm_from_store, "world": world, "run": run, "trials": trials,
+        "warm_start": warm_from_store, "kept_from": result["kept_from"], "world": world,
+        "run": run, "trials": trials,
     }
 
 

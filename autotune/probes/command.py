@@ -92,6 +92,12 @@ def probe(as_json: bool, sysfs: Path | None, nvidia_smi: Path | None, draw: Path
     """Show this machine's GPUs, NICs and PCIe/NVLink topology and the S_n/S_g verdict.
 
     Without options: /sys, plus NVLinks from NVML (nvidia-ml-py) or `nvidia-smi topo -m`.
+
+    \b
+    Examples:
+      autotune probe
+      autotune probe --json
+      autotune probe --sysfs saved/ --nvidia-smi topo.txt --draw machine.png
     """
     try:
         g = machine_graph(sysfs, nvidia_smi, run_smi=True)

@@ -75,7 +75,7 @@ def _forward(opts: Mapping[str, Any]) -> list[str]:
 @click.option("--json-out", "json_path", type=OutFile(path_type=None), default=None,
               metavar="FILE", help="Also write every result as JSON to this file (the leader).")
 @click.option("--dtypes", default="float32", show_default=True,
-              help="Gradient dtypes, comma-separated (float32, float16, bfloat16), in turn.")
+              help=f"Gradient dtypes, comma-separated, from: {', '.join(DTYPES)}; in turn.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="Where the gradients live (auto: CUDA if present).")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True,
@@ -97,7 +97,14 @@ def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: boo
     Outside one it starts the job on this machine (--workers, --servers, --machines).
     With --ddp every rank runs real DDP, with autotune's comm hook and without (one GPU
     check: autotune selftest --ddp --device cuda -n 2). Exit code 1 if any configuration
-    failed, 2 for an option it cannot run with. See docs/gpu.md."""
+    failed, 2 for an option it cannot run with. See docs/gpu.md.
+
+    \b
+    Examples:
+      autotune selftest --quick
+      autotune selftest -n 4 -k 2 --machines 2 --dtypes float32,bfloat16
+      autotune selftest --ddp --device cuda -n 2 --json-out selftest.json
+    """
     try:
         _run(size, tensors, iterations, quick, lossy, ddp, as_json, json_path, dtypes, device,
              timeout, seed, workers, servers, machines)

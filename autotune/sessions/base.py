@@ -231,12 +231,16 @@ class TuningSession(abc.ABC):
             seed=o.seed, probe=self.info.n_machines > 1, capped=tuners.capped,
             listener=self.display, gradient_bytes=sum(tuners.sizes))
         warm = self._run.warm_start(self.space)
+        # torchrun --max-restarts brought the job back: no tuning again
         restarted = self._run.restarted_best(self.space)
-        if restarted is not None:
-            # torchrun --max-restarts brought the job back: no tuning again
-            self.display.say(f"restart {os.environ['TORCHELASTIC_RESTART_COUNT']}: keeping "
-                             f"the stored best configuration of job {self._run.job!r}")
-        return self.schedule.start(warm, keep=restarted)
+        # what came from the store says which run: now, in the table and in the store
+        stored, said = self._run.provenance(warm, restarted, budget)
+        for config, origin in stored:
+            self.trials.came_from(config, origin)
+        first = self.schedule.start(warm, keep=restarted)
+        if said is not None:  # through the tuning display, once it is there
+            self.display.say(said)
+        return first
 
     def _finish(self, exc: BaseException | None) -> None:
         """On the leader, when the session ends (``exc``: the exception that ended it):
@@ -296,16 +300,17 @@ class TuningSession(abc.ABC):
     @property
     def best_score(self) -> float | None:
         """The kept (best) configuration's mean throughput over its scored iterations:
-        the one "best" number of the progress bar, the table, the store and the report."""
+        the one "kept" number of the progress display's closing line, the table, the
+        store and the report (a configuration kept untuned, from the store or with budget
+        0, is scored over its first training iterations alike)."""
         best = self.schedule.best if self.schedule is not None else None
-        mean = self._numbers(best[0] if best else None)[0]
+        mean = self._numbers(self.best)[0]
         return mean if mean is not None else (best[1] if best else None)
 
     @property
     def best_spread(self) -> float | None:
         """Standard deviation of the kept configuration's scored iterations."""
-        best = self.schedule.best if self.schedule is not None else None
-        return self._numbers(best[0] if best else None)[1]
+        return self._numbers(self.best)[1]
 
     @property
     def default_score(self) -> float | None:

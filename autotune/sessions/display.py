@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from autotune.speedup import Side
 from autotune.tuning.schedule import Listener
 from autotune.tuning.space import Config
 from autotune.tuning.tuner import Trial, TrialRecord
@@ -17,26 +18,42 @@ from autotune.tuning.tuner import Trial, TrialRecord
 
 class SessionDisplay(Listener):
     """``best_score()`` gives the kept configuration's measured mean; ``unit`` what it
-    counts. Silent unless ``verbose``."""
+    counts. Silent unless ``verbose``.
+
+    While trials run, the display shows the best trial's score so far (``best trial``:
+    it never goes down). Once the budget is spent (:meth:`locked`) it says what is kept
+    and stays open while the kept configuration's first training iterations are scored;
+    it closes with the kept configuration's figure when that is final
+    (:meth:`kept_measured`) or when the session ends first (:meth:`settled`): the same
+    mean, spread and count as the session's table, the store and the report."""
 
     def __init__(self, verbose: bool, unit: str, best_score: Callable[[], float | None]):
         self.verbose = verbose
         self.unit = unit
         self._best_score = best_score
         self._progress: Any = None
+        self._top: float | None = None  # the best trial's score of this tuning
+        self._measured: Callable[[Config | None], Side | None] | None = None
+        self._kept: Config | None = None  # kept, its figure still growing
+
+    def measured_by(self, measured: Callable[[Config | None], Side | None]) -> None:
+        self._measured = measured
 
     def tuning(self, budget: int) -> None:
+        if self._progress is not None and self._kept is not None:
+            self._close_kept(self._kept)  # a re-tune: the last tuning's figure as it is
         if not self.verbose or self._progress is not None:
             return
         from autotune.progress import tuning_display
 
+        self._top = None
         self._progress = tuning_display(budget)
 
     def trial_started(self, index: int, trial: Trial) -> None:
         if self._progress is not None:
             from autotune.progress import describe_trial
 
-            self._progress.describe(describe_trial(index, trial.technique, self._best_score(),
+            self._progress.describe(describe_trial(index, trial.technique, self._top,
                                                    self.unit))
 
     def advanced(self, iterations: int) -> None:
@@ -44,23 +61,61 @@ class SessionDisplay(Listener):
             self._progress.advance(iterations)
 
     def trial_finished(self, record: TrialRecord) -> None:
+        if record.score is not None and (self._top is None or record.score > self._top):
+            self._top = record.score
         if self._progress is None:
             return
         self._progress.trial(record.index, record.technique, record.config, record.score,
-                             self._best_score(), self.unit, record.error)
+                             self._top, self.unit, record.error)
 
-    def settled(self, kept: Config | None, status: str = "finished") -> None:
-        """The tuning display ends: ``done`` (with what was ``kept``) when the session goes
-        on or ``status`` is ``finished``; else it says ``failed`` or ``aborted``."""
+    def locked(self, kept: Config | None) -> None:
+        """The budget is spent: the display says what is kept and waits for its figure."""
         if self._progress is None:
             return
-        from autotune.progress import kept_summary
+        if kept is None:
+            self._close_kept(None)
+            return
+        from autotune.tuning.schedule import SETTLED_SAMPLES
+        from autotune.units import fmt_config
 
+        self._kept = dict(kept)
+        self._progress.iterations_over()
+        self._progress.describe(f"kept {fmt_config(kept)}: measuring it over its first "
+                                f"{SETTLED_SAMPLES} training iterations")
+
+    def kept_measured(self, kept: Config | None) -> None:
+        if self._progress is not None:
+            self._close_kept(kept)
+
+    def settled(self, kept: Config | None, status: str = "finished") -> None:
+        """The session ends: the tuning display (if still open) ends ``done`` with what
+        was ``kept`` and its figure when ``status`` is ``finished``, else it says
+        ``failed`` or ``aborted``."""
+        if self._progress is None:
+            return
         if status == "finished":
-            self._progress.stop(kept_summary(kept, self._best_score(), self.unit))
+            self._close_kept(kept)
         else:
             self._progress.stop(ended=status)
-        self._progress = None
+            self._progress, self._kept = None, None
+
+    def kept_figure(self, kept: Config | None) -> tuple[float | None, float | None,
+                                                        int | None]:
+        """``kept``'s figure as the session's table shows it: the mean
+        (``best_score()``), and the spread and scored iterations it rests on."""
+        mean = self._best_score()
+        m = self._measured(kept) if self._measured is not None and kept else None
+        if m is None or mean is None or m[0] != mean:
+            return mean, None, None
+        return mean, m[1], m[2]
+
+    def _close_kept(self, kept: Config | None) -> None:
+        """Stop the display with what was kept and its figure."""
+        from autotune.progress import kept_summary
+
+        mean, spread, n = self.kept_figure(kept)
+        self._progress.stop(kept_summary(kept, mean, self.unit, spread, n))
+        self._progress, self._kept = None, None
 
     def say(self, text: str) -> None:
         if not self.verbose:
@@ -68,14 +123,15 @@ class SessionDisplay(Listener):
         if self._progress is not None:
             self._progress.say(text)
         else:
-            from rich.console import Console
+            from autotune.progress import message
 
-            Console(stderr=True).print(text)
+            message(text)  # one line on stderr, unwrapped
 
 
 def report(session: Any) -> None:
     """The kept configuration's table: its parameters, its throughput and the default's
-    (each with its spread and iterations), the speed-up, the trials, idle servers."""
+    (each with its spread and iterations), the speed-up, the stored run it came from (if
+    it did), the trials, idle servers."""
     from rich.console import Console
     from rich.table import Table
 
@@ -100,6 +156,11 @@ def report(session: Any) -> None:
         if s.best_score:  # refused ("– (n<4: ...)") under 4 scored iterations a side
             t.add_row("speed-up", Speedup.of((s.best_score, s.best_spread, n_best),
                                              (s.default_score, s.default_spread, n_default)).shown())
+    came = s.trials.origin(s.best)
+    if came:
+        from autotune.store.origin import fmt_origin
+
+        t.add_row("from the store", fmt_origin(came))
     tuner = s.tuner
     t.add_row("trials", f"{len(s.history)} ({len(s.failures)} failed"
               + (f", {tuner.screened} screened out by the prior" if tuner and tuner.screened

@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
+from autotune.tuning.schedule import REFERENCE_ITERATIONS
 from autotune.tuning.space import Config, ConfigError, SearchSpace
 from autotune.tuning.tuner import Tuner
 
@@ -45,8 +46,9 @@ def job_space(rt: Any, *, allow_lossy: bool, fixed: Mapping[str, Any] | None) ->
 class JobTuners:
     """Makes the Tuner of each (re-)tune of a live job in the world ``info`` (the
     schedule's ``new_tuner``):
-    over the schedule's current space, the default as its reference (measured as long as
-    the kept configuration) and, with ``prior``, the simulator on what this job knows as
+    over the schedule's current space, the default as its reference (its first trial long
+    enough for a speed-up over it, :data:`~autotune.tuning.schedule.REFERENCE_ITERATIONS`;
+    then measured as long as the kept configuration) and, with ``prior``, the simulator on what this job knows as
     its physics prior: its gradients (``params`` in ready order: reverse registration),
     world and device, and the link rates its warm-up implies (read from ``schedule``, set
     once the schedule exists)."""
@@ -67,6 +69,7 @@ class JobTuners:
         extra = {"trial_iterations": self.trial_iterations} if self.trial_iterations else {}
         return Tuner(space, budget=budget, techniques=self.techniques, seed=seed,
                      warm_start=warm, reference=space.default(),
+                     reference_iterations=REFERENCE_ITERATIONS,
                      prior=self._predictor() if self.prior and self.sizes else None, **extra)
 
     def link(self) -> dict[str, float]:

@@ -3,7 +3,10 @@
 The leader opens a run (the job's name, world, backend, model and cluster graphs, the
 space's facts, the unit), reads what similar earlier jobs found (warm start, found by
 graph edit distance) and, after a ``torchrun --max-restarts`` restart, the stored best of
-the same job. A store that cannot be read or written warns; it never stops training.
+the same job. Every configuration taken from the store keeps its origin (which run, its
+job, when, how: :mod:`autotune.store.origin`), said when the session starts
+(:meth:`SessionRun.provenance`) and stored with the run when it is the one kept. A store
+that cannot be read or written warns; it never stops training.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class SessionRun:
         self._model_graph: Any = None
         self._cluster_graph: Any = None
         self._alike: dict[str, Any] = {}  # what a stored run must share to warm-start it
+        # stored configurations this run may use, with their origins (autotune.store.origin)
+        self.origins: list[tuple[Config, dict[str, Any]]] = []
 
     def open(self, model: Any, info: Any, backend: str, space: SearchSpace, unit: str) -> None:
         """Start the run (status ``running``)."""
@@ -58,14 +63,16 @@ class SessionRun:
 
     def warm_start(self, space: SearchSpace) -> list[Config]:
         """The best configurations of alike stored jobs (:mod:`autotune.store.warmstart`),
-        then the space's seeds."""
-        warm: list[Config] = []
+        then the space's seeds; the stored ones' origins go to :attr:`origins`."""
+        sources: list[tuple[Config, dict[str, Any]]] = []
         if self.store is not None:
             try:
-                warm = self.store.warm_start_configs(self._model_graph, self._cluster_graph,
-                                                     space, **self._alike)
+                sources = self.store.warm_start_sources(self._model_graph, self._cluster_graph,
+                                                        space, **self._alike)
             except Exception as exc:
                 warnings.warn(f"warm start from {self.db or 'autotune.db'} failed: {exc}")
+        self.origins += sources
+        warm = [c for c, _ in sources]
         return warm + [c for c in space.seeds() if c not in warm]
 
     def restarted_best(self, space: SearchSpace) -> Config | None:
@@ -83,10 +90,41 @@ class SessionRun:
         except Exception as exc:
             warnings.warn(f"could not read earlier runs from the results store: {exc}")
             return None
+        from autotune.store.origin import RESTART, origin_of
+
         for run in runs:
             if run["id"] != self.run_id and run.get("best_config"):
                 try:
-                    return space.validate(run["best_config"])
+                    kept = space.validate(run["best_config"])
                 except ConfigError:
                     continue
+                self.origins.insert(0, (kept, origin_of(run, RESTART)))
+                return kept
         return None
+
+    def provenance(self, warm: list[Config], restarted: Config | None,
+                   budget: int) -> tuple[list[tuple[Config, dict[str, Any]]], str | None]:
+        """What the session starts from that came from the store: each configuration with
+        its origin (a ``budget`` 0 session keeps ``warm[0]`` untuned: its origin says so),
+        and the line that says it (``None``: nothing came from the store)."""
+        from autotune.store.origin import BUDGET_ZERO, fmt_origin, warm_start_line
+
+        def origin(config: Config) -> dict[str, Any] | None:
+            return next((o for c, o in self.origins if c == config), None)
+
+        if restarted is not None:
+            o = origin(restarted)
+            return [(restarted, o)], (f"restart {os.environ.get('TORCHELASTIC_RESTART_COUNT')}: "
+                                      f"keeping the stored best configuration of job "
+                                      f"{self.job!r}, from {fmt_origin(o, how=False)}")
+        stored = [(c, o) for c, o in self.origins if c in warm]
+        if not stored:
+            return [], None
+        if budget == 0:
+            c, o = warm[0], origin(warm[0])
+            if o is None:  # the default or a seed: nothing from the store is used
+                return [], None
+            return [(c, {**o, "how": BUDGET_ZERO})], (
+                f"budget 0: keeping the best configuration of {fmt_origin(o, how=False)} "
+                "untuned")
+        return stored, warm_start_line([o for _, o in stored])

@@ -27,6 +27,7 @@ import click
 
 from autotune.outpath import OutFile
 from autotune.speedup import Speedup
+from autotune.store.origin import fmt_origin
 from autotune.store.tables import Column, show
 from autotune.units import (UNITS, fmt_config, fmt_number, fmt_score, fmt_seconds,
                             fmt_value, shown_params, unit_of)
@@ -101,9 +102,22 @@ def _world(run: dict) -> str:
     return f"{run.get('workers') or 0}w/{run.get('servers') or 0}s/{run.get('machines') or 0}m"
 
 
-@click.group("db")
+def _suggesting_group() -> type[click.Group]:
+    from autotune.cli import SuggestingGroup
+
+    return SuggestingGroup
+
+
+@click.group("db", cls=_suggesting_group())
 def db() -> None:
-    """Inspect the results store: runs, trials, best configurations."""
+    """Inspect the results store: runs, trials, best configurations.
+
+    \b
+    Examples:
+      autotune db runs --status finished
+      autotune db show latest
+      autotune db export latest --format csv --out trials.csv
+    """
 
 
 RUN_HELP = "RUN is a run id, or 'latest' for the newest run."
@@ -120,8 +134,17 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: Path | No
     """List runs, newest first.
 
     Scores are throughput (higher is better) in the run's unit: samples/s, it/s, or
-    their simulated counterparts; speed-up is the kept configuration over the default,
-    "– (n<4)" where either has fewer than 4 scored iterations (or an unknown count).
+    their simulated counterparts. kept: the kept configuration's mean over its scored
+    iterations (the figure the session's table and autotune report show; "autotune db
+    show RUN" gives its spread and count); speed-up is the kept configuration over the
+    default, "– (n<4)" where either has fewer than 4 scored iterations (or an unknown
+    count).
+
+    \b
+    Examples:
+      autotune db runs
+      autotune db runs --job train_mlp --limit 5
+      autotune db runs --status abandoned --json
     """
     with open_store(db_path) as store:
         rows = _guard(lambda: store.runs(status=status, job=job, limit=limit))
@@ -132,22 +155,25 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: Path | No
     cols = [Column("id", "num"), Column("created", "word", 4), Column("job"),
             Column("status", "word", 2), Column("world", "text", 5), Column("backend", "text", 6),
             Column("model", "text", 7), Column("topology", "text", 7), Column("trials", "num", 1),
-            Column("best", "num"), Column("default", "num", 3), Column("unit"),
-            Column("speed-up", "num")]
+            Column("kept", "num"), Column("±", "num", 4), Column("default", "num", 3),
+            Column("unit"), Column("speed-up", "num")]
     show(f"runs in {store.path}", cols,
          ([r["id"], _when(r["created"]), r["job"], r["status"], _world(r), r["backend"],
            r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT], counts.get(r["id"], 0),
-           fmt_number(r["best_score"]), fmt_number(r["default_score"]),
-           unit_of(r.get("unit")), _speedup(r)] for r in rows))
+           fmt_number(r["best_score"]), fmt_number(r.get("best_spread")),
+           fmt_number(r["default_score"]), unit_of(r.get("unit")), _speedup(r)] for r in rows))
 
 
 def _run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
+    """``autotune db show``'s fields of a run (the HTML report's too): the kept figure,
+    where the kept configuration came from when it came from the store, the default's,
+    the speed-up, what ran."""
     unit = unit_of(run.get("unit"))
     fields: list[tuple[str, Any]] = [
         ("id", run["id"]), ("job", run["job"]), ("status", run["status"]),
         ("created", run.get("created")), ("finished", run.get("finished")),
         ("unit", unit),
-        ("best (kept)", fmt_score(run.get("best_score"), unit, run.get("best_spread"))
+        ("kept", fmt_score(run.get("best_score"), unit, run.get("best_spread"))
          + _iterations(run, "best")),
         ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))
          + _iterations(run, "default")),
@@ -159,6 +185,8 @@ def _run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
                                  (run.get("space_facts") or {}).items())),
         ("versions", f"autotune {run.get('autotune_version')}, torch {run.get('torch_version')}"),
     ]
+    if run.get("kept_from"):  # the kept configuration came from an earlier run
+        fields.insert(7, ("kept from", fmt_origin(run["kept_from"])))
     return fields
 
 
@@ -166,7 +194,13 @@ def _run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
 @click.argument("run_id", metavar="RUN")
 @db_options
 def show_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
-    """Everything about one run. RUN is a run id, or 'latest'."""
+    """Everything about one run. RUN is a run id, or 'latest'.
+
+    \b
+    Examples:
+      autotune db show latest
+      autotune db show 12 --json
+    """
     with open_store(db_path) as store:
         run = _guard(lambda: store.run(run_id))
         n = _guard(store.trial_counts).get(run["id"], 0)
@@ -184,7 +218,13 @@ def show_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
 @click.argument("run_id", metavar="RUN")
 @db_options
 def trials_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
-    """The trials of one run, in order. RUN is a run id, or 'latest'."""
+    """The trials of one run, in order. RUN is a run id, or 'latest'.
+
+    \b
+    Examples:
+      autotune db trials latest
+      autotune db trials 12 --json
+    """
     with open_store(db_path) as store:
         run = _guard(lambda: store.run(run_id))
         trials = _guard(lambda: store.trials(run["id"]))
@@ -215,6 +255,13 @@ def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, un
 
     Runs scored in different units (samples/s, it/s, simulated ones) are never ranked
     together: each unit gets its own table (its own group in --json, by the "unit" field).
+    kept: the kept configuration's mean over its scored iterations, ± their spread.
+
+    \b
+    Examples:
+      autotune db best
+      autotune db best --like latest --unit it/s
+      autotune db best --model 3f2a --limit 3 --json
     """
     if like is not None and (model_fp or topology_fp):
         raise click.UsageError("--like cannot be combined with --model/--topology")
@@ -233,7 +280,7 @@ def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, un
     for u, group in groups.items():
         show(f"best configurations, in {unit_of(u)}",
              [Column("id", "num"), Column("job"), Column("model", "text", 3),
-              Column("topology", "text", 3), Column("best", "num"), Column("±", "num", 2),
+              Column("topology", "text", 3), Column("kept", "num"), Column("±", "num", 2),
               Column("speed-up", "num", 1), Column("config", "fold")],
              ([r["id"], r["job"], r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT],
                fmt_number(r["best_score"]), fmt_number(r.get("best_spread")), _speedup(r),
@@ -249,6 +296,11 @@ def similar_cmd(run_id: str, k: int, all_runs: bool, db_path: Path | None, as_js
     """Stored runs nearest to a run (graph edit distance of model and cluster).
 
     RUN is a run id, or 'latest'.
+
+    \b
+    Examples:
+      autotune db similar latest
+      autotune db similar 12 -k 3 --all
     """
     with open_store(db_path) as store:
         near = _guard(lambda: store.similar(run_id, k, finished_only=not all_runs))
@@ -305,6 +357,12 @@ def export_cmd(run_id: str, fmt: str | None, out: Path | None, optuna_url: str |
 
     RUN is a run id, or 'latest'. --json is the same as --format json. Numbers are raw:
     scores in the run's unit (the "unit" field), wall times in seconds, sizes in bytes.
+
+    \b
+    Examples:
+      autotune db export latest --out run.json
+      autotune db export 12 --format csv --out trials.csv
+      autotune db export latest --optuna sqlite:///study.db
     """
     if as_json and fmt == "csv":
         raise click.UsageError("--json and --format csv contradict each other; give one")
@@ -367,6 +425,11 @@ def prune_cmd(older_than: str | None, status: str | None, dry_run: bool, yes: bo
 
     Give --older-than, --status, or both. Asks before deleting (--yes does not);
     without a terminal to ask on, it refuses unless --yes is given.
+
+    \b
+    Examples:
+      autotune db prune --older-than 30d --dry-run
+      autotune db prune --status abandoned --yes
     """
     if older_than is None and status is None:
         raise click.UsageError("give --older-than AGE, --status STATUS, or both")
@@ -407,6 +470,11 @@ def close_cmd(run_ids: tuple[str, ...], abandoned: bool, status: str, db_path: P
     time; their trials are kept. A run already closed is left as it is.
 
     RUN is a run id, or 'latest'; --abandoned closes every abandoned run.
+
+    \b
+    Examples:
+      autotune db close --abandoned
+      autotune db close 12 --as failed
     """
     if not run_ids and not abandoned:
         raise click.UsageError("give RUN ids, or --abandoned")

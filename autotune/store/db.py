@@ -103,13 +103,15 @@ class Store:
         default_spread: float | None = None,
         best_iterations: int | None = None,
         default_iterations: int | None = None,
+        kept_from: Mapping[str, Any] | None = None,
     ) -> None:
         """Record how a run ended and what it found. See
         :meth:`RunWriter.finish_run <autotune.store.writer.RunWriter.finish_run>`."""
         self._writer.finish_run(
             run_id, status=status, best_config=best_config, best_score=best_score,
             default_score=default_score, best_spread=best_spread, default_spread=default_spread,
-            best_iterations=best_iterations, default_iterations=default_iterations)
+            best_iterations=best_iterations, default_iterations=default_iterations,
+            kept_from=kept_from)
 
     def close_run(self, run_id: int, status: str = "aborted") -> str:
         """Close a run left ``running`` (e.g. abandoned) as ``status``, keeping its
@@ -202,6 +204,17 @@ class Store:
         from autotune.store.warmstart import warm_start_configs
 
         return warm_start_configs(self, model_graph, topology_graph, space, k, unit=unit,
+                                  machines=machines, **kw)
+
+    def warm_start_sources(self, model_graph: "nx.Graph | None",
+                           topology_graph: "nx.Graph | None", space: "SearchSpace", k: int = 3,
+                           *, unit: str, machines: int,
+                           **kw: Any) -> list[tuple["Config", dict[str, Any]]]:
+        """:meth:`warm_start_configs`, each with the run it came from (its origin, see
+        :mod:`autotune.store.origin`); see :func:`autotune.store.warmstart.warm_start_sources`."""
+        from autotune.store.warmstart import warm_start_sources
+
+        return warm_start_sources(self, model_graph, topology_graph, space, k, unit=unit,
                                   machines=machines, **kw)
 
     def _summaries_for(self, fps: Iterable[str]) -> dict[str, Summary]:

@@ -38,6 +38,7 @@ import click
 
 from autotune.outpath import OutFile
 from autotune.speedup import Speedup
+from autotune.store.origin import fmt_origin
 from autotune.units import (BYTE_PARAMS, fmt_config, fmt_number, fmt_score, fmt_seconds,
                             fmt_value, ordered, shown_params, unit_of)
 
@@ -114,7 +115,7 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
         "best_iterations": run.get("best_iterations"),
         "default_iterations": run.get("default_iterations"),
         "speedup_over_default": Speedup.of_run(run).as_json(),
-        "kept_config": run.get("best_config"),
+        "kept_config": run.get("best_config"), "kept_from": run.get("kept_from"),
         "kept_at": [trials[i].get("number") for i in s["kept_at"]],
         "best_trial_score": s["best"],
         "techniques": {k: {"trials": s["trials"][k], "share": s["trials"][k] / len(trials),
@@ -156,6 +157,14 @@ def _buckets(n: int, width: int) -> list[range]:
     return [range(i, min(i + per, n)) for i in range(0, n, per)]
 
 
+def _count(run: dict, side: str) -> str:
+    """``" (12 iterations)"`` after a measured figure (``autotune db show``'s form;
+    nothing for a simulated run, an unknown count or no figure)."""
+    from autotune.store.command import _iterations
+
+    return _iterations(run, side)
+
+
 def show_summary(run: dict, trials: list[dict], out: Any = None) -> None:
     """``autotune report RUN`` without ``--out``: the run, its kept configuration and
     speed-up, the tuning curve as sparklines, the credit per technique, fitted to the
@@ -181,12 +190,13 @@ def show_summary(run: dict, trials: list[dict], out: Any = None) -> None:
     for label, value in [
         ("status", f"{run.get('status')}, {when}"),
         ("trials", f"{n}, {s['failed']} failed"),
-        ("kept", fmt_score(run.get("best_score"), unit, run.get("best_spread")) or "none"),
-        ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))
-         or "not measured"),
+        ("kept", (fmt_score(run.get("best_score"), unit, run.get("best_spread"))
+                  + _count(run, "best")) or "none"),
+        ("default", (fmt_score(run.get("default_score"), unit, run.get("default_spread"))
+                     + _count(run, "default")) or "not measured"),
         ("speed-up", Speedup.of_run(run).shown() or "unknown"),
         ("kept configuration", fmt_config(run.get("best_config")) or "none"),
-    ]:
+    ] + ([("kept from", fmt_origin(run["kept_from"]))] if run.get("kept_from") else []):
         facts.add_row(Text(f"  {label}"), Text(value))
     out.print(facts)
 
@@ -536,8 +546,14 @@ def report(run_id: str, out: Path | None, as_json: bool, db_path: Path | None) -
     technique found the improvements, and the score per parameter value.
 
     RUN is a run id, or 'latest' for the newest run. Without --out: a summary in the
-    terminal (the kept configuration, the speed-up, the curve as sparklines, the
-    credit per technique).
+    terminal (the kept configuration with its figure, where it came from if from the
+    store, the speed-up, the curve as sparklines, the credit per technique).
+
+    \b
+    Examples:
+      autotune report latest
+      autotune report 12 --out run.html
+      autotune report latest --json
     """
     from autotune.store.command import _guard, _emit_json, open_store
 

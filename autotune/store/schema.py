@@ -10,8 +10,10 @@ tables:
   unit of every score of the run (``unit``, one of :data:`autotune.units.UNITS`) and
   the spread (standard deviation of the per-iteration scores) of the best and default
   configurations, how many scored iterations each of those two had (``best_iterations``,
-  ``default_iterations``: a speed-up needs them, see :mod:`autotune.speedup`), and its
-  owner (``owner_host``, ``owner_pid``: who started it).
+  ``default_iterations``: a speed-up needs them, see :mod:`autotune.speedup`), its
+  owner (``owner_host``, ``owner_pid``: who started it), and where the kept
+  configuration came from when it came from the store (``kept_from``, JSON: run, job,
+  created, how; :mod:`autotune.store.origin`).
 * ``trials``: one measured configuration of a run: number (0, 1, ... in the order
   tried, like Optuna's ``trial.number``), technique, configuration (JSON), iterations,
   score (``NULL`` when it failed, with ``error``), wall time (its duration, s) and
@@ -32,7 +34,7 @@ from typing import Callable
 import sqlite_utils
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def _v0_to_v1(db: sqlite_utils.Database) -> None:
@@ -145,6 +147,14 @@ def _v5_to_v6(db: sqlite_utils.Database) -> None:
     runs.add_column("default_iterations", int)
 
 
+def _v6_to_v7(db: sqlite_utils.Database) -> None:
+    """Provenance: ``runs.kept_from``, the stored run the kept configuration came from
+    (a warm start, the stored best kept with budget 0, a restart) as JSON ``{"run",
+    "job", "created", "how"}`` (:mod:`autotune.store.origin`); ``NULL`` when it did not
+    come from the store, and for older runs."""
+    db["runs"].add_column("kept_from", str)
+
+
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
@@ -152,6 +162,7 @@ MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     3: _v3_to_v4,
     4: _v4_to_v5,
     5: _v5_to_v6,
+    6: _v6_to_v7,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

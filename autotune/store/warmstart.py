@@ -41,9 +41,14 @@ SAME_FACTS = ("k_max", "workers_per_machine")
 def project_configs(configs: Iterable[Mapping[str, Any]], space: "SearchSpace") -> list["Config"]:
     """Each config mapped into ``space`` (``space.project``: ordinals snapped to its
     domains), invalid ones dropped, duplicates dropped, order kept."""
-    out: list[Config] = []
+    return [c for c, _ in _projected(((c, None) for c in configs), space)]
+
+
+def _projected(pairs: Iterable[tuple[Any, Any]], space: "SearchSpace") -> list[tuple["Config", Any]]:
+    """:func:`project_configs` of the first of each pair, the second carried along."""
+    out: list[tuple[Config, Any]] = []
     seen: set[tuple[int, ...]] = set()
-    for c in configs:
+    for c, extra in pairs:
         if not isinstance(c, Mapping):
             continue
         p = space.project(c)
@@ -52,21 +57,38 @@ def project_configs(configs: Iterable[Mapping[str, Any]], space: "SearchSpace") 
         key = space.key(p)
         if key not in seen:
             seen.add(key)
-            out.append(p)
+            out.append((p, extra))
     return out
+
+
+def warm_start_sources(store: "Store", model_graph: "nx.Graph | None",
+                       topology_graph: "nx.Graph | None", space: "SearchSpace",
+                       k: int = 3, *, unit: str, machines: int,
+                       max_distance: float = MAX_DISTANCE,
+                       **nearest_kw: Any) -> list[tuple["Config", dict[str, Any]]]:
+    """The best configs of the ``k`` nearest finished runs of jobs alike this one (the
+    module docstring: scores in ``unit``, the same :data:`SAME_FACTS` as ``space``, the
+    same machine class as a job on ``machines`` machines, at most ``max_distance``
+    away), projected into ``space``, nearest first (see :func:`project_configs`), each
+    with its origin (:func:`autotune.store.origin.origin_of`: the run, its job, when;
+    how: ``warm start``; and its ``distance``)."""
+    from autotune.store.origin import WARM_START, origin_of
+
+    facts = dict(space.facts)
+    near = store.nearest(model_graph, topology_graph, k, unit=unit,
+                         space_facts={f: facts[f] for f in SAME_FACTS if f in facts},
+                         across_machines=machines > 1, max_distance=max_distance,
+                         **nearest_kw)
+    return _projected(((run["best_config"], {**origin_of(run, WARM_START),
+                                               "distance": round(float(d), 4)})
+                       for run, d in near), space)
 
 
 def warm_start_configs(store: "Store", model_graph: "nx.Graph | None",
                        topology_graph: "nx.Graph | None", space: "SearchSpace",
                        k: int = 3, *, unit: str, machines: int,
                        max_distance: float = MAX_DISTANCE, **nearest_kw: Any) -> list["Config"]:
-    """The best configs of the ``k`` nearest finished runs of jobs alike this one (the
-    module docstring: scores in ``unit``, the same :data:`SAME_FACTS` as ``space``, the
-    same machine class as a job on ``machines`` machines, at most ``max_distance``
-    away), projected into ``space``, nearest first (see :func:`project_configs`)."""
-    facts = dict(space.facts)
-    near = store.nearest(model_graph, topology_graph, k, unit=unit,
-                         space_facts={f: facts[f] for f in SAME_FACTS if f in facts},
-                         across_machines=machines > 1, max_distance=max_distance,
-                         **nearest_kw)
-    return project_configs((run["best_config"] for run, _ in near), space)
+    """:func:`warm_start_sources` without the origins."""
+    return [c for c, _ in warm_start_sources(store, model_graph, topology_graph, space, k,
+                                             unit=unit, machines=machines,
+                                             max_distance=max_distance, **nearest_kw)]

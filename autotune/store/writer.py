@@ -157,12 +157,14 @@ class RunWriter:
         default_spread: float | None = None,
         best_iterations: int | None = None,
         default_iterations: int | None = None,
+        kept_from: Mapping[str, Any] | None = None,
     ) -> None:
         """Record how a run ended and what it found; the spreads are the standard
         deviations of the per-iteration scores of the kept and of the default
         configuration (in the run's unit), the iterations how many scored iterations
         their means are over (``None``: not known; its speed-up is then refused, see
-        :mod:`autotune.speedup`)."""
+        :mod:`autotune.speedup`); ``kept_from``: the stored run the kept configuration
+        came from, if it did (:mod:`autotune.store.origin`)."""
         if status not in STATUSES:
             raise StoreError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
         values = {
@@ -174,6 +176,7 @@ class RunWriter:
             "best_config": dumps(dict(best_config)) if best_config is not None else None,
             "best_score": None if best_score is None else float(best_score),
             "default_score": None if default_score is None else float(default_score),
+            "kept_from": dumps(dict(kept_from)) if kept_from else None,
         }
 
         def write(db: sqlite_utils.Database) -> None:

@@ -18,18 +18,25 @@ next. The phases:
     than the probe's) are the first trials (AIACC-Training's remedy).
 ``trial``
     A trial lasts ``trial.iterations`` iterations. The first after a switch is not scored
-    (it pays for the switch); the median of the others is the trial's time, and the
+    (it pays for the switch; a trial of the configuration that ran just before, as the
+    default after the warm-up or a confirm trial after its own, has no switch and scores
+    it); the median of the others is the trial's time, and the
     score is throughput (``samples_per_step`` samples per iteration, 1 by default). A
     trial whose first scored iteration reaches less than ``cut_short`` of the best score
     so far ends there and gives its remaining iterations back to the budget; one clearly
     slow already on its switch iteration (under ``cut_short`` of the best even after
     :data:`SWITCH_MARGIN` for the switch's cost) ends after that one. A failed iteration
-    fails its trial.
+    fails its trial. The default (the Tuner's ``reference``) is measured long enough for
+    a speed-up over it (:data:`REFERENCE_ITERATIONS`): its first trial ends once it has
+    :data:`~autotune.speedup.MIN_ITERATIONS` scored iterations (``Tuner.enough``).
 ``locked``
     The budget is spent: the best configuration is kept, and its first
     :data:`SETTLED_SAMPLES` iterations (not the first after a switch) are scored iterations
     of it too, so the mean reported as "best" rests on training and not only on the
-    trials that picked it. With a drift watch (:class:`Drift`),
+    trials that picked it (the listener hears ``locked`` at once and ``kept_measured``
+    once that figure is final; a configuration kept without tuning, with ``budget`` 0 or
+    after a restart, is measured the same way after ``warmup`` unscored iterations). With
+    a drift watch (:class:`Drift`),
     the first ``window`` iterations under it are its baseline; after that, when the median
     communication time of a ``window`` (the part of the iteration the configuration can
     change; the iteration time when the caller does not measure it) moves more than
@@ -55,12 +62,13 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from autotune.errors import ArgumentError
+from autotune.speedup import MIN_ITERATIONS, Side
 from autotune.tuning.space import Config, ConfigError, SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.tuner import CONFIRM, SEED, Trial, TrialRecord, Tuner
 
-__all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "SWITCH_MARGIN",
-           "trial_seconds"]
+__all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
+           "SWITCH_MARGIN", "trial_seconds"]
 
 #: How much slower than the configuration's steady iterations its first one (the switch:
 #: new buffers, first use of stream groups) may be. A trial whose switch iteration is
@@ -76,6 +84,12 @@ PROBE_STREAMS = 4
 WARMUP, TRIAL, LOCKED = "warmup", "trial", "locked"
 # how many iterations after tuning count as scored iterations of the kept configuration
 SETTLED_SAMPLES = 20
+
+#: The length of the default's first trial (the Tuner's ``reference_iterations``): one
+#: switch iteration and :data:`~autotune.speedup.MIN_ITERATIONS` scored ones, the fewest a
+#: speed-up over the default needs. When it did not switch (the default ran just before,
+#: in the warm-up) it ends after MIN_ITERATIONS and gives the last back to the budget.
+REFERENCE_ITERATIONS = MIN_ITERATIONS + 1
 
 
 def flow_probe(space: SearchSpace, gradient_bytes: int | None = None) -> Config | None:
@@ -138,8 +152,17 @@ class Listener:
     def trial_finished(self, record: TrialRecord) -> None:
         """A trial ended (``record.error`` set when it failed)."""
 
-    def settled(self, kept: Config | None) -> None:
-        """The budget is spent; ``kept`` runs from now on."""
+    def measured_by(self, measured: Callable[[Config | None], Side | None]) -> None:
+        """Once, at the start: ``measured(config)`` gives a configuration's figure, the
+        ``(mean, spread, scored iterations)`` the store and the session's table show."""
+
+    def locked(self, kept: Config | None) -> None:
+        """The budget is spent; ``kept`` runs from now on. Its figure grows over its
+        first :data:`SETTLED_SAMPLES` training iterations (:meth:`kept_measured`)."""
+
+    def kept_measured(self, kept: Config | None) -> None:
+        """``kept``'s figure is final: its first :data:`SETTLED_SAMPLES` training
+        iterations are scored (or a re-tune starts before they are)."""
 
     def say(self, text: str) -> None:
         """Something worth a line (rich markup)."""
@@ -186,6 +209,7 @@ class TrialSchedule:
         self.seed = seed
         self._capped = capped
         self.listener = listener or Listener()
+        self.listener.measured_by(driver.measured)
         self.phase = WARMUP
         self.iteration = 0          # iterations measured (next() calls)
         self.tuning_iterations = 0  # iterations spent inside trials
@@ -210,6 +234,7 @@ class TrialSchedule:
         self._replan = False
         self._ran: Config | None = None  # the configuration of the previous iteration
         self._settled_left = 0  # settled iterations still to score (_settled)
+        self._keeping: Config | None = None  # the configuration they are scored for
 
     # ---------------------------------------------------------------- start
     def start(self, warm: Sequence[Config], keep: Config | None = None) -> Config:
@@ -218,7 +243,9 @@ class TrialSchedule:
         (a restarted job's stored best)."""
         if keep is not None or self.budget == 0:
             self.phase = LOCKED
-            return keep if keep is not None else (warm[0] if warm else self.space.default())
+            kept = keep if keep is not None else (warm[0] if warm else self.space.default())
+            self._settled_left, self._keeping = SETTLED_SAMPLES, dict(kept)
+            return kept
         self._tune(self.budget, self.seed, list(warm))
         if self.warmup_left:
             return self.space.default()
@@ -239,12 +266,14 @@ class TrialSchedule:
         if self._replan:
             return self._start_over(failed, config)
         if self.phase == LOCKED:
-            if not switched and failed is None and seconds != float("inf"):
+            if self.warmup_left > 0:  # kept untuned from the start: a warm-up, unscored
+                self.warmup_left -= 1
+            elif not switched and failed is None and seconds != float("inf"):
                 self._settled(config, seconds)
             return self._watch_drift(seconds, config, comm_s)
         if self.phase == WARMUP:
             return self._warmed(config, seconds)
-        return self._measured(seconds, failed)
+        return self._measured(seconds, failed, switched)
 
     def rejected(self, config: Config, error: str, retrying: bool = False) -> Config:
         """The runtime could not apply ``config`` (identically on every rank): outside a
@@ -329,13 +358,15 @@ class TrialSchedule:
             seeds.append(seed)
         self.tuner.try_first(seeds, technique=SEED)
 
-    def _measured(self, seconds: float, failed: str | None) -> Config:
-        """An iteration of the trial under way ran."""
+    def _measured(self, seconds: float, failed: str | None, switched: bool = True) -> Config:
+        """An iteration of the trial under way ran (``switched``: under another
+        configuration than the iteration before)."""
         trial = self.trial
         assert trial is not None
         self.tuning_iterations += 1
         self._trial_left -= 1
-        first = self._trial_left == trial.iterations - 1
+        # the first iteration of a trial pays for the switch, if there was one
+        first = self._trial_left == trial.iterations - 1 and switched
         if failed is not None or seconds == float("inf"):
             self._finish(None, failed or "a worker failed under this configuration")
             return self._next_trial()
@@ -345,7 +376,8 @@ class TrialSchedule:
             self._trial_times.append(seconds)
             self.driver.sample(trial.config, self.throughput(seconds))
         self.listener.advanced(1)
-        if self._trial_left > 0 and not self._clearly_slow(seconds, first):
+        if (self._trial_left > 0 and not self._clearly_slow(seconds, first)
+                and not self.tuner.enough(trial, len(self._trial_times))):
             return trial.config
         score = self.throughput(trial_seconds(self._trial_times, seconds,
                                               cut=self._trial_left > 0))
@@ -408,13 +440,13 @@ class TrialSchedule:
         """The budget is spent: keep the best configuration from now on."""
         self.phase = LOCKED
         self._window, self.baseline = [], None
-        self._settled_left = SETTLED_SAMPLES
         kept = self.best[0] if self.best else self.fallback()
+        self._settled_left, self._keeping = SETTLED_SAMPLES, dict(kept)
         if self.tuner is not None and self.tuner.separated and self.tuner.remaining > 0:
             self.listener.say(f"tuning: the kept configuration is separated from the runner-up "
                               f"by more than the noise; {self.tuner.remaining} iterations of "
                               f"the budget are not needed")
-        self.listener.settled(self.kept)
+        self.listener.locked(self.kept)
         return kept
 
     def _settled(self, config: Config, seconds: float) -> None:
@@ -425,10 +457,19 @@ class TrialSchedule:
         first ones, taken soon after the trials: the default's mean, which the speed-up
         divides by, was measured during them, and later iterations may meet a slower
         compute step (no re-tune) that the default never met."""
-        if (self.best is not None and self.space.key(config) == self.space.key(self.best[0])
-                and self._settled_left > 0):
+        if (self._keeping is not None and self._settled_left > 0
+                and self.space.key(config) == self.space.key(self._keeping)):
             self._settled_left -= 1
             self.driver.sample(config, self.throughput(seconds))
+            if self._settled_left == 0:
+                self.listener.kept_measured(dict(self._keeping))
+
+    def _end_settling(self) -> None:
+        """A re-tune starts while the kept configuration's settled iterations are still
+        being scored: its figure is final as it is."""
+        if self._settled_left > 0 and self._keeping is not None:
+            self._settled_left = 0
+            self.listener.kept_measured(dict(self._keeping))
 
     def _watch_drift(self, seconds: float, config: Config, comm_s: float | None) -> Config:
         kept = self.best[0] if self.best else config
@@ -454,6 +495,7 @@ class TrialSchedule:
                           f" to {fmt_score(self.throughput(now_s), self.unit)}): "
                           f"re-tuning for {self.drift.budget} iterations")
         self.retunes.append(self.iteration)
+        self._end_settling()
         # The old best is stale: measure it again first, alongside its neighbours. What
         # was measured describes the job before the change: the means start afresh.
         self.driver.forget()
@@ -483,6 +525,7 @@ class TrialSchedule:
             budget = self.tuner.remaining if self.tuner is not None else 0
         self.best = ((best, self.tuner.score_of(best) or 0.0)
                      if best and self.tuner is not None else None)
+        self._end_settling()
         if budget <= 0:
             return self._lock()
         self._tune(budget, self.seed + self.iteration, [best] if best else [])

@@ -10,7 +10,9 @@ asks the simulator. Both go through :class:`TrialDriver`, which owns what they s
   its scored iterations**, with their standard deviation; the default's likewise (the
   Tuner measures it as long as the kept one, see ``Tuner(reference=...)``);
 * recording: every trial to the results store (a store failure warns, it never stops
-  training), the run's result at the end, in the run's unit.
+  training), the run's result at the end, in the run's unit, with the kept
+  configuration's provenance when it came from the store (:attr:`TrialDriver.origins`,
+  :mod:`autotune.store.origin`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class TrialDriver:
         self.history: list[TrialRecord] = []
         self.failures: list[TrialRecord] = []
         self.samples: dict[tuple, list[float]] = {}  # per configuration: scored iterations
+        # per configuration: the stored run it came from (a warm start, budget 0, restart)
+        self.origins: dict[tuple, dict[str, Any]] = {}
         self._kept: Config | None = None
 
     # ------------------------------------------------------------------ the loop
@@ -92,6 +96,15 @@ class TrialDriver:
     def kept(self) -> Config | None:
         return None if self._kept is None else dict(self._kept)
 
+    def came_from(self, config: Config, origin: dict[str, Any]) -> None:
+        """``config`` came from the store: ``origin`` (:mod:`autotune.store.origin`) says
+        from which run; the first origin given for a configuration stays."""
+        self.origins.setdefault(self.space.key(config), dict(origin))
+
+    def origin(self, config: Config | None) -> dict[str, Any] | None:
+        """Where ``config`` came from, if from the store."""
+        return self.origins.get(self.space.key(config)) if config else None
+
     def measured(self, config: Config | None) -> tuple[float, float, int] | None:
         """``(mean, standard deviation, iterations)`` of ``config``'s scored iterations."""
         xs = self.samples.get(self.space.key(config)) if config else None
@@ -106,7 +119,8 @@ class TrialDriver:
                 "default_score": default[0] if default else None,
                 "default_spread": default[1] if default else None,
                 "best_iterations": best[2] if best else None,
-                "default_iterations": default[2] if default else None}
+                "default_iterations": default[2] if default else None,
+                "kept_from": self.origin(self._kept)}
 
     def close(self, status: str = "finished", kept: Config | None = None) -> None:
         """Record how the run ended (``kept``: the configuration kept, if not the Tuner's

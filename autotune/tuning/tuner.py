@@ -33,7 +33,8 @@ and by offline callers alike::
   configuration with the highest *lower confidence bound* (mean - :data:`Z` standard
   errors), so a configuration measured once must beat a well-measured one by more than
   the noise. Once the confirm phase has begun, only configurations measured at least
-  :data:`MIN_CONFIRMED` times are ranked (all, while none is), so a budget that ends
+  :data:`MIN_CONFIRMED` times are ranked (all, while none is but the ``reference``,
+  measured that often from its first trial: see below), so a budget that ends
   while the confirm phase still chases a lucky newcomer keeps a confirmed configuration,
   not the newcomer.
 - The last ``confirm`` fraction of the budget (default 15 %; and any budget left once
@@ -41,7 +42,9 @@ and by offline callers alike::
   as LUCB does (Kalyanakrishnan et al., ICML 2012): the leader to :data:`MIN_CONFIRMED`
   measurements and a ``reference`` configuration (the session passes the default) to as
   many as the leader, the less measured first, so a speed-up over it compares like with
-  like; then, of the ``confirm_top`` strongest challengers, the one with the highest
+  like (with ``reference_iterations``, the reference's first trial is that long, so it
+  has :data:`MIN_CONFIRMED` measurements before any confirming: :meth:`enough`); then,
+  of the ``confirm_top`` strongest challengers, the one with the highest
   upper bound while it overlaps the leader's lower bound (or the leader, when it is the
   less measured of the two), bounds of :data:`Z_SEPARATED` standard errors. Once no
   challenger overlaps, the leader is *separated* and tuning ends early: the rest of the
@@ -177,6 +180,7 @@ class Tuner:
         options: Mapping[str, Mapping[str, Any]] | None = None,
         prior: Prior | None = None,
         reference: Mapping[str, Any] | None = None,
+        reference_iterations: int | None = None,
         screen: float = 0.3,
         credit_quantile: float = 0.25,
         unscreened: float = 0.25,
@@ -207,6 +211,9 @@ class Tuner:
             raise ValueError(f"judge must be a fraction in [0, 1], got {judge}")
         if not 0 < credit_quantile <= 1:
             raise ValueError(f"credit_quantile must be in (0, 1], got {credit_quantile}")
+        if reference_iterations is not None and reference_iterations < min_iterations:
+            raise ValueError(f"reference_iterations ({reference_iterations}) must be >= "
+                             f"min_iterations ({min_iterations})")
         unknown = [t for t in techniques if t not in TECHNIQUES and t != PRIOR]
         if unknown:
             raise ValueError(f"unknown technique(s) {unknown}; choose from {', '.join(TECHNIQUES)}")
@@ -232,6 +239,11 @@ class Tuner:
         self._confirming = False  # the confirm phase has begun (best: confirmed ones only)
         self.surrogate = None if prior is None else Surrogate(space, prior, seed)
         self.reference = None if reference is None else space.validate(reference)
+        # the reference's first trial lasts this long (None: as any trial), so that a
+        # speed-up over it has enough measurements (:meth:`enough`)
+        self.reference_iterations = (None if reference_iterations is None
+                                     else int(reference_iterations))
+        self._lengthened: set[int] = set()  # trials lengthened for the reference
         self.searchers: dict[str, Searcher] = {}
         for name in techniques:
             opts = dict(options.get(name, {}))
@@ -277,7 +289,11 @@ class Tuner:
         if not ranked:
             return self.obs.best()  # scores that are not positive: no log model, the mean
         if self._confirming:
-            ranked = [k for k in ranked if self._logs[k].measured >= MIN_CONFIRMED] or ranked
+            confirmed = [k for k in ranked if self._logs[k].measured >= MIN_CONFIRMED]
+            # the reference, measured long from its first trial, is not alone "confirmed"
+            if any(self.reference is None or k != self.space.key(self.reference)
+                   for k in confirmed):
+                ranked = confirmed
         st = self.obs.stats[ranked[0]]
         return dict(st.config), float(st.mean)
 
@@ -344,11 +360,29 @@ class Tuner:
         return it
 
     def _issue(self, config: Config, technique: str, wanted: int | None) -> Trial:
+        key = self.space.key(config)
+        first_reference = (self.reference_iterations is not None and self.reference is not None
+                           and key == self.space.key(self.reference)
+                           and key not in self.obs.stats
+                           and all(p.key != key for p in self._pending.values()))
+        if first_reference:
+            wanted = max(wanted or self.trial_iterations, self.reference_iterations)
         trial = Trial(self._next_index, dict(config), self._length(wanted), technique)
+        if first_reference and trial.iterations > max(self.min_iterations, self.trial_iterations):
+            self._lengthened.add(trial.index)
         self._next_index += 1
         self.spent += trial.iterations
         self._pending[trial.index] = _Pending(trial, self.space.key(config))
         return trial
+
+    def enough(self, trial: Trial, measured: int) -> bool:
+        """Whether ``trial``, with ``measured`` measurements so far, may end before its
+        length: the reference's first trial, lengthened to ``reference_iterations`` (one
+        more than :data:`MIN_CONFIRMED` where the caller does not score a switch), once it
+        has :data:`MIN_CONFIRMED` measurements (the caller did not need its switch
+        iteration). A caller that ends it tells ``iterations=`` what ran; the rest goes
+        back to the budget."""
+        return trial.index in self._lengthened and measured >= MIN_CONFIRMED
 
     def ask(self) -> Trial | None:
         """The next trial, or ``None`` once the budget is handed out.

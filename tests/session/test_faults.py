@@ -125,6 +125,13 @@ def test_a_restarted_job_keeps_the_stored_best_without_tuning(tmp_path):
     assert again["config"] == first["best"]
     other = json.loads((tmp_path / "rank1-restart1.json").read_text())
     assert other["config"] == again["config"]
+    # the restarted run says which run its configuration came from (issue 38)
+    from autotune.store import Store
+
+    with Store(tmp_path / "t.db") as store:
+        latest, earlier = store.runs(job="restart-test")[:2]
+    assert latest["kept_from"] == {"run": earlier["id"], "job": "restart-test",
+                                   "created": earlier["created"], "how": "restart"}
 
 
 @pytest.mark.root

@@ -1,7 +1,7 @@
 """Rank 0's tuning progress reaches the person as it happens (autotune.progress).
 
 * Under ``autotune launch`` with its output to a pipe: a plain line per finished trial
-  (number, technique, configuration, score, best so far), each passed on while training
+  (number, technique, configuration, score, best trial so far), each passed on while training
   goes on, not at the end: checked against the ``step`` lines the script prints, in
   order and in arrival time, with real processes.
 * Under ``autotune launch`` in a terminal (a pty): rank 0 sends events and the launcher
@@ -82,12 +82,17 @@ def test_plain_trial_lines_come_while_training_goes_on_through_a_pipe(tmp_path):
     steps = {int(m.group(1)): i for i, t in enumerate(text)
              if (m := re.match(r"\[w0\] step (\d+) ", t))}
     assert len(trials) >= 3, log
-    # each line: number, technique, configuration, score with its unit, best so far
+    # each line: number, technique, configuration, score with its unit, best trial so far
     first = text[trials[0]]
     assert re.search(r"trial 0 \w+: streams=\d+ chunk_bytes=\d+[KM]iB transport=\w+.*: "
-                     r"[\d.,]+ it/s; best [\d.,]+ it/s \[\d+/12 iterations, ", first), first
+                     r"[\d.,]+ it/s; best trial [\d.,]+ it/s \[\d+/12 iterations, ", first), first
     assert "@autotune-progress" not in log  # no events where no launcher draws them
     assert any("[w0] tuning: done, 12/12 iterations" in t for t in text), log
+    # one kept figure: the done line's is the table's (mean ± spread, iterations)
+    done = next(t for t in text if "[w0] tuning: done, " in t)
+    figure = re.search(r"; kept .* at ([\d.,]+ ± [\d.,]+ it/s \(\d+ iterations\))$", done)
+    row = next((t for t in text if re.match(r"\[w0\] .*throughput\s", t)), "")
+    assert figure and figure.group(1) in row, (done, row)
     assert not any("[w1] tuning:" in t for t in text), "only rank 0 shows progress"
     # passed on as it happens: the first trials come before training has gone far, in
     # order and in time (the script sleeps 0.1 s per step)
@@ -136,8 +141,8 @@ def test_launch_in_a_terminal_draws_the_bar_while_the_job_runs(tmp_path):
     t_end = next(t for t, d in chunks if f"step {STEPS - 1} ".encode() in d)
     assert t_end - t_bar > 1.0, (t_bar, t_end)
     assert "[w0] step 0 tuning=True" in plain
-    # the bar's best score has its unit (issue 28)
-    assert re.search(r"best [\d.,]+ it/s", plain), plain[-2000:]
+    # the bar's best trial score has its unit (issue 28)
+    assert re.search(r"best trial [\d.,]+ it/s", plain), plain[-2000:]
 
 
 def test_event_lines_round_trip():
@@ -189,7 +194,7 @@ def test_a_viewer_shows_events_as_the_same_lines_a_display_prints():
     assert _without_times(shown.getvalue()) == _without_times(direct.getvalue())
     out = shown.getvalue().splitlines()
     assert out[1].startswith("tuning: trial 0 grid: streams=2 chunk_bytes=1MiB")
-    assert ": failed; best 12.5 it/s [4/6 iterations" in out[2]
+    assert ": failed; best trial 12.5 it/s [4/6 iterations" in out[2]
     assert out[3] == "trial 1 failed: boom"  # the message, markup rendered
 
 
@@ -201,17 +206,61 @@ def test_a_viewer_starts_a_display_per_phase():
     tuning = progress.Events(4, out=events)
     tuning.advance(1)
     verify = progress.Events(2, label="verify", about="under the kept one", out=events)
-    verify.advance(2)  # the tuning display never said done (a lost line): replaced
+    verify.advance(2)  # while the tuning display is still open (or its done was lost)
     verify.stop()
     shown = io.StringIO()
     viewer = progress.Viewer("lines", out=shown)
     for line in events.getvalue().splitlines():
         viewer.event(progress.parse(line)[1])
+    assert viewer.display is tuning_shown(viewer)  # still open: stopped by close()
+    viewer.close()
     out = _without_times(shown.getvalue()).splitlines()
     assert out == ["ddp: 3 iterations under DDP", "ddp: done, 3/3 iterations in T; 147 it/s",
-                   "tuning: 4 iterations of trials", "tuning: done, 1/4 iterations in T",
+                   "tuning: 4 iterations of trials",
                    "verify: 2 iterations under the kept one",
-                   "verify: done, 2/2 iterations in T"]
+                   "verify: done, 2/2 iterations in T", "tuning: done, 1/4 iterations in T"]
+
+
+def tuning_shown(viewer: progress.Viewer) -> progress.TuningDisplay | None:
+    """The viewer's open tuning display, if any."""
+    return viewer.displays.get(progress.TUNING)
+
+
+def test_a_phase_shown_while_the_tuning_display_waits_for_the_kept_figure():
+    """A session keeps its tuning display open until the kept configuration's figure is
+    final; ``autotune tune`` times its verify iterations meanwhile. Plain lines show
+    both and the tuning display ends with its figure; a bar (one at a time) stops for
+    the verify bar and its closing words come as a line."""
+    events = io.StringIO()
+    tuning = progress.Events(4, out=events)
+    tuning.advance(4)
+    tuning.describe("kept streams=2: measuring it over its first 20 training iterations")
+    verify = progress.Events(2, label="verify", about="under the kept one", out=events)
+    verify.advance(2)
+    verify.stop("61.9 it/s")
+    tuning.stop("kept streams=2 at 62.5 ± 1.2 it/s (6 iterations)")
+    lines = io.StringIO()
+    viewer = progress.Viewer("lines", out=lines)
+    for line in events.getvalue().splitlines():
+        viewer.event(progress.parse(line)[1])
+    assert viewer.displays == {}
+    out = _without_times(lines.getvalue()).splitlines()
+    assert out == ["tuning: 4 iterations of trials", "verify: 2 iterations under the kept one",
+                   "verify: done, 2/2 iterations in T; 61.9 it/s",
+                   "tuning: done, 4/4 iterations in T; kept streams=2 at 62.5 ± 1.2 it/s "
+                   "(6 iterations)"]
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    bars = Tty()
+    viewer = progress.Viewer("bar", out=bars)
+    for line in events.getvalue().splitlines():
+        viewer.event(progress.parse(line)[1])
+    assert viewer.displays == {}
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", bars.getvalue())
+    assert "tuning: kept streams=2 at 62.5 ± 1.2 it/s (6 iterations)" in text, text
 
 
 def test_a_tuning_that_failed_never_says_done():
@@ -231,6 +280,43 @@ def test_a_tuning_that_failed_never_says_done():
     assert out == ["tuning: 10 iterations of trials", "tuning: failed, 3/10 iterations in T"]
 
 
+def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
+    """Issue 38: while trials run a session's display shows the best trial so far; the
+    kept configuration's mean (the schedule's "best") falls as confirm trials measure it
+    again (the first, picked for being high, was lucky), so it is not what a progress
+    line shows. The display closes, once the kept figure is final, with that figure as
+    the table shows it: mean ± spread (iterations)."""
+    from autotune.sessions.display import SessionDisplay
+    from autotune.tuning.tuner import TrialRecord
+    from autotune.units import fmt_score
+
+    kept = {"streams": 2}
+    trials = [(100.0, 100.0), (120.0, 120.0), (104.0, 112.0), (96.0, 108.0)]  # score, mean
+    mean = [None]
+    shown = io.StringIO()
+    display = SessionDisplay(True, "it/s", lambda: mean[0])
+    display._progress = progress.Lines(8, out=shown)
+    display.measured_by(lambda c: (mean[0], 6.5, 25) if c == kept else None)
+    for i, (score, kept_mean) in enumerate(trials):
+        mean[0] = kept_mean
+        display.advanced(2)
+        display.trial_finished(TrialRecord(i, "confirm" if i > 1 else "grid", kept, 2, score))
+    display.locked(kept)
+    assert len(shown.getvalue().splitlines()) == 1 + len(trials)  # no done line yet
+    took = display._progress.elapsed_s()
+    time.sleep(0.02)  # the wait for the kept figure is not time spent tuning
+    assert display._progress.elapsed_s() == took
+    mean[0] = 101.5  # its first training iterations count too
+    display.kept_measured(kept)
+    out = shown.getvalue().splitlines()
+    best = [float(re.search(r"best trial ([\d.,]+) it/s", line).group(1)) for line in out[1:5]]
+    assert best == [max(score for score, _ in trials[:i + 1]) for i in range(len(trials))]
+    assert out[5].startswith("tuning: done, 8/8 iterations in ")
+    assert out[5].endswith(f"; kept streams=2 at {fmt_score(101.5, 'it/s', 6.5)} (25 iterations)")
+    display.settled(kept)  # the session ends: already closed, nothing more
+    assert len(shown.getvalue().splitlines()) == 6
+
+
 def test_a_viewer_never_raises_on_a_malformed_event():
     shown = io.StringIO()
     viewer = progress.Viewer("lines", out=shown)
@@ -239,7 +325,7 @@ def test_a_viewer_never_raises_on_a_malformed_event():
     viewer.event({"label": "tuning", "done": True, "summary": None})
     out = shown.getvalue().splitlines()
     assert out[0] == "tuning: 0 iterations of trials"
-    assert out[1].startswith("tuning: trial -1 ?: : ; best - [0/0 iterations, ")
+    assert out[1].startswith("tuning: trial -1 ?: : ; best trial - [0/0 iterations, ")
     assert out[2].startswith("tuning: done, 0/0 iterations in ") and "None" not in out[2]
 
 
@@ -272,8 +358,8 @@ def test_plain_lines_per_trial(monkeypatch):
     out = buf.getvalue().splitlines()
     assert out[0] == "tuning: 6 iterations of trials"
     assert out[1].startswith("tuning: trial 0 grid: streams=2 chunk_bytes=1MiB "
-                             "transport=allreduce") and ": 12.5 it/s; best 12.5 it/s [2/6" in out[1]
-    assert "servers=2" in out[2] and ": failed; best 12.5 it/s [4/6" in out[2]
+                             "transport=allreduce") and ": 12.5 it/s; best trial 12.5 it/s [2/6" in out[1]
+    assert "servers=2" in out[2] and ": failed; best trial 12.5 it/s [4/6" in out[2]
     assert out[3].startswith("tuning: done, 4/6 iterations in ") and out[3].endswith("kept streams=2")
 
 
@@ -294,11 +380,11 @@ def test_scores_on_a_bar_always_have_a_unit():
     """Issue 28: a score is never a bare number (nor ``2.27e+04``): with the run's unit,
     or ``?`` where the unit is missing."""
     assert progress.describe_trial(3, "bayes", 22700.4, "samples/s") == \
-        "trial 3 bayes     best 22,700 samples/s"
-    assert progress.describe_trial(3, "bayes", 22700.4, "").endswith("best 22,700 ?")
-    assert progress.describe_trial(0, "warm", None, "it/s").endswith("best -")
+        "trial 3 bayes     best trial 22,700 samples/s"
+    assert progress.describe_trial(3, "bayes", 22700.4, "").endswith("best trial 22,700 ?")
+    assert progress.describe_trial(0, "warm", None, "it/s").endswith("best trial -")
     assert progress.kept_summary({"streams": 2}, 812.0, "").endswith("at 812 ?")
     out = io.StringIO()
     lines = progress.Lines(4, out=out)
     lines.trial(1, "bayes", {"streams": 2}, 22700.0, 22700.0, "")
-    assert ": 22,700 ?; best 22,700 ? [" in out.getvalue()
+    assert ": 22,700 ?; best trial 22,700 ? [" in out.getvalue()

@@ -177,9 +177,10 @@ def test_best_and_default_are_means_over_their_scored_iterations(with_server):
     # one number everywhere: the session's best is the kept configuration's mean
     assert s0["best_score"] == mean and s0["best_spread"] == spread and n >= 2
     assert s0["default_score"] == d_mean and s0["default_spread"] == d_spread
-    # both confirmed to 4 iterations where the confirm budget allows (6 iterations of 40
-    # here: not always); where not, no speed-up is headlined from them
-    assert n >= 2 and d_n >= 2
+    # the default's first trial measures it MIN_ITERATIONS times (issue 38); the kept
+    # one is confirmed to 4 where the confirm budget allows (6 iterations of 40 here:
+    # not always); where not, no speed-up is headlined from them
+    assert n >= 2 and d_n >= MIN_ITERATIONS
     shown = Speedup.of(best=(mean, spread, n), reference=(d_mean, d_spread, d_n))
     assert (shown.ratio is not None) == (min(n, d_n) >= MIN_ITERATIONS)
     (run,) = Store(tmp / "t.db").runs()

@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, SETTLED_SAMPLES, SWITCH_MARGIN,
-                                      TRIAL, WARMUP, Drift, Listener, TrialSchedule,
-                                      flow_probe)
+from autotune.speedup import MIN_ITERATIONS, Speedup
+from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, REFERENCE_ITERATIONS,
+                                      SETTLED_SAMPLES, SWITCH_MARGIN, TRIAL, WARMUP, Drift,
+                                      Listener, TrialSchedule, flow_probe)
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.tuner import Tuner
@@ -35,8 +36,11 @@ class Heard(Listener):
     def trial_finished(self, record):
         self.events.append(("finish", record.index, record.error))
 
-    def settled(self, kept):
-        self.events.append(("settled", kept))
+    def locked(self, kept):
+        self.events.append(("locked", kept))
+
+    def kept_measured(self, kept):
+        self.events.append(("measured", kept))
 
     def say(self, text):
         self.events.append(("say", text))
@@ -50,6 +54,7 @@ def make(space=None, budget=20, trial_iterations=2, **kw):
     def new_tuner(b, seed, warm):
         return Tuner(driver.space, budget=b, seed=seed, warm_start=warm,
                      techniques=("grid", "pbt"), reference=driver.space.default(),
+                     reference_iterations=REFERENCE_ITERATIONS,  # as a session's JobTuners
                      trial_iterations=trial_iterations)
 
     kw.setdefault("listener", heard)
@@ -155,7 +160,7 @@ def test_budget_spent_locks_the_best():
     assert s.phase == LOCKED and not s.tuning
     scored = [r for r in s.driver.history if r.score]
     assert cfg == s.kept == max(scored, key=lambda r: r.score).config
-    assert heard.events[-1] == ("settled", s.kept)
+    assert heard.events[-1] == ("locked", s.kept)
     assert s.next(cfg, seconds_of(cfg)) == s.kept  # stays
 
 
@@ -199,6 +204,53 @@ def test_budget_zero_keeps_the_first_warm_start():
     assert s2.start([], keep=pushpull) == pushpull and s2.phase == LOCKED
 
 
+@pytest.mark.parametrize("warmup,spent", [(3, MIN_ITERATIONS), (0, REFERENCE_ITERATIONS)])
+def test_the_default_is_measured_long_enough_for_a_speedup(warmup, spent):
+    """Issue 38: a short session (budget 20) measures the default over MIN_ITERATIONS
+    scored iterations in its first trial, so its table shows a speed-up, not "– (n<4)".
+    Right after the warm-up (which ran the default) that trial has no switch and takes
+    MIN_ITERATIONS; after another configuration it pays one switch iteration more."""
+    s, heard = make(warmup=warmup, budget=20)
+    cfg = s.start(s.space.seeds())
+    while s.phase != LOCKED:
+        cfg = s.next(cfg, seconds_of(cfg))
+    default = s.space.default()
+    first = next(r for r in s.driver.history if r.config == default)
+    assert first.iterations == spent and first.technique == "default"
+    assert (first.switch_s is None) == (warmup > 0)
+    assert s.driver.measured(default)[2] >= MIN_ITERATIONS
+    assert sum(r.iterations for r in s.driver.history) <= 20
+    for _ in range(SETTLED_SAMPLES + 1):
+        cfg = s.next(cfg, seconds_of(cfg))
+    assert heard.events.count(("measured", s.kept)) == 1  # its figure is final once
+    shown = Speedup.of(s.driver.measured(s.kept), s.driver.measured(default))
+    assert shown.refused is None and shown.ratio == pytest.approx(
+        seconds_of(default) / seconds_of(s.kept))
+
+
+def test_a_trial_that_did_not_switch_scores_its_first_iteration():
+    s, _ = make(warmup=0, budget=20, cut_short=None)
+    cfg = s.start(s.space.seeds())
+    while s.phase != LOCKED:
+        cfg = s.next(cfg, seconds_of(cfg))
+    history = s.driver.history
+    for before, rec in zip(history, history[1:]):
+        # a switch iteration is timed apart (switch_s) and not scored
+        assert (rec.switch_s is None) == (rec.config == before.config), rec
+
+
+def test_a_configuration_kept_untuned_is_scored_after_a_warmup():
+    s, heard = make(budget=0, warmup=3)
+    pushpull = s.space.seeds()[1]
+    cfg = s.start([pushpull])
+    for i in range(3 + SETTLED_SAMPLES + 5):
+        # the first iterations pay for first allocations: far slower, never scored
+        cfg = s.next(cfg, 10.0 if i < 3 else seconds_of(cfg))
+    assert s.driver.measured(pushpull) == pytest.approx((1 / seconds_of(pushpull), 0.0,
+                                                         SETTLED_SAMPLES))
+    assert heard.events == [("measured", pushpull)]
+
+
 def test_drift_starts_a_short_retune_from_the_old_best():
     s, heard = make(warmup=0, budget=20, drift=Drift(0.2, 5, 8))
     cfg = s.start(s.space.seeds())
@@ -213,6 +265,9 @@ def test_drift_starts_a_short_retune_from_the_old_best():
     assert s.phase == TRIAL and s.tuner.budget == 8 and s.best is None
     assert s.trial.config == old and s.trial.technique == "warm"
     assert s.driver.samples == {}  # measured on the job before the change: forgotten
+    # the kept figure was final before its 20 settled iterations: said before the re-tune
+    events = heard.events
+    assert events.index(("measured", old)) < len(events) - 1 - events[::-1].index(("tuning", 8))
     said = [e[1] for e in heard.events if e[0] == "say" and "drifted" in e[1]]
     assert said and re.search(r"iteration time drifted.* from [\d.]+ m?s to [\d.]+ m?s "
                               r"\([\d.,]+ it/s to [\d.,]+ it/s\): re-tuning", said[0]), said

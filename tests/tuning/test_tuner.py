@@ -323,3 +323,37 @@ def test_the_judge_needs_the_bayesian_technique_and_a_fraction():
     assert t.judge == 0 and t.overruled == 0
     with pytest.raises(ValueError, match="judge"):
         Tuner(SPACE, judge=1.5)
+
+
+def test_the_references_first_trial_is_long_enough_for_a_speed_up():
+    """Issue 38: with ``reference_iterations`` the reference's first trial (whoever
+    proposes it) lasts that long, so a short budget measures it MIN_CONFIRMED times; a
+    caller may end it once it has (``enough``), giving the rest back to the budget; the
+    reference alone never counts as "confirmed" over a better, less measured leader."""
+    ref = SMALL.default()
+    t = Tuner(SMALL, budget=20, seed=0, trial_iterations=2, techniques=("grid",),
+              reference=ref, reference_iterations=MIN_CONFIRMED + 1)
+    first = t.ask()
+    assert first.config == ref and first.iterations == MIN_CONFIRMED + 1
+    assert not t.enough(first, MIN_CONFIRMED - 1) and t.enough(first, MIN_CONFIRMED)
+    t.tell(first, 50.0, iterations=MIN_CONFIRMED, measured=MIN_CONFIRMED)  # no switch paid
+    assert t.spent == MIN_CONFIRMED and t.measurements(ref) == MIN_CONFIRMED
+    trials = []
+    while (tr := t.ask()) is not None:
+        trials.append(tr)
+        assert not t.enough(tr, tr.iterations)  # only the reference's first trial is long
+        # a session scores a confirm trial after a switch on its second iteration only
+        t.tell(tr, objective(tr.config), measured=1 if tr.technique == CONFIRM else None)
+    assert all(tr.iterations <= 2 or tr.technique == CONFIRM for tr in trials)
+    # confirming was too short to measure the leader 4 times: the kept one is the best
+    # measured, not the reference for being the only one measured 4 times
+    assert t.measurements(t.best[0]) < MIN_CONFIRMED and trials[-1].technique == CONFIRM
+    assert t.best[0] != ref and t.score_of(t.best[0]) > t.score_of(ref)
+    plain = Tuner(SMALL, budget=20, seed=0, trial_iterations=2, techniques=("grid",),
+                  reference=ref)  # without: the reference's trial is like any other
+    assert plain.ask().iterations == 2
+
+
+def test_reference_iterations_below_min_iterations_are_refused():
+    with pytest.raises(ValueError, match="reference_iterations"):
+        Tuner(SMALL, budget=20, reference=SMALL.default(), reference_iterations=1)

@@ -1,0 +1,90 @@
+"""Issue 38 item 6, with real processes: a session that starts from the store says which
+run its configuration came from (run id, job, when), in its output, its table and the
+run it stores; ``autotune db show`` shows it. Run under ``autotune launch`` twice on one
+store: a short tuning, then ``budget=0`` (the stored best kept untuned, scored over its
+first training iterations after a warm-up), then a short tuning again (a warm start)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from autotune.store import Store
+from autotune.store.origin import BUDGET_ZERO, WARM_START, fmt_origin
+from autotune.tuning.schedule import SETTLED_SAMPLES
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    import torch
+    import autotune
+
+    db, budget, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    with autotune.session(model, budget=budget, db=db, job="origin", warmup=1,
+                          trial_iterations=2, seed=1) as tuner:
+        for step in range(steps):
+            model(torch.randn(4, 8)).sum().backward()
+            tuner.step()
+            model.zero_grad()
+""")
+
+
+def _launch(script, db, budget: int, steps: int) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_PROGRESS"}
+    env.update(OMP_NUM_THREADS="1", COLUMNS="200")
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
+                           str(script), str(db), str(budget), str(steps)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _field(out: str, name: str) -> str | None:
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) >= 3 and cells[1] == name:
+            return cells[2]
+    return None
+
+
+@pytest.mark.slow
+def test_a_configuration_from_the_store_says_which_run_it_came_from(tmp_path):
+    script, db = tmp_path / "train.py", tmp_path / "o.db"
+    script.write_text(SCRIPT)
+    first_out = _launch(script, db, budget=8, steps=12)
+    assert "from the store" not in first_out and "warm start:" not in first_out
+    with Store(db) as store:
+        first = store.run("latest")
+    assert first["kept_from"] is None and first["best_config"]
+    # budget 0: the stored best, kept untuned; said at the start, in the table, stored
+    kept_out = _launch(script, db, budget=0, steps=1 + SETTLED_SAMPLES + 3)
+    with Store(db) as store:
+        kept = store.run("latest")
+    assert kept["best_config"] == first["best_config"]
+    assert kept["kept_from"] == {"run": first["id"], "job": "origin", "distance": 0.0,
+                                 "created": first["created"], "how": BUDGET_ZERO}
+    said = fmt_origin(kept["kept_from"], how=False)
+    assert f"[w0] budget 0: keeping the best configuration of {said} untuned" in kept_out
+    assert _field(kept_out, "from the store") == fmt_origin(kept["kept_from"])
+    # scored over its first training iterations (after one warm-up): a figure, stored
+    assert kept["best_iterations"] == SETTLED_SAMPLES and kept["best_score"] > 0
+    assert f"{kept['best_iterations']} iterations" in _field(kept_out, "throughput")
+    # a short tuning again: it warm-starts from the store and says from which run first
+    warm_out = _launch(script, db, budget=6, steps=10)
+    line = re.search(r"\[w0\] warm start: trying the best configuration of run (\d+) \(job "
+                     r"'origin', [\d: -]+\) first", warm_out)
+    assert line and int(line.group(1)) in (first["id"], kept["id"]), warm_out
+    with Store(db) as store:
+        warm = store.run("latest")
+    if warm["kept_from"] is not None:  # the stored best won again
+        assert warm["kept_from"]["how"] == WARM_START
+        assert warm["kept_from"]["run"] in (first["id"], kept["id"])
+        assert warm["best_config"] == first["best_config"]
+    else:
+        assert warm["best_config"] != first["best_config"]

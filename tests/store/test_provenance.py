@@ -1,0 +1,135 @@
+"""Issue 38 item 6: one number per claim, with provenance, in real store files.
+
+* A configuration that came from the store (a warm start from a similar job, the stored
+  best kept with budget 0, a restart) keeps its origin: the run it came from, that
+  run's job, when, how. When it is the one kept, the run stores it (``runs.kept_from``,
+  schema v7) and ``autotune db show`` and ``autotune report`` show it.
+* The kept figure is one number: the same mean (± spread, over its iterations) in ``db
+  runs``, ``db show``, ``db best`` and ``report``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.store import Store, schema
+from autotune.store.origin import BUDGET_ZERO, WARM_START, fmt_origin, origin_of
+from autotune.tuning.space import SearchSpace
+from autotune.tuning.trials import TrialDriver
+from autotune.units import fmt_number, fmt_score
+from store_helpers import CNN, WORLD, add_run, cluster, model, old_store
+
+
+def run_cli(*args: str) -> str:
+    r = CliRunner().invoke(cli, list(args), catch_exceptions=False, env={"COLUMNS": "240"})
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def _squeezed(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _field(out: str, name: str) -> str | None:
+    """The value of field ``name`` in a ``db show`` table (``None``: no such row)."""
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) >= 3 and cells[1] == name:
+            return cells[2]
+    return None
+
+
+def test_a_warm_start_says_which_run_and_the_kept_one_is_stored_with_it(tmp_path):
+    path = tmp_path / "p.db"
+    space = SearchSpace.build()
+    g, t = model(CNN), cluster(2)
+    stored = space.validate({"streams": 4, "chunk_bytes": 1 << 20})
+    with Store(path) as store:
+        first = add_run(store, g, t, stored, score=900.0, job="earlier")
+        earlier = store.run(first)
+        sources = store.warm_start_sources(g, t, space, unit="samples/s", machines=2)
+        assert sources == [(stored, {**origin_of(earlier, WARM_START), "distance": 0.0})]
+        # a later run tries it first, measures it and keeps it
+        rid = store.start_run(job="later", world=WORLD, backend="gloo", model_graph=g,
+                              topology_graph=t, space_facts={})
+        driver = TrialDriver(space, None, store, rid)
+        for config, origin in sources:
+            driver.came_from(config, origin)
+        for x in (1000.0, 1040.0, 980.0, 1020.0):
+            driver.sample(stored, x)
+        driver.close("finished", kept=stored)
+        later = store.run(rid)
+    assert later["kept_from"] == {"run": first, "job": "earlier", "created": earlier["created"],
+                                  "how": WARM_START, "distance": 0.0}
+    said = fmt_origin(later["kept_from"])
+    assert said == f"run {first} (job 'earlier', {earlier['created'][:16].replace('T', ' ')}; " \
+                   "warm start)"
+    # autotune db show and autotune report (terminal, JSON, HTML's fields) show it
+    assert _field(run_cli("db", "show", str(rid), "--db", str(path)), "kept from") == said
+    assert later["kept_from"] == json.loads(run_cli("db", "show", str(rid), "--db", str(path),
+                                                    "--json"))["kept_from"]
+    assert f"kept from {said}" in _squeezed(run_cli("report", str(rid), "--db", str(path)))
+    doc = json.loads(run_cli("report", str(rid), "--db", str(path), "--json"))
+    assert doc["kept_from"] == later["kept_from"]
+    # a run whose kept configuration did not come from the store says nothing of it
+    assert _field(run_cli("db", "show", str(first), "--db", str(path)), "kept from") is None
+
+
+def test_a_configuration_not_kept_leaves_no_provenance(tmp_path):
+    space = SearchSpace.build()
+    with Store(tmp_path / "p.db") as store:
+        rid = store.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),
+                              topology_graph=cluster(2), space_facts={})
+        driver = TrialDriver(space, None, store, rid)
+        warm = space.validate({"streams": 2})
+        driver.came_from(warm, {"run": 7, "job": "x", "created": None, "how": BUDGET_ZERO})
+        driver.sample(space.default(), 5.0)
+        driver.close("finished", kept=space.default())
+        assert store.run(rid)["kept_from"] is None
+
+
+def test_a_v6_store_migrates_to_v7_with_no_provenance(tmp_path):
+    path = tmp_path / "v6.db"
+    old_store(path, 6, "insert into runs (id, created, status, job, model_fp, topology_fp, "
+              "best_config, best_score, default_score, simulated, world, space_facts, unit) "
+              "values (1, '2024-01-01T00:00:00.000+00:00', 'finished', 'old', 'aa', 'bb', "
+              "'{\"streams\": 2}', 6209.0, 3833.0, 0, '{}', '{}', 'samples/s')")
+    with Store(path) as s:
+        assert s.schema_version == schema.SCHEMA_VERSION >= 7
+        assert s.run(1)["kept_from"] is None
+    assert "kept from" not in run_cli("db", "show", "1", "--db", str(path))
+
+
+def test_one_kept_figure_in_db_runs_show_best_and_report(tmp_path):
+    path = tmp_path / "k.db"
+    with Store(path) as store:
+        rid = store.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),
+                              topology_graph=cluster(2), space_facts={})
+        store.finish_run(rid, best_config={"streams": 3}, best_score=4937.4, best_spread=614.2,
+                         best_iterations=23, default_score=3833.0, default_spread=41.0,
+                         default_iterations=4)
+    figure = f"{fmt_score(4937.4, 'samples/s', 614.2)} (23 iterations)"
+    assert _field(run_cli("db", "show", str(rid), "--db", str(path)), "kept") == figure
+    assert f"kept {figure}" in _squeezed(run_cli("report", str(rid), "--db", str(path)))
+    for command in (["db", "runs"], ["db", "best"]):
+        out = run_cli(*command, "--db", str(path))
+        header = [c.strip() for c in next(ln for ln in out.splitlines()
+                                           if "┃ id" in ln).split("┃")]
+        assert "kept" in header and "±" in header and "best" not in header, header
+        row = next(ln for ln in out.splitlines() if ln.startswith("│") and " j " in ln)
+        cells = [c.strip() for c in row.split("│")]
+        assert fmt_number(4937.4) in cells and fmt_number(614.2) in cells, row
+
+
+@pytest.mark.parametrize("origin, text", [
+    ({"run": 3, "job": "a", "created": "2026-11-25T10:03:41.120+00:00", "how": "restart"},
+     "run 3 (job 'a', 2026-11-25 10:03; restart)"),
+    ({"run": 3, "job": None, "created": None, "how": "budget 0"}, "run 3 (budget 0)"),
+    (None, ""),
+])
+def test_an_origin_reads_as_one_phrase(origin, text):
+    assert fmt_origin(origin) == text
