@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import os
 import signal
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
@@ -85,13 +84,21 @@ class TuningSession(abc.ABC):
         # Ctrl-C and SIGTERM, until __exit__: recorded inside the library and raised at a
         # safe point, so the run closes as ``aborted`` (autotune.signals)
         self._signals = TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM),
-                                             on_signal=self._close_now).install()
+                                             on_signal=self._close_now)
+        opened = False
         try:
-            with deferred():
-                self._open()
-        except BaseException:
+            with deferred():  # (installed inside: a signal meanwhile is only recorded)
+                self._signals.install()
+                self._open()  # releases what it made if it fails itself
+                opened = True
+        except BaseException as exc:  # (a stop that arrived while it ran, raised after it)
             self._state = "closed"
-            self._restore_signals()
+            try:
+                if opened:
+                    with shielded():
+                        self._close(exc)
+            finally:
+                self._restore_signals()
             raise
         self._state = "open"
         return self
