@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import zlib
 from collections import Counter
 from pathlib import Path
