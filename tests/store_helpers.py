@@ -109,3 +109,13 @@ def tune_simulated(db: Any, workdir: Any, budget: int = 40) -> int:
                                    "--db", str(db), "--json"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout)["run_id"]
+
+
+def table_field(out: str, name: str) -> str | None:
+    """The value of field ``name`` in a printed two-column table (``autotune db show``, the
+    session's table); ``None``: no such row."""
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) >= 3 and cells[1] == name:
+            return cells[2]
+    return None

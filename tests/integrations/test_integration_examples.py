@@ -71,36 +71,26 @@ def assert_tuned(name: str, rc: int, out: str, run: dict, trials: list[dict], st
     assert sum(t["iterations"] for t in trials) <= steps - WARMUP, trials
 
 
-def test_lightning_example_tunes_ddp_and_records_a_finished_run(tmp_path):
-    needs("lightning.pytorch", "sklearn")
-    rc, out, run, trials = run_example("train_lightning", tmp_path, "--steps", "16",
+FRAMEWORKS = {"train_lightning": ("lightning.pytorch", "sklearn"),
+              "train_hf_trainer": ("transformers", "accelerate")}
+
+
+@pytest.mark.parametrize("example", sorted(FRAMEWORKS))
+def test_example_tunes_ddp_and_records_a_finished_run(tmp_path, example):
+    needs(*FRAMEWORKS[example])
+    rc, out, run, trials = run_example(example, tmp_path, "--steps", "16",
                                        "--budget", "40", "--accum", "2")
-    assert_tuned("train_lightning", rc, out, run, trials, steps=16)
+    assert_tuned(example, rc, out, run, trials, steps=16)
     assert "iterations counted: 16 (optimizer steps 16)" in out, out[-3000:]
 
 
-def test_lightning_error_in_training_closes_the_run_as_failed(tmp_path):
-    needs("lightning.pytorch", "sklearn")
-    rc, out, run, trials = run_example("train_lightning", tmp_path, "--steps", "16",
+@pytest.mark.parametrize("example", sorted(FRAMEWORKS))
+def test_an_error_in_training_closes_the_run_as_failed(tmp_path, example):
+    needs(*FRAMEWORKS[example])
+    rc, out, run, trials = run_example(example, tmp_path, "--steps", "16",
                                        "--budget", "40", "--fail-at", "8")
     assert rc != 0 and "--fail-at 8: an error inside training" in out, out[-4000:]
-    assert run["status"] == "failed", run  # closed by on_exception, not left running
-    assert run["finished"] is not None and len(trials) >= 1, (run, trials)
-
-
-def test_hf_trainer_example_tunes_ddp_and_records_a_finished_run(tmp_path):
-    needs("transformers", "accelerate")
-    rc, out, run, trials = run_example("train_hf_trainer", tmp_path, "--steps", "16",
-                                       "--budget", "40", "--accum", "2")
-    assert_tuned("train_hf_trainer", rc, out, run, trials, steps=16)
-    assert "iterations counted: 16 (optimizer steps 16)" in out, out[-3000:]
-
-
-def test_hf_trainer_error_in_training_closes_the_run_as_failed(tmp_path):
-    needs("transformers", "accelerate")
-    rc, out, run, trials = run_example("train_hf_trainer", tmp_path, "--steps", "16",
-                                       "--budget", "40", "--fail-at", "6")
-    assert rc != 0 and "--fail-at 6: an error inside training" in out, out[-4000:]
+    # closed by Lightning's on_exception / the Trainer's with block, not left running
     assert run["status"] == "failed" and run["finished"] is not None, run
 
 

@@ -17,6 +17,7 @@ import pytest
 from autotune.store import Store
 from autotune.store.origin import BUDGET_ZERO, WARM_START, fmt_origin
 from autotune.tuning.schedule import SETTLED_SAMPLES
+from store_helpers import table_field
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -45,14 +46,6 @@ def _launch(script, db, budget: int, steps: int) -> str:
     return proc.stdout
 
 
-def _field(out: str, name: str) -> str | None:
-    for line in out.splitlines():
-        cells = [c.strip() for c in line.split("│")]
-        if len(cells) >= 3 and cells[1] == name:
-            return cells[2]
-    return None
-
-
 @pytest.mark.slow
 def test_a_configuration_from_the_store_says_which_run_it_came_from(tmp_path):
     script, db = tmp_path / "train.py", tmp_path / "o.db"
@@ -71,10 +64,10 @@ def test_a_configuration_from_the_store_says_which_run_it_came_from(tmp_path):
                                  "created": first["created"], "how": BUDGET_ZERO}
     said = fmt_origin(kept["kept_from"], how=False)
     assert f"[w0] budget 0: keeping the best configuration of {said} untuned" in kept_out
-    assert _field(kept_out, "from the store") == fmt_origin(kept["kept_from"])
+    assert table_field(kept_out, "from the store") == fmt_origin(kept["kept_from"])
     # scored over its first training iterations (after one warm-up): a figure, stored
     assert kept["best_iterations"] == SETTLED_SAMPLES and kept["best_score"] > 0
-    assert f"{kept['best_iterations']} iterations" in _field(kept_out, "throughput")
+    assert f"{kept['best_iterations']} iterations" in table_field(kept_out, "throughput")
     # a short tuning again: it warm-starts from the store and says from which run first
     warm_out = _launch(script, db, budget=6, steps=10)
     line = re.search(r"\[w0\] warm start: trying the best configuration of run (\d+) \(job "

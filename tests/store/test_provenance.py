@@ -22,6 +22,7 @@ from autotune.tuning.space import SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.units import fmt_number, fmt_score
 from store_helpers import CNN, WORLD, add_run, cluster, model, old_store
+from store_helpers import table_field
 
 
 def run_cli(*args: str) -> str:
@@ -32,15 +33,6 @@ def run_cli(*args: str) -> str:
 
 def _squeezed(text: str) -> str:
     return " ".join(text.split())
-
-
-def _field(out: str, name: str) -> str | None:
-    """The value of field ``name`` in a ``db show`` table (``None``: no such row)."""
-    for line in out.splitlines():
-        cells = [c.strip() for c in line.split("│")]
-        if len(cells) >= 3 and cells[1] == name:
-            return cells[2]
-    return None
 
 
 def test_a_warm_start_says_which_run_and_the_kept_one_is_stored_with_it(tmp_path):
@@ -69,14 +61,14 @@ def test_a_warm_start_says_which_run_and_the_kept_one_is_stored_with_it(tmp_path
     assert said == f"run {first} (job 'earlier', {earlier['created'][:16].replace('T', ' ')}; " \
                    "warm start)"
     # autotune db show and autotune report (terminal, JSON, HTML's fields) show it
-    assert _field(run_cli("db", "show", str(rid), "--db", str(path)), "kept from") == said
+    assert table_field(run_cli("db", "show", str(rid), "--db", str(path)), "kept from") == said
     assert later["kept_from"] == json.loads(run_cli("db", "show", str(rid), "--db", str(path),
                                                     "--json"))["kept_from"]
     assert f"kept from {said}" in _squeezed(run_cli("report", str(rid), "--db", str(path)))
     doc = json.loads(run_cli("report", str(rid), "--db", str(path), "--json"))
     assert doc["kept_from"] == later["kept_from"]
     # a run whose kept configuration did not come from the store says nothing of it
-    assert _field(run_cli("db", "show", str(first), "--db", str(path)), "kept from") is None
+    assert table_field(run_cli("db", "show", str(first), "--db", str(path)), "kept from") is None
 
 
 def test_a_configuration_not_kept_leaves_no_provenance(tmp_path):
@@ -113,7 +105,7 @@ def test_one_kept_figure_in_db_runs_show_best_and_report(tmp_path):
                          best_iterations=23, default_score=3833.0, default_spread=41.0,
                          default_iterations=4)
     figure = f"{fmt_score(4937.4, 'samples/s', 614.2)} (23 iterations)"
-    assert _field(run_cli("db", "show", str(rid), "--db", str(path)), "kept") == figure
+    assert table_field(run_cli("db", "show", str(rid), "--db", str(path)), "kept") == figure
     assert f"kept {figure}" in _squeezed(run_cli("report", str(rid), "--db", str(path)))
     for command in (["db", "runs"], ["db", "best"]):
         out = run_cli(*command, "--db", str(path))
