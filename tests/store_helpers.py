@@ -20,6 +20,14 @@ TRANSFORMER = [("Embedding", 3_000_000)] + [
     ("Linear", 590_000)]
 
 
+#: A finished run as schema versions 5 and 6 stored one (for ``old_store``).
+OLD_FINISHED_RUN = (
+    "insert into runs (id, created, status, job, model_fp, topology_fp, best_config, "
+    "best_score, default_score, simulated, world, space_facts, unit) values (1, "
+    "'2024-01-01T00:00:00.000+00:00', 'finished', 'old', 'aa', 'bb', '{\"streams\": 2}', "
+    "6209.0, 3833.0, 0, '{}', '{}', 'samples/s')")
+
+
 def old_store(path: Any, version: int, run_sql: str) -> None:
     """A store file as schema ``version`` left it (the migrations up to it), holding the
     run that ``run_sql`` inserts: what a migration test opens."""

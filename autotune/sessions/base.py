@@ -68,6 +68,7 @@ class TuningSession(abc.ABC):
         self.config: Config | None = None
         self.iteration = 0  # iterations completed (step() calls that synchronised)
         self._state = "new"  # new -> open (inside ``with``) -> closed
+        self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
         self._t_last = 0.0
 
     # ------------------------------------------------------------ the protocol
@@ -272,9 +273,8 @@ class TuningSession(abc.ABC):
             self.trials.close("aborted", kept=self.best)
 
     def _restore_signals(self) -> None:
-        signals = getattr(self, "_signals", None)
-        if signals is not None:
-            signals.restore()
+        if self._signals is not None:
+            self._signals.restore()
 
     # --------------------------------------------------------------- results
     @property

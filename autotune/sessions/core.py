@@ -94,11 +94,7 @@ class Session(TuningSession):
         except BaseException as exc:
             # e.g. the workers' models differ: release the runtime, close the run (if the
             # leader opened one), let the error out.
-            with shielded(isinstance(exc, KeyboardInterrupt)):
-                self.display.settled(None, status_of(exc))
-                self.rt.shutdown(failed=exc)
-                if self.is_leader:
-                    self._finish(exc)
+            self._close(exc)
             raise
 
     def _start(self) -> None:

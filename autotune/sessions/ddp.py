@@ -31,7 +31,6 @@ from autotune.runtime.errors import PeerFailed, RuntimeFault, UsageError, instal
 from autotune.runtime.faults import Liveness
 from autotune.sessions.base import DDP, TuningSession
 from autotune.sessions.options import SessionOptions
-from autotune.signals import status_of
 from autotune.tuning.space import Config, SearchSpace
 
 
@@ -81,12 +80,7 @@ class DDPSession(TuningSession):
                      else None)
             self._apply(first)
         except BaseException as exc:
-            if self._liveness is not None and isinstance(exc, Exception):
-                self._liveness.fail(exc)  # the others name this rank and its cause
-            if self.is_leader:
-                self._finish(exc)
-            else:
-                self.display.settled(None, status_of(exc))
+            self._close(exc)  # posts this rank's failure, closes the leader's run
             raise
 
     def _await_average(self) -> tuple[str | None, float | None] | None:

@@ -21,8 +21,8 @@ from autotune.store.origin import BUDGET_ZERO, WARM_START, fmt_origin, origin_of
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.units import fmt_number, fmt_score
-from store_helpers import CNN, WORLD, add_run, cluster, model, old_store
-from store_helpers import table_field
+from store_helpers import (CNN, OLD_FINISHED_RUN, WORLD, add_run, cluster, model, old_store,
+                           table_field)
 
 
 def run_cli(*args: str) -> str:
@@ -86,10 +86,7 @@ def test_a_configuration_not_kept_leaves_no_provenance(tmp_path):
 
 def test_a_v6_store_migrates_to_v7_with_no_provenance(tmp_path):
     path = tmp_path / "v6.db"
-    old_store(path, 6, "insert into runs (id, created, status, job, model_fp, topology_fp, "
-              "best_config, best_score, default_score, simulated, world, space_facts, unit) "
-              "values (1, '2024-01-01T00:00:00.000+00:00', 'finished', 'old', 'aa', 'bb', "
-              "'{\"streams\": 2}', 6209.0, 3833.0, 0, '{}', '{}', 'samples/s')")
+    old_store(path, 6, OLD_FINISHED_RUN)
     with Store(path) as s:
         assert s.schema_version == schema.SCHEMA_VERSION >= 7
         assert s.run(1)["kept_from"] is None

@@ -16,7 +16,7 @@ from autotune.cli import cli
 from autotune.speedup import MIN_ITERATIONS, Speedup, measure, measure_times
 from autotune.store import Store, StoreError, schema
 from autotune.store.report import report_json
-from store_helpers import CNN, WORLD, cluster, model, old_store
+from store_helpers import CNN, OLD_FINISHED_RUN, WORLD, cluster, model, old_store
 
 
 def run_cli(*args: str) -> str:
@@ -83,10 +83,7 @@ def _run(store: Store, *, best_n: int | None, default_n: int | None, simulated: 
 
 def test_a_v5_store_migrates_to_v6_with_unknown_counts(tmp_path):
     path = tmp_path / "v5.db"
-    old_store(path, 5, "insert into runs (id, created, status, job, model_fp, topology_fp, "
-              "best_config, best_score, default_score, simulated, world, space_facts, unit) "
-              "values (1, '2024-01-01T00:00:00.000+00:00', 'finished', 'old', 'aa', 'bb', "
-              "'{\"streams\": 2}', 6209.0, 3833.0, 0, '{}', '{}', 'samples/s')")
+    old_store(path, 5, OLD_FINISHED_RUN)
     with Store(path) as s:
         assert s.schema_version == schema.SCHEMA_VERSION >= 6
         old = s.run(1)
