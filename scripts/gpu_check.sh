@@ -2,13 +2,14 @@
 # The GPU checks of docs/gpu.md ("On a GPU machine: what to run first"), in one go.
 # Usage: bash scripts/gpu_check.sh [LOG_DIR [STEP ...]]   (default: ./gpu-check, every step)
 # Steps: pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m
+#        train_ddp train_native interrupt
 # Each step runs under a time limit, writes its output to LOG_DIR/<step>.log and its JSON
 # beside it; a failing step is reported and the next one runs. Exit code: the number of
 # failed steps. Needs python with torch (CUDA build) and this package's dependencies.
 set -u
 LOG=${1:-gpu-check}
 shift || true
-WANT=" ${*:-pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m} "
+WANT=" ${*:-pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m train_ddp train_native interrupt} "
 mkdir -p "$LOG"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -40,5 +41,15 @@ step hook_overhead 240 autotune launch -n 2 benchmarks/hook_overhead_bench.py --
     --json "$LOG/hook-overhead.json"
 step hook_overhead_s2_4m 240 autotune launch -n 2 benchmarks/hook_overhead_bench.py --device cuda \
     --streams 2 --chunk-mib 4 --json "$LOG/hook-overhead-s2-4m.json"
+# the session API on CUDA gradients, both ways in (examples/, 2 ranks sharing the GPU)
+step train_ddp 150 autotune launch -n 2 examples/train_ddp.py --device cuda --db "$LOG/ddp.db"
+step train_native 150 autotune launch -n 2 -k 1 examples/train_mlp.py --device cuda --db "$LOG/native.db"
+# Ctrl-C / SIGTERM at random moments with CUDA models (tests/interrupt_jobs.py): every
+# job must close "aborted", every rank exit 130 or 143, nothing killed, no traceback
+step interrupt 200 bash -c "\"$PY\" tests/interrupt_jobs.py \"$LOG/interrupt.json\" --jobs 8 \
+  --seed 38 --device cuda && \"$PY\" -c 'import json, sys; j = json.load(open(sys.argv[1]))
+bad = [(x[\"job\"], x[\"way\"], x[\"status\"], x[\"codes\"]) for x in j if x[\"status\"] != \"aborted\"
+       or x[\"killed\"] or any(c not in (130, 143) for c in x[\"codes\"]) or \"Traceback\" in \"\".join(x[\"logs\"])]
+print(len(j), \"jobs,\", len(bad), \"bad:\", bad); sys.exit(bool(bad))' \"$LOG/interrupt.json\""
 echo "failed steps: $failed"
 exit $failed

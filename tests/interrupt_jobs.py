@@ -48,9 +48,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool) -> None:
+def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> None:
     """A rank's life in the forked child: train until stopped (``ddp``: a
-    DistributedDataParallel model, DDP kept); never returns."""
+    DistributedDataParallel model, DDP kept) on ``device``; never returns."""
     code = 1
     with open(log, "w") as out:
         os.dup2(out.fileno(), 1)
@@ -60,7 +60,7 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool) -> None:
                               WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
             torch.manual_seed(0)
             model: torch.nn.Module = torch.nn.Sequential(
-                torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+                torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(device)
             if ddp:
                 dist.init_process_group("gloo", timeout=timedelta(seconds=30))
                 model = torch.nn.parallel.DistributedDataParallel(model)
@@ -71,7 +71,7 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool) -> None:
             with autotune.session(model, budget=10**6, db=db, verbose=False, timeout=30,
                                   prior=False, job="interrupt") as tuner:
                 while True:
-                    x = torch.randn(16, 32, generator=gen)
+                    x = torch.randn(16, 32, generator=gen).to(device)
                     torch.nn.functional.mse_loss(model(x), x[:, :1]).backward()
                     tuner.step()
                     opt.step()
@@ -100,7 +100,8 @@ def _status(db: Path) -> str | None:
 class Job:
     """One job: its two forked ranks, then its stop, driven by :meth:`poll`."""
 
-    def __init__(self, index: int, way: str, delay: float, root: Path, ddp: bool) -> None:
+    def __init__(self, index: int, way: str, delay: float, root: Path, ddp: bool,
+                 device: str = "cpu") -> None:
         self.index, self.way, self.delay, self.ddp = index, way, delay, ddp
         self.db, port = root / f"job{index}.db", _free_port()
         self.logs = [root / f"job{index}.rank{r}.log" for r in range(2)]
@@ -109,7 +110,7 @@ class Job:
             pid = os.fork()
             if pid == 0:
                 os.setpgid(0, 0 if r == 0 else self.pids[0])
-                _rank(r, port, self.db, self.logs[r], ddp)
+                _rank(r, port, self.db, self.logs[r], ddp, device)
             try:
                 os.setpgid(pid, pid if r == 0 else self.pids[0])
             except OSError:  # the child did it first
@@ -184,6 +185,7 @@ def main() -> None:
     ap.add_argument("--max-delay", type=float, default=1.5)
     ap.add_argument("--grace", type=float, default=40.0)
     ap.add_argument("--parallel", type=int, default=2, help="jobs running at once")
+    ap.add_argument("--device", default="cpu", help="where the ranks' models live (cuda: one GPU, shared)")
     a = ap.parse_args()
     random.seed(a.seed)
     torch.set_num_threads(1)
@@ -191,7 +193,7 @@ def main() -> None:
     results = []
     for first in range(0, a.jobs, a.parallel):
         batch = [Job(i, WAYS[i % len(WAYS)], random.uniform(0.0, a.max_delay), root,
-                     ddp=i % 2 == 1) for i in range(first, min(a.jobs, first + a.parallel))]
+                     ddp=i % 2 == 1, device=a.device) for i in range(first, min(a.jobs, first + a.parallel))]
         while not all([job.poll(a.grace) for job in batch]):
             time.sleep(0.05)
         for job in batch:
