@@ -53,6 +53,7 @@ def session(
     budget: int = 100,
     db: str | os.PathLike[str] | None = None,
     allow_lossy: bool = False,
+    lossy_score: str = "goodput",
     samples_per_step: int | None = None,
     techniques: Sequence[str] = ("grid", "pbt", "bayes", "hyperband"),
     seed: int = 0,
@@ -93,6 +94,10 @@ def session(
             or the default).
         db: the results store (default ``./autotune.db``, or ``$AUTOTUNE_DB``).
         allow_lossy: let compression codecs into the space.
+        lossy_score: with ``allow_lossy``, how trials are scored: ``"goodput"``
+            (throughput x the statistical efficiency measured online, so a codec that
+            slows learning more than it speeds steps loses; docs/compression.md) or
+            ``"throughput"`` (samples/s alone).
         samples_per_step: the per-worker batch size; the score is then samples/s (else it/s).
         techniques: the Tuner's searchers, from ``grid``, ``pbt``, ``bayes``,
             ``hyperband``, ``random``, ``tpe``, ``optuna-gp`` and ``prior``.
@@ -119,7 +124,8 @@ def session(
     from autotune.sessions.options import SessionOptions
 
     options = SessionOptions(
-        budget=budget, db=db, allow_lossy=allow_lossy, samples_per_step=samples_per_step,
+        budget=budget, db=db, allow_lossy=allow_lossy, lossy_score=lossy_score,
+        samples_per_step=samples_per_step,
         techniques=techniques, seed=seed, verbose=verbose, retune_on_drift=retune_on_drift,
         drift_window=drift_window, timeout=timeout, trial_iterations=trial_iterations,
         warmup=warmup, cut_short=cut_short, job=job, store=store,

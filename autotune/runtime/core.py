@@ -327,6 +327,13 @@ class Runtime:
                        group=self._plane.workers_group)
         return t.tolist() if many else float(t.item())
 
+    def worker_sum(self, t: torch.Tensor) -> None:
+        """All-reduce SUM of the float tensor ``t``, in place, over the workers."""
+        self._need_worker("worker_sum")
+        self._check_alive()
+        self._blame.op("worker_sum", dist.all_reduce, t, op=dist.ReduceOp.SUM,
+                       group=self._plane.workers_group)
+
     # ================================================================== servers
     def serve_iteration(self) -> None:
         """Servers: sum this iteration's owned chunks under the active configuration."""

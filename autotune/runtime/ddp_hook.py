@@ -93,6 +93,7 @@ from .compat import all_gather
 from .compression import SEED
 from .config import MAX_STREAMS, ConfigError, Limits, RuntimeConfig, Transport
 from .errors import RuntimeFault, UsageError
+from .gradstats import GradientSample
 from .plan import DTYPE_BYTES, Span, cut, stream_of
 from .staging import HostStaging, Staged
 
@@ -147,6 +148,9 @@ class BucketTransport:
         self._staging: Dict[str, HostStaging] = {}
         self._ops = ChunkOps(self.rank, self.timeout)
         self.averaged = 0  # buckets handed to the hook so far (none under DDP's no_sync)
+        # set by a session that measures statistical efficiency: each bucket is sampled
+        # before and after averaging (autotune.runtime.gradstats)
+        self.sample: Optional[GradientSample] = None
         self._lossy = LossyBuckets(self.world, self._ops)
 
     # ------------------------------------------------------------------ making
@@ -271,7 +275,22 @@ class BucketTransport:
             return state.average(bucket)
 
     def average(self, bucket: Any) -> torch.futures.Future:
-        """Start averaging ``bucket`` under the current configuration; its future."""
+        """Start averaging ``bucket`` under the current configuration; its future (with
+        :attr:`sample` set, the bucket is sampled before and after)."""
+        sample = self.sample
+        if sample is None:
+            return self._average(bucket)
+        idx = bucket.index()
+        sample.local(idx, bucket.buffer())
+
+        def seen(fut: torch.futures.Future) -> torch.Tensor:
+            out = fut.value()
+            sample.averaged(idx, out)
+            return out
+
+        return self._average(bucket).then(seen)
+
+    def _average(self, bucket: Any) -> torch.futures.Future:
         cfg, codec, min_bytes = self._config, self._codec, self._min_bytes
         idx = bucket.index()
         if cfg is None:

@@ -23,6 +23,7 @@ from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, UsageError
 from autotune.sessions.display import SessionDisplay, report
 from autotune.sessions.facts import JobTuners
+from autotune.sessions.goodput import GoodputProbe
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
@@ -70,6 +71,8 @@ class TuningSession(abc.ABC):
         self._state = "new"  # new -> open (inside ``with``) -> closed
         self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
         self._t_last = 0.0
+        # allow_lossy scored by goodput, with several workers: made by the kind's _open
+        self._goodput: GoodputProbe | None = None
 
     # ------------------------------------------------------------ the protocol
     @property
@@ -130,10 +133,14 @@ class TuningSession(abc.ABC):
             failed, waited = averaged
             elapsed = time.perf_counter() - self._t_last
             slowest, comm_s = self._slowest(float("inf") if failed else elapsed, waited)
+            efficiency = self._efficiency()
             self.iteration += 1
-            nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s)
+            nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
+                                      efficiency=efficiency)
                    if self.is_leader else None)
             self._apply(nxt)
+            if self._goodput is not None:
+                self._goodput.sample.begin(self.iteration)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -143,6 +150,22 @@ class TuningSession(abc.ABC):
         self._require_open("no_sync()")
         with self._accumulate():
             yield
+
+    def _efficiency(self) -> float | None:
+        """Collective over the workers when scored by goodput: the iteration's statistical
+        efficiency (:mod:`autotune.sessions.goodput`); None otherwise."""
+        if self._goodput is None:
+            return None
+        lossy = (self.config or {}).get("compression", "none") != "none"
+        return self._goodput.measure(lossy)
+
+    def _goodput_probe(self, params: Sequence[torch.nn.Parameter],
+                       reduce_sum: Any) -> None:
+        """Called by the kind's :meth:`_open`: measure efficiency if it is scored."""
+        if self.options.goodput and len(self.info.workers) > 1:
+            self._goodput = GoodputProbe(params, len(self.info.workers), reduce_sum,
+                                         self.info.rank)
+            self._goodput.sample.begin(0)
 
     # ------------------------------------------------------- what each kind does
     @abc.abstractmethod
@@ -237,7 +260,8 @@ class TuningSession(abc.ABC):
             self.space, self.trials, tuners, budget=budget, warmup=o.warmup,
             cut_short=o.cut_short, samples_per_step=o.samples_per_step, drift=self._drift,
             seed=o.seed, probe=self.info.n_machines > 1, capped=tuners.capped,
-            listener=self.display, gradient_bytes=sum(tuners.sizes))
+            listener=self.display, gradient_bytes=sum(tuners.sizes),
+            goodput=self._goodput is not None)
         warm = self._run.warm_start(self.space)
         # torchrun --max-restarts brought the job back: no tuning again
         restarted = self._run.restarted_best(self.space)

@@ -105,6 +105,7 @@ class Session(TuningSession):
         self.parity.start()
         self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
                                fixed=self.options.fixed)
+        self._goodput_probe(self.parity.params, self.rt.worker_sum)
         if not self.is_leader:
             self._apply(None)
             return
@@ -126,6 +127,8 @@ class Session(TuningSession):
             raise UsageError("tuner.step() with no backward since the last step: call it "
                              "once per iteration, after loss.backward()")
         self._micro = False
+        if self._goodput is not None:  # .grad is still local (overlaps the communication)
+            self._goodput.sample.local_params(self.parity.params)
         failed: str | None = None
         waited = time.perf_counter()
         try:
@@ -142,6 +145,8 @@ class Session(TuningSession):
             self.rt.retry()
         waited = time.perf_counter() - waited
         self.parity.check()
+        if self._goodput is not None:
+            self._goodput.sample.averaged_params(self.parity.params)
         return failed, waited
 
     def _slowest(self, elapsed: float, waited: float | None) -> tuple[float, float | None]:

@@ -75,6 +75,8 @@ class DDPSession(TuningSession):
         self.space = SearchSpace.of(self.transport.limits, allow_lossy=self.options.allow_lossy,
                                     fixed=self.options.fixed)
         params = [p for p in self.model.module.parameters() if p.requires_grad]
+        self._goodput_probe(params, self._sum)
+        self.transport.sample = self._goodput.sample if self._goodput is not None else None
         try:
             first = (self._lead(params, dist.get_backend(group)) if self.is_leader
                      else None)
@@ -101,6 +103,10 @@ class DDPSession(TuningSession):
         self._collective("the slowest time's all-reduce", dist.all_reduce, slowest,
                          op=dist.ReduceOp.MAX)
         return float(slowest.item()), None
+
+    def _sum(self, t: torch.Tensor) -> None:
+        self._collective("the goodput measurement's all-reduce", dist.all_reduce, t,
+                         op=dist.ReduceOp.SUM)
 
     def _accumulate(self) -> contextlib.AbstractContextManager[None]:
         return self.model.no_sync()  # DDP's own (``ddp_model.no_sync()`` is the same)

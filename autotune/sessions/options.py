@@ -17,7 +17,12 @@ from autotune.errors import ArgumentError
 from autotune.tuning.search import TECHNIQUES
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, PRIOR
 
-__all__ = ["SessionOptions"]
+__all__ = ["LOSSY_SCORES", "SessionOptions"]
+
+LOSSY_SCORES = ("goodput", "throughput")
+"""How trials are scored with ``allow_lossy``: ``goodput`` (throughput x statistical
+efficiency, docs/compression.md) or ``throughput`` alone (samples/s, blind to what a
+codec costs in steps to the same loss)."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class SessionOptions:
     budget: int = 100
     db: str | os.PathLike | None = None
     allow_lossy: bool = False
+    lossy_score: str = "goodput"
     samples_per_step: int | None = None
     techniques: Sequence[str] = DEFAULT_TECHNIQUES
     seed: int = 0
@@ -73,6 +79,9 @@ class SessionOptions:
         _check(isinstance(self.techniques, (list, tuple)) and len(self.techniques) > 0,
                f"techniques is a non-empty list of names, e.g. ['grid', 'bayes'], "
                f"got {self.techniques!r}")
+        _check(self.lossy_score in LOSSY_SCORES,
+               f"lossy_score is one of {', '.join(map(repr, LOSSY_SCORES))}, "
+               f"got {self.lossy_score!r}")
         for name in ("allow_lossy", "verbose", "store", "broadcast_buffers", "prior"):
             value = getattr(self, name)
             _check(isinstance(value, bool), f"{name} is True or False, got {value!r}")
@@ -85,6 +94,11 @@ class SessionOptions:
                             f"choose from {', '.join(TECHNIQUES)}")
         object.__setattr__(self, "techniques", tuple(self.techniques))
         object.__setattr__(self, "fixed", dict(self.fixed))
+
+    @property
+    def goodput(self) -> bool:
+        """Whether lossy codecs are in the space and scored by goodput."""
+        return self.allow_lossy and self.lossy_score == "goodput"
 
 
 def _is_int(v: Any) -> bool:

@@ -84,12 +84,15 @@ class Store:
         error: str | None = None,
         wall_time: float | None = None,
         index: int | None = None,
+        throughput: float | None = None,
+        efficiency: float | None = None,
     ) -> int:
         """Record one measured configuration; returns the trial's id. See
         :meth:`RunWriter.add_trial <autotune.store.writer.RunWriter.add_trial>`."""
         return self._writer.add_trial(
             run_id, number=number, technique=technique, config=config, iterations=iterations,
-            score=score, error=error, wall_time=wall_time, index=index)
+            score=score, error=error, wall_time=wall_time, index=index,
+            throughput=throughput, efficiency=efficiency)
 
     def finish_run(
         self,

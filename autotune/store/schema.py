@@ -18,7 +18,8 @@ tables:
   tried, like Optuna's ``trial.number``), technique, configuration (JSON), iterations,
   score (``NULL`` when it failed, with ``error``), wall time (its duration, s) and
   ``created`` (when it was recorded, i.e. when it finished; it started ``wall_time``
-  earlier).
+  earlier); for a lossy trial scored by goodput, its ``throughput`` and statistical
+  ``efficiency`` (``score`` = throughput x efficiency; docs/compression.md).
 * ``graphs``: fingerprint -> model or topology graph as node-link JSON, with node and
   edge counts.
 
@@ -34,7 +35,7 @@ from typing import Callable
 import sqlite_utils
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def _v0_to_v1(db: sqlite_utils.Database) -> None:
@@ -155,6 +156,17 @@ def _v6_to_v7(db: sqlite_utils.Database) -> None:
     db["runs"].add_column("kept_from", str)
 
 
+def _v7_to_v8(db: sqlite_utils.Database) -> None:
+    """Goodput (issue 39): ``trials.throughput``, the trial's speed alone, and
+    ``trials.efficiency``, its statistical efficiency relative to lossless (a lossy trial
+    of a job scored by goodput; ``score`` is then throughput x efficiency). ``NULL`` where
+    ``score`` is the throughput itself: lossless trials, jobs scored by throughput, and
+    older runs."""
+    trials = db["trials"]
+    trials.add_column("throughput", float)
+    trials.add_column("efficiency", float)
+
+
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
@@ -163,6 +175,7 @@ MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     4: _v4_to_v5,
     5: _v5_to_v6,
     6: _v6_to_v7,
+    7: _v7_to_v8,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

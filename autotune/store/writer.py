@@ -120,9 +120,12 @@ class RunWriter:
         error: str | None = None,
         wall_time: float | None = None,
         index: int | None = None,
+        throughput: float | None = None,
+        efficiency: float | None = None,
     ) -> int:
         """Record one measured configuration (``score`` None and ``error`` set when it
-        failed); returns the trial's id. ``number`` is the trial's place in the run
+        failed); returns the trial's id. ``throughput`` and ``efficiency``: a lossy trial
+        scored by goodput (``score`` is their product). ``number`` is the trial's place in the run
         (0, 1, ...); ``index`` is its old name, still accepted (deprecated)."""
         if number is None and index is None:
             raise StoreError("add_trial needs the trial's number")
@@ -137,6 +140,7 @@ class RunWriter:
             "config": dumps(dict(config)), "iterations": int(iterations),
             "score": None if score is None else float(score), "error": error,
             "wall_time": None if wall_time is None else float(wall_time), "created": now(),
+            "throughput": _finite(throughput), "efficiency": _finite(efficiency),
         }
 
         def write(db: sqlite_utils.Database) -> int:
@@ -257,3 +261,7 @@ class RunWriter:
     def _require_run(self, db: sqlite_utils.Database, run_id: int) -> None:
         if db.execute("select 1 from runs where id = ?", [run_id]).fetchone() is None:
             raise StoreError(f"no run {run_id} in {self.connection.path}")
+
+
+def _finite(x: float | None) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None

@@ -37,7 +37,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["NoiseScale", "efficiency"]
+__all__ = ["COLLAPSED", "DROPPED", "LOSSY_WARMUP", "Efficiency", "NoiseScale", "efficiency"]
+
+LOSSY_WARMUP = 20
+"""Lossless iterations before the first lossy trial: the noise scale's estimate must be
+:attr:`NoiseScale.stable` before a codec can be judged (the schedule's warm-up is made at
+least this long when lossy codecs are scored by goodput)."""
+
+COLLAPSED = 0.5
+"""A lossy trial whose efficiency falls below this is failed: its codec at least doubles
+the steps to the same loss, whatever its speed."""
+
+DROPPED = 0.8
+"""After tuning, a kept codec whose efficiency falls below this share of what its trials
+measured (or below :data:`COLLAPSED`) starts a re-tune from lossless."""
 
 
 @dataclass
@@ -116,6 +129,28 @@ class NoiseScale:
         if not self.stable:
             return None
         return efficiency(self.value, batch, codec_error_sq, self.gradient_sq)
+
+
+class Efficiency:
+    """Each iteration's statistical efficiency in a job of ``workers`` workers: feeds the
+    noise scale (in units of one worker's batch, so ``B = workers``) and judges a lossy
+    configuration by the error its codec left on the averaged gradient."""
+
+    def __init__(self, workers: int, beta: float = 0.95,
+                 stable_after: int = LOSSY_WARMUP) -> None:
+        self.workers = int(workers)
+        self.noise = NoiseScale(beta, stable_after)
+
+    def update(self, local_sq: float, global_sq: float,
+               codec_error_sq: float | None) -> float | None:
+        """One iteration: the workers' mean local squared norm, the squared norm of the
+        exact average, and the squared norm of the codec's error on it (None: a lossless
+        configuration). Its efficiency: 1 when lossless, None while the noise scale is
+        not :attr:`NoiseScale.stable`."""
+        self.noise.update(local_sq, global_sq, 1, self.workers)
+        if codec_error_sq is None:
+            return 1.0
+        return self.noise.efficiency(self.workers, max(0.0, codec_error_sq))
 
 
 def efficiency(noise_scale: float, batch: int, codec_error_sq: float,

@@ -51,6 +51,22 @@ Two more events come from outside: a configuration the runtime refused to apply
 (:meth:`servers_lost`: the space shrinks, and at the next iteration the tuning starts
 over on what is left, or keeps the kept configuration if it can still run).
 
+**Goodput** (``goodput=True``: lossy codecs allowed and scored by goodput, issue 39).
+The caller passes each iteration's statistical efficiency (:mod:`autotune.tuning.efficiency`;
+1 for a lossless configuration). A lossy trial's score is then its throughput times its
+mean efficiency, and its iterations are scored likewise; three guards:
+
+* the warm-up lasts at least :data:`~autotune.tuning.efficiency.LOSSY_WARMUP` iterations
+  (lossless), so that the noise scale is stable before any codec is judged; a lossy trial
+  whose efficiency is still unknown fails, saying so;
+* a lossy trial whose mean efficiency falls below
+  :data:`~autotune.tuning.efficiency.COLLAPSED` fails at once, with the efficiency in
+  its error (and so in the store);
+* after tuning, a kept codec whose efficiency (mean of a window of iterations) falls below
+  :data:`~autotune.tuning.efficiency.DROPPED` of what its trials measured, or below
+  ``COLLAPSED``, starts a re-tune whose first trial is the best lossless configuration
+  (a critical regime, or a learning-rate change: Accordion, MLSys 2021).
+
 What a person sees goes through a :class:`Listener` (a progress bar, or nothing).
 """
 
@@ -63,6 +79,7 @@ from typing import Callable, Sequence
 
 from autotune.errors import ArgumentError
 from autotune.speedup import MIN_ITERATIONS, Side
+from autotune.tuning.efficiency import COLLAPSED, DROPPED, LOSSY_WARMUP
 from autotune.tuning.space import Config, ConfigError, SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.tuner import CONFIRM, SEED, Trial, TrialRecord, Tuner
@@ -84,6 +101,10 @@ PROBE_STREAMS = 4
 WARMUP, TRIAL, LOCKED = "warmup", "trial", "locked"
 # how many iterations after tuning count as scored iterations of the kept configuration
 SETTLED_SAMPLES = 20
+
+#: Iterations of a kept codec's efficiency averaged before it is judged (without a drift
+#: watch; with one, its ``window``).
+EFFICIENCY_WINDOW = 20
 
 #: The length of the default's first trial (the Tuner's ``reference_iterations``): one
 #: switch iteration and :data:`~autotune.speedup.MIN_ITERATIONS` scored ones, the fewest a
@@ -192,6 +213,7 @@ class TrialSchedule:
         capped: Callable[[], bool] | None = None,
         listener: Listener | None = None,
         gradient_bytes: int | None = None,
+        goodput: bool = False,
     ) -> None:
         if budget < 0:
             raise ArgumentError(f"budget must be >= 0, got {budget}")
@@ -213,7 +235,9 @@ class TrialSchedule:
         self.phase = WARMUP
         self.iteration = 0          # iterations measured (next() calls)
         self.tuning_iterations = 0  # iterations spent inside trials
-        self.warmup_left = warmup
+        self.goodput = goodput
+        # scored by goodput: the noise scale needs lossless iterations before any codec
+        self.warmup_left = max(warmup, LOSSY_WARMUP) if goodput and budget > 0 else warmup
         self.warmup_times: list[float] = []  # the default's warm-up times (the prior's rate)
         self.probe_times: list[float] = []   # the several-stream probe's
         self.probe = (flow_probe(space, gradient_bytes)
@@ -235,6 +259,9 @@ class TrialSchedule:
         self._ran: Config | None = None  # the configuration of the previous iteration
         self._settled_left = 0  # settled iterations still to score (_settled)
         self._keeping: Config | None = None  # the configuration they are scored for
+        self._efficiencies: list[float] = []  # the trial's (scored by goodput, lossy)
+        self.trial_efficiency: dict[tuple, float] = {}  # the mean of each lossy trial's
+        self._kept_efficiency: list[float] = []  # a window of the kept codec's
 
     # ---------------------------------------------------------------- start
     def start(self, warm: Sequence[Config], keep: Config | None = None) -> Config:
@@ -254,12 +281,15 @@ class TrialSchedule:
 
     # ------------------------------------------------------------ each iteration
     def next(self, config: Config, seconds: float, failed: str | None = None,
-             comm_s: float | None = None) -> Config:
+             comm_s: float | None = None, efficiency: float | None = None) -> Config:
         """``config`` ran one iteration in ``seconds`` (the slowest worker's; ``inf``, or
         ``failed`` with the reason, when it failed): the configuration to run next.
         ``comm_s``: its communication time, what the drift watch judges (the least any
-        worker waited for the averaged gradients: a straggler's compute is not in it)."""
+        worker waited for the averaged gradients: a straggler's compute is not in it).
+        ``efficiency``: its statistical efficiency, when scored by goodput (module
+        docstring; None: unknown)."""
         self.iteration += 1
+        gain = self._gain(config, efficiency)
         switched, self._ran = config != self._ran, dict(config)
         if seconds != float("inf") and failed is None:
             self.last_good = dict(config)
@@ -269,11 +299,12 @@ class TrialSchedule:
             if self.warmup_left > 0:  # kept untuned from the start: a warm-up, unscored
                 self.warmup_left -= 1
             elif not switched and failed is None and seconds != float("inf"):
-                self._settled(config, seconds)
-            return self._watch_drift(seconds, config, comm_s)
+                self._settled(config, seconds, gain)
+            dropped = self._watch_efficiency(config, efficiency)
+            return dropped or self._watch_drift(seconds, config, comm_s)
         if self.phase == WARMUP:
             return self._warmed(config, seconds)
-        return self._measured(seconds, failed, switched)
+        return self._measured(seconds, failed, switched, gain)
 
     def rejected(self, config: Config, error: str, retrying: bool = False) -> Config:
         """The runtime could not apply ``config`` (identically on every rank): outside a
@@ -323,6 +354,17 @@ class TrialSchedule:
     def throughput(self, seconds: float) -> float:
         return (self.samples_per_step or 1) / max(seconds, 1e-9)
 
+    def lossy(self, config: Config) -> bool:
+        """Whether ``config`` is judged by its efficiency: a codec, scored by goodput."""
+        return self.goodput and config.get("compression", "none") != "none"
+
+    def _gain(self, config: Config, efficiency: float | None) -> float | None:
+        """What a score of ``config``'s iteration is multiplied by: 1 unless it is
+        :meth:`lossy`; then its efficiency (None while unknown)."""
+        if not self.lossy(config):
+            return 1.0
+        return efficiency
+
     @property
     def unit(self) -> str:
         """What :meth:`throughput` counts (the session's unit): ``samples/s`` with
@@ -358,33 +400,61 @@ class TrialSchedule:
             seeds.append(seed)
         self.tuner.try_first(seeds, technique=SEED)
 
-    def _measured(self, seconds: float, failed: str | None, switched: bool = True) -> Config:
+    def _measured(self, seconds: float, failed: str | None, switched: bool = True,
+                  gain: float | None = 1.0) -> Config:
         """An iteration of the trial under way ran (``switched``: under another
-        configuration than the iteration before)."""
+        configuration than the iteration before; ``gain``: :meth:`_gain`)."""
         trial = self.trial
         assert trial is not None
         self.tuning_iterations += 1
         self._trial_left -= 1
         # the first iteration of a trial pays for the switch, if there was one
         first = self._trial_left == trial.iterations - 1 and switched
+        if failed is None and seconds != float("inf"):
+            failed = self._judged(gain, first)
         if failed is not None or seconds == float("inf"):
             self._finish(None, failed or "a worker failed under this configuration")
             return self._next_trial()
+        gain = self._trial_gain()
         if first:
             self._switch_s = seconds
         else:
             self._trial_times.append(seconds)
-            self.driver.sample(trial.config, self.throughput(seconds))
+            self.driver.sample(trial.config, self.throughput(seconds) * gain)
         self.listener.advanced(1)
-        if (self._trial_left > 0 and not self._clearly_slow(seconds, first)
+        if (self._trial_left > 0 and not self._clearly_slow(seconds, first, gain)
                 and not self.tuner.enough(trial, len(self._trial_times))):
             return trial.config
-        score = self.throughput(trial_seconds(self._trial_times, seconds,
+        speed = self.throughput(trial_seconds(self._trial_times, seconds,
                                               cut=self._trial_left > 0))
-        self._finish(score, None)
+        self._finish(speed * gain, None, speed if self.lossy(trial.config) else None)
         return self._next_trial()
 
-    def _clearly_slow(self, seconds: float, first: bool) -> bool:
+    def _judged(self, gain: float | None, first: bool) -> str | None:
+        """Scored by goodput, a lossy trial's iteration: why the trial fails (its
+        efficiency unknown, or collapsed), or None. The ``first`` iteration after a switch
+        is not judged: it also delivers what the previous codec's error feedback held
+        back, which is not this codec's error."""
+        if not self.lossy(self.trial.config) or first:
+            return None
+        if gain is None:
+            return ("its statistical efficiency is unknown: the gradient noise scale is not "
+                    "stable yet, so a lossy codec cannot be judged")
+        self._efficiencies.append(gain)
+        mean = self._trial_gain()
+        if mean < COLLAPSED:
+            return (f"statistical efficiency {mean:.2f} < {COLLAPSED}: the codec's error on "
+                    f"the averaged gradient would cost more steps to the same loss than its "
+                    f"speed saves (goodput, docs/compression.md)")
+        return None
+
+    def _trial_gain(self) -> float:
+        """The trial's mean efficiency so far (1 unless lossy)."""
+        if not self.lossy(self.trial.config) or not self._efficiencies:
+            return 1.0
+        return statistics.fmean(self._efficiencies)
+
+    def _clearly_slow(self, seconds: float, first: bool, gain: float = 1.0) -> bool:
         """Its unscored switch iteration, even allowing :data:`SWITCH_MARGIN`, or its first
         scored iteration reached less than ``cut_short`` of the best score so far. A
         confirm trial is never cut short: it is there to be measured."""
@@ -392,9 +462,9 @@ class TrialSchedule:
         if self.cut_short is None or best is None or self.trial.technique == CONFIRM:
             return False
         if first:
-            return self.throughput(seconds) * SWITCH_MARGIN < self.cut_short * best[1]
+            return self.throughput(seconds) * gain * SWITCH_MARGIN < self.cut_short * best[1]
         return (len(self._trial_times) == 1
-                and self.throughput(seconds) < self.cut_short * best[1])
+                and self.throughput(seconds) * gain < self.cut_short * best[1])
 
     def _tune(self, budget: int, seed: int, warm: list[Config]) -> None:
         self.tuner = self._new_tuner(budget, seed, warm)
@@ -410,12 +480,16 @@ class TrialSchedule:
         self.trial_index += 1
         self._trial_left = trial.iterations
         self._trial_times = []
+        self._efficiencies = []
         self._switch_s = None
         self._trial_start = time.perf_counter()
         self.listener.trial_started(self.trial_index, trial)
         return trial.config
 
-    def _finish(self, score: float | None, error: str | None) -> None:
+    def _finish(self, score: float | None, error: str | None,
+                throughput: float | None = None) -> None:
+        """The trial under way ends: ``score`` (None: failed, ``error`` says why); a lossy
+        trial scored by goodput also has its ``throughput`` and efficiency recorded."""
         trial = self.trial
         assert trial is not None and self.tuner is not None
         # A failed trial still used its iterations so far (the Tuner counts them all);
@@ -423,10 +497,15 @@ class TrialSchedule:
         used = trial.iterations - self._trial_left
         if score is None:
             self.listener.advanced(self._trial_left)
+        efficiency = (self._trial_gain() if self.lossy(trial.config) and self._efficiencies
+                      else None)
+        if efficiency is not None and score is not None:
+            self.trial_efficiency[self.space.key(trial.config)] = efficiency
         rec = self.driver.finish(trial, score, iterations=used,
                                  measured=len(self._trial_times), error=error,
                                  wall_time=time.perf_counter() - self._trial_start,
-                                 index=self.trial_index)
+                                 index=self.trial_index, throughput=throughput,
+                                 efficiency=efficiency)
         rec.switch_s = self._switch_s
         if error is not None:
             self.listener.say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, "
@@ -440,6 +519,7 @@ class TrialSchedule:
         """The budget is spent: keep the best configuration from now on."""
         self.phase = LOCKED
         self._window, self.baseline = [], None
+        self._kept_efficiency = []
         kept = self.best[0] if self.best else self.fallback()
         self._settled_left, self._keeping = SETTLED_SAMPLES, dict(kept)
         if self.tuner is not None and self.tuner.separated and self.tuner.remaining > 0:
@@ -449,7 +529,7 @@ class TrialSchedule:
         self.listener.locked(self.kept)
         return kept
 
-    def _settled(self, config: Config, seconds: float) -> None:
+    def _settled(self, config: Config, seconds: float, gain: float | None = 1.0) -> None:
         """The first :data:`SETTLED_SAMPLES` settled iterations of the kept configuration
         (not the first after a switch) are scored iterations of it too: its mean, the one
         "best" number, then rests on training and not only on the trials that picked it,
@@ -459,8 +539,10 @@ class TrialSchedule:
         compute step (no re-tune) that the default never met."""
         if (self._keeping is not None and self._settled_left > 0
                 and self.space.key(config) == self.space.key(self._keeping)):
+            if gain is None:  # a kept codec's efficiency unknown: not scored
+                return
             self._settled_left -= 1
-            self.driver.sample(config, self.throughput(seconds))
+            self.driver.sample(config, self.throughput(seconds) * gain)
             if self._settled_left == 0:
                 self.listener.kept_measured(dict(self._keeping))
 
@@ -494,16 +576,48 @@ class TrialSchedule:
                           f"{fmt_seconds(now_comm)} ({fmt_score(self.throughput(base_s), self.unit)}"
                           f" to {fmt_score(self.throughput(now_s), self.unit)}): "
                           f"re-tuning for {self.drift.budget} iterations")
+        # The old best is stale: measure it again first, alongside its neighbours.
+        return self._retune(self.drift.budget, self.best[0])
+
+    def _retune(self, budget: int, first: Config) -> Config:
+        """A re-tune of ``budget`` iterations whose first trial is ``first``. What was
+        measured describes the job before the change: the means start afresh."""
         self.retunes.append(self.iteration)
         self._end_settling()
-        # The old best is stale: measure it again first, alongside its neighbours. What
-        # was measured describes the job before the change: the means start afresh.
         self.driver.forget()
-        old = self.best[0]
         self.best = None
         self.phase = TRIAL
-        self._tune(self.drift.budget, self.seed + self.iteration, [old])
+        self._tune(budget, self.seed + self.iteration, [first])
         return self._next_trial()
+
+    def _watch_efficiency(self, config: Config, efficiency: float | None) -> Config | None:
+        """Scored by goodput, after tuning: a kept codec whose efficiency dropped (module
+        docstring) starts a re-tune from the best lossless configuration; else None."""
+        if not self.lossy(config) or efficiency is None or self.best is None:
+            return None
+        self._kept_efficiency.append(efficiency)
+        window = self.drift.window if self.drift is not None else EFFICIENCY_WINDOW
+        if len(self._kept_efficiency) < window:
+            return None
+        now = statistics.fmean(self._kept_efficiency)
+        self._kept_efficiency = []
+        measured = self.trial_efficiency.get(self.space.key(config), 1.0)
+        if now >= max(COLLAPSED, DROPPED * measured):
+            return None
+        lossless = self._best_lossless()
+        self.listener.say(f"[yellow]statistical efficiency of the kept codec dropped[/] from "
+                          f"{measured:.2f} to {now:.2f}: back to lossless "
+                          f"({lossless.get('compression', 'none')}) and re-tuning")
+        budget = self.drift.budget if self.drift is not None else max(10, self.budget // 5)
+        return self._retune(budget, lossless)
+
+    def _best_lossless(self) -> Config:
+        """The best-scored lossless configuration of the trials so far, else the default."""
+        scored = [r for r in self.driver.history
+                  if r.score is not None and r.config.get("compression", "none") == "none"]
+        if not scored:
+            return self.space.default()
+        return dict(max(scored, key=lambda r: r.score).config)
 
     def _start_over(self, failed: str | None, config: Config) -> Config:
         """After a server loss. Settled: keep the configuration if it can still run, else

@@ -59,19 +59,22 @@ class TrialDriver:
 
     def finish(self, trial: Trial, score: float | None, *, iterations: int | None = None,
                measured: int | None = None, error: str | None = None, wall_time: float = 0.0,
-               index: int | None = None) -> TrialRecord:
+               index: int | None = None, throughput: float | None = None,
+               efficiency: float | None = None) -> TrialRecord:
         """Tell the Tuner ``trial``'s score (``None``: failed, with ``error``) and record
         it. ``iterations``: how many of its iterations ran (cut short: the rest go back
         to the budget); default all. ``measured``: how many of them were scored (the
         score's weight; default all). ``index``: the trial's number in the run (default
-        the Tuner's; a session that re-tunes numbers on across Tuners)."""
+        the Tuner's; a session that re-tunes numbers on across Tuners). ``throughput``,
+        ``efficiency``: a lossy trial scored by goodput (``score`` is their product)."""
         used = trial.iterations if iterations is None else int(iterations)
         assert self.tuner is not None
         told = self.tuner.tell(trial, score, iterations=None if score is None else used,
                                measured=None if score is None else measured)
         rec = TrialRecord(trial.index if index is None else index, trial.technique,
                           dict(trial.config), used, score, error, wall_time,
-                          new_best=told.new_best)
+                          new_best=told.new_best, throughput=throughput,
+                          efficiency=efficiency)
         self.history.append(rec)
         if error is not None:
             self.failures.append(rec)
@@ -85,7 +88,8 @@ class TrialDriver:
         """Store one trial (also a fault that is not a trial of the Tuner's)."""
         self._store("add_trial", self.run_id, number=rec.index, technique=rec.technique,
                     config=rec.config, iterations=rec.iterations, score=rec.score,
-                    error=rec.error, wall_time=rec.wall_time)
+                    error=rec.error, wall_time=rec.wall_time, throughput=rec.throughput,
+                    efficiency=rec.efficiency)
 
     def keep(self, config: Config | None) -> None:
         """Name the kept configuration (default: the Tuner's best)."""

@@ -126,6 +126,8 @@ class TrialRecord:
     wall_time: float = 0.0
     switch_s: float | None = None  # the session: its first, unscored iteration's time
     new_best: bool = False         # the Tuner: it made its configuration the best so far
+    throughput: float | None = None  # scored by goodput: the speed alone (score = x eff.)
+    efficiency: float | None = None  # scored by goodput: its statistical efficiency
 
 
 @dataclass

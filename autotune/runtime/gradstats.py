@@ -1,0 +1,116 @@
+"""A worker's gradient before and after averaging, in a few numbers (issue 39).
+
+What the statistical efficiency of a configuration needs (:mod:`autotune.tuning.efficiency`)
+is cheap to see in a data-parallel step: this worker's squared gradient norm before
+averaging, the averaged gradient's after, and, to see what a codec changed, the values of
+both at a few random coordinates. The coordinates are drawn afresh each iteration from a
+generator seeded by (iteration, segment), so every rank draws the same ones and nothing
+random crosses the wire. Summed over the workers (one small all-reduce, by the session),
+the sampled local values give the exact lossless average at those coordinates; the
+difference from what the configuration delivered there is the codec's error, net of error
+feedback, and ``numel / k`` times its squared sum estimates the error's squared norm
+without bias.
+
+A *segment* is whatever the way in sees as one piece of gradient: a parameter's ``.grad``
+(the native runtime) or a DDP bucket (the comm hook). Keys must be the same on every rank
+within an iteration. About :data:`SAMPLES` coordinates are drawn per iteration in all,
+spread over the segments in proportion to their sizes (at least one each).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+SAMPLES = 512
+"""Coordinates sampled per iteration in all (float32s: 2 KiB per worker on the wire)."""
+
+
+@dataclass
+class Sample:
+    """One iteration's numbers on one worker."""
+
+    local_sq: float            # this worker's squared gradient norm before averaging
+    averaged_sq: float         # the averaged gradient's squared norm (NaN: unseen)
+    local: torch.Tensor        # float32: this worker's values at the sampled coordinates
+    averaged: torch.Tensor | None  # float32: the averaged values there (None: unseen)
+    weights: torch.Tensor      # float64: numel / k of each coordinate's segment
+
+
+class GradientSample:
+    """Collects one iteration's :class:`Sample` from segments of gradient (module
+    docstring). ``total_numel``: the gradient's size, which the samples are spread over."""
+
+    def __init__(self, total_numel: int, samples: int = SAMPLES) -> None:
+        if total_numel < 1:
+            raise ValueError(f"total_numel must be >= 1 elements, got {total_numel}")
+        self.total_numel = int(total_numel)
+        self.samples = int(samples)
+        self.iteration = 0
+        self._local: dict[int, tuple[torch.Tensor, float, torch.Tensor, int]] = {}
+        self._averaged: dict[int, tuple[float, torch.Tensor]] = {}
+
+    def begin(self, iteration: int) -> None:
+        """Start collecting ``iteration`` (forgets what was collected before)."""
+        self.iteration = int(iteration)
+        self._local.clear()
+        self._averaged.clear()
+
+    def _indices(self, key: int, numel: int, device: torch.device) -> torch.Tensor:
+        k = min(numel, max(1, round(self.samples * numel / self.total_numel)))
+        gen = torch.Generator().manual_seed((self.iteration * 1_000_003 + key) % (2**62))
+        return torch.randint(numel, (k,), generator=gen).to(device)
+
+    def local(self, key: int, flat: torch.Tensor) -> None:
+        """Segment ``key`` of this worker's gradient, before averaging (1-D)."""
+        with torch.no_grad():
+            idx = self._indices(key, flat.numel(), flat.device)
+            sq = float(torch.linalg.vector_norm(flat, dtype=torch.float32)) ** 2
+            values = flat.index_select(0, idx).to("cpu", torch.float32)
+        self._local[key] = (idx, sq, values, flat.numel())
+
+    def averaged(self, key: int, flat: torch.Tensor) -> None:
+        """Segment ``key`` after averaging (the same coordinates as :meth:`local`)."""
+        seen = self._local.get(key)
+        if seen is None or seen[3] != flat.numel():
+            return
+        with torch.no_grad():
+            sq = float(torch.linalg.vector_norm(flat, dtype=torch.float32)) ** 2
+            values = flat.index_select(0, seen[0]).to("cpu", torch.float32)
+        self._averaged[key] = (sq, values)
+
+    def local_params(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """:meth:`local` of each parameter's ``.grad``, keyed by its place (no gradient:
+        zeros, so that every rank sends the same number of values)."""
+        for key, p in enumerate(params):
+            g = p.grad
+            self.local(key, g.reshape(-1) if g is not None
+                       else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+
+    def averaged_params(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """:meth:`averaged` of each parameter's ``.grad`` (no gradient: zeros)."""
+        for key, p in enumerate(params):
+            g = p.grad
+            self.averaged(key, g.reshape(-1) if g is not None
+                          else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+
+    def take(self) -> Sample | None:
+        """This iteration's numbers (None if no segment was seen). ``averaged`` is None
+        when a segment seen before averaging was not seen after it (a failed bucket):
+        ``local`` still holds every segment's values, the same count on every rank."""
+        keys = sorted(self._local)
+        if not keys:
+            return None
+        local = [self._local[k] for k in keys]
+        weights = torch.cat([torch.full((len(v),), n / len(v), dtype=torch.float64)
+                             for _, _, v, n in local])
+        complete = all(k in self._averaged for k in keys)
+        after = [self._averaged[k] for k in keys] if complete else []
+        return Sample(local_sq=math.fsum(sq for _, sq, _, _ in local),
+                      averaged_sq=math.fsum(sq for sq, _ in after) if complete else math.nan,
+                      local=torch.cat([v for _, _, v, _ in local]),
+                      averaged=torch.cat([v for _, v in after]) if complete else None,
+                      weights=weights)

@@ -1,0 +1,71 @@
+"""A session's online measurement of statistical efficiency (``allow_lossy``, scored by
+goodput; docs/compression.md, "Is lossy safe for my model?").
+
+Each iteration every worker samples its gradient before and after averaging
+(:class:`~autotune.runtime.gradstats.GradientSample`: the native session from ``.grad``
+around the runtime's wait, a DDP session in its comm hook, bucket by bucket). One small
+all-reduce sums the workers' sampled values and squared norms; from the sum every worker
+has the exact lossless average at the sampled coordinates, hence the error the
+configuration's codec left there (net of error feedback), and the mean local squared norm
+the noise scale needs. :class:`~autotune.tuning.efficiency.Efficiency` turns those into
+the iteration's efficiency, which the leader's schedule multiplies into the trial's score.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from autotune.runtime.errors import RuntimeFault
+from autotune.runtime.gradstats import GradientSample
+from autotune.tuning.efficiency import Efficiency
+
+__all__ = ["GoodputProbe"]
+
+
+class GoodputProbe:
+    """One worker's part of the measurement (module docstring). ``reduce_sum`` all-reduces
+    a float64 tensor in place (SUM) over the workers, with a bounded wait."""
+
+    def __init__(self, params: Sequence[torch.nn.Parameter], workers: int,
+                 reduce_sum: Callable[[torch.Tensor], None], rank: int) -> None:
+        self.params = list(params)
+        self.workers = int(workers)
+        self.rank = rank
+        self.sample = GradientSample(sum(p.numel() for p in self.params))
+        self.meter = Efficiency(self.workers)
+        self._sum = reduce_sum
+        self.last: float | None = None  # the last iteration's efficiency
+
+    @property
+    def noise_scale(self) -> float | None:
+        """The smoothed gradient noise scale, in workers' batches."""
+        return self.meter.noise.value
+
+    @property
+    def stable(self) -> bool:
+        return self.meter.noise.stable
+
+    def measure(self, lossy: bool) -> float | None:
+        """Collective over the workers, once per iteration, after the average is in
+        ``.grad``: this iteration's efficiency (1.0 when not ``lossy``; None while the noise
+        scale is not stable, or when the average was not seen everywhere)."""
+        s = self.sample.take()
+        if s is None:
+            raise RuntimeFault(f"rank {self.rank}: no gradient was sampled this iteration, "
+                               "so the goodput measurement cannot take part in its all-reduce")
+        vec = torch.cat([s.local.to(torch.float64), torch.tensor([s.local_sq], dtype=torch.float64)])
+        self._sum(vec)
+        exact = vec[:-1] / self.workers
+        local_sq = float(vec[-1]) / self.workers
+        if s.averaged is None:
+            self.last = None
+            return None
+        if lossy:
+            error_sq = float((s.weights * (s.averaged.to(torch.float64) - exact) ** 2).sum())
+            exact_sq = float((s.weights * exact ** 2).sum())
+            self.last = self.meter.update(local_sq, exact_sq, error_sq)
+        else:
+            self.last = self.meter.update(local_sq, s.averaged_sq, None)
+        return self.last
