@@ -7,8 +7,9 @@ around the runtime's wait, a DDP session in its comm hook, bucket by bucket). On
 all-reduce sums the workers' sampled values and squared norms; from the sum every worker
 has the exact lossless average at the sampled coordinates, hence the error the
 configuration's codec left there (net of error feedback), and the mean local squared norm
-the noise scale needs. :class:`~autotune.tuning.efficiency.Efficiency` turns those into
-the iteration's efficiency, which the leader's schedule multiplies into the trial's score.
+the noise scale needs (fed by lossless iterations only, where the average is exact).
+:class:`~autotune.tuning.efficiency.Efficiency` turns those into the iteration's
+efficiency, which the leader's schedule multiplies into the trial's score.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from autotune.runtime.gradstats import GradientSample
 from autotune.tuning.efficiency import Efficiency
 
 __all__ = ["GoodputProbe"]
+
+FLUSHED = 1e-6
+"""A lossless iteration whose average differs from the exact one by more than this
+(squared, relative) delivered a codec's held-back error: it does not feed the noise scale."""
 
 
 class GoodputProbe:
@@ -62,10 +67,11 @@ class GoodputProbe:
         if s.averaged is None:
             self.last = None
             return None
+        error_sq = float((s.weights * (s.averaged.to(torch.float64) - exact) ** 2).sum())
         if lossy:
-            error_sq = float((s.weights * (s.averaged.to(torch.float64) - exact) ** 2).sum())
-            exact_sq = float((s.weights * exact ** 2).sum())
-            self.last = self.meter.update(local_sq, exact_sq, error_sq)
-        else:
-            self.last = self.meter.update(local_sq, s.averaged_sq, None)
+            self.last = self.meter.lossy(error_sq)
+        elif error_sq <= FLUSHED * s.averaged_sq:
+            self.last = self.meter.lossless(local_sq, s.averaged_sq)
+        else:  # the first lossless iteration after a codec also sent what its error
+            self.last = 1.0  # feedback held back: not the exact average, not a sample
         return self.last

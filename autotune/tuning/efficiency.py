@@ -141,15 +141,18 @@ class Efficiency:
         self.workers = int(workers)
         self.noise = NoiseScale(beta, stable_after)
 
-    def update(self, local_sq: float, global_sq: float,
-               codec_error_sq: float | None) -> float | None:
-        """One iteration: the workers' mean local squared norm, the squared norm of the
-        exact average, and the squared norm of the codec's error on it (None: a lossless
-        configuration). Its efficiency: 1 when lossless, None while the noise scale is
-        not :attr:`NoiseScale.stable`."""
+    def lossless(self, local_sq: float, global_sq: float) -> float:
+        """A lossless iteration: the workers' mean local squared norm and the squared norm
+        of the (exact) average feed the noise scale. Its efficiency: 1."""
         self.noise.update(local_sq, global_sq, 1, self.workers)
-        if codec_error_sq is None:
-            return 1.0
+        return 1.0
+
+    def lossy(self, codec_error_sq: float) -> float | None:
+        """A lossy iteration: the squared norm of the error its codec left on the averaged
+        gradient. Its efficiency against the noise scale of the lossless iterations (the
+        exact average's norm is not known here: a sampled estimate of it, differenced
+        against the local norms, would swamp the estimate); None while that is not
+        :attr:`NoiseScale.stable`."""
         return self.noise.efficiency(self.workers, max(0.0, codec_error_sq))
 
 

@@ -102,6 +102,9 @@ WARMUP, TRIAL, LOCKED = "warmup", "trial", "locked"
 # how many iterations after tuning count as scored iterations of the kept configuration
 SETTLED_SAMPLES = 20
 
+UNKNOWN_EFFICIENCY = ("its statistical efficiency is unknown: the gradient noise scale is not "
+                      "stable yet, so a lossy codec cannot be judged")
+
 #: Iterations of a kept codec's efficiency averaged before it is judged (without a drift
 #: watch; with one, its ``window``).
 EFFICIENCY_WINDOW = 20
@@ -260,6 +263,7 @@ class TrialSchedule:
         self._settled_left = 0  # settled iterations still to score (_settled)
         self._keeping: Config | None = None  # the configuration they are scored for
         self._efficiencies: list[float] = []  # the trial's (scored by goodput, lossy)
+        self._first_gain: float | None = None  # its switch iteration's
         self.trial_efficiency: dict[tuple, float] = {}  # the mean of each lossy trial's
         self._kept_efficiency: list[float] = []  # a window of the kept codec's
 
@@ -410,7 +414,7 @@ class TrialSchedule:
         self._trial_left -= 1
         # the first iteration of a trial pays for the switch, if there was one
         first = self._trial_left == trial.iterations - 1 and switched
-        if failed is None and seconds != float("inf"):
+        if failed is None and seconds != float("inf") and self.lossy(trial.config):
             failed = self._judged(gain, first)
         if failed is not None or seconds == float("inf"):
             self._finish(None, failed or "a worker failed under this configuration")
@@ -420,39 +424,48 @@ class TrialSchedule:
             self._switch_s = seconds
         else:
             self._trial_times.append(seconds)
-            self.driver.sample(trial.config, self.throughput(seconds) * gain)
+            self.driver.sample(trial.config, self.throughput(seconds) * (gain or 1.0))
         self.listener.advanced(1)
-        if (self._trial_left > 0 and not self._clearly_slow(seconds, first, gain)
+        if (self._trial_left > 0 and not self._clearly_slow(seconds, first, gain or 1.0)
                 and not self.tuner.enough(trial, len(self._trial_times))):
             return trial.config
+        if gain is None or self._collapsed(gain):  # only its switch iteration was judged
+            self._finish(None, self._collapsed(gain) or UNKNOWN_EFFICIENCY)
+            return self._next_trial()
         speed = self.throughput(trial_seconds(self._trial_times, seconds,
                                               cut=self._trial_left > 0))
         self._finish(speed * gain, None, speed if self.lossy(trial.config) else None)
         return self._next_trial()
 
     def _judged(self, gain: float | None, first: bool) -> str | None:
-        """Scored by goodput, a lossy trial's iteration: why the trial fails (its
+        """Scored by goodput, an iteration of a lossy trial: why the trial fails (its
         efficiency unknown, or collapsed), or None. The ``first`` iteration after a switch
-        is not judged: it also delivers what the previous codec's error feedback held
-        back, which is not this codec's error."""
-        if not self.lossy(self.trial.config) or first:
+        also delivers what the previous codec's error feedback held back, which is not
+        this codec's error: it counts only if the trial ends before another is seen."""
+        if first:
+            self._first_gain = gain
             return None
         if gain is None:
-            return ("its statistical efficiency is unknown: the gradient noise scale is not "
-                    "stable yet, so a lossy codec cannot be judged")
+            return UNKNOWN_EFFICIENCY
         self._efficiencies.append(gain)
-        mean = self._trial_gain()
-        if mean < COLLAPSED:
-            return (f"statistical efficiency {mean:.2f} < {COLLAPSED}: the codec's error on "
-                    f"the averaged gradient would cost more steps to the same loss than its "
-                    f"speed saves (goodput, docs/compression.md)")
-        return None
+        return self._collapsed(self._trial_gain())
 
-    def _trial_gain(self) -> float:
-        """The trial's mean efficiency so far (1 unless lossy)."""
-        if not self.lossy(self.trial.config) or not self._efficiencies:
+    @staticmethod
+    def _collapsed(mean: float | None) -> str | None:
+        if mean is None or mean >= COLLAPSED:
+            return None
+        return (f"statistical efficiency {mean:.2f} < {COLLAPSED}: the codec's error on the "
+                f"averaged gradient would cost more steps to the same loss than its speed "
+                f"saves (goodput, docs/compression.md)")
+
+    def _trial_gain(self) -> float | None:
+        """The trial's mean efficiency so far: 1 unless lossy; the switch iteration's when
+        no other was seen; None when unknown."""
+        if not self.lossy(self.trial.config):
             return 1.0
-        return statistics.fmean(self._efficiencies)
+        if self._efficiencies:
+            return statistics.fmean(self._efficiencies)
+        return self._first_gain
 
     def _clearly_slow(self, seconds: float, first: bool, gain: float = 1.0) -> bool:
         """Its unscored switch iteration, even allowing :data:`SWITCH_MARGIN`, or its first
@@ -481,6 +494,7 @@ class TrialSchedule:
         self._trial_left = trial.iterations
         self._trial_times = []
         self._efficiencies = []
+        self._first_gain = None
         self._switch_s = None
         self._trial_start = time.perf_counter()
         self.listener.trial_started(self.trial_index, trial)
@@ -497,8 +511,7 @@ class TrialSchedule:
         used = trial.iterations - self._trial_left
         if score is None:
             self.listener.advanced(self._trial_left)
-        efficiency = (self._trial_gain() if self.lossy(trial.config) and self._efficiencies
-                      else None)
+        efficiency = self._trial_gain() if self.lossy(trial.config) else None
         if efficiency is not None and score is not None:
             self.trial_efficiency[self.space.key(trial.config)] = efficiency
         rec = self.driver.finish(trial, score, iterations=used,

@@ -1,0 +1,58 @@
+"""A 2-worker job for tests/session/test_goodput.py (issue 39): ``python goodput_worker.py
+native|ddp goodput|throughput OUT_DIR`` under ``autotune launch --workers 2``. It trains
+scikit-learn's digits classifier (SGD with momentum) under ``allow_lossy`` with the space
+narrowed to lossless or random-k at 5 % (a codec with a large error) and writes every
+trial the leader saw to OUT_DIR/result.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import autotune
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from digits import classifier, digits  # noqa: E402
+
+FIXED = {"compression": ["none", "randomk"], "randomk_ratio": 0.05,
+         "compress_min_bytes": 64 << 10, "chunk_bytes": 4 << 20, "streams": [1, 2],
+         "intra": "flat"}  # (on one machine, intra=root compresses nothing)
+
+
+def main() -> None:
+    kind, score, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model: torch.nn.Module = classifier()
+    if kind == "ddp":
+        dist.init_process_group("gloo")
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    data = digits()
+    gen = torch.Generator().manual_seed(int(os.environ["RANK"]))  # a batch of its own
+    with autotune.session(model, budget=40, db=out / "goodput.db", allow_lossy=True,
+                          lossy_score=score, prior=False, fixed=FIXED, samples_per_step=32,
+                          verbose=False, job=f"goodput-{kind}-{score}") as tuner:
+        for _ in range(90):
+            idx = torch.randint(len(data), (32,), generator=gen)
+            x, y = data.tensors[0][idx], data.tensors[1][idx]
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            tuner.step()
+            opt.step()
+            opt.zero_grad()
+    if tuner.is_leader:
+        trials = [{"config": r.config, "score": r.score, "error": r.error,
+                   "throughput": r.throughput, "efficiency": r.efficiency}
+                  for r in tuner.history]
+        (out / "result.json").write_text(json.dumps(
+            {"trials": trials, "best": tuner.best, "noise_scale": tuner._goodput.noise_scale
+             if tuner._goodput is not None else None}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Goodput in real 2-worker jobs (issue 39): a codec with a known large error (random-k
+at 5 % under error feedback, on a real classifier and real data) is rejected when lossy
+trials are scored by goodput, natively and under DDP, with the reason and the measured
+efficiency in the store; scored by throughput alone (the old behaviour), the same codec
+is scored like any other configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.tuning.efficiency import COLLAPSED
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
+
+
+def _job(tmp_path: Path, kind: str, score: str) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS),
+                                          os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
+         str(TESTS / "goodput_worker.py"), kind, score, str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return json.loads((tmp_path / "result.json").read_text())
+
+
+def _randomk(trials: list[dict]) -> list[dict]:
+    return [t for t in trials if t["config"]["compression"] == "randomk"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["native", "ddp"])
+def test_a_codec_with_a_large_error_is_rejected(tmp_path, kind):
+    seen = _job(tmp_path, kind, "goodput")
+    lossy = _randomk(seen["trials"])
+    assert lossy, f"no random-k trial in {seen['trials']}"
+    for t in lossy:
+        assert t["score"] is None, t
+        assert "statistical efficiency" in t["error"], t
+        assert t["efficiency"] is not None and t["efficiency"] < COLLAPSED, t
+    assert seen["best"]["compression"] == "none"
+    assert seen["noise_scale"] is not None and seen["noise_scale"] > 0
+    # lossless trials are scored as before: no efficiency
+    lossless = [t for t in seen["trials"] if t["config"]["compression"] == "none"]
+    assert lossless and all(t["score"] and t["efficiency"] is None for t in lossless)
+    with sqlite3.connect(tmp_path / "goodput.db") as con:
+        rows = con.execute("select config, score, error, efficiency from trials").fetchall()
+    stored = [r for r in rows if json.loads(r[0])["compression"] == "randomk"]
+    assert len(stored) == len(lossy)
+    assert all(r[1] is None and "statistical efficiency" in r[2] and r[3] < COLLAPSED
+               for r in stored)
+
+
+@pytest.mark.slow
+def test_scored_by_throughput_the_same_codec_is_not_rejected(tmp_path):
+    seen = _job(tmp_path, "native", "throughput")
+    lossy = _randomk(seen["trials"])
+    assert lossy and any(t["score"] is not None for t in lossy), seen["trials"]
+    assert all(t["efficiency"] is None for t in seen["trials"])
+    assert seen["noise_scale"] is None  # nothing measured
