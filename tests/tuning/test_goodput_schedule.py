@@ -1,0 +1,121 @@
+"""Goodput in the trial schedule (issue 39), without processes: a real Tuner over a real
+lossy space, iteration times and efficiencies from functions of the configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.tuning.efficiency import COLLAPSED, LOSSY_WARMUP
+from autotune.tuning.schedule import LOCKED, TRIAL, UNKNOWN_EFFICIENCY, TrialSchedule
+from autotune.tuning.space import SearchSpace
+from autotune.tuning.trials import TrialDriver
+from autotune.tuning.tuner import Tuner
+
+# a codec is faster per step, and each has its statistical efficiency
+SPEED = {"none": 1.0, "fp16": 1.6, "bf16": 1.6, "topk": 4.0, "randomk": 3.0,
+         "onebit": 3.5, "powersgd": 3.0}
+EFFICIENCY = {"none": 1.0, "fp16": 0.99, "bf16": 0.98, "topk": 0.2, "randomk": 0.1,
+              "onebit": 0.3, "powersgd": 0.7}
+
+
+def seconds_of(config) -> float:
+    return 1.0 / (SPEED[config["compression"]] * (1 + 0.1 * (config["streams"] - 1)))
+
+
+def efficiency_of(config) -> float:
+    return EFFICIENCY[config["compression"]]
+
+
+def make(budget=60, goodput=True, warmup=3, **kw):
+    space = SearchSpace.build(k_max=0, allow_lossy=True,
+                              fixed={"streams": [1, 2], "chunk_bytes": 4 << 20})
+    driver = TrialDriver(space, None)
+
+    def new_tuner(b, seed, warm):
+        return Tuner(driver.space, budget=b, seed=seed, warm_start=warm,
+                     techniques=("grid",), reference=driver.space.default(),
+                     trial_iterations=3)
+
+    return TrialSchedule(space, driver, new_tuner, budget=budget, warmup=warmup,
+                         goodput=goodput, **kw)
+
+
+def drive(s, config, n, efficiency=efficiency_of):
+    ran = []
+    for _ in range(n):
+        ran.append(config)
+        config = s.next(config, seconds_of(config), efficiency=efficiency(config))
+    return ran, config
+
+
+def test_the_warmup_is_lossless_until_the_noise_scale_can_be_stable():
+    s = make(warmup=3)
+    first = s.start([])
+    ran, _ = drive(s, first, LOSSY_WARMUP)
+    assert s.phase == TRIAL and all(c["compression"] == "none" for c in ran)
+    assert make(goodput=False, warmup=3).warmup_left == 3
+
+
+def test_a_lossy_trial_is_scored_by_throughput_times_efficiency():
+    s = make()
+    drive(s, s.start([]), 200)
+    lossy = [r for r in s.driver.history if r.config["compression"] != "none"]
+    scored = [r for r in lossy if r.score is not None]
+    assert scored, s.driver.history
+    for r in scored:
+        assert r.efficiency == pytest.approx(efficiency_of(r.config))
+        assert r.score == pytest.approx(r.throughput * r.efficiency)
+        assert r.throughput == pytest.approx(1 / seconds_of(r.config), rel=1e-9)
+    assert all(r.efficiency is None and r.throughput is None
+               for r in s.driver.history if r.config["compression"] == "none")
+
+
+def test_a_collapsed_codec_fails_with_its_efficiency_and_is_never_kept():
+    s = make()
+    drive(s, s.start([]), 200)
+    collapsed = [r for r in s.driver.history
+                 if r.config["compression"] in ("topk", "randomk", "onebit")]
+    assert collapsed
+    for r in collapsed:
+        assert r.score is None and f"statistical efficiency {efficiency_of(r.config):.2f}" \
+            in r.error and r.efficiency < COLLAPSED
+    assert s.phase == LOCKED
+    # the best goodput here: powersgd 3.0 x 0.7 = 2.1 (fp16: 1.58) at 2 streams
+    assert s.kept["compression"] == "powersgd"
+
+
+def test_scored_by_throughput_the_collapsed_codec_is_kept():
+    """The case goodput exists for: throughput alone keeps top-k (4x the steps per second,
+    a fifth of the progress per step), which reaches a target loss later than lossless."""
+    s = make(goodput=False)
+    drive(s, s.start([]), 200)
+    assert s.phase == LOCKED and s.kept["compression"] == "topk"
+    assert EFFICIENCY["topk"] * SPEED["topk"] < SPEED["none"]  # slower to the target
+    assert all(r.efficiency is None for r in s.driver.history)
+
+
+def test_an_unknown_efficiency_fails_the_lossy_trial():
+    s = make()
+    drive(s, s.start([]), 200, efficiency=lambda c: None if c["compression"] != "none" else 1.0)
+    lossy = [r for r in s.driver.history if r.config["compression"] != "none"]
+    assert lossy and all(r.score is None and r.error == UNKNOWN_EFFICIENCY for r in lossy)
+    assert s.kept["compression"] == "none"
+
+
+def test_a_kept_codec_whose_efficiency_drops_starts_a_retune_from_lossless():
+    s = make(budget=40)
+    said = []
+    s.listener.say = said.append
+    config = s.start([])
+    _, config = drive(s, config, 300)
+    assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
+    best_lossless = max((r for r in s.driver.history
+                         if r.score is not None and r.config["compression"] == "none"),
+                        key=lambda r: r.score).config
+    # a critical regime: the kept codec now keeps a third of the progress per step
+    dropped = dict(EFFICIENCY, powersgd=0.25)
+    ran, config = drive(s, config, 40, efficiency=lambda c: dropped[c["compression"]])
+    assert s.retunes, said
+    assert any("statistical efficiency of the kept codec dropped" in t for t in said)
+    switched = next(c for c in ran if c["compression"] != "powersgd")
+    assert switched == best_lossless
