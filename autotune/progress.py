@@ -169,7 +169,7 @@ class TuningDisplay:
 
     def trial(self, index: int, technique: str, config: Mapping[str, Any] | None,
               score: float | None, best: float | None, unit: str,
-              error: str | None = None) -> None:
+              error: str | None = None, efficiency: float | None = None) -> None:
         pass
 
     def say(self, text: str) -> None:
@@ -244,10 +244,11 @@ class Events(TuningDisplay):
 
     def trial(self, index: int, technique: str, config: Mapping[str, Any] | None,
               score: float | None, best: float | None, unit: str,
-              error: str | None = None) -> None:
+              error: str | None = None, efficiency: float | None = None) -> None:
         self._send(trial={"index": index, "technique": technique,
                           "config": None if config is None else dict(config),
-                          "score": score, "best": best, "unit": unit, "error": error})
+                          "score": score, "best": best, "unit": unit, "error": error,
+                          "efficiency": efficiency})
 
     def say(self, text: str) -> None:
         self._send(say=text)
@@ -273,11 +274,14 @@ class Lines(TuningDisplay):
 
     def trial(self, index: int, technique: str, config: Mapping[str, Any] | None,
               score: float | None, best: float | None, unit: str,
-              error: str | None = None) -> None:
+              error: str | None = None, efficiency: float | None = None) -> None:
         from autotune.units import fmt_config, fmt_score, unit_of
 
         unit = unit_of(unit)
         result = "failed" if error is not None else fmt_score(score, unit)
+        if efficiency is not None and score is not None:  # scored by goodput
+            result = (f"goodput {result} ({fmt_score(score / efficiency, unit)} x "
+                      f"efficiency {efficiency:.2f})")
         self._write(f"{self.label}: trial {index} {technique}: {fmt_config(config)}: "
                     f"{result}; best trial {fmt_score(best, unit) or '-'} "
                     f"[{self.completed}/{self.total} iterations, {self._elapsed()}]")
@@ -394,7 +398,8 @@ class Viewer:
             shown.trial(_int(trial.get("index"), -1), str(trial.get("technique", "?")),
                         config if isinstance(config, Mapping) else None,
                         _float(trial.get("score")), _float(trial.get("best")),
-                        str(trial.get("unit", "")), trial.get("error"))
+                        str(trial.get("unit", "")), trial.get("error"),
+                        _float(trial.get("efficiency")))
         if ev.get("over"):
             shown.iterations_over()
         if "say" in ev:

@@ -38,6 +38,12 @@ def fmt_bytes(n: float | int | None) -> str:
     return f"{n:.0f} B"
 
 
+def fmt_efficiency(x: float | None) -> str:
+    """A statistical efficiency (goodput = throughput x it): ``0.83``; ``""`` for None
+    (a lossless trial, or one scored by throughput)."""
+    return "" if x is None or not math.isfinite(float(x)) else f"{float(x):.2f}"
+
+
 def fmt_number(x: float | int | None) -> str:
     """A throughput-like number: thousands separators from 100 up, else 3 significant
     digits (``3759.2`` -> ``"3,759"``, ``12.54`` -> ``"12.5"``, ``0.01234`` -> ``"0.0123"``)."""

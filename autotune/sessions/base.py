@@ -339,6 +339,15 @@ class TuningSession(abc.ABC):
         return mean if mean is not None else (best[1] if best else None)
 
     @property
+    def best_efficiency(self) -> float | None:
+        """The kept configuration's statistical efficiency, when it is a codec scored by
+        goodput (its trials' mean; :attr:`best_score` is then its goodput)."""
+        sched, best = self.schedule, self.best
+        if sched is None or best is None or not sched.lossy(best):
+            return None
+        return sched.trial_efficiency.get(self.space.key(best))
+
+    @property
     def best_spread(self) -> float | None:
         """Standard deviation of the kept configuration's scored iterations."""
         return self._numbers(self.best)[1]

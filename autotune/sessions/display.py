@@ -66,7 +66,7 @@ class SessionDisplay(Listener):
         if self._progress is None:
             return
         self._progress.trial(record.index, record.technique, record.config, record.score,
-                             self._top, self.unit, record.error)
+                             self._top, self.unit, record.error, record.efficiency)
 
     def locked(self, kept: Config | None) -> None:
         """The budget is spent: the display says what is kept and waits for its figure."""
@@ -130,7 +130,8 @@ class SessionDisplay(Listener):
 
 def report(session: Any) -> None:
     """The kept configuration's table: its parameters, its throughput and the default's
-    (each with its spread and iterations), the speed-up, the stored run it came from (if
+    (each with its spread and iterations; a codec scored by goodput: its goodput, with its
+    throughput and statistical efficiency beside it), the speed-up, the stored run it came from (if
     it did), the trials, idle servers."""
     from rich.console import Console
     from rich.table import Table
@@ -147,7 +148,13 @@ def report(session: Any) -> None:
     measured = s.trials.measured
     n_best = (measured(s.best) or (0, 0, 0))[2]
     n_default = (measured(s.space.default()) or (0, 0, 0))[2]
-    if s.best_score is not None:
+    efficiency = s.best_efficiency
+    if s.best_score is not None and efficiency is not None:  # a codec, scored by goodput
+        t.add_row("goodput", f"{fmt_score(s.best_score, s.unit, s.best_spread)}"
+                  f" ({n_best} iterations)")
+        t.add_row("throughput", fmt_score(s.best_score / efficiency, s.unit))
+        t.add_row("statistical efficiency", f"{efficiency:.2f} (docs/compression.md)")
+    elif s.best_score is not None:
         t.add_row("throughput", f"{fmt_score(s.best_score, s.unit, s.best_spread)}"
                   f" ({n_best} iterations)")
     if s.default_score is not None:

@@ -29,8 +29,8 @@ from autotune.outpath import OutFile
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin
 from autotune.store.tables import Column, show
-from autotune.units import (UNITS, fmt_config, fmt_number, fmt_score, fmt_seconds,
-                            fmt_value, shown_params, unit_of)
+from autotune.units import (UNITS, fmt_config, fmt_efficiency, fmt_number, fmt_score,
+                            fmt_seconds, fmt_value, shown_params, unit_of)
 
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.store.db import Store
@@ -234,11 +234,12 @@ def trials_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
         return
     show(f"trials of run {run['id']} (score in {unit})",
          [Column("#", "num"), Column("technique"), Column("iters", "num", 2),
-          Column("score", "num"), Column("wall", "num", 3), Column("error", "fold", 1),
-          Column("config", "fold")],
+          Column("score", "num"), Column("eff.", "num", 2), Column("wall", "num", 3),
+          Column("error", "fold", 1), Column("config", "fold")],
          ([t["number"], t["technique"], t["iterations"],
            "failed" if t["score"] is None else fmt_number(t["score"]),
-           fmt_seconds(t["wall_time"]), t["error"], fmt_config(t["config"])] for t in trials))
+           fmt_efficiency(t.get("efficiency")), fmt_seconds(t["wall_time"]), t["error"],
+           fmt_config(t["config"])] for t in trials))
 
 
 @db.command("best")
@@ -317,7 +318,7 @@ def similar_cmd(run_id: str, k: int, all_runs: bool, db_path: Path | None, as_js
 
 
 CSV_BASE = ["run", "number", "technique", "iterations", "score", "unit", "error", "wall_time",
-            "created"]
+            "created", "throughput", "efficiency"]
 
 
 def trials_csv(trials: list[dict], unit: str | None = None) -> str:

@@ -38,8 +38,8 @@ import click
 from autotune.outpath import OutFile
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin
-from autotune.units import (BYTE_PARAMS, fmt_config, fmt_number, fmt_score, fmt_seconds,
-                            fmt_value, ordered, shown_params, unit_of)
+from autotune.units import (BYTE_PARAMS, fmt_config, fmt_efficiency, fmt_number, fmt_score,
+                            fmt_seconds, fmt_value, ordered, shown_params, unit_of)
 
 FAILED = "failed"
 FAIL_COLOUR = "#d62728"  # red: only failures are red
@@ -477,7 +477,8 @@ def page_html(run: dict, trials: list[dict]) -> str:
               s["new_bests"][t], fmt_score(s["gain"][t], unit)] for t in s["techniques"]]
     rows = [[t.get("number"), t["technique"], t["iterations"],
              FAILED if t["score"] is None else fmt_number(t["score"]),
-             fmt_seconds(t["wall_time"]), t["error"], fmt_config(t["config"])] for t in trials]
+             fmt_efficiency(t.get("efficiency")), fmt_seconds(t["wall_time"]), t["error"],
+             fmt_config(t["config"])] for t in trials]
     kept = [[k, fmt_value(k, v)] for k, v in shown_params(run.get("best_config")).items()]
     title = f"autotune run {run['id']}: {run.get('job', '')}"
     best = fmt_score(run.get("best_score"), unit, run.get("best_spread")) or "none"
@@ -516,7 +517,8 @@ high is a good one; a wide spread means the other parameters matter more.</li>
 <h2>Run</h2>
 {_html_table(["field", "value"], [list(f) for f in _run_fields(run, len(trials))])}
 <h2>Trials (score in {html.escape(unit)})</h2>
-{_html_table(["#", "technique", "iterations", "score", "wall", "error", "config"], rows)}
+{_html_table(["#", "technique", "iterations", "score", "efficiency", "wall", "error",
+              "config"], rows)}
 </body></html>
 """
 
