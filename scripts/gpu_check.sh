@@ -2,14 +2,14 @@
 # The GPU checks of docs/gpu.md ("On a GPU machine: what to run first"), in one go.
 # Usage: bash scripts/gpu_check.sh [LOG_DIR [STEP ...]]   (default: ./gpu-check, every step)
 # Steps: pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m
-#        train_ddp train_native interrupt
+#        train_ddp train_native interrupt goodput_ddp goodput_native
 # Each step runs under a time limit, writes its output to LOG_DIR/<step>.log and its JSON
 # beside it; a failing step is reported and the next one runs. Exit code: the number of
 # failed steps. Needs python with torch (CUDA build) and this package's dependencies.
 set -u
 LOG=${1:-gpu-check}
 shift || true
-WANT=" ${*:-pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m train_ddp train_native interrupt} "
+WANT=" ${*:-pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m train_ddp train_native interrupt goodput_ddp goodput_native} "
 mkdir -p "$LOG"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -51,5 +51,16 @@ step interrupt 200 bash -c "\"$PY\" tests/interrupt_jobs.py \"$LOG/interrupt.jso
 bad = [(x[\"job\"], x[\"way\"], x[\"status\"], x[\"codes\"]) for x in j if x[\"status\"] != \"aborted\"
        or x[\"killed\"] or any(c not in (130, 143) for c in x[\"codes\"]) or \"Traceback\" in \"\".join(x[\"logs\"])]
 print(len(j), \"jobs,\", len(bad), \"bad:\", bad); sys.exit(bool(bad))' \"$LOG/interrupt.json\""
+# goodput on CUDA gradients (issue 39): sampled before and after averaging (the DDP hook's
+# bucket futures, the native runtime's staged .grad); random-k at 5 % must be rejected
+for kind in ddp native; do
+    mkdir -p "$LOG/goodput-$kind"
+    step goodput_$kind 150 bash -c "autotune launch -n 2 tests/goodput_worker.py $kind goodput \
+      \"$LOG/goodput-$kind\" cuda && \"$PY\" -c 'import json, sys
+j = json.load(open(sys.argv[1])); lossy = [t for t in j[\"trials\"] if t[\"config\"][\"compression\"] != \"none\"]
+print(len(j[\"trials\"]), \"trials,\", len(lossy), \"random-k:\", [(t[\"efficiency\"], t[\"error\"] and t[\"error\"][:40]) for t in lossy])
+print(\"noise scale\", j[\"noise_scale\"], \"kept\", j[\"best\"][\"compression\"])
+sys.exit(not lossy or any(t[\"score\"] is not None for t in lossy))' \"$LOG/goodput-$kind/result.json\""
+done
 echo "failed steps: $failed"
 exit $failed

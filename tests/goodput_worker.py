@@ -1,5 +1,6 @@
 """A 2-worker job for tests/session/test_goodput.py (issue 39): ``python goodput_worker.py
-native|ddp goodput|throughput OUT_DIR`` under ``autotune launch --workers 2``. It trains
+native|ddp goodput|throughput OUT_DIR [DEVICE]`` under ``autotune launch --workers 2``
+(DEVICE: ``cpu``, or ``cuda`` for scripts/gpu_check.sh). It trains
 scikit-learn's digits classifier (SGD with momentum) under ``allow_lossy`` with the space
 narrowed to lossless or random-k at 5 % (a codec with a large error) and writes every
 trial the leader saw to OUT_DIR/result.json."""
@@ -26,9 +27,10 @@ FIXED = {"compression": ["none", "randomk"], "randomk_ratio": 0.05,
 
 def main() -> None:
     kind, score, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model: torch.nn.Module = classifier()
+    model: torch.nn.Module = classifier().to(device)
     if kind == "ddp":
         dist.init_process_group("gloo")
         model = torch.nn.parallel.DistributedDataParallel(model)
@@ -40,7 +42,7 @@ def main() -> None:
                           verbose=False, job=f"goodput-{kind}-{score}") as tuner:
         for _ in range(90):
             idx = torch.randint(len(data), (32,), generator=gen)
-            x, y = data.tensors[0][idx], data.tensors[1][idx]
+            x, y = data.tensors[0][idx].to(device), data.tensors[1][idx].to(device)
             torch.nn.functional.cross_entropy(model(x), y).backward()
             tuner.step()
             opt.step()

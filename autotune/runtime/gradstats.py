@@ -20,6 +20,7 @@ spread over the segments in proportion to their sizes (at least one each).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -50,6 +51,7 @@ class GradientSample:
         self.total_numel = int(total_numel)
         self.samples = int(samples)
         self.iteration = 0
+        self.seconds = 0.0  # spent in local() and averaged() (the caller resets it)
         self._local: dict[int, tuple[torch.Tensor, float, torch.Tensor, int]] = {}
         self._averaged: dict[int, tuple[float, torch.Tensor]] = {}
 
@@ -66,21 +68,25 @@ class GradientSample:
 
     def local(self, key: int, flat: torch.Tensor) -> None:
         """Segment ``key`` of this worker's gradient, before averaging (1-D)."""
+        started = time.perf_counter()
         with torch.no_grad():
             idx = self._indices(key, flat.numel(), flat.device)
             sq = float(torch.linalg.vector_norm(flat, dtype=torch.float32)) ** 2
             values = flat.index_select(0, idx).to("cpu", torch.float32)
         self._local[key] = (idx, sq, values, flat.numel())
+        self.seconds += time.perf_counter() - started
 
     def averaged(self, key: int, flat: torch.Tensor) -> None:
         """Segment ``key`` after averaging (the same coordinates as :meth:`local`)."""
         seen = self._local.get(key)
         if seen is None or seen[3] != flat.numel():
             return
+        started = time.perf_counter()
         with torch.no_grad():
             sq = float(torch.linalg.vector_norm(flat, dtype=torch.float32)) ** 2
             values = flat.index_select(0, seen[0]).to("cpu", torch.float32)
         self._averaged[key] = (sq, values)
+        self.seconds += time.perf_counter() - started
 
     def local_params(self, params: Iterable[torch.nn.Parameter]) -> None:
         """:meth:`local` of each parameter's ``.grad``, keyed by its place (no gradient:

@@ -14,6 +14,7 @@ efficiency, which the leader's schedule multiplies into the trial's score.
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Sequence
 
 import torch
@@ -42,6 +43,7 @@ class GoodputProbe:
         self.meter = Efficiency(self.workers)
         self._sum = reduce_sum
         self.last: float | None = None  # the last iteration's efficiency
+        self.seconds = 0.0  # spent measuring, sampling included (benchmarks read it)
 
     @property
     def noise_scale(self) -> float | None:
@@ -56,6 +58,14 @@ class GoodputProbe:
         """Collective over the workers, once per iteration, after the average is in
         ``.grad``: this iteration's efficiency (1.0 when not ``lossy``; None while the noise
         scale is not stable, or when the average was not seen everywhere)."""
+        started = time.perf_counter()
+        try:
+            return self._measure(lossy)
+        finally:
+            self.seconds += time.perf_counter() - started + self.sample.seconds
+            self.sample.seconds = 0.0
+
+    def _measure(self, lossy: bool) -> float | None:
         s = self.sample.take()
         if s is None:
             raise RuntimeFault(f"rank {self.rank}: no gradient was sampled this iteration, "

@@ -429,8 +429,8 @@ class TrialSchedule:
         if (self._trial_left > 0 and not self._clearly_slow(seconds, first, gain or 1.0)
                 and not self.tuner.enough(trial, len(self._trial_times))):
             return trial.config
-        if gain is None or self._collapsed(gain):  # only its switch iteration was judged
-            self._finish(None, self._collapsed(gain) or UNKNOWN_EFFICIENCY)
+        if gain is None:  # only its switch iteration was seen, with no efficiency
+            self._finish(None, UNKNOWN_EFFICIENCY)
             return self._next_trial()
         speed = self.throughput(trial_seconds(self._trial_times, seconds,
                                               cut=self._trial_left > 0))
@@ -441,7 +441,8 @@ class TrialSchedule:
         """Scored by goodput, an iteration of a lossy trial: why the trial fails (its
         efficiency unknown, or collapsed), or None. The ``first`` iteration after a switch
         also delivers what the previous codec's error feedback held back, which is not
-        this codec's error: it counts only if the trial ends before another is seen."""
+        this codec's error: it only scores a trial that ends before another is seen (cut
+        short for its speed), and never fails one."""
         if first:
             self._first_gain = gain
             return None

@@ -65,7 +65,8 @@ def test_a_lossy_trial_is_scored_by_throughput_times_efficiency():
     for r in scored:
         assert r.efficiency == pytest.approx(efficiency_of(r.config))
         assert r.score == pytest.approx(r.throughput * r.efficiency)
-        assert r.throughput == pytest.approx(1 / seconds_of(r.config), rel=1e-9)
+        if r.iterations > 1:  # (one cut short after its switch iteration: trial_seconds)
+            assert r.throughput == pytest.approx(1 / seconds_of(r.config), rel=1e-9)
     assert all(r.efficiency is None and r.throughput is None
                for r in s.driver.history if r.config["compression"] == "none")
 
@@ -76,9 +77,14 @@ def test_a_collapsed_codec_fails_with_its_efficiency_and_is_never_kept():
     collapsed = [r for r in s.driver.history
                  if r.config["compression"] in ("topk", "randomk", "onebit")]
     assert collapsed
-    for r in collapsed:
-        assert r.score is None and f"statistical efficiency {efficiency_of(r.config):.2f}" \
-            in r.error and r.efficiency < COLLAPSED
+    failed = [r for r in collapsed if r.score is None]
+    assert failed
+    for r in failed:
+        assert f"statistical efficiency {efficiency_of(r.config):.2f}" in r.error
+        assert r.efficiency < COLLAPSED
+    for r in collapsed:  # cut short on the switch iteration (which never fails a trial)
+        if r.score is not None:
+            assert r.iterations == 1 and r.score == pytest.approx(r.throughput * r.efficiency)
     assert s.phase == LOCKED
     # the best goodput here: powersgd 3.0 x 0.7 = 2.1 (fp16: 1.58) at 2 streams
     assert s.kept["compression"] == "powersgd"
