@@ -53,6 +53,7 @@ bad = [(x[\"job\"], x[\"way\"], x[\"status\"], x[\"codes\"]) for x in j if x[\"s
 print(len(j), \"jobs,\", len(bad), \"bad:\", bad); sys.exit(bool(bad))' \"$LOG/interrupt.json\""
 # goodput on CUDA gradients (issue 39): sampled before and after averaging (the DDP hook's
 # bucket futures, the native runtime's staged .grad); random-k at 5 % must be rejected
+# (efficiency < 0.5; failed, or cut short on its switch iteration) and lossless kept
 for kind in ddp native; do
     mkdir -p "$LOG/goodput-$kind"
     step goodput_$kind 150 bash -c "autotune launch -n 2 tests/goodput_worker.py $kind goodput \
@@ -60,7 +61,8 @@ for kind in ddp native; do
 j = json.load(open(sys.argv[1])); lossy = [t for t in j[\"trials\"] if t[\"config\"][\"compression\"] != \"none\"]
 print(len(j[\"trials\"]), \"trials,\", len(lossy), \"random-k:\", [(t[\"efficiency\"], t[\"error\"] and t[\"error\"][:40]) for t in lossy])
 print(\"noise scale\", j[\"noise_scale\"], \"kept\", j[\"best\"][\"compression\"])
-sys.exit(not lossy or any(t[\"score\"] is not None for t in lossy))' \"$LOG/goodput-$kind/result.json\""
+sys.exit(not lossy or j[\"best\"][\"compression\"] != \"none\" or any(t[\"efficiency\"] is None or t[\"efficiency\"] >= 0.5
+         or (t[\"score\"] is not None and t[\"iterations\"] != 1) for t in lossy))' \"$LOG/goodput-$kind/result.json\""
 done
 echo "failed steps: $failed"
 exit $failed

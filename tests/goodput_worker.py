@@ -49,6 +49,7 @@ def main() -> None:
             opt.zero_grad()
     if tuner.is_leader:
         trials = [{"config": r.config, "score": r.score, "error": r.error,
+                   "iterations": r.iterations,
                    "throughput": r.throughput, "efficiency": r.efficiency}
                   for r in tuner.history]
         (out / "result.json").write_text(json.dumps(

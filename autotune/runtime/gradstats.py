@@ -3,9 +3,9 @@
 What the statistical efficiency of a configuration needs (:mod:`autotune.tuning.efficiency`)
 is cheap to see in a data-parallel step: this worker's squared gradient norm before
 averaging, the averaged gradient's after, and, to see what a codec changed, the values of
-both at a few random coordinates. The coordinates are drawn afresh each iteration from a
-generator seeded by (iteration, segment), so every rank draws the same ones and nothing
-random crosses the wire. Summed over the workers (one small all-reduce, by the session),
+both at a few coordinates. The coordinates are a systematic sample drawn afresh each
+iteration, its start a hash of (iteration, segment), so every rank draws the same ones
+and nothing random crosses the wire. Summed over the workers (one small all-reduce, by the session),
 the sampled local values give the exact lossless average at those coordinates; the
 difference from what the configuration delivered there is the codec's error, net of error
 feedback, and ``numel / k`` times its squared sum estimates the error's squared norm
@@ -62,16 +62,19 @@ class GradientSample:
         self._averaged.clear()
 
     def _indices(self, key: int, numel: int, device: torch.device) -> torch.Tensor:
+        """``k`` coordinates of a segment of ``numel``: a systematic sample (every
+        ``numel / k``-th, from a start drawn by hashing (iteration, key)), so each
+        coordinate is drawn with probability ``k / numel``: the weighted sums are unbiased."""
         k = min(numel, max(1, round(self.samples * numel / self.total_numel)))
-        gen = torch.Generator().manual_seed((self.iteration * 1_000_003 + key) % (2**62))
-        return torch.randint(numel, (k,), generator=gen).to(device)
+        start = _mix(self.iteration * 1_000_003 + key) % numel
+        return (torch.arange(k, device=device) * numel // k + start) % numel
 
     def local(self, key: int, flat: torch.Tensor) -> None:
         """Segment ``key`` of this worker's gradient, before averaging (1-D)."""
         started = time.perf_counter()
         with torch.no_grad():
             idx = self._indices(key, flat.numel(), flat.device)
-            sq = float(torch.linalg.vector_norm(flat, dtype=torch.float32)) ** 2
+            sq = _squared(flat)
             values = flat.index_select(0, idx).to("cpu", torch.float32)
         self._local[key] = (idx, sq, values, flat.numel())
         self.seconds += time.perf_counter() - started
@@ -83,7 +86,7 @@ class GradientSample:
             return
         started = time.perf_counter()
         with torch.no_grad():
-            sq = float(torch.linalg.vector_norm(flat, dtype=torch.float32)) ** 2
+            sq = _squared(flat)
             values = flat.index_select(0, seen[0]).to("cpu", torch.float32)
         self._averaged[key] = (sq, values)
         self.seconds += time.perf_counter() - started
@@ -120,3 +123,17 @@ class GradientSample:
                       local=torch.cat([v for _, _, v, _ in local]),
                       averaged=torch.cat([v for _, v in after]) if complete else None,
                       weights=weights)
+
+
+def _squared(flat: torch.Tensor) -> float:
+    """``|flat|^2`` in float32 at least (one dot product)."""
+    f = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
+    return float(torch.dot(f, f))
+
+
+def _mix(x: int) -> int:
+    """SplitMix64's finaliser: a well-spread 64-bit hash of ``x`` (no state, no torch)."""
+    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)

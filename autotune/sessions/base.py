@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import math
 import signal
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
@@ -49,7 +50,7 @@ class TuningSession(abc.ABC):
     its gradients) and :class:`~autotune.sessions.ddp.DDPSession` (a
     ``DistributedDataParallel`` model: DDP keeps averaging them, through autotune's comm
     hook). They differ in how gradients are averaged and a configuration is put in force
-    (:meth:`_await_average`, :meth:`_slowest`, :meth:`_put_in_force`); the iteration, the
+    (:meth:`_await_average`, :meth:`_worker_sum`, :meth:`_put_in_force`); the iteration, the
     apply-and-retry loop, the results and the misuse checks are here, once."""
 
     def __init__(self, model: torch.nn.Module, options: SessionOptions | None = None) -> None:
@@ -132,8 +133,8 @@ class TuningSession(abc.ABC):
                 return
             failed, waited = averaged
             elapsed = time.perf_counter() - self._t_last
-            slowest, comm_s = self._slowest(float("inf") if failed else elapsed, waited)
-            efficiency = self._efficiency()
+            slowest, comm_s, efficiency = self._reduce(float("inf") if failed else elapsed,
+                                                       waited)
             self.iteration += 1
             nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
                                       efficiency=efficiency)
@@ -151,20 +152,33 @@ class TuningSession(abc.ABC):
         with self._accumulate():
             yield
 
-    def _efficiency(self) -> float | None:
-        """Collective over the workers when scored by goodput: the iteration's statistical
-        efficiency (:mod:`autotune.sessions.goodput`); None otherwise."""
-        if self._goodput is None:
-            return None
-        lossy = (self.config or {}).get("compression", "none") != "none"
-        return self._goodput.measure(lossy)
+    def _reduce(self, elapsed: float, waited: float | None
+                ) -> tuple[float, float | None, float | None]:
+        """Collective over the workers, one all-reduce (SUM) an iteration: the slowest
+        worker's time (a failure anywhere is infinity), the least any worker waited for
+        the averaged gradients (the communication the configuration leaves exposed;
+        None where the kind cannot tell) and, when scored by goodput, the iteration's
+        statistical efficiency (:mod:`autotune.sessions.goodput`; else None). Each
+        worker's times go in a slot of its own."""
+        n = len(self.info.workers)
+        me = self.info.workers.index(self.info.rank)
+        probe = self._goodput
+        extra = probe.payload() if probe is not None else torch.zeros(0, dtype=torch.float64)
+        t = torch.zeros(2 * n + len(extra), dtype=torch.float64)
+        t[me], t[n + me] = elapsed, waited if waited is not None else math.nan
+        t[2 * n:] = extra
+        self._worker_sum(t)
+        slowest, least = float(t[:n].max()), float(t[n:2 * n].min())
+        efficiency = None
+        if probe is not None:
+            lossy = (self.config or {}).get("compression", "none") != "none"
+            efficiency = probe.finish(t[2 * n:], lossy)
+        return slowest, None if math.isnan(least) else least, efficiency
 
-    def _goodput_probe(self, params: Sequence[torch.nn.Parameter],
-                       reduce_sum: Any) -> None:
+    def _goodput_probe(self, params: Sequence[torch.nn.Parameter]) -> None:
         """Called by the kind's :meth:`_open`: measure efficiency if it is scored."""
         if self.options.goodput and len(self.info.workers) > 1:
-            self._goodput = GoodputProbe(params, len(self.info.workers), reduce_sum,
-                                         self.info.rank)
+            self._goodput = GoodputProbe(params, len(self.info.workers), self.info.rank)
             self._goodput.sample.begin(0)
 
     # ------------------------------------------------------- what each kind does
@@ -184,9 +198,9 @@ class TuningSession(abc.ABC):
         (None where the kind cannot tell); None for a micro-step that only accumulated."""
 
     @abc.abstractmethod
-    def _slowest(self, elapsed: float, waited: float | None) -> tuple[float, float | None]:
-        """The slowest worker's iteration time and the communication left exposed (the
-        least any worker waited), over the workers."""
+    def _worker_sum(self, t: torch.Tensor) -> None:
+        """All-reduce (SUM) the float64 tensor ``t`` in place over the workers, the wait
+        bounded (:meth:`_reduce`)."""
 
     @abc.abstractmethod
     def _put_in_force(self, config: Config | None) -> Mapping[str, Any]:

@@ -105,7 +105,7 @@ class Session(TuningSession):
         self.parity.start()
         self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
                                fixed=self.options.fixed)
-        self._goodput_probe(self.parity.params, self.rt.worker_sum)
+        self._goodput_probe(self.parity.params)
         if not self.is_leader:
             self._apply(None)
             return
@@ -149,12 +149,8 @@ class Session(TuningSession):
             self._goodput.sample.averaged_params(self.parity.params)
         return failed, waited
 
-    def _slowest(self, elapsed: float, waited: float | None) -> tuple[float, float | None]:
-        # The slowest worker's time (a failure anywhere shows up as infinity) and the
-        # least any worker waited for the averaged gradients: the communication the
-        # configuration leaves exposed, without the waits for a straggler's compute.
-        slowest, least_wait = self.rt.worker_max([elapsed, -(waited or 0.0)])
-        return slowest, -least_wait
+    def _worker_sum(self, t: torch.Tensor) -> None:
+        self.rt.worker_sum(t)
 
     @contextlib.contextmanager
     def _accumulate(self) -> Iterator[None]:

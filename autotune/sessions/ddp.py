@@ -75,7 +75,7 @@ class DDPSession(TuningSession):
         self.space = SearchSpace.of(self.transport.limits, allow_lossy=self.options.allow_lossy,
                                     fixed=self.options.fixed)
         params = [p for p in self.model.module.parameters() if p.requires_grad]
-        self._goodput_probe(params, self._sum)
+        self._goodput_probe(params)
         self.transport.sample = self._goodput.sample if self._goodput is not None else None
         try:
             first = (self._lead(params, dist.get_backend(group)) if self.is_leader
@@ -98,14 +98,8 @@ class DDPSession(TuningSession):
         self._averaged = averaged
         return None, None
 
-    def _slowest(self, elapsed: float, waited: float | None) -> tuple[float, float | None]:
-        slowest = torch.tensor([elapsed], dtype=torch.float64)
-        self._collective("the slowest time's all-reduce", dist.all_reduce, slowest,
-                         op=dist.ReduceOp.MAX)
-        return float(slowest.item()), None
-
-    def _sum(self, t: torch.Tensor) -> None:
-        self._collective("the goodput measurement's all-reduce", dist.all_reduce, t,
+    def _worker_sum(self, t: torch.Tensor) -> None:
+        self._collective("the iteration's all-reduce (times, goodput)", dist.all_reduce, t,
                          op=dist.ReduceOp.SUM)
 
     def _accumulate(self) -> contextlib.AbstractContextManager[None]:
