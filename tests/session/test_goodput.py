@@ -1,8 +1,9 @@
 """Goodput in real 2-worker jobs (issue 39): a codec with a known large error (random-k
 at 5 % under error feedback, on a real classifier and real data) is rejected when lossy
-trials are scored by goodput (failed, or cut short on its switch iteration; never kept), natively and under DDP, with the reason and the measured
-efficiency in the store; scored by throughput alone (the old behaviour), the same codec
-is scored like any other configuration."""
+trials are scored by goodput (failed, or cut short on its switch iteration; never kept),
+natively and under DDP, with the reason and the measured efficiency in the store; scored
+by throughput alone (the old behaviour), the same codec is scored like any other
+configuration."""
 
 from __future__ import annotations
 
