@@ -27,7 +27,7 @@ from typing import Iterable
 import torch
 
 SAMPLES = 512
-"""Coordinates sampled per iteration in all (float32s: 2 KiB per worker on the wire)."""
+"""Coordinates sampled per iteration in all (sent as float64s: 4 KiB per worker)."""
 
 
 @dataclass
@@ -51,13 +51,16 @@ class GradientSample:
         self.total_numel = int(total_numel)
         self.samples = int(samples)
         self.iteration = 0
+        self.coordinates = True  # sample coordinates this iteration (else norms alone)
         self.seconds = 0.0  # spent in local() and averaged() (the caller resets it)
         self._local: dict[int, tuple[torch.Tensor, float, torch.Tensor, int]] = {}
         self._averaged: dict[int, tuple[float, torch.Tensor]] = {}
 
-    def begin(self, iteration: int) -> None:
-        """Start collecting ``iteration`` (forgets what was collected before)."""
+    def begin(self, iteration: int, coordinates: bool = True) -> None:
+        """Start collecting ``iteration`` (forgets what was collected before); without
+        ``coordinates``, only the squared norms (the same choice on every rank)."""
         self.iteration = int(iteration)
+        self.coordinates = bool(coordinates)
         self._local.clear()
         self._averaged.clear()
 
@@ -73,9 +76,12 @@ class GradientSample:
         """Segment ``key`` of this worker's gradient, before averaging (1-D)."""
         started = time.perf_counter()
         with torch.no_grad():
-            idx = self._indices(key, flat.numel(), flat.device)
             sq = _squared(flat)
-            values = flat.index_select(0, idx).to("cpu", torch.float32)
+            if self.coordinates:
+                idx = self._indices(key, flat.numel(), flat.device)
+                values = flat.index_select(0, idx).to("cpu", torch.float32)
+            else:
+                idx = values = _NONE
         self._local[key] = (idx, sq, values, flat.numel())
         self.seconds += time.perf_counter() - started
 
@@ -87,7 +93,8 @@ class GradientSample:
         started = time.perf_counter()
         with torch.no_grad():
             sq = _squared(flat)
-            values = flat.index_select(0, seen[0]).to("cpu", torch.float32)
+            values = (flat.index_select(0, seen[0]).to("cpu", torch.float32)
+                      if len(seen[0]) else _NONE)
         self._averaged[key] = (sq, values)
         self.seconds += time.perf_counter() - started
 
@@ -114,7 +121,7 @@ class GradientSample:
         if not keys:
             return None
         local = [self._local[k] for k in keys]
-        weights = torch.cat([torch.full((len(v),), n / len(v), dtype=torch.float64)
+        weights = torch.cat([torch.full((len(v),), n / max(1, len(v)), dtype=torch.float64)
                              for _, _, v, n in local])
         complete = all(k in self._averaged for k in keys)
         after = [self._averaged[k] for k in keys] if complete else []
@@ -123,6 +130,9 @@ class GradientSample:
                       local=torch.cat([v for _, _, v, _ in local]),
                       averaged=torch.cat([v for _, v in after]) if complete else None,
                       weights=weights)
+
+
+_NONE = torch.zeros(0, dtype=torch.float32)  # no coordinates sampled
 
 
 def _squared(flat: torch.Tensor) -> float:

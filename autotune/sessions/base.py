@@ -140,8 +140,8 @@ class TuningSession(abc.ABC):
                                       efficiency=efficiency)
                    if self.is_leader else None)
             self._apply(nxt)
-            if self._goodput is not None:
-                self._goodput.sample.begin(self.iteration)
+            if self._goodput is not None:  # coordinates only where a codec's error is
+                self._goodput.sample.begin(self.iteration, coordinates=self._lossy())
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -169,11 +169,12 @@ class TuningSession(abc.ABC):
         t[2 * n:] = extra
         self._worker_sum(t)
         slowest, least = float(t[:n].max()), float(t[n:2 * n].min())
-        efficiency = None
-        if probe is not None:
-            lossy = (self.config or {}).get("compression", "none") != "none"
-            efficiency = probe.finish(t[2 * n:], lossy)
+        efficiency = probe.finish(t[2 * n:], self._lossy()) if probe is not None else None
         return slowest, None if math.isnan(least) else least, efficiency
+
+    def _lossy(self) -> bool:
+        """Whether the active configuration runs a codec (the same on every rank)."""
+        return (self.config or {}).get("compression", "none") != "none"
 
     def _goodput_probe(self, params: Sequence[torch.nn.Parameter]) -> None:
         """Called by the kind's :meth:`_open`: measure efficiency if it is scored."""

@@ -8,7 +8,8 @@ all-reduce sums the workers' sampled values and squared norms (the session's all
 of the iteration's times, which carries them: no collective of its own); from the sum every worker
 has the exact lossless average at the sampled coordinates, hence the error the
 configuration's codec left there (net of error feedback), and the mean local squared norm
-the noise scale needs (fed by lossless iterations only, where the average is exact).
+the noise scale needs (fed by lossless iterations only, where the average is exact; they
+sample no coordinates, which only a codec's error needs).
 :class:`~autotune.tuning.efficiency.Efficiency` turns those into the iteration's
 efficiency, which the leader's schedule multiplies into the trial's score.
 """
@@ -26,11 +27,6 @@ from autotune.tuning.efficiency import Efficiency
 
 __all__ = ["GoodputProbe"]
 
-FLUSHED = 1e-6
-"""A lossless iteration whose average differs from the exact one by more than this
-(squared, relative) delivered a codec's held-back error: it does not feed the noise scale."""
-
-
 class GoodputProbe:
     """One worker's part of the measurement (module docstring): :meth:`payload` goes into
     the session's one all-reduce of the iteration (with its times), :meth:`finish` reads
@@ -43,6 +39,7 @@ class GoodputProbe:
         self.sample = GradientSample(sum(p.numel() for p in self.params))
         self.meter = Efficiency(self.workers)
         self._taken: Sample | None = None
+        self._after_lossy = False  # the iteration before was lossy
         self.last: float | None = None  # the last iteration's efficiency
         self.seconds = 0.0  # spent measuring, sampling included (benchmarks read it)
 
@@ -86,10 +83,11 @@ class GoodputProbe:
         if s is None or s.averaged is None:
             self.last = None
             return None
-        error_sq = float((s.weights * (s.averaged.to(torch.float64) - exact) ** 2).sum())
+        after_lossy, self._after_lossy = self._after_lossy, lossy
         if lossy:
+            error_sq = float((s.weights * (s.averaged.to(torch.float64) - exact) ** 2).sum())
             self.last = self.meter.lossy(error_sq)
-        elif error_sq <= FLUSHED * s.averaged_sq:
+        elif not after_lossy:
             self.last = self.meter.lossless(local_sq, s.averaged_sq)
         else:  # the first lossless iteration after a codec also sent what its error
             self.last = 1.0  # feedback held back: not the exact average, not a sample
