@@ -106,7 +106,11 @@ def test_launch_in_a_terminal_draws_the_bar_while_the_job_runs(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     master, slave = pty.openpty()
-    proc = subprocess.Popen(_cmd(script), env=_env(), stdout=slave, stderr=slave,
+    # wide enough for the closing description ("kept ...: measuring it over its first 20
+    # training iterations") beside the count: at 120 columns rich cuts the count off the
+    # frames drawn after the lock, and whether a "12/12" frame came before them was a race
+    env = {**_env(), "COLUMNS": "250"}
+    proc = subprocess.Popen(_cmd(script), env=env, stdout=slave, stderr=slave,
                             stdin=subprocess.DEVNULL, close_fds=True)
     os.close(slave)
     chunks: list[tuple[float, bytes]] = []
