@@ -185,7 +185,8 @@ def main() -> None:
     ap.add_argument("--max-delay", type=float, default=1.5)
     ap.add_argument("--grace", type=float, default=40.0)
     ap.add_argument("--parallel", type=int, default=2, help="jobs running at once")
-    ap.add_argument("--device", default="cpu", help="where the ranks' models live (cuda: one GPU, shared)")
+    ap.add_argument("--device", default="cpu",
+                    help="where the ranks' models live (cuda: one GPU, shared)")
     a = ap.parse_args()
     random.seed(a.seed)
     torch.set_num_threads(1)
@@ -193,7 +194,8 @@ def main() -> None:
     results = []
     for first in range(0, a.jobs, a.parallel):
         batch = [Job(i, WAYS[i % len(WAYS)], random.uniform(0.0, a.max_delay), root,
-                     ddp=i % 2 == 1, device=a.device) for i in range(first, min(a.jobs, first + a.parallel))]
+                     ddp=i % 2 == 1, device=a.device)
+                 for i in range(first, min(a.jobs, first + a.parallel))]
         while not all([job.poll(a.grace) for job in batch]):
             time.sleep(0.05)
         for job in batch:

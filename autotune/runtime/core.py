@@ -319,20 +319,19 @@ class Runtime:
     def worker_max(self, x: float | Sequence[float]) -> Any:
         """All-reduce MAX of ``x`` over the workers (e.g. the slowest worker's time); of
         each element, in one message, when ``x`` is a sequence (then a list)."""
-        self._need_worker("worker_max")
         many = not isinstance(x, (int, float))
         t = torch.tensor([float(v) for v in x] if many else [float(x)], dtype=torch.float64)
-        self._check_alive()
-        self._blame.op("worker_max", dist.all_reduce, t, op=dist.ReduceOp.MAX,
-                       group=self._plane.workers_group)
+        self._worker_reduce("worker_max", t, dist.ReduceOp.MAX)
         return t.tolist() if many else float(t.item())
 
     def worker_sum(self, t: torch.Tensor) -> None:
         """All-reduce SUM of the float tensor ``t``, in place, over the workers."""
-        self._need_worker("worker_sum")
+        self._worker_reduce("worker_sum", t, dist.ReduceOp.SUM)
+
+    def _worker_reduce(self, what: str, t: torch.Tensor, op: Any) -> None:
+        self._need_worker(what)
         self._check_alive()
-        self._blame.op("worker_sum", dist.all_reduce, t, op=dist.ReduceOp.SUM,
-                       group=self._plane.workers_group)
+        self._blame.op(what, dist.all_reduce, t, op=op, group=self._plane.workers_group)
 
     # ================================================================== servers
     def serve_iteration(self) -> None:

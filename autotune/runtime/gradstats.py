@@ -5,8 +5,8 @@ is cheap to see in a data-parallel step: this worker's squared gradient norm bef
 averaging, the averaged gradient's after, and, to see what a codec changed, the values of
 both at a few coordinates. The coordinates are a systematic sample drawn afresh each
 iteration, its start a hash of (iteration, segment), so every rank draws the same ones
-and nothing random crosses the wire. Summed over the workers (one small all-reduce, by the session),
-the sampled local values give the exact lossless average at those coordinates; the
+and nothing random crosses the wire. Summed over the workers (in the session's all-reduce
+of the iteration), the sampled local values give the exact lossless average there; the
 difference from what the configuration delivered there is the codec's error, net of error
 feedback, and ``numel / k`` times its squared sum estimates the error's squared norm
 without bias.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import torch
 
@@ -101,17 +101,13 @@ class GradientSample:
     def local_params(self, params: Iterable[torch.nn.Parameter]) -> None:
         """:meth:`local` of each parameter's ``.grad``, keyed by its place (no gradient:
         zeros, so that every rank sends the same number of values)."""
-        for key, p in enumerate(params):
-            g = p.grad
-            self.local(key, g.reshape(-1) if g is not None
-                       else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+        for key, flat in enumerate(_flat_grads(params)):
+            self.local(key, flat)
 
     def averaged_params(self, params: Iterable[torch.nn.Parameter]) -> None:
         """:meth:`averaged` of each parameter's ``.grad`` (no gradient: zeros)."""
-        for key, p in enumerate(params):
-            g = p.grad
-            self.averaged(key, g.reshape(-1) if g is not None
-                          else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+        for key, flat in enumerate(_flat_grads(params)):
+            self.averaged(key, flat)
 
     def take(self) -> Sample | None:
         """This iteration's numbers (None if no segment was seen). ``averaged`` is None
@@ -133,6 +129,14 @@ class GradientSample:
 
 
 _NONE = torch.zeros(0, dtype=torch.float32)  # no coordinates sampled
+
+
+def _flat_grads(params: Iterable[torch.nn.Parameter]) -> Iterator[torch.Tensor]:
+    """Each parameter's ``.grad`` flattened (zeros where it has none)."""
+    for p in params:
+        g = p.grad
+        yield (g.reshape(-1) if g is not None
+               else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
 
 
 def _squared(flat: torch.Tensor) -> float:

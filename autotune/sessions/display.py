@@ -131,8 +131,8 @@ class SessionDisplay(Listener):
 def report(session: Any) -> None:
     """The kept configuration's table: its parameters, its throughput and the default's
     (each with its spread and iterations; a codec scored by goodput: its goodput, with its
-    throughput and statistical efficiency beside it), the speed-up, the stored run it came from (if
-    it did), the trials, idle servers."""
+    throughput and statistical efficiency beside it), the speed-up, the stored run it came
+    from (if it did), the trials, idle servers."""
     from rich.console import Console
     from rich.table import Table
 

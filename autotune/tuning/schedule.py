@@ -419,22 +419,22 @@ class TrialSchedule:
         if failed is not None or seconds == float("inf"):
             self._finish(None, failed or "a worker failed under this configuration")
             return self._next_trial()
-        gain = self._trial_gain()
+        mean = self._trial_gain()  # the trial's so far (this iteration's judged above)
         if first:
             self._switch_s = seconds
         else:
             self._trial_times.append(seconds)
-            self.driver.sample(trial.config, self.throughput(seconds) * (gain or 1.0))
+            self.driver.sample(trial.config, self.throughput(seconds) * (mean or 1.0))
         self.listener.advanced(1)
-        if (self._trial_left > 0 and not self._clearly_slow(seconds, first, gain or 1.0)
+        if (self._trial_left > 0 and not self._clearly_slow(seconds, first, mean or 1.0)
                 and not self.tuner.enough(trial, len(self._trial_times))):
             return trial.config
-        if gain is None:  # only its switch iteration was seen, with no efficiency
+        if mean is None:  # only its switch iteration was seen, with no efficiency
             self._finish(None, UNKNOWN_EFFICIENCY)
             return self._next_trial()
         speed = self.throughput(trial_seconds(self._trial_times, seconds,
                                               cut=self._trial_left > 0))
-        self._finish(speed * gain, None, speed if self.lossy(trial.config) else None)
+        self._finish(speed * mean, None, speed if self.lossy(trial.config) else None)
         return self._next_trial()
 
     def _judged(self, gain: float | None, first: bool) -> str | None:
