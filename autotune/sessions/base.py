@@ -23,6 +23,7 @@ import torch
 from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, UsageError
 from autotune.sessions.display import SessionDisplay, report
+from autotune.sessions.calibrate import measure_link
 from autotune.sessions.facts import JobTuners
 from autotune.sessions.goodput import GoodputProbe
 from autotune.sessions.options import SessionOptions
@@ -74,6 +75,8 @@ class TuningSession(abc.ABC):
         self._t_last = 0.0
         # allow_lossy scored by goodput, with several workers: made by the kind's _open
         self._goodput: GoodputProbe | None = None
+        self._link: dict[str, float] = {}  # the link as timed at the start (_measures)
+        self._tuners: JobTuners | None = None  # the leader's
 
     # ------------------------------------------------------------ the protocol
     @property
@@ -176,11 +179,18 @@ class TuningSession(abc.ABC):
         """Whether the active configuration runs a codec (the same on every rank)."""
         return (self.config or {}).get("compression", "none") != "none"
 
-    def _goodput_probe(self, params: Sequence[torch.nn.Parameter]) -> None:
-        """Called by the kind's :meth:`_open`: measure efficiency if it is scored."""
-        if self.options.goodput and len(self.info.workers) > 1:
-            self._goodput = GoodputProbe(params, len(self.info.workers), self.info.rank)
+    def _measures(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Called by the kind's :meth:`_open` on every worker, before the leader leads:
+        measure efficiency if it is scored; time the link for the leader's prior if it
+        will tune with one (:func:`autotune.sessions.calibrate.measure_link`)."""
+        o, workers = self.options, len(self.info.workers)
+        if o.goodput and workers > 1:
+            self._goodput = GoodputProbe(params, workers, self.info.rank)
             self._goodput.sample.begin(0)
+        if o.prior and o.budget and workers > 1 and self.info.n_machines > 1:
+            self._link = measure_link(self._worker_sum, workers=workers,
+                                      gradient_bytes=sum(p.numel() * p.element_size()
+                                                         for p in params))
 
     # ------------------------------------------------------- what each kind does
     @abc.abstractmethod
@@ -262,10 +272,11 @@ class TuningSession(abc.ABC):
             module = self.model.module if isinstance(self.model, DDP) else self.model
             self._run.open(module, self.info, backend, self.space, self.unit)
         self.trials = TrialDriver(self.space, None, self._run.store, self._run.run_id)
-        tuners = JobTuners(self.info, params, techniques=self.options.techniques,
-                           trial_iterations=self.options.trial_iterations,
-                           samples_per_step=self.options.samples_per_step,
-                           prior=self.options.prior)
+        tuners = self._tuners = JobTuners(
+            self.info, params, techniques=self.options.techniques,
+            trial_iterations=self.options.trial_iterations,
+            samples_per_step=self.options.samples_per_step, prior=self.options.prior,
+            link=self._link, stored=self._run.stored_calibration())
         o, budget = self.options, self.options.budget
         if len(self.info.workers) == 1 and budget:
             self.display.say("one worker: no gradient crosses the wire, so tuning has nothing "
@@ -300,6 +311,8 @@ class TuningSession(abc.ABC):
             self.display.settled(self.best if ok else None, status)
             if self.trials is not None:
                 self.trials.close(status, kept=self.best)
+            if self._tuners is not None and self._tuners.model is not None:
+                self._run.save_calibration(self._tuners.model)
         if ok and self.options.verbose and self.trials is not None:
             report(self)
 

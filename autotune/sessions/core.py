@@ -105,7 +105,7 @@ class Session(TuningSession):
         self.parity.start()
         self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
                                fixed=self.options.fixed)
-        self._goodput_probe(self.parity.params)
+        self._measures(self.parity.params)
         if not self.is_leader:
             self._apply(None)
             return

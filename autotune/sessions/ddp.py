@@ -75,7 +75,7 @@ class DDPSession(TuningSession):
         self.space = SearchSpace.of(self.transport.limits, allow_lossy=self.options.allow_lossy,
                                     fixed=self.options.fixed)
         params = [p for p in self.model.module.parameters() if p.requires_grad]
-        self._goodput_probe(params)
+        self._measures(params)
         self.transport.sample = self._goodput.sample if self._goodput is not None else None
         try:
             first = (self._lead(params, dist.get_backend(group)) if self.is_leader

@@ -3,8 +3,9 @@
 The space (:func:`job_space`) comes from the runtime's :class:`~autotune.runtime.config.Limits` (servers
 launched, workers per machine, stream groups, transports; after a server loss what is
 left), the topology probe's reduce-root candidates and the user's pins. The physics prior
-is the simulator on the job's gradients, world and device, at the network rate its
-warm-up iterations imply (:class:`JobTuners`, which makes each Tuner).
+is the simulator on the job's gradients, world and device, with its machines' constants
+measured, stored and fitted (:class:`JobTuners`, which makes each Tuner;
+:mod:`autotune.sessions.calibrate`).
 """
 
 from __future__ import annotations
@@ -49,20 +50,25 @@ class JobTuners:
     over the schedule's current space, the default as its reference (its first trial long
     enough for a speed-up over it, :data:`~autotune.tuning.schedule.REFERENCE_ITERATIONS`;
     then measured as long as the kept configuration) and, with ``prior``, the simulator on what this job knows as
-    its physics prior: its gradients (``params`` in ready order: reverse registration),
-    world and device, and the link rates its warm-up implies (read from ``schedule``, set
-    once the schedule exists)."""
+    its physics prior (:attr:`model`, one for every tune, so what it fits carries over):
+    its gradients (``params`` in ready order: reverse registration), world and device,
+    and its machines' constants (:meth:`starting_calibration`)."""
 
     def __init__(self, info: Any, params: Sequence[Any], *, techniques: Sequence[str],
-                 trial_iterations: int | None, samples_per_step: int | None, prior: bool):
+                 trial_iterations: int | None, samples_per_step: int | None, prior: bool,
+                 link: Mapping[str, float] | None = None, stored: Any = None):
         self.info = info
         self.sizes = [p.numel() * p.element_size() for p in reversed(list(params))]
+        self.device = params[0].device if params else None
         self.cuda = bool(params) and params[0].is_cuda
         self.techniques = tuple(techniques)
         self.trial_iterations = trial_iterations
         self.samples_per_step = samples_per_step
         self.prior = prior
+        self.measured_link = dict(link or {})  # autotune.sessions.calibrate.measure_link
+        self.stored = stored  # a Calibration stored for alike machines, or None
         self.schedule: Any = None
+        self._prior = _Lazy(self._make_model)  # one for every tune: what it fits carries over
 
     def __call__(self, budget: int, seed: int, warm: list[Config]) -> Tuner:
         space = self.schedule.space
@@ -70,7 +76,7 @@ class JobTuners:
         return Tuner(space, budget=budget, techniques=self.techniques, seed=seed,
                      warm_start=warm, reference=space.default(),
                      reference_iterations=REFERENCE_ITERATIONS,
-                     prior=self._predictor() if self.prior and self.sizes else None, **extra)
+                     prior=self._prior if self.prior and self.sizes else None, **extra)
 
     def link(self) -> dict[str, float]:
         """The link rates the warm-up iterations imply (:func:`autotune.sim.predict.
@@ -87,21 +93,55 @@ class JobTuners:
         """Whether the warm-up showed a per-flow cap."""
         return "per_flow_gbps" in self.link()
 
-    def _predictor(self) -> Callable[[list[Config]], Any]:
-        """The simulator's prediction for this job, built at its first call (after the
-        warm-up, whose times give the network rate)."""
+    def starting_calibration(self) -> Any:
+        """The constants the prior starts from: those stored for alike machines, then
+        (unless stored ones had them) this machine's summation, copy and codec rates at
+        the default chunk size, then the link as measured at the start and as the warm-up
+        showed it (:mod:`autotune.sessions.calibrate`)."""
+        from autotune.sessions.calibrate import host_calibration, link_calibration, merged
+        from autotune.sim.calibration import Calibration
+
+        stored = self.stored.restamped("stored") if self.stored is not None else Calibration()
+        host = Calibration()
+        if "cpu_sum_gbps" not in stored.constants:
+            codecs = [v for v in self.schedule.space["compression"].values if v != "none"] \
+                if "compression" in self.schedule.space.names else []
+            host = host_calibration(codecs=codecs, device=self.device,
+                                    chunk_bytes=min(4 << 20, max(1024, sum(self.sizes))))
+        return merged(stored, host, link_calibration(self.measured_link, self.link()))
+
+    def _make_model(self) -> Any:
+        """The job's :class:`~autotune.sim.predict.ModelPrior` (at its first use: after
+        the warm-up, whose times show the link)."""
         from autotune.sim.predict import job_prior
 
         info = self.info
-        made: list = []
+        return job_prior(self.sizes, machines=info.n_machines,
+                         workers_per_machine=info.workers_per_machine,
+                         servers=len(info.servers), device="gpu" if self.cuda else "cpu",
+                         batch_per_worker=self.samples_per_step or 1,
+                         calibration=self.starting_calibration())
 
-        def predict(configs: list[Config]) -> Any:
-            if not made:
-                made.append(job_prior(self.sizes, machines=info.n_machines,
-                                      workers_per_machine=info.workers_per_machine,
-                                      servers=len(info.servers),
-                                      device="gpu" if self.cuda else "cpu",
-                                      batch_per_worker=self.samples_per_step or 1,
-                                      **self.link()))
-            return made[0](configs)
-        return predict
+    @property
+    def model(self) -> Any:
+        """The prior's model, once made (None before its first prediction)."""
+        return self._prior.model
+
+
+class _Lazy:
+    """A prior made at its first use: predicts, and refits (``fit``), through it."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make = make
+        self.model: Any = None
+
+    def _get(self) -> Any:
+        if self.model is None:
+            self.model = self._make()
+        return self.model
+
+    def __call__(self, configs: list[Config]) -> Any:
+        return self._get()(configs)
+
+    def fit(self, measured: list) -> bool:
+        return self._get().fit(measured)

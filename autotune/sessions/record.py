@@ -36,6 +36,7 @@ class SessionRun:
         self._model_graph: Any = None
         self._cluster_graph: Any = None
         self._alike: dict[str, Any] = {}  # what a stored run must share to warm-start it
+        self._cluster: dict[str, Any] = {}  # what a stored calibration must share (its key)
         # stored configurations this run may use, with their origins (autotune.store.origin)
         self.origins: list[tuple[Config, dict[str, Any]]] = []
 
@@ -60,6 +61,43 @@ class SessionRun:
             backend=backend, model_graph=self._model_graph,
             topology_graph=self._cluster_graph, space_facts=dict(space.facts), unit=unit)
         self._alike = {"unit": unit, "machines": info.n_machines}
+        self._cluster = {"world": {"machines": info.n_machines, "servers": len(info.servers),
+                                   "workers_per_machine": info.workers_per_machine},
+                         "device": _device_name(model), "backend": backend}
+
+    def stored_calibration(self) -> Any:
+        """The tuner's model stored for alike machines (:mod:`autotune.store.calibrations`),
+        or None."""
+        if self.store is None:
+            return None
+        from autotune.sim.calibration import Calibration
+        from autotune.store.calibrations import cluster_key
+
+        try:
+            row = self.store.calibrations.find(cluster_key(**self._cluster))
+            return Calibration.from_json(row["calibration"]) if row else None
+        except Exception as exc:
+            warnings.warn(f"reading the stored calibration from {self.db or 'autotune.db'} "
+                          f"failed: {exc}")
+            return None
+
+    def save_calibration(self, model: Any) -> None:
+        """Store the constants ``model`` (a :class:`autotune.sim.predict.ModelPrior`)
+        ends with as the model of these machines; not the job's own compute time."""
+        if self.store is None:
+            return
+        from autotune.sim.calibration import Calibration
+        from autotune.store.calibrations import cluster_key
+
+        c = model.calibration
+        kept = Calibration({k: v for k, v in c.constants.items() if k != "compute_s"},
+                           c.codecs, {k: v for k, v in c.sources.items() if k != "compute_s"})
+        try:
+            self.store.calibrations.save(cluster_key(**self._cluster), **self._cluster,
+                                         calibration=kept.to_json(), run=self.run_id,
+                                         fit_error=model.fit_error)
+        except Exception as exc:
+            warnings.warn(f"storing the calibration in {self.db or 'autotune.db'} failed: {exc}")
 
     def warm_start(self, space: SearchSpace) -> list[Config]:
         """The best configurations of alike stored jobs (:mod:`autotune.store.warmstart`),
@@ -128,3 +166,13 @@ class SessionRun:
                 f"budget 0: keeping the best configuration of {fmt_origin(o, how=False)} "
                 "untuned")
         return stored, warm_start_line([o for _, o in stored])
+
+
+def _device_name(model: Any) -> str:
+    """``"cpu"``, or the name of the GPU the model's parameters are on."""
+    p = next(iter(model.parameters()), None)
+    if p is None or not p.is_cuda:
+        return "cpu"
+    import torch
+
+    return torch.cuda.get_device_name(p.device)

@@ -67,7 +67,9 @@ class Cluster:
 
     Runtime behaviour: ``stream_overhead`` is the share of NIC efficiency each stream
     beyond the first costs; ``chunk_overhead_us`` the serial software cost of one chunk;
-    ``pipeline_depth`` how many chunks one stream keeps in flight under ``pushpull``.
+    ``pipeline_depth`` how many chunks one stream keeps in flight under ``pushpull``;
+    ``iteration_overhead_us`` the cost of one iteration that overlaps nothing (the
+    runtime's per-iteration synchronisation and bookkeeping).
     ``codecs`` overrides the codec cost table: ``{name: {"ratio", "encode_gbps",
     "decode_gbps"}}``.
     """
@@ -89,6 +91,7 @@ class Cluster:
     intra_latency_us: float = 5.0
     stream_overhead: float = 0.02
     chunk_overhead_us: float = 10.0
+    iteration_overhead_us: float = 0.0
     pipeline_depth: int = 4
     topology: dict | None = None
     nic: str | None = None
@@ -209,7 +212,8 @@ def _validate(c: Cluster) -> None:
         _number(c, name)
     for name in ("per_flow_gbps", "server_nic_gbps", "cpu_sum_gbps", "nvlink_gbps"):
         _number(c, name, optional=True)
-    for name in ("latency_us", "intra_latency_us", "chunk_overhead_us", "stream_overhead"):
+    for name in ("latency_us", "intra_latency_us", "chunk_overhead_us", "iteration_overhead_us",
+                 "stream_overhead"):
         _number(c, name, minimum=0)
     if c.worker_device not in ("gpu", "cpu"):
         raise ClusterError(f"field 'worker_device' must be 'gpu' or 'cpu', got {c.worker_device!r}")

@@ -78,42 +78,62 @@ def _codec_classes() -> dict[str, type]:
     return found
 
 
+def time_codec(name: str, numel: int, *, device: Any = "cpu", repeats: int = 3,
+               seconds: float = 0.0) -> CodecCost | None:
+    """Time the real codec ``name`` encoding and decoding a ``numel``-element float32
+    chunk on ``device``: the best of at least ``repeats`` rounds (more while under
+    ``seconds``). ``None`` when the codec is unknown or cannot run here."""
+    cls = _codec_classes().get(name)
+    if cls is None:
+        return None
+    import torch
+
+    device = torch.device(device)
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(0)).to(device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    try:
+        codec = cls(world_size=2, seed=0)
+        enc = dec = math.inf
+        began, rounds = time.perf_counter(), 0
+        while rounds < repeats or (time.perf_counter() - began < seconds and rounds < 50):
+            t0 = time.perf_counter()
+            payload = codec.encode(x)
+            sync()
+            t1 = time.perf_counter()
+            codec.decode(payload, numel)
+            sync()
+            t2 = time.perf_counter()
+            enc, dec = min(enc, t1 - t0), min(dec, t2 - t1)
+            rounds += 1
+        gbits = numel * 4 * 8 / 1e9
+        return CodecCost(name, float(codec.ratio(numel)),
+                         math.inf if name == "none" else gbits / max(enc, 1e-9),
+                         math.inf if name == "none" else gbits / max(dec, 1e-9),
+                         bool(getattr(codec, "summable", True)))
+    except Exception:  # a codec that cannot run here keeps its default
+        return None
+
+
 def calibrate_codecs(numel: int = 1 << 20, repeats: int = 3,
                      names: list[str] | None = None, install: bool = True) -> dict[str, CodecCost]:
-    """Time the real codecs on a ``numel``-element float32 chunk (best of ``repeats``).
+    """Time the real codecs on a ``numel``-element float32 chunk (best of ``repeats``;
+    :func:`time_codec`).
 
     Returns the measured :class:`CodecCost` per codec (empty when
     ``autotune.runtime.codecs`` is not importable) and, with ``install``, makes them the
     simulator's defaults for this process. Ratios come from the codecs' own payload sizes.
     """
-    classes = _codec_classes()
-    if not classes:
-        return {}
-    import torch
-
-    x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
     out: dict[str, CodecCost] = {}
-    for name, cls in sorted(classes.items()):
+    for name in sorted(_codec_classes()):
         if names is not None and name not in names:
             continue
-        try:
-            codec = cls(world_size=2, seed=0)
-            enc = dec = math.inf
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                payload = codec.encode(x)
-                t1 = time.perf_counter()
-                codec.decode(payload, numel)
-                t2 = time.perf_counter()
-                enc, dec = min(enc, t1 - t0), min(dec, t2 - t1)
-            gbits = numel * 4 * 8 / 1e9
-            cost = CodecCost(name, float(codec.ratio(numel)),
-                             math.inf if name == "none" else gbits / max(enc, 1e-9),
-                             math.inf if name == "none" else gbits / max(dec, 1e-9),
-                             bool(getattr(codec, "summable", True)))
-        except Exception:  # a codec that cannot run here keeps its default
-            continue
-        out[name] = cost
+        cost = time_codec(name, numel, repeats=repeats)
+        if cost is not None:
+            out[name] = cost
     if install:
         _calibrated.update(out)
     return out

@@ -34,7 +34,8 @@ How a configuration is charged (see ``docs/simulator.md`` for the derivation):
    window share its link evenly across streams and in order within a stream, so a pull
    overlaps the next push on its stream), with the same two lower bounds.
 5. **Iteration.** Forward, then backward producing gradients (``backward_fraction`` of
-   the compute), then the wait for the last chunk: ``step = max(compute, last finish)``.
+   the compute), then the wait for the last chunk, plus what every iteration costs
+   whatever it runs: ``step = max(compute, last finish) + iteration_overhead``.
 
 In the regime of the BytePS paper's (OSDI 2020) formulas (no latency or overhead, one stream, no per-flow
 cap, free summation, one worker per machine, M much larger than a chunk) the network term
@@ -509,7 +510,7 @@ def _estimate(job: Job, s: _Setting, ch: _Charges) -> IterationEstimate:
     else:
         last, first_start = _schedule(plan, fwd, bwd, c, overhead, ch.alpha, d)
 
-    step = max(job.compute_s, last)
+    step = max(job.compute_s, last) + s.cluster.iteration_overhead_us * 1e-6
     exposed = step - job.compute_s
     if exposed <= 0:
         bottleneck = "compute"

@@ -11,40 +11,96 @@ scale, and its GP corrects the rest from the trials.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+import math
+from typing import Any, Mapping, Sequence
 
 from autotune.errors import AutotuneError
 
+from .calibration import Calibration, Observation, fit
 from .cluster import Cluster
 from .job import Job
 from .model import simulate
 
 
-def prior(job: Job, cluster: Cluster) -> Callable[[Sequence[Mapping[str, Any]]], list[float]]:
-    """``predict(configs)``: the simulated throughput (samples/s) of each configuration."""
-    def predict(configs: Sequence[Mapping[str, Any]]) -> list[float]:
+class ModelPrior:
+    """The simulator on one job, as the Tuner's prior: ``prior(configs)`` predicts each
+    configuration's score (``batch_per_worker`` samples per step time, the unit of a
+    session's scores; a configuration the model cannot run predicts 0, which the
+    surrogate treats as very slow), with the constants of :attr:`calibration` in force.
+
+    :meth:`fit` refits those constants to measured scores
+    (:func:`autotune.sim.calibration.fit`), so the prior learns the machine from the
+    trials; :attr:`fit_error` is the root mean square log error it left. Predictions are
+    cached until the constants change."""
+
+    def __init__(self, job: Job, cluster: Cluster, calibration: Calibration | None = None):
+        self.base_job, self.base_cluster = job, cluster
+        self.calibration = calibration or Calibration()
+        self.started_from = self.calibration  # what it knew before any trial
+        self.fit_error: float | None = None
+        self.fits = 0
+        self._use(self.calibration)
+
+    def _use(self, calibration: Calibration) -> None:
+        self.calibration = calibration
+        self.job, self.cluster = calibration.apply(self.base_job, self.base_cluster)
+        self._cache: dict[tuple, float] = {}
+
+    def step_s(self, config: Mapping[str, Any]) -> float:
+        """The predicted step time of ``config`` (inf when the model cannot run it)."""
+        key = tuple(sorted(config.items()))
+        hit = self._cache.get(key)
+        if hit is None:
+            try:
+                hit = simulate(self.job, self.cluster, config).step_s
+            except AutotuneError:
+                hit = math.inf
+            self._cache[key] = hit
+        return hit
+
+    def __call__(self, configs: Sequence[Mapping[str, Any]]) -> list[float]:
+        batch = self.base_job.batch_per_worker
         out = []
         for c in configs:
-            try:
-                out.append(simulate(job, cluster, c).throughput)
-            except AutotuneError:
-                out.append(0.0)
+            step = self.step_s(c)
+            out.append(batch / step if 0 < step < math.inf else (math.inf if step == 0 else 0.0))
         return out
-    return predict
+
+    def fit(self, measured: Sequence[tuple[Mapping[str, Any], float, int]]) -> bool:
+        """Refit the constants to ``measured`` ``(config, mean score, iterations)``;
+        whether the predictions changed."""
+        batch = self.base_job.batch_per_worker
+        obs = [Observation(dict(c), batch / score, n) for c, score, n in measured
+               if score and score > 0 and math.isfinite(score)]
+        fitted, rms = fit(self.base_job, self.base_cluster, self.calibration, obs)
+        if fitted is self.calibration:
+            return False
+        self.fits += 1
+        self.fit_error = rms
+        self._use(fitted)
+        return True
+
+
+def prior(job: Job, cluster: Cluster, calibration: Calibration | None = None) -> ModelPrior:
+    """``predict(configs)``: the simulated score of each configuration (:class:`ModelPrior`)."""
+    return ModelPrior(job, cluster, calibration)
 
 
 def job_prior(grad_bytes: Sequence[int], *, machines: int, workers_per_machine: int,
               servers: int, device: str = "cpu", batch_per_worker: int = 1,
-              **cluster: Any) -> Callable[[Sequence[Mapping[str, Any]]], list[float]]:
+              calibration: Calibration | None = None, **cluster: Any) -> ModelPrior:
     """The prior of a live job: its gradients (bytes, in ready order) on a cluster of
     ``machines`` x ``workers_per_machine`` with ``servers`` Summation Service machines.
-    ``device``: ``"cpu"`` (worker processes) or ``"gpu"``; ``cluster``: any other
-    :class:`Cluster` field that is known (e.g. a measured ``nic_gbps``)."""
+    ``device``: ``"cpu"`` (worker processes) or ``"gpu"``; ``calibration``: the measured,
+    stored or fitted constants (they take precedence over the defaults); ``cluster``: any
+    other :class:`Cluster` field that is known (e.g. a measured ``nic_gbps``), applied
+    over the calibration."""
     job = Job(tuple(int(b) for b in grad_bytes if b > 0) or (4,), compute_s=0.0,
               batch_per_worker=batch_per_worker)
     c = Cluster(machines=machines, workers_per_machine=workers_per_machine,
-                server_machines=servers, worker_device=device, **cluster)
-    return prior(job, c)
+                server_machines=servers, worker_device=device)
+    calibration = (calibration or Calibration()).updated(cluster, source="warm-up")
+    return ModelPrior(job, c, calibration)
 
 
 #: a warm-up iteration with several streams this much faster than one stream means

@@ -2,14 +2,16 @@
 
 ``Store(path)`` opens (or creates) an autotune database; ``None`` means the
 ``AUTOTUNE_DB`` environment variable, else ``autotune.db`` in the working directory.
-It is the one entry point; the work is done by four pieces it holds:
+It is the one entry point; the work is done by the pieces it holds:
 
 * :class:`~autotune.store.connection.Connection`: the file (checking it is ours, the
   schema, WAL, locking, retries, errors naming the file);
 * :class:`~autotune.store.writer.RunWriter`: runs, trials, pruning;
 * :class:`~autotune.store.reader.RunReader`: runs, trials, graphs, read-only SQL;
 * :class:`~autotune.store.nearest.NearestRuns`: the runs most like a job (graph edit
-  distance), and so the warm start (:mod:`autotune.store.warmstart`).
+  distance), and so the warm start (:mod:`autotune.store.warmstart`);
+* :class:`~autotune.store.calibrations.Calibrations` (:attr:`Store.calibrations`, used
+  directly): the tuner's model of each cluster.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from autotune.store.calibrations import Calibrations
 from autotune.store.connection import Connection, StoreError, default_path
 from autotune.store.nearest import NearestRuns
 from autotune.store.reader import RunReader
@@ -51,6 +54,8 @@ class Store:
         self._writer = RunWriter(self._connection)
         self._reader = RunReader(self._connection)
         self._nearest = NearestRuns(self._connection, self._reader)
+        #: the tuner's model per cluster (:class:`~autotune.store.calibrations.Calibrations`)
+        self.calibrations = Calibrations(self._connection)
 
     # --------------------------------------------------------------- writing
     def start_run(

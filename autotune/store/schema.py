@@ -1,6 +1,6 @@
 """The results store's SQLite schema and its forward migrations.
 
-A store is a plain SQLite file (Datasette and ``sqlite-utils`` open it) with four
+A store is a plain SQLite file (Datasette and ``sqlite-utils`` open it) with five
 tables:
 
 * ``meta``: ``application = 'autotune'`` marks the file as ours; ``schema_version``.
@@ -22,6 +22,9 @@ tables:
   ``efficiency`` (``score`` = throughput x efficiency; docs/compression.md).
 * ``graphs``: fingerprint -> model or topology graph as node-link JSON, with node and
   edge counts.
+* ``calibrations``: per cluster key, the tuner's model of those machines (the
+  simulator's measured and fitted constants), which the next job on alike machines
+  starts from (:mod:`autotune.store.calibrations`).
 
 Configurations and other dicts are JSON text. ``MIGRATIONS[v]`` takes a store at
 version ``v`` to ``v + 1`` inside the caller's transaction; a new file runs them all.
@@ -35,7 +38,7 @@ from typing import Callable
 import sqlite_utils
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 def _v0_to_v1(db: sqlite_utils.Database) -> None:
@@ -167,6 +170,18 @@ def _v7_to_v8(db: sqlite_utils.Database) -> None:
     trials.add_column("efficiency", float)
 
 
+def _v8_to_v9(db: sqlite_utils.Database) -> None:
+    """The tuner's model, remembered per cluster (issue 40): ``calibrations``, one row per
+    cluster key (:func:`autotune.store.calibrations.cluster_key`: worker machines,
+    workers per machine, servers, device, backend) with the simulator's measured and
+    fitted constants as JSON (:class:`autotune.sim.calibration.Calibration`), the world
+    and device it describes, the run that last wrote it, when, and how many runs have."""
+    db["calibrations"].create(
+        {"key": str, "world": str, "device": str, "backend": str, "calibration": str,
+         "run": int, "updated": str, "runs": int, "fit_error": float},
+        pk="key")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
@@ -176,6 +191,7 @@ MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {
     5: _v5_to_v6,
     6: _v6_to_v7,
     7: _v7_to_v8,
+    8: _v8_to_v9,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

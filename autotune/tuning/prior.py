@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 import warnings
 from typing import Callable, Mapping, Sequence
 
@@ -41,6 +42,10 @@ from autotune.tuning.space import Config, SearchSpace
 Prior = Callable[[Sequence[Config]], Sequence[float]]
 
 POOL = 6000          # configurations the surrogate ranks (all of them in smaller spaces)
+POOL_SECONDS = 1.0   # CPU the first prediction of the pool may take (a slow prior ranks fewer)
+BATCH = 250          # configurations per call of the prior
+REFIT_AT = (4, 8, 16, 32)  # measured configurations at which a fittable prior is refitted
+REPREDICT = 400      # after a refit, the pool's best this many are predicted anew
 NEIGHBOURS_OF = 5    # large spaces: the pool also holds the neighbours of the best few
 AGREEMENT_AFTER = 6  # configurations measured before the prior's ranking is judged
 TRUSTED = 0.3        # Kendall's tau of the prior's ranking with the measured one: below, no screen
@@ -66,21 +71,31 @@ class Surrogate:
         self._fitted = 0
         self._z: list[float] = []  # standardised errors of the predictions of told scores
         self._agreement: tuple[int, float | None] | None = None  # (scores told, tau)
+        self._before: dict[Key, float] = {}  # each told configuration's prior before it was told
+        self._refitted = 0
+        self._tuned_at = 0  # configurations measured when the GP's kernel was last optimised
+        self._kernel = None
 
     def _build(self) -> None:
         """Predict the pool with the prior, on first use (so a session can let its prior
-        learn from the warm-up iterations before the first prediction)."""
+        learn from the warm-up iterations before the first prediction): in batches, until
+        the pool or :data:`POOL_SECONDS` of CPU is spent (a slow prior ranks fewer)."""
         if self._ready:
             return
         self._ready = True
         table = canonical_table(self.space)
-        if len(table) <= self._pool:
-            rows = table
-        else:
-            rows = table[np.asarray(self.rng.sample(range(len(table)), self._pool))]
-        self.keys = [tuple(int(v) for v in r) for r in rows]
+        if len(table) > self._pool:
+            table = table[np.asarray(self.rng.sample(range(len(table)), self._pool))]
+        began = time.process_time()
+        parts: list[np.ndarray] = []
+        for lo in range(0, len(table), BATCH):
+            rows = table[lo:lo + BATCH]
+            parts.append(self._predict_prior([self.space.decode(r) for r in rows]))
+            self.keys += [tuple(int(v) for v in r) for r in rows]
+            if time.process_time() - began > POOL_SECONDS:
+                break
         self._index = {k: i for i, k in enumerate(self.keys)}
-        self.log_prior = self._predict_prior([self.space.decode(np.asarray(k)) for k in self.keys])
+        self.log_prior = np.concatenate(parts) if parts else np.zeros(0)
         self.features = self._features(np.asarray(self.keys, dtype=float))
 
     # ------------------------------------------------------------------ inputs
@@ -138,13 +153,43 @@ class Surrogate:
     def tell(self, config: Mapping, score: float | None, weight: float = 1.0) -> None:
         """Learn ``score``; first, how far it lies from what was predicted (in predicted
         standard deviations): :attr:`inflation` widens every later prediction when the
-        surrogate proves overconfident (a prior far from this job's physics)."""
+        surrogate proves overconfident (a prior far from this job's physics). A prior
+        that can learn (one with a ``fit`` method, :class:`autotune.sim.predict.
+        ModelPrior`) is refitted to the measurements when :data:`REFIT_AT` of them are in."""
         if score is not None and score > 0:
             mean, std = self.predict_config(config)
             self._z.append((math.log(score) - mean) / max(std, 1e-6))
-        self._locate(config)
+        i = self._locate(config)
+        self._before.setdefault(self.keys[i], float(self.log_prior[i]))
         self.obs.add(config, score, weight)
         self._gp = None
+        scored = self.obs.scored()
+        if len(scored) in REFIT_AT and len(scored) != self._refitted:
+            self._refitted = len(scored)
+            self._refit(scored)
+
+    def _refit(self, scored: list) -> None:
+        """Refit the prior's constants to the measured means, then predict anew the
+        configurations measured and the pool's best :data:`REPREDICT`; the rest of the
+        pool moves by the median change of those (a refit mostly rescales)."""
+        refit = getattr(self.prior, "fit", None)
+        if refit is None or self.failed is not None:
+            return
+        try:
+            changed = refit([(st.config, st.mean, st.count) for _, st in scored])
+        except Exception as exc:  # a prior that cannot fit keeps its constants
+            warnings.warn(f"the prior could not refit its constants ({exc}); keeping them",
+                          RuntimeWarning, stacklevel=3)
+            return
+        if not changed:
+            return
+        told = [self._locate(st.config) for _, st in scored]
+        top = np.argsort(-self.log_prior, kind="stable")[:REPREDICT]
+        idx = np.unique(np.concatenate([top, np.asarray(told, dtype=int)]))
+        fresh = self._predict_prior([self.space.decode(np.asarray(self.keys[i])) for i in idx])
+        shift = float(np.median(fresh - self.log_prior[idx]))
+        self.log_prior = self.log_prior + shift
+        self.log_prior[idx] = fresh
 
     @property
     def inflation(self) -> float:
@@ -168,15 +213,23 @@ class Surrogate:
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-        kernel = (ConstantKernel(0.05, (1e-4, 4.0)) * Matern(length_scale=0.5,
-                                                            length_scale_bounds=(0.05, 10.0),
-                                                            nu=2.5)
-                  + WhiteKernel(1e-3, (1e-6, 0.1)))
-        gp = GaussianProcessRegressor(kernel, normalize_y=False, n_restarts_optimizer=1,
+        # the kernel's hyperparameters are optimised when the data has grown by half
+        # since the last time; in between the last ones are kept (a fit is then cheap)
+        tune = self._kernel is None or len(idx) >= 1.5 * self._tuned_at
+        kernel = self._kernel if not tune else (
+            ConstantKernel(0.05, (1e-4, 4.0)) * Matern(length_scale=0.5,
+                                                       length_scale_bounds=(0.05, 10.0),
+                                                       nu=2.5)
+            + WhiteKernel(1e-3, (1e-6, 0.1)))
+        gp = GaussianProcessRegressor(kernel, normalize_y=False,
+                                      n_restarts_optimizer=1 if tune else 0,
+                                      optimizer="fmin_l_bfgs_b" if tune else None,
                                       random_state=self.rng.randrange(2**31))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             gp.fit(self.features[idx], y - self._offset)
+        if tune:
+            self._kernel, self._tuned_at = gp.kernel_, len(idx)
         self._gp = gp
 
     def predict(self, indices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -209,7 +262,8 @@ class Surrogate:
             return self._agreement[1]  # asked once per proposal: judged once per score told
         from scipy.stats import kendalltau
 
-        predicted = self.log_prior[[self._locate(st.config) for _, st in scored]]
+        predicted = [self._before.get(k, self.log_prior[self._locate(st.config)])
+                     for k, st in scored]
         measured = [st.mean for _, st in scored]
         tau = kendalltau(predicted, measured).statistic
         value = None if tau is None or math.isnan(tau) else float(tau)
