@@ -15,9 +15,10 @@ Nothing here imports torch: searchers see configurations only through
 from __future__ import annotations
 
 import abc
+import math
 import random
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -40,44 +41,43 @@ class Stat:
     def mean(self) -> float | None:
         return self.total / self.weight if self.weight > 0 else None
 
-
-class Observations:
-    """Per-configuration weighted mean of every score told (own and foreign)."""
-
-    def __init__(self, space: SearchSpace) -> None:
-        self.space = space
-        self.stats: dict[Key, Stat] = {}
-
-    def add(self, config: Mapping, score: float | None, weight: float = 1.0) -> Key:
-        c = self.space.validate(config)
-        k = self.space.key(c)
-        st = self.stats.setdefault(k, Stat(c))
+    def add(self, score: float | None, weight: float) -> None:
+        """Count one score (``None``: a failure) of weight ``weight``."""
         if score is None:
-            st.failures += 1
-        else:
-            score = float(score)
-            if not np.isfinite(score):
-                raise ValueError(f"score must be finite or None, got {score}")
-            if weight <= 0:
-                raise ValueError(f"weight must be > 0, got {weight}")
-            st.total += weight * score
-            st.weight += weight
-            st.count += 1
-        return k
+            self.failures += 1
+            return
+        score = float(score)
+        if not np.isfinite(score):
+            raise ValueError(f"score must be finite or None, got {score}")
+        if weight <= 0:
+            raise ValueError(f"weight must be > 0, got {weight}")
+        self.total += weight * score
+        self.weight += weight
+        self.count += 1
+
+
+class _Reading:
+    """The questions a searcher asks of what it knows, answered from ``stats`` (every
+    configuration told, in the order first told) and ``stat(key)``."""
+
+    stats: dict[Key, Stat]
+
+    def stat(self, key: Key) -> Stat | None:
+        return self.stats.get(key)
 
     def __contains__(self, key: Key) -> bool:
-        return key in self.stats
+        return self.stat(key) is not None
 
     def __len__(self) -> int:
         return len(self.stats)
 
     def mean(self, key: Key) -> float | None:
-        st = self.stats.get(key)
+        st = self.stat(key)
         return None if st is None else st.mean
 
     def failed(self, key: Key) -> bool:
         """A configuration that failed and never produced a score."""
-        st = self.stats.get(key)
+        st = self.stat(key)
         return st is not None and st.failures > 0 and st.count == 0
 
     def scored(self) -> list[tuple[Key, Stat]]:
@@ -93,6 +93,84 @@ class Observations:
         return (dict(r[0][1].config), r[0][1].mean) if r else None
 
 
+class Observations(_Reading):
+    """Per-configuration weighted mean of every score told: the history of a tuning run.
+
+    The Tuner owns one and writes each trial's result into it once; every searcher
+    reads it through its :class:`Known` (as Optuna's samplers read the study's
+    storage). A searcher used alone reads one of its own."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        self.stats: dict[Key, Stat] = {}
+        self.first: dict[Key, int] = {}  # the clock when each configuration was first told
+        self.clock = 0  # counts first mentions of a configuration, here or in a note
+        self._noted: list[Callable[[Key, float | None, float], None]] = []
+
+    def tick(self) -> int:
+        """The next mark of the clock that orders first mentions."""
+        self.clock += 1
+        return self.clock
+
+    def add(self, config: Mapping, score: float | None, weight: float = 1.0) -> Key:
+        c = self.space.validate(config)
+        k = self.space.key(c)
+        if k not in self.stats:
+            self.stats[k] = Stat(c)
+            self.first[k] = self.tick()
+        self.stats[k].add(score, weight)
+        for heard in self._noted:  # readers with notes on k fold the score in too
+            heard(k, score, weight)
+        return k
+
+
+class Known(_Reading):
+    """What one searcher knows: the shared :class:`Observations` (read, not copied) and
+    its own *notes*, predicted scores of its proposals that did not run (screened by the
+    prior or overruled by the judge), which only it hears, so that it moves on. A
+    configuration with a note has its own :class:`Stat`, the shared scores and the notes
+    folded in the order told; every other one is read from the shared history."""
+
+    def __init__(self, shared: Observations) -> None:
+        self.shared = shared
+        self.space = shared.space
+        self._own: dict[Key, Stat] = {}  # configurations with a note
+        self._first: dict[Key, int] = {}  # the clock when a note first named each
+        shared._noted.append(self._heard)
+
+    def note(self, config: Mapping, score: float) -> Key:
+        """A predicted ``score`` for ``config``, heard by this searcher only (weight 1)."""
+        c = self.space.validate(config)
+        k = self.space.key(c)
+        if k not in self._own:
+            told = self.shared.stats.get(k)
+            self._own[k] = Stat(c) if told is None else replace(told)
+            self._first[k] = self.shared.tick()
+        self._own[k].add(score, 1.0)
+        return k
+
+    def _heard(self, key: Key, score: float | None, weight: float) -> None:
+        if key in self._own:
+            self._own[key].add(score, weight)
+
+    def stat(self, key: Key) -> Stat | None:
+        own = self._own.get(key)
+        return own if own is not None else self.shared.stats.get(key)
+
+    @property
+    def stats(self) -> dict[Key, Stat]:  # type: ignore[override]
+        """Every configuration this searcher heard of, in the order it first did."""
+        if not self._own:
+            return self.shared.stats
+        inf = math.inf
+
+        def first(k: Key) -> float:
+            return min(self.shared.first.get(k, inf), self._first.get(k, inf))
+
+        keys = sorted(set(self.shared.stats) | set(self._own), key=first)
+        return {k: self.stat(k) for k in keys}  # type: ignore[misc]
+
+
 class Searcher(abc.ABC):
     """Ask/tell interface of every search technique; scores are maximised."""
 
@@ -102,7 +180,7 @@ class Searcher(abc.ABC):
         self.space = space
         self.seed = seed
         self.rng = random.Random(seed)
-        self.obs = Observations(space)
+        self.obs = Known(Observations(space))  # a history of its own until it shares one
         self.pending: set[Key] = set()  # proposed, not told yet
 
     @abc.abstractmethod
@@ -110,16 +188,33 @@ class Searcher(abc.ABC):
         """The next configuration to try (valid, canonical), or ``None`` when this
         searcher has nothing left to propose."""
 
+    def share(self, history: Observations) -> None:
+        """Read ``history`` (the Tuner's, which it writes once per trial and then calls
+        :meth:`told`) instead of a history of its own. Before anything is told."""
+        if len(self.obs):
+            raise ValueError(f"{self.name}: share a history before anything is told")
+        self.obs = Known(history)
+
     def tell(self, config: Mapping, score: float | None, weight: float = 1.0) -> None:
         """Record ``score`` (``None``: failed) for ``config``, proposed by this
-        searcher or not. ``weight`` (e.g. the iterations measured) weighs the score
-        in the per-configuration mean."""
-        k = self.obs.add(config, score, weight)
-        self.pending.discard(k)
-        self._told(k, score)
+        searcher or not, in its history. ``weight`` (e.g. the iterations measured)
+        weighs the score in the per-configuration mean."""
+        self.told(self.obs.shared.add(config, score, weight), config, score)
 
-    def _told(self, key: Key, score: float | None) -> None:
-        """Hook for subclasses, after the observation was recorded."""
+    def told(self, key: Key, config: Mapping, score: float | None) -> None:
+        """``config``'s ``score`` is in the history now: learn from it."""
+        self.pending.discard(key)
+        self._told(key, config, score)
+
+    def note(self, config: Mapping, score: float) -> None:
+        """A predicted ``score`` for ``config``, which did not run: only this searcher
+        hears it (:class:`Known`), so that it moves on."""
+        key = self.obs.note(config, score)
+        self.pending.discard(key)
+        self._told(key, config, score)
+
+    def _told(self, key: Key, config: Mapping, score: float | None) -> None:
+        """Hook for subclasses, after a score or a note was recorded."""
 
     def iterations(self) -> int | None:
         """Trial length (training iterations) wanted for the configuration the last
@@ -192,4 +287,4 @@ def space_size(space: SearchSpace) -> int:
     return len(canonical_table(space))
 
 
-__all__ = ["Key", "Observations", "Searcher", "Stat", "canonical_table", "space_size"]
+__all__ = ["Key", "Known", "Observations", "Searcher", "Stat", "canonical_table", "space_size"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class BayesianSearch(Searcher):
         self._dirty = True
         self._best_ei: float | None = None  # the judge's best EI, until the next tell
 
-    def _told(self, key: Key, score: float | None) -> None:
+    def _told(self, key: Key, config: Mapping, score: float | None) -> None:
         self._dirty = True
         self._best_ei = None
 
@@ -254,10 +254,10 @@ class OptunaSearch(Searcher):
             self._trials.setdefault(self.space.key(c), []).append(trial)
             return self._propose(c)
 
-    def tell(self, config: Config, score: float | None, weight: float = 1.0) -> None:
+    def _told(self, key: Key, config: Mapping, score: float | None) -> None:
+        """The score (or note) goes into the Optuna study too: the sampler learns from it."""
         c = self.space.validate(config)
-        k = self.space.key(c)
-        super().tell(c, score, weight)
+        k = key
         optuna = self._optuna
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

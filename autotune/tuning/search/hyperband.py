@@ -22,8 +22,9 @@ promoted with what is known (an untold config ranks last), so ``ask`` never bloc
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
-from autotune.tuning.search.base import Key, Searcher
+from autotune.tuning.search.base import Key, Observations, Searcher
 from autotune.tuning.space import Config, SearchSpace
 
 
@@ -41,6 +42,7 @@ class Hyperband(Searcher):
             from autotune.tuning.search.bayes import OptunaSearch
 
             self._model = OptunaSearch(space, seed, sampler="tpe")
+            self._model.share(self.obs.shared)
         if min_iterations < 1 or max_iterations < min_iterations:
             raise ValueError(
                 f"need 1 <= min_iterations <= max_iterations, got {min_iterations}, {max_iterations}"
@@ -134,7 +136,18 @@ class Hyperband(Searcher):
     def iterations(self) -> int | None:
         return self._last_iterations
 
-    def tell(self, config: Config, score: float | None, weight: float = 1.0) -> None:
-        super().tell(config, score, weight)
+    # the BOHB model reads the same history and hears the same notes
+    def share(self, history: Observations) -> None:
+        super().share(history)
         if self._model is not None:
-            self._model.tell(config, score, weight)
+            self._model.share(history)
+
+    def told(self, key: Key, config: Mapping, score: float | None) -> None:
+        super().told(key, config, score)
+        if self._model is not None:
+            self._model.told(key, config, score)
+
+    def note(self, config: Mapping, score: float) -> None:
+        super().note(config, score)
+        if self._model is not None:
+            self._model.note(config, score)
