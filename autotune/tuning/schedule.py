@@ -72,124 +72,33 @@ What a person sees goes through a :class:`Listener` (a progress bar, or nothing)
 
 from __future__ import annotations
 
-import statistics
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from autotune.errors import ArgumentError
-from autotune.speedup import MIN_ITERATIONS, Side
-from autotune.tuning.efficiency import COLLAPSED, DROPPED, LOSSY_WARMUP
+from autotune.speedup import MIN_ITERATIONS
+from autotune.tuning.drift import Drift
+from autotune.tuning.efficiency import LOSSY_WARMUP
+from autotune.tuning.kept import KeptPhase
+from autotune.tuning.listener import SETTLED_SAMPLES, Listener
+from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, Goodput
 from autotune.tuning.space import Config, ConfigError, SearchSpace
 from autotune.tuning.trials import TrialDriver
-from autotune.tuning.tuner import CONFIRM, SEED, Trial, TrialRecord, Tuner
+from autotune.tuning.trial_run import SWITCH_MARGIN, TrialRun, trial_seconds
+from autotune.tuning.tuner import SEED, Trial, TrialRecord, Tuner
+from autotune.tuning.warmup import PROBE_STREAMS, capped_seeds, flow_probe
 
+# re-exported: the session, its display and the tests import them from here
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
-           "SWITCH_MARGIN", "trial_seconds"]
-
-#: How much slower than the configuration's steady iterations its first one (the switch:
-#: new buffers, first use of stream groups) may be. A trial whose switch iteration is
-#: under ``cut_short`` of the best even when divided by this stops there. Measured on 22
-#: trials of a loopback session (2 workers + 1 server, docs/tuner.md): the switch
-#: iteration took 0.77-1.43x a steady one (median 1.07, 90th percentile 1.30).
-SWITCH_MARGIN = 2.0
-
-#: Streams of the last warm-up iteration (when there are two or more, across machines):
-#: enough flows to fill a NIC whose single flow is capped at a quarter of it or more.
-PROBE_STREAMS = 4
+           "SETTLED_SAMPLES", "SWITCH_MARGIN", "flow_probe", "trial_seconds"]
 
 WARMUP, TRIAL, LOCKED = "warmup", "trial", "locked"
-# how many iterations after tuning count as scored iterations of the kept configuration
-SETTLED_SAMPLES = 20
-
-UNKNOWN_EFFICIENCY = ("its statistical efficiency is unknown: the gradient noise scale is not "
-                      "stable yet, so a lossy codec cannot be judged")
-
-#: Iterations of a kept codec's efficiency averaged before it is judged (without a drift
-#: watch; with one, its ``window``).
-EFFICIENCY_WINDOW = 20
 
 #: The length of the default's first trial (the Tuner's ``reference_iterations``): one
 #: switch iteration and :data:`~autotune.speedup.MIN_ITERATIONS` scored ones, the fewest a
 #: speed-up over the default needs. When it did not switch (the default ran just before,
 #: in the warm-up) it ends after MIN_ITERATIONS and gives the last back to the budget.
 REFERENCE_ITERATIONS = MIN_ITERATIONS + 1
-
-
-def flow_probe(space: SearchSpace, gradient_bytes: int | None = None) -> Config | None:
-    """The flow-cap probe of a job: the default with :data:`PROBE_STREAMS` streams and,
-    when ``gradient_bytes`` (all gradients of an iteration) would fill fewer than that
-    many default chunks, chunks small enough for every stream to carry one (else the
-    extra streams carry nothing and the probe cannot see a cap: measured, a 1.9 MiB model
-    in one 4 MiB chunk ran as fast with 4 streams as with one under a 4x cap).
-    ``None`` when the space has no more streams than the default."""
-    if "streams" not in space.names:
-        return None
-    default = space.default()
-    streams = space["streams"].nearest(PROBE_STREAMS)
-    if streams <= default["streams"]:
-        return None
-    probe = {**default, "streams": streams}
-    if gradient_bytes and "chunk_bytes" in space.names:
-        fits = [v for v in space["chunk_bytes"].values if v * streams <= gradient_bytes]
-        if fits and max(fits) < default["chunk_bytes"]:
-            probe["chunk_bytes"] = max(fits)
-        elif not fits:
-            probe["chunk_bytes"] = min(space["chunk_bytes"].values)
-    return space.project(probe)
-
-
-def trial_seconds(scored: list[float], switch_s: float, cut: bool) -> float:
-    """The time per iteration a trial is scored with: the median of its ``scored``
-    iterations; with none, its switch iteration ``switch_s``, divided by
-    :data:`SWITCH_MARGIN` if the trial was ``cut`` there as clearly slow (at best that much
-    faster: it stays slow), as it is if the trial had no other iteration (the end of the
-    budget: counted with the switch's cost rather than credited with an optimistic bound)."""
-    if scored:
-        return statistics.median(scored)
-    return switch_s / SWITCH_MARGIN if cut else switch_s
-
-
-@dataclass(frozen=True)
-class Drift:
-    """Re-tune for ``budget`` iterations when the median communication time of ``window``
-    iterations under the kept configuration moves, up or down, by more than ``threshold``
-    (a fraction) of the baseline's iteration time (the first ``window`` after locking)."""
-
-    threshold: float
-    window: int
-    budget: int
-
-
-class Listener:
-    """What the schedule tells a person; the default says nothing."""
-
-    def tuning(self, budget: int) -> None:
-        """Trials start (or start again) with ``budget`` iterations."""
-
-    def trial_started(self, index: int, trial: Trial) -> None:
-        """Trial number ``index`` (counted across re-tunes) starts."""
-
-    def advanced(self, iterations: int) -> None:
-        """``iterations`` of the tuning budget went by."""
-
-    def trial_finished(self, record: TrialRecord) -> None:
-        """A trial ended (``record.error`` set when it failed)."""
-
-    def measured_by(self, measured: Callable[[Config | None], Side | None]) -> None:
-        """Once, at the start: ``measured(config)`` gives a configuration's figure, the
-        ``(mean, spread, scored iterations)`` the store and the session's table show."""
-
-    def locked(self, kept: Config | None) -> None:
-        """The budget is spent; ``kept`` runs from now on. Its figure grows over its
-        first :data:`SETTLED_SAMPLES` training iterations (:meth:`kept_measured`)."""
-
-    def kept_measured(self, kept: Config | None) -> None:
-        """``kept``'s figure is final: its first :data:`SETTLED_SAMPLES` training
-        iterations are scored (or a re-tune starts before they are)."""
-
-    def say(self, text: str) -> None:
-        """Something worth a line (rich markup)."""
 
 
 class TrialSchedule:
@@ -246,26 +155,17 @@ class TrialSchedule:
         self.probe = (flow_probe(space, gradient_bytes)
                       if probe and self.warmup_left >= 2 else None)
         self.tuner: Tuner | None = None
-        self.trial: Trial | None = None
+        self.run: TrialRun | None = None  # the trial under way (or the last one)
         self.trial_index = -1
-        self._trial_left = 0
-        self._trial_times: list[float] = []
-        self._switch_s: float | None = None
-        self._trial_start = 0.0
         self.best: tuple[Config, float] | None = None  # (config, the Tuner's mean score)
         self.last_good: Config | None = None
-        self._window: list[tuple[float, float]] = []  # (iteration s, communication s)
-        # the kept configuration's median (iteration s, communication s), once measured
-        self.baseline: tuple[float, float] | None = None
         self.retunes: list[int] = []  # iterations at which drift started a re-tune
         self._replan = False
         self._ran: Config | None = None  # the configuration of the previous iteration
-        self._settled_left = 0  # settled iterations still to score (_settled)
-        self._keeping: Config | None = None  # the configuration they are scored for
-        self._efficiencies: list[float] = []  # the trial's (scored by goodput, lossy)
-        self._first_gain: float | None = None  # its switch iteration's
-        self.trial_efficiency: dict[tuple, float] = {}  # the mean of each lossy trial's
-        self._kept_efficiency: list[float] = []  # a window of the kept codec's
+        self.guards = Goodput(goodput)  # the trial's efficiencies, and the kept codec's
+        # after tuning: the kept configuration's settled figure and its watches
+        self.after = KeptPhase(driver, self.listener, drift, self.guards, budget,
+                               self.throughput, self.unit)
 
     # ---------------------------------------------------------------- start
     def start(self, warm: Sequence[Config], keep: Config | None = None) -> Config:
@@ -275,7 +175,7 @@ class TrialSchedule:
         if keep is not None or self.budget == 0:
             self.phase = LOCKED
             kept = keep if keep is not None else (warm[0] if warm else self.space.default())
-            self._settled_left, self._keeping = SETTLED_SAMPLES, dict(kept)
+            self.after.keep(kept)
             return kept
         self._tune(self.budget, self.seed, list(warm))
         if self.warmup_left:
@@ -293,7 +193,7 @@ class TrialSchedule:
         ``efficiency``: its statistical efficiency, when scored by goodput (module
         docstring; None: unknown)."""
         self.iteration += 1
-        gain = self._gain(config, efficiency)
+        gain = self.guards.gain(config, efficiency)
         switched, self._ran = config != self._ran, dict(config)
         if seconds != float("inf") and failed is None:
             self.last_good = dict(config)
@@ -303,9 +203,11 @@ class TrialSchedule:
             if self.warmup_left > 0:  # kept untuned from the start: a warm-up, unscored
                 self.warmup_left -= 1
             elif not switched and failed is None and seconds != float("inf"):
-                self._settled(config, seconds, gain)
-            dropped = self._watch_efficiency(config, efficiency)
-            return dropped or self._watch_drift(seconds, config, comm_s)
+                self.after.settled(self.space, config, seconds, gain)
+            kept = self.best[0] if self.best else config
+            retune = self.after.retune(self.space, config, seconds, comm_s, efficiency,
+                                       None if self.best is None else self.best[0])
+            return kept if retune is None else self._retune(*retune)
         if self.phase == WARMUP:
             return self._warmed(config, seconds)
         return self._measured(seconds, failed, switched, gain)
@@ -351,6 +253,11 @@ class TrialSchedule:
         return self.phase != LOCKED
 
     @property
+    def trial(self) -> Trial | None:
+        """The trial under way (after it: the last one)."""
+        return None if self.run is None else self.run.trial
+
+    @property
     def kept(self) -> Config | None:
         """The best configuration so far (after the budget: the one kept)."""
         return dict(self.best[0]) if self.best is not None else None
@@ -358,16 +265,20 @@ class TrialSchedule:
     def throughput(self, seconds: float) -> float:
         return (self.samples_per_step or 1) / max(seconds, 1e-9)
 
+    @property
+    def baseline(self) -> tuple[float, float] | None:
+        """The kept configuration's median (iteration s, communication s), once measured."""
+        watch = self.after.watch
+        return None if watch is None else watch.baseline
+
+    @property
+    def trial_efficiency(self) -> dict[tuple, float]:
+        """The mean efficiency of each lossy trial, by configuration key."""
+        return self.guards.trial_efficiency
+
     def lossy(self, config: Config) -> bool:
         """Whether ``config`` is judged by its efficiency: a codec, scored by goodput."""
-        return self.goodput and config.get("compression", "none") != "none"
-
-    def _gain(self, config: Config, efficiency: float | None) -> float | None:
-        """What a score of ``config``'s iteration is multiplied by: 1 unless it is
-        :meth:`lossy`; then its efficiency (None while unknown)."""
-        if not self.lossy(config):
-            return 1.0
-        return efficiency
+        return self.guards.lossy(config)
 
     @property
     def unit(self) -> str:
@@ -396,89 +307,45 @@ class TrialSchedule:
         if (self.probe is None or not self.probe_times or self.tuner is None
                 or self._capped is None or not self._capped()):
             return
-        seeds = []
-        for c in self.space.seeds():  # the probe's streams, chunks no larger than its
-            seed = {**c, "streams": self.probe["streams"]}
-            if "chunk_bytes" in c:
-                seed["chunk_bytes"] = min(c["chunk_bytes"], self.probe["chunk_bytes"])
-            seeds.append(seed)
-        self.tuner.try_first(seeds, technique=SEED)
+        self.tuner.try_first(capped_seeds(self.space, self.probe), technique=SEED)
 
     def _measured(self, seconds: float, failed: str | None, switched: bool = True,
                   gain: float | None = 1.0) -> Config:
         """An iteration of the trial under way ran (``switched``: under another
-        configuration than the iteration before; ``gain``: :meth:`_gain`)."""
-        trial = self.trial
-        assert trial is not None
+        configuration than the iteration before; ``gain``: :meth:`Goodput.gain`)."""
+        run = self.run
+        assert run is not None
+        trial = run.trial
         self.tuning_iterations += 1
-        self._trial_left -= 1
+        run.left -= 1
         # the first iteration of a trial pays for the switch, if there was one
-        first = self._trial_left == trial.iterations - 1 and switched
+        first = run.left == trial.iterations - 1 and switched
         if failed is None and seconds != float("inf") and self.lossy(trial.config):
-            failed = self._judged(gain, first)
+            failed = self.guards.judged(trial.config, gain, first)
         if failed is not None or seconds == float("inf"):
             self._finish(None, failed or "a worker failed under this configuration")
             return self._next_trial()
-        mean = self._trial_gain()  # the trial's so far (this iteration's judged above)
+        mean = self.guards.trial_gain(trial.config)  # so far (this iteration's judged above)
         if first:
-            self._switch_s = seconds
+            run.switch_s = seconds
         else:
-            self._trial_times.append(seconds)
+            run.times.append(seconds)
             self.driver.sample(trial.config, self.throughput(seconds) * (mean or 1.0))
         self.listener.advanced(1)
-        if (self._trial_left > 0 and not self._clearly_slow(seconds, first, mean or 1.0)
-                and not self.tuner.enough(trial, len(self._trial_times))):
+        if (run.left > 0 and not self._clearly_slow(seconds, first, mean or 1.0)
+                and not self.tuner.enough(trial, len(run.times))):
             return trial.config
         if mean is None:  # only its switch iteration was seen, with no efficiency
             self._finish(None, UNKNOWN_EFFICIENCY)
             return self._next_trial()
-        speed = self.throughput(trial_seconds(self._trial_times, seconds,
-                                              cut=self._trial_left > 0))
+        speed = self.throughput(trial_seconds(run.times, seconds, cut=run.left > 0))
         self._finish(speed * mean, None, speed if self.lossy(trial.config) else None)
         return self._next_trial()
 
-    def _judged(self, gain: float | None, first: bool) -> str | None:
-        """Scored by goodput, an iteration of a lossy trial: why the trial fails (its
-        efficiency unknown, or collapsed), or None. The ``first`` iteration after a switch
-        also delivers what the previous codec's error feedback held back, which is not
-        this codec's error: it only scores a trial that ends before another is seen (cut
-        short for its speed), and never fails one."""
-        if first:
-            self._first_gain = gain
-            return None
-        if gain is None:
-            return UNKNOWN_EFFICIENCY
-        self._efficiencies.append(gain)
-        return self._collapsed(self._trial_gain())
-
-    @staticmethod
-    def _collapsed(mean: float | None) -> str | None:
-        if mean is None or mean >= COLLAPSED:
-            return None
-        return (f"statistical efficiency {mean:.2f} < {COLLAPSED}: the codec's error on the "
-                f"averaged gradient would cost more steps to the same loss than its speed "
-                f"saves (goodput, docs/compression.md)")
-
-    def _trial_gain(self) -> float | None:
-        """The trial's mean efficiency so far: 1 unless lossy; the switch iteration's when
-        no other was seen; None when unknown."""
-        if not self.lossy(self.trial.config):
-            return 1.0
-        if self._efficiencies:
-            return statistics.fmean(self._efficiencies)
-        return self._first_gain
-
-    def _clearly_slow(self, seconds: float, first: bool, gain: float = 1.0) -> bool:
-        """Its unscored switch iteration, even allowing :data:`SWITCH_MARGIN`, or its first
-        scored iteration reached less than ``cut_short`` of the best score so far. A
-        confirm trial is never cut short: it is there to be measured."""
+    def _clearly_slow(self, seconds: float, first: bool, gain: float) -> bool:
         best = self.tuner.best if self.tuner is not None else None
-        if self.cut_short is None or best is None or self.trial.technique == CONFIRM:
-            return False
-        if first:
-            return self.throughput(seconds) * gain * SWITCH_MARGIN < self.cut_short * best[1]
-        return (len(self._trial_times) == 1
-                and self.throughput(seconds) * gain < self.cut_short * best[1])
+        return self.run.clearly_slow(self.throughput(seconds) * gain, first,
+                                     None if best is None else best[1], self.cut_short)
 
     def _tune(self, budget: int, seed: int, warm: list[Config]) -> None:
         self.tuner = self._new_tuner(budget, seed, warm)
@@ -490,14 +357,9 @@ class TrialSchedule:
         trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
         if trial is None:
             return self._lock()
-        self.trial = trial
+        self.run = TrialRun(trial)
         self.trial_index += 1
-        self._trial_left = trial.iterations
-        self._trial_times = []
-        self._efficiencies = []
-        self._first_gain = None
-        self._switch_s = None
-        self._trial_start = time.perf_counter()
+        self.guards.start_trial()
         self.listener.trial_started(self.trial_index, trial)
         return trial.config
 
@@ -505,37 +367,36 @@ class TrialSchedule:
                 throughput: float | None = None) -> None:
         """The trial under way ends: ``score`` (None: failed, ``error`` says why); a lossy
         trial scored by goodput also has its ``throughput`` and efficiency recorded."""
-        trial = self.trial
-        assert trial is not None and self.tuner is not None
+        run = self.run
+        assert run is not None and self.tuner is not None
+        trial = run.trial
         # A failed trial still used its iterations so far (the Tuner counts them all);
         # one cut short gives the rest back to the budget.
-        used = trial.iterations - self._trial_left
         if score is None:
-            self.listener.advanced(self._trial_left)
-        efficiency = self._trial_gain() if self.lossy(trial.config) else None
+            self.listener.advanced(run.left)
+        efficiency = self.guards.trial_gain(trial.config) if self.lossy(trial.config) else None
         if efficiency is not None and score is not None:
             self.trial_efficiency[self.space.key(trial.config)] = efficiency
-        rec = self.driver.finish(trial, score, iterations=used,
-                                 measured=len(self._trial_times), error=error,
-                                 wall_time=time.perf_counter() - self._trial_start,
+        rec = self.driver.finish(trial, score, iterations=run.used,
+                                 measured=len(run.times), error=error,
+                                 wall_time=time.perf_counter() - run.started,
                                  index=self.trial_index, throughput=throughput,
                                  efficiency=efficiency)
-        rec.switch_s = self._switch_s
+        rec.switch_s = run.switch_s
         if error is not None:
             self.listener.say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, "
                               f"{rec.config}): {error}")
         best = self.tuner.best
         self.best = (dict(best[0]), best[1]) if best else self.best
-        self._trial_left = 0
+        run.left = 0
         self.listener.trial_finished(rec)
 
     def _lock(self) -> Config:
         """The budget is spent: keep the best configuration from now on."""
         self.phase = LOCKED
-        self._window, self.baseline = [], None
-        self._kept_efficiency = []
+        self.after.reset_watches()
         kept = self.best[0] if self.best else self.fallback()
-        self._settled_left, self._keeping = SETTLED_SAMPLES, dict(kept)
+        self.after.keep(kept)
         if self.tuner is not None and self.tuner.separated and self.tuner.remaining > 0:
             self.listener.say(f"tuning: the kept configuration is separated from the runner-up "
                               f"by more than the noise; {self.tuner.remaining} iterations of "
@@ -543,95 +404,16 @@ class TrialSchedule:
         self.listener.locked(self.kept)
         return kept
 
-    def _settled(self, config: Config, seconds: float, gain: float | None = 1.0) -> None:
-        """The first :data:`SETTLED_SAMPLES` settled iterations of the kept configuration
-        (not the first after a switch) are scored iterations of it too: its mean, the one
-        "best" number, then rests on training and not only on the trials that picked it,
-        whose highest means were picked for being high (the winner's curse). Only the
-        first ones, taken soon after the trials: the default's mean, which the speed-up
-        divides by, was measured during them, and later iterations may meet a slower
-        compute step (no re-tune) that the default never met."""
-        if (self._keeping is not None and self._settled_left > 0
-                and self.space.key(config) == self.space.key(self._keeping)):
-            if gain is None:  # a kept codec's efficiency unknown: not scored
-                return
-            self._settled_left -= 1
-            self.driver.sample(config, self.throughput(seconds) * gain)
-            if self._settled_left == 0:
-                self.listener.kept_measured(dict(self._keeping))
-
-    def _end_settling(self) -> None:
-        """A re-tune starts while the kept configuration's settled iterations are still
-        being scored: its figure is final as it is."""
-        if self._settled_left > 0 and self._keeping is not None:
-            self._settled_left = 0
-            self.listener.kept_measured(dict(self._keeping))
-
-    def _watch_drift(self, seconds: float, config: Config, comm_s: float | None) -> Config:
-        kept = self.best[0] if self.best else config
-        if self.drift is None or self.best is None or seconds == float("inf"):
-            return kept
-        self._window.append((seconds, seconds if comm_s is None else comm_s))
-        if len(self._window) < self.drift.window:
-            return kept
-        now = (statistics.median(w[0] for w in self._window),
-               statistics.median(w[1] for w in self._window))
-        self._window = []
-        if self.baseline is None:
-            self.baseline = now
-            return kept
-        (base_s, base_comm), (now_s, now_comm) = self.baseline, now
-        if abs(now_comm - base_comm) <= self.drift.threshold * base_s:
-            return kept
-        from autotune.units import fmt_score, fmt_seconds
-
-        what = "iteration" if comm_s is None else "communication"
-        self.listener.say(f"[yellow]{what} time drifted[/] from {fmt_seconds(base_comm)} to "
-                          f"{fmt_seconds(now_comm)} ({fmt_score(self.throughput(base_s), self.unit)}"
-                          f" to {fmt_score(self.throughput(now_s), self.unit)}): "
-                          f"re-tuning for {self.drift.budget} iterations")
-        # The old best is stale: measure it again first, alongside its neighbours.
-        return self._retune(self.drift.budget, self.best[0])
-
     def _retune(self, budget: int, first: Config) -> Config:
         """A re-tune of ``budget`` iterations whose first trial is ``first``. What was
         measured describes the job before the change: the means start afresh."""
         self.retunes.append(self.iteration)
-        self._end_settling()
+        self.after.end_settling()
         self.driver.forget()
         self.best = None
         self.phase = TRIAL
         self._tune(budget, self.seed + self.iteration, [first])
         return self._next_trial()
-
-    def _watch_efficiency(self, config: Config, efficiency: float | None) -> Config | None:
-        """Scored by goodput, after tuning: a kept codec whose efficiency dropped (module
-        docstring) starts a re-tune from the best lossless configuration; else None."""
-        if not self.lossy(config) or efficiency is None or self.best is None:
-            return None
-        self._kept_efficiency.append(efficiency)
-        window = self.drift.window if self.drift is not None else EFFICIENCY_WINDOW
-        if len(self._kept_efficiency) < window:
-            return None
-        now = statistics.fmean(self._kept_efficiency)
-        self._kept_efficiency = []
-        measured = self.trial_efficiency.get(self.space.key(config), 1.0)
-        if now >= max(COLLAPSED, DROPPED * measured):
-            return None
-        lossless = self._best_lossless()
-        self.listener.say(f"[yellow]statistical efficiency of the kept codec dropped[/] from "
-                          f"{measured:.2f} to {now:.2f}: back to lossless "
-                          f"({lossless.get('compression', 'none')}) and re-tuning")
-        budget = self.drift.budget if self.drift is not None else max(10, self.budget // 5)
-        return self._retune(budget, lossless)
-
-    def _best_lossless(self) -> Config:
-        """The best-scored lossless configuration of the trials so far, else the default."""
-        scored = [r for r in self.driver.history
-                  if r.score is not None and r.config.get("compression", "none") == "none"]
-        if not scored:
-            return self.space.default()
-        return dict(max(scored, key=lambda r: r.score).config)
 
     def _start_over(self, failed: str | None, config: Config) -> Config:
         """After a server loss. Settled: keep the configuration if it can still run, else
@@ -648,12 +430,12 @@ class TrialSchedule:
                 return self.fallback()
             budget = max(10, self.budget // 5)
         else:
-            if self.phase == TRIAL and self.trial is not None and self._trial_left > 0:
+            if self.phase == TRIAL and self.run is not None and self.run.left > 0:
                 self._finish(None, failed or "servers lost")
             budget = self.tuner.remaining if self.tuner is not None else 0
         self.best = ((best, self.tuner.score_of(best) or 0.0)
                      if best and self.tuner is not None else None)
-        self._end_settling()
+        self.after.end_settling()
         if budget <= 0:
             return self._lock()
         self._tune(budget, self.seed + self.iteration, [best] if best else [])

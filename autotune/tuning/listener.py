@@ -1,0 +1,47 @@
+"""What the trial schedule tells a person: the :class:`Listener` interface.
+
+The session's progress display implements it (:mod:`autotune.sessions.display`); the
+default says nothing. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from autotune.speedup import Side
+from autotune.tuning.space import Config
+from autotune.tuning.tuner import Trial, TrialRecord
+
+#: How many iterations after tuning count as scored iterations of the kept configuration.
+SETTLED_SAMPLES = 20
+
+
+class Listener:
+    """What the schedule tells a person; the default says nothing."""
+
+    def tuning(self, budget: int) -> None:
+        """Trials start (or start again) with ``budget`` iterations."""
+
+    def trial_started(self, index: int, trial: Trial) -> None:
+        """Trial number ``index`` (counted across re-tunes) starts."""
+
+    def advanced(self, iterations: int) -> None:
+        """``iterations`` of the tuning budget went by."""
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        """A trial ended (``record.error`` set when it failed)."""
+
+    def measured_by(self, measured: Callable[[Config | None], Side | None]) -> None:
+        """Once, at the start: ``measured(config)`` gives a configuration's figure, the
+        ``(mean, spread, scored iterations)`` the store and the session's table show."""
+
+    def locked(self, kept: Config | None) -> None:
+        """The budget is spent; ``kept`` runs from now on. Its figure grows over its
+        first :data:`SETTLED_SAMPLES` training iterations (:meth:`kept_measured`)."""
+
+    def kept_measured(self, kept: Config | None) -> None:
+        """``kept``'s figure is final: its first :data:`SETTLED_SAMPLES` training
+        iterations are scored (or a re-tune starts before they are)."""
+
+    def say(self, text: str) -> None:
+        """Something worth a line (rich markup)."""

@@ -1,0 +1,54 @@
+"""The warm-up's flow-cap probe: does one TCP flow run far below the NIC rate?
+
+Across machines the last of two or more warm-up iterations runs the default with
+:data:`PROBE_STREAMS` streams (:func:`flow_probe`), so that a per-flow cap (one flow held
+far below the NIC rate, as on many cloud NICs) shows: if several streams are much faster
+than one, the seed configurations with that many streams are tried first
+(:func:`capped_seeds`, AIACC-Training's remedy). The trial schedule
+(:mod:`autotune.tuning.schedule`) runs the probe; the session judges the times.
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from autotune.tuning.space import Config, SearchSpace
+
+#: Streams of the last warm-up iteration (when there are two or more, across machines):
+#: enough flows to fill a NIC whose single flow is capped at a quarter of it or more.
+PROBE_STREAMS = 4
+
+
+def flow_probe(space: SearchSpace, gradient_bytes: int | None = None) -> Config | None:
+    """The flow-cap probe of a job: the default with :data:`PROBE_STREAMS` streams and,
+    when ``gradient_bytes`` (all gradients of an iteration) would fill fewer than that
+    many default chunks, chunks small enough for every stream to carry one (else the
+    extra streams carry nothing and the probe cannot see a cap: measured, a 1.9 MiB model
+    in one 4 MiB chunk ran as fast with 4 streams as with one under a 4x cap).
+    ``None`` when the space has no more streams than the default."""
+    if "streams" not in space.names:
+        return None
+    default = space.default()
+    streams = space["streams"].nearest(PROBE_STREAMS)
+    if streams <= default["streams"]:
+        return None
+    probe = {**default, "streams": streams}
+    if gradient_bytes and "chunk_bytes" in space.names:
+        fits = [v for v in space["chunk_bytes"].values if v * streams <= gradient_bytes]
+        if fits and max(fits) < default["chunk_bytes"]:
+            probe["chunk_bytes"] = max(fits)
+        elif not fits:
+            probe["chunk_bytes"] = min(space["chunk_bytes"].values)
+    return space.project(probe)
+
+
+def capped_seeds(space: SearchSpace, probe: Config) -> list[Config]:
+    """The space's seed configurations (the default, push/pull through every server)
+    with the ``probe``'s streams and chunks no larger than its: what to try first when
+    the warm-up showed a per-flow cap."""
+    seeds = []
+    for c in space.seeds():
+        seed = {**c, "streams": probe["streams"]}
+        if "chunk_bytes" in c:
+            seed["chunk_bytes"] = min(c["chunk_bytes"], probe["chunk_bytes"])
+        seeds.append(seed)
+    return seeds
