@@ -25,6 +25,7 @@ from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import EFFICIENCY_WINDOW, Goodput, best_lossless
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trials import TrialDriver
+from autotune.tuning.tuner import Tuner
 
 
 class KeptPhase:
@@ -49,11 +50,17 @@ class KeptPhase:
         """``config`` is kept from now on: its settled iterations are scored."""
         self.settled_left, self.keeping = SETTLED_SAMPLES, dict(config)
 
-    def reset_watches(self) -> None:
-        """A new configuration is kept: the watches start afresh."""
+    def lock(self, config: Config, tuner: Tuner | None) -> None:
+        """The budget is spent (or ``tuner`` found the leader separated): ``config`` is
+        kept from now on; the watches start afresh."""
         if self.watch is not None:
             self.watch.reset()
         self.guards.reset_kept()
+        self.keep(config)
+        if tuner is not None and tuner.separated and tuner.remaining > 0:
+            self.listener.say(f"tuning: the kept configuration is separated from the runner-up "
+                              f"by more than the noise; {tuner.remaining} iterations of "
+                              f"the budget are not needed")
 
     def settled(self, space: SearchSpace, config: Config, seconds: float,
                 gain: float | None = 1.0) -> None:

@@ -89,6 +89,15 @@ class Goodput:
             return statistics.fmean(self._efficiencies)
         return self._first_gain
 
+    def finish_trial(self, space: SearchSpace, config: Config,
+                     score: float | None) -> float | None:
+        """The trial of ``config`` ends with ``score`` (None: failed): its mean efficiency
+        if it is lossy (None otherwise), remembered for the kept codec's watch if scored."""
+        efficiency = self.trial_gain(config) if self.lossy(config) else None
+        if efficiency is not None and score is not None:
+            self.trial_efficiency[space.key(config)] = efficiency
+        return efficiency
+
     def reset_kept(self) -> None:
         """A new configuration is kept: its window starts afresh."""
         self._kept = []

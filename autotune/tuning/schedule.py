@@ -82,11 +82,11 @@ from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, Goodput
-from autotune.tuning.space import Config, ConfigError, SearchSpace
+from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.trial_run import SWITCH_MARGIN, TrialRun, trial_seconds
 from autotune.tuning.tuner import SEED, Trial, TrialRecord, Tuner
-from autotune.tuning.warmup import PROBE_STREAMS, capped_seeds, flow_probe
+from autotune.tuning.warmup import PROBE_STREAMS, WarmUp, flow_probe
 
 # re-exported: the session, its display and the tests import them from here
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
@@ -127,19 +127,13 @@ class TrialSchedule:
         gradient_bytes: int | None = None,
         goodput: bool = False,
     ) -> None:
-        if budget < 0:
-            raise ArgumentError(f"budget must be >= 0, got {budget}")
-        if warmup < 0:
-            raise ArgumentError(f"warmup must be >= 0, got {warmup}")
-        if cut_short is not None and not 0 < cut_short < 1:
-            raise ArgumentError(f"cut_short is a fraction in (0, 1) or None, got {cut_short}")
+        _check(budget, warmup, cut_short)
         self.space = space
         self.driver = driver
         self._new_tuner = new_tuner
         self.budget = budget
         self.cut_short = cut_short
         self.samples_per_step = samples_per_step
-        self.drift = drift
         self.seed = seed
         self._capped = capped
         self.listener = listener or Listener()
@@ -147,13 +141,12 @@ class TrialSchedule:
         self.phase = WARMUP
         self.iteration = 0          # iterations measured (next() calls)
         self.tuning_iterations = 0  # iterations spent inside trials
-        self.goodput = goodput
         # scored by goodput: the noise scale needs lossless iterations before any codec
-        self.warmup_left = max(warmup, LOSSY_WARMUP) if goodput and budget > 0 else warmup
-        self.warmup_times: list[float] = []  # the default's warm-up times (the prior's rate)
-        self.probe_times: list[float] = []   # the several-stream probe's
-        self.probe = (flow_probe(space, gradient_bytes)
-                      if probe and self.warmup_left >= 2 else None)
+        self.warm = WarmUp(space, max(warmup, LOSSY_WARMUP) if goodput and budget > 0
+                           else warmup, probe, gradient_bytes)
+        # the warm-up's times (the same lists) and its probe, read by the session
+        self.warmup_times, self.probe_times = self.warm.times, self.warm.probe_times
+        self.probe = self.warm.probe
         self.tuner: Tuner | None = None
         self.run: TrialRun | None = None  # the trial under way (or the last one)
         self.trial_index = -1
@@ -178,7 +171,7 @@ class TrialSchedule:
             self.after.keep(kept)
             return kept
         self._tune(self.budget, self.seed, list(warm))
-        if self.warmup_left:
+        if self.warm.left:
             return self.space.default()
         self.phase = TRIAL
         return self._next_trial()
@@ -200,8 +193,8 @@ class TrialSchedule:
         if self._replan:
             return self._start_over(failed, config)
         if self.phase == LOCKED:
-            if self.warmup_left > 0:  # kept untuned from the start: a warm-up, unscored
-                self.warmup_left -= 1
+            if self.warm.left > 0:  # kept untuned from the start: a warm-up, unscored
+                self.warm.left -= 1
             elif not switched and failed is None and seconds != float("inf"):
                 self.after.settled(self.space, config, seconds, gain)
             kept = self.best[0] if self.best else config
@@ -240,17 +233,18 @@ class TrialSchedule:
         return good if good is not None and self.allowed(good) else self.space.default()
 
     def allowed(self, config: Config) -> bool:
-        try:
-            self.space.validate(config)
-        except ConfigError:
-            return False
-        return True
+        return self.space.contains(config)
 
     # ------------------------------------------------------------------ state
     @property
     def tuning(self) -> bool:
         """Whether trials (or the warm-up before them) are still running."""
         return self.phase != LOCKED
+
+    @property
+    def warmup_left(self) -> int:
+        """Warm-up iterations still to run."""
+        return self.warm.left
 
     @property
     def trial(self) -> Trial | None:
@@ -288,26 +282,15 @@ class TrialSchedule:
 
     # --------------------------------------------------------------- phases
     def _warmed(self, config: Config, seconds: float) -> Config:
-        """A warm-up iteration ran: trains, but is not a trial."""
-        self.warmup_left -= 1
-        if seconds != float("inf"):
-            probing = self.probe is not None and config == self.probe
-            (self.probe_times if probing else self.warmup_times).append(seconds)
-        if self.warmup_left == 0:
-            self._seed_streams()
-            self.phase = TRIAL
-            return self._next_trial()
-        if self.warmup_left == 1 and self.probe is not None and self.allowed(self.probe):
-            return self.probe
-        return config
-
-    def _seed_streams(self) -> None:
-        """If the warm-up showed a per-flow cap, the seed configurations (the default,
-        push/pull through every server) with the probe's streams are tried first."""
-        if (self.probe is None or not self.probe_times or self.tuner is None
-                or self._capped is None or not self._capped()):
-            return
-        self.tuner.try_first(capped_seeds(self.space, self.probe), technique=SEED)
+        """A warm-up iteration ran: trains, but is not a trial. At its end, if it showed
+        a per-flow cap, the seeds with the probe's streams are tried first."""
+        warming = self.warm.ran(config, seconds, self.allowed)
+        if warming is not None:
+            return warming
+        if self.tuner is not None:
+            self.tuner.try_first(self.warm.seeds(self.space, self._capped), technique=SEED)
+        self.phase = TRIAL
+        return self._next_trial()
 
     def _measured(self, seconds: float, failed: str | None, switched: bool = True,
                   gain: float | None = 1.0) -> Config:
@@ -317,22 +300,20 @@ class TrialSchedule:
         assert run is not None
         trial = run.trial
         self.tuning_iterations += 1
-        run.left -= 1
-        # the first iteration of a trial pays for the switch, if there was one
-        first = run.left == trial.iterations - 1 and switched
+        first = run.step(switched)
         if failed is None and seconds != float("inf") and self.lossy(trial.config):
             failed = self.guards.judged(trial.config, gain, first)
         if failed is not None or seconds == float("inf"):
             self._finish(None, failed or "a worker failed under this configuration")
             return self._next_trial()
         mean = self.guards.trial_gain(trial.config)  # so far (this iteration's judged above)
-        if first:
-            run.switch_s = seconds
-        else:
-            run.times.append(seconds)
+        run.record(seconds, first)
+        if not first:
             self.driver.sample(trial.config, self.throughput(seconds) * (mean or 1.0))
         self.listener.advanced(1)
-        if (run.left > 0 and not self._clearly_slow(seconds, first, mean or 1.0)
+        best = self.tuner.best
+        if (run.left > 0 and not run.clearly_slow(self.throughput(seconds) * (mean or 1.0), first,
+                                                  best and best[1], self.cut_short)
                 and not self.tuner.enough(trial, len(run.times))):
             return trial.config
         if mean is None:  # only its switch iteration was seen, with no efficiency
@@ -341,11 +322,6 @@ class TrialSchedule:
         speed = self.throughput(trial_seconds(run.times, seconds, cut=run.left > 0))
         self._finish(speed * mean, None, speed if self.lossy(trial.config) else None)
         return self._next_trial()
-
-    def _clearly_slow(self, seconds: float, first: bool, gain: float) -> bool:
-        best = self.tuner.best if self.tuner is not None else None
-        return self.run.clearly_slow(self.throughput(seconds) * gain, first,
-                                     None if best is None else best[1], self.cut_short)
 
     def _tune(self, budget: int, seed: int, warm: list[Config]) -> None:
         self.tuner = self._new_tuner(budget, seed, warm)
@@ -374,9 +350,7 @@ class TrialSchedule:
         # one cut short gives the rest back to the budget.
         if score is None:
             self.listener.advanced(run.left)
-        efficiency = self.guards.trial_gain(trial.config) if self.lossy(trial.config) else None
-        if efficiency is not None and score is not None:
-            self.trial_efficiency[self.space.key(trial.config)] = efficiency
+        efficiency = self.guards.finish_trial(self.space, trial.config, score)
         rec = self.driver.finish(trial, score, iterations=run.used,
                                  measured=len(run.times), error=error,
                                  wall_time=time.perf_counter() - run.started,
@@ -394,13 +368,8 @@ class TrialSchedule:
     def _lock(self) -> Config:
         """The budget is spent: keep the best configuration from now on."""
         self.phase = LOCKED
-        self.after.reset_watches()
         kept = self.best[0] if self.best else self.fallback()
-        self.after.keep(kept)
-        if self.tuner is not None and self.tuner.separated and self.tuner.remaining > 0:
-            self.listener.say(f"tuning: the kept configuration is separated from the runner-up "
-                              f"by more than the noise; {self.tuner.remaining} iterations of "
-                              f"the budget are not needed")
+        self.after.lock(kept, self.tuner)
         self.listener.locked(self.kept)
         return kept
 
@@ -439,8 +408,18 @@ class TrialSchedule:
         if budget <= 0:
             return self._lock()
         self._tune(budget, self.seed + self.iteration, [best] if best else [])
-        if self.warmup_left > 0:
+        if self.warm.left > 0:
             self.phase = WARMUP
             return self.fallback()
         self.phase = TRIAL
         return self._next_trial()
+
+
+def _check(budget: int, warmup: int, cut_short: float | None) -> None:
+    """:class:`TrialSchedule`'s arguments, checked."""
+    if budget < 0:
+        raise ArgumentError(f"budget must be >= 0, got {budget}")
+    if warmup < 0:
+        raise ArgumentError(f"warmup must be >= 0, got {warmup}")
+    if cut_short is not None and not 0 < cut_short < 1:
+        raise ArgumentError(f"cut_short is a fraction in (0, 1) or None, got {cut_short}")

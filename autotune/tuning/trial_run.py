@@ -47,6 +47,19 @@ class TrialRun:
         self.switch_s: float | None = None  # its switch iteration's, unscored
         self.started = time.perf_counter()
 
+    def step(self, switched: bool) -> bool:
+        """One of its iterations ran (``switched``: under another configuration than the
+        one before): whether it is the first after a switch, which pays for it."""
+        self.left -= 1
+        return self.left == self.trial.iterations - 1 and switched
+
+    def record(self, seconds: float, first: bool) -> None:
+        """The iteration's ``seconds``: the switch's, or a scored iteration's."""
+        if first:
+            self.switch_s = seconds
+        else:
+            self.times.append(seconds)
+
     @property
     def used(self) -> int:
         """Iterations run so far."""

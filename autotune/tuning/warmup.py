@@ -11,6 +11,8 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from autotune.tuning.space import Config, SearchSpace
 
 #: Streams of the last warm-up iteration (when there are two or more, across machines):
@@ -52,3 +54,37 @@ def capped_seeds(space: SearchSpace, probe: Config) -> list[Config]:
             seed["chunk_bytes"] = min(c["chunk_bytes"], probe["chunk_bytes"])
         seeds.append(seed)
     return seeds
+
+
+class WarmUp:
+    """The warm-up iterations of one schedule: ``iterations`` of the default, the last of
+    two or more the flow-cap probe when ``probe`` (across machines). Their times give the
+    physics prior its network rate (``times``) and show a per-flow cap (``probe_times``)."""
+
+    def __init__(self, space: SearchSpace, iterations: int, probe: bool,
+                 gradient_bytes: int | None) -> None:
+        self.left = iterations
+        self.times: list[float] = []  # the default's warm-up times (the prior's rate)
+        self.probe_times: list[float] = []  # the several-stream probe's
+        self.probe = flow_probe(space, gradient_bytes) if probe and iterations >= 2 else None
+
+    def ran(self, config: Config, seconds: float,
+            allowed: Callable[[Config], bool]) -> Config | None:
+        """A warm-up iteration of ``config`` ran in ``seconds``: the next configuration
+        of the warm-up (the probe last, if ``allowed``), or None once it is over."""
+        self.left -= 1
+        if seconds != float("inf"):
+            probing = self.probe is not None and config == self.probe
+            (self.probe_times if probing else self.times).append(seconds)
+        if self.left == 0:
+            return None
+        if self.left == 1 and self.probe is not None and allowed(self.probe):
+            return self.probe
+        return config
+
+    def seeds(self, space: SearchSpace, capped: Callable[[], bool] | None) -> list[Config]:
+        """What to try first: the :func:`capped_seeds` if the probe ran and ``capped()``
+        says the warm-up showed a per-flow cap, else nothing."""
+        if self.probe is None or not self.probe_times or capped is None or not capped():
+            return []
+        return capped_seeds(space, self.probe)
