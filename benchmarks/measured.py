@@ -19,8 +19,10 @@ measurement from the emulated cluster:
   the mean throughput (it/s) over them, as a session scores a trial.
 - **The truth** a kept configuration is judged by is its median recorded throughput.
 - **The prior** is built as a session builds it (:class:`autotune.sessions.facts.
-  JobTuners`): the simulator on the job's gradient sizes, world and CPU device, at the
-  link rates that the recorded warm-up implies (:func:`autotune.sim.predict.warmup_link`).
+  JobTuners`): the simulator on the job's gradient sizes, world and CPU device, with the
+  link as recorded at the start (tables recorded after issue 40) and as the recorded
+  warm-up implies it (:func:`autotune.sim.predict.warmup_link`), and this machine's
+  host and codec rates; the Tuner refits it to the trials.
 """
 
 from __future__ import annotations
@@ -119,16 +121,34 @@ class MeasuredJob:
         return len(self._rows)
 
     def prior(self):
-        """The physics prior a session of this job would build (module docstring)."""
+        """The physics prior a session of this job would build (module docstring): the
+        link as timed at the start (where the table recorded it) and as the warm-up
+        showed it, this machine's summation, copy and codec rates (timed once per
+        process, as a session's leader times them), the simulator's defaults for the rest;
+        refitted to the trials as the Tuner tells them."""
+        from autotune.sessions.calibrate import link_calibration, merged
         from autotune.sim.predict import job_prior, warmup_link
 
         job, warm = self.table["job"], self.table["warmup"]
         sizes = job["sizes"]
         link = (warmup_link(warm["one_stream_s"], self.probe_times(), sum(sizes), job["workers"])
                 if job["machines"] > 1 else {})
+        start = merged(self.host, link_calibration(warm.get("link") or {}, link))
         return job_prior(sizes, machines=job["machines"],
                          workers_per_machine=job["workers_per_machine"],
-                         servers=job["servers"], device="cpu", batch_per_worker=1, **link)
+                         servers=job["servers"], device="cpu", batch_per_worker=1,
+                         calibration=start)
+
+    @cached_property
+    def host(self):
+        """This machine's constants, as a session's leader measures them
+        (:meth:`autotune.sessions.facts.JobTuners.starting_calibration`)."""
+        from autotune.sessions.calibrate import host_calibration
+
+        codecs = [v for v in self.space["compression"].values if v != "none"] \
+            if "compression" in self.space.names else []
+        return host_calibration(codecs=codecs, device="cpu",
+                                chunk_bytes=min(4 << 20, max(1024, sum(self.table["job"]["sizes"]))))
 
     def probe_times(self) -> list[float]:
         """The flow-cap probe's warm-up times, as the session's probe

@@ -13,7 +13,9 @@ so that a replay builds the physics prior from what a session would know.
 
 The jobs span the cases of issue 26: bandwidth-bound with servers, a per-flow cap, a small
 latency-bound model, a lossy-allowed job on a slow link (where a codec should win), and two
-workers per machine (intra modes, reduce roots).
+workers per machine (intra modes, reduce roots); and, recorded after the tuner's model was
+calibrated (issue 40) and never tuned on, the case the simulator was weakest in: several
+workers per machine with lossy codecs under a per-flow cap (``wlossycap``).
 
 Each table goes to ``benchmarks/data/tables/<job>.json`` as it grows (a run that stops
 keeps what it measured; ``--resume`` is not offered: a table is one run). The replay is
@@ -81,6 +83,9 @@ JOBS = {j.name: j for j in (
         machines=2, rate="100mbit", allow_lossy=True),
     Job("intra", "2 machines x 2 workers: intra modes and reduce roots",
         machines=2, workers_per_machine=2, servers=1, rate="200mbit"),
+    Job("wlossycap", "2 machines x 2 workers, lossy codecs allowed, each TCP flow capped",
+        machines=2, workers_per_machine=2, servers=1, rate="200mbit", flow_cap="50mbit",
+        allow_lossy=True),
 )}
 
 
@@ -110,6 +115,7 @@ def rank_main(a: argparse.Namespace) -> None:
 
     from autotune.runtime import Runtime
     from autotune.server import serve
+    from autotune.sessions.calibrate import measure_link
     from autotune.tuning.schedule import flow_probe
     from autotune.tuning.space import SearchSpace
     from autotune.workload import check_average, model_shapes, sleepy_model
@@ -143,6 +149,8 @@ def rank_main(a: argparse.Namespace) -> None:
     default = space.default()
     sizes = [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
     probe = flow_probe(space, sum(sizes))  # as the session's warm-up runs it
+    # as the session times the link at its start (over the workers, before training)
+    link = measure_link(rt.worker_sum, gradient_bytes=sum(sizes), workers=job.workers)
     warm = [iteration(default) for _ in range(3)]
     many = [iteration(probe) for _ in range(2)]
     table = {
@@ -151,7 +159,7 @@ def rank_main(a: argparse.Namespace) -> None:
         "space": [[p.name, list(p.values)] for p in space.params],
         "space_facts": {k: v for k, v in space.facts},
         "iterations": a.iterations, "seed": a.seed,
-        "warmup": {"one_stream_s": warm, "many_streams_s": many, "probe": probe},
+        "warmup": {"one_stream_s": warm, "many_streams_s": many, "probe": probe, "link": link},
         "rows": [],
     }
     t_start = time.time()

@@ -38,7 +38,7 @@ DEFAULT_CODECS: dict[str, CodecCost] = {
         CodecCost("fp16", 0.5, 40.0, 40.0, True),
         CodecCost("bf16", 0.5, 40.0, 40.0, True),
         CodecCost("topk", 0.02, 4.0, 40.0, False),       # 1%: float32 values + int32 indices
-        CodecCost("randomk", 0.01, 20.0, 20.0, True),    # shared indices: values only
+        CodecCost("randomk", 0.1, 20.0, 20.0, True),     # shared indices: values only (10%)
         CodecCost("onebit", 1 / 32 + 1e-4, 16.0, 24.0, False),
         CodecCost("powersgd", 0.05, 8.0, 8.0, True),
     )

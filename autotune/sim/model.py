@@ -48,7 +48,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from autotune.runtime.config import NAMES, ConfigError, RuntimeConfig
+from autotune.runtime.config import (DEFAULT_POWERSGD_RANK, DEFAULT_RANDOMK_RATIO,
+                                     DEFAULT_TOPK_RATIO, NAMES, ConfigError, RuntimeConfig)
 
 from .cluster import GBIT, Cluster
 from .codecs import CodecCost, codec_table
@@ -59,7 +60,31 @@ MiB = 1 << 20
 #: the parameters the model reads, at the runtime's defaults (RuntimeConfig)
 DEFAULT_CONFIG: dict[str, Any] = {
     k: RuntimeConfig()[k] for k in ("streams", "chunk_bytes", "transport", "servers", "intra",
-                                    "reduce_root", "compression")}
+                                    "reduce_root", "compression", "topk_ratio", "randomk_ratio",
+                                    "powersgd_rank", "compress_min_bytes")}
+
+#: each codec parameter, and its value in the codec cost table (the runtime's default)
+CODEC_PARAMS = {"topk": ("topk_ratio", DEFAULT_TOPK_RATIO),
+                "randomk": ("randomk_ratio", DEFAULT_RANDOMK_RATIO),
+                "powersgd": ("powersgd_rank", DEFAULT_POWERSGD_RANK)}
+
+
+def wire_ratio(cfg: Mapping[str, Any], codec: CodecCost, plan: ChunkPlan,
+               total: int) -> tuple[float, float]:
+    """``(ratio, compressed)``: wire bytes per gradient byte, and the share of the
+    gradient bytes a codec encodes. A chunk under ``compress_min_bytes`` travels as it
+    is (HiPress's selective rule, as the runtime does); a codec's payload scales with its
+    parameter (top-k's and random-k's ratio, PowerSGD's rank) from the table's value at
+    the runtime's default."""
+    if cfg["compression"] == "none" or not plan.sizes:
+        return 1.0, 0.0
+    r = codec.ratio
+    if cfg["compression"] in CODEC_PARAMS:
+        name, default = CODEC_PARAMS[cfg["compression"]]
+        r = min(1.0, r * float(cfg[name]) / default)
+    least = int(cfg["compress_min_bytes"])
+    f = sum(b for b in plan.sizes if b >= least) / max(1, total)
+    return f * r + (1.0 - f), f
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,7 @@ class _Setting:
     strategy: str
     codec: CodecCost
     r: float
+    f: float
     total: int
     plan: ChunkPlan
     lat: float
@@ -167,11 +193,12 @@ class _Setting:
         else:  # flat
             flows = w if transport == "pushpull" else 1
             bytes_mult, share = (w if transport == "pushpull" else 1), 1.0
+        plan = job.plan(cfg, n)
+        r, f = wire_ratio(cfg, codec, plan, job.total_bytes)
         return cls(
             cluster=cluster, cfg=cfg, n=n, w=w, N=n * w, S=S, transport=transport,
             k=cfg["servers"] if transport == "pushpull" else 0, strategy=strategy,
-            codec=codec, r=codec.ratio if cfg["compression"] != "none" else 1.0,
-            total=job.total_bytes, plan=job.plan(cfg, n),
+            codec=codec, r=r, f=f, total=job.total_bytes, plan=plan,
             lat=cluster.latency_us * 1e-6, ilat=cluster.intra_latency_us * 1e-6,
             cpu=cluster.cpu_sum_gbps * GBIT if cluster.cpu_sum_gbps else math.inf,
             B=B, Bs=cluster.server_nic_Bps, cap=cap, eff=eff,
@@ -210,16 +237,18 @@ def _charge_allreduce(s: _Setting, ch: _Charges) -> None:
     summable payloads are reduced, others all-gathered and each decoded."""
     n, r, share = s.n, s.r, s.share
     E = s.N if s.strategy == "flat" else n
-    if s.codec.summable:
+    f = s.f
+    if s.codec.summable or f == 0.0:
         per_edge = r * 2 * (E - 1) / E
         steps = 2 * (E - 1)
-        ch.codec_enc, ch.codec_dec = share, share
+        ch.codec_enc, ch.codec_dec = f * share, f * share
         ch.worker_sum = (E - 1) / E * r * share
-    else:  # all-gather of payloads, each decoded
-        per_edge = r * (E - 1)
-        steps = E - 1
-        ch.codec_enc, ch.codec_dec = share, E * share
-        ch.worker_sum = (E - 1) * share
+    else:  # all-gather of the encoded chunks' payloads, each decoded; the rest summed
+        plain = (1.0 - f) * 2 * (E - 1) / E
+        per_edge = (r - (1.0 - f)) * (E - 1) + plain
+        steps = 2 * (E - 1) if f < 1.0 else E - 1
+        ch.codec_enc, ch.codec_dec = f * share, E * f * share
+        ch.worker_sum = (E - 1) * f * share + (E - 1) / E * (1.0 - f) * share
     ch.ring_factor = per_edge
     ch.nic_factor = per_edge if n > 1 else 0.0
     ch.net_one = ch.nic_factor / s.R_one
@@ -269,7 +298,7 @@ def _charge_pushpull(s: _Setting, ch: _Charges) -> None:
     else:
         ch.net_one = 0.0
         ch.alpha += 2 * s.ilat
-    ch.codec_enc, ch.codec_dec = s.share, s.share
+    ch.codec_enc, ch.codec_dec = s.f * s.share, s.f * s.share
 
 
 def _summation_cost(s: _Setting, a: float) -> float:
@@ -318,7 +347,7 @@ def _charge_worker_cpu_and_codec(s: _Setting, ch: _Charges) -> None:
             ch.worker_sum += (w - 1) / w
         if ch.worker_sum and cpu < math.inf:
             ch.agg["worker CPU"] = ch.worker_sum / cpu
-    if s.cfg["compression"] != "none":
+    if s.f > 0.0:
         ch.codec_one = (ch.codec_enc * 8 / (codec.encode_gbps * 1e9)
                         + ch.codec_dec * 8 / (codec.decode_gbps * 1e9))
         if ch.codec_one:

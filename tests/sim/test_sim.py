@@ -234,14 +234,26 @@ def test_compression_shrinks_bytes_and_allgather_grows_with_workers() -> None:
     job = Job.from_model("resnet50")
     small = Cluster(machines=4, nic_gbps=10)
     none = simulate(job, small, {"chunk_bytes": MiB})
-    fp16 = simulate(job, small, {"chunk_bytes": MiB, "compression": "fp16"})
+    every = {"chunk_bytes": MiB, "compression": "fp16", "compress_min_bytes": 64 * 1024}
+    fp16 = simulate(job, small, every)
     assert fp16.nic_bytes["worker"] == pytest.approx(none.nic_bytes["worker"] / 2)
     assert fp16.step_s < none.step_s
     assert fp16.breakdown["codec_s"] > 0
+    # HiPress's selective rule, as the runtime applies it: a chunk under
+    # compress_min_bytes travels as it is, so a threshold above every chunk is lossless
+    plain = simulate(job, small, {**every, "compress_min_bytes": 4 * MiB})
+    assert plain.nic_bytes["worker"] == pytest.approx(none.nic_bytes["worker"])
+    assert plain.breakdown["codec_s"] == 0
+    # a codec's parameter sets its payload: random-k at 25 % sends 2.5 times 10 %
+    sparse = {"chunk_bytes": 4 * MiB, "compression": "randomk", "compress_min_bytes": 64 * 1024}
+    r10 = simulate(job, small, {**sparse, "randomk_ratio": 0.1}).nic_bytes["worker"]
+    r25 = simulate(job, small, {**sparse, "randomk_ratio": 0.25}).nic_bytes["worker"]
+    assert r25 / r10 == pytest.approx(2.5, rel=0.02)
     # top-k payloads cannot be summed: all-gathered, so NIC bytes grow like (E-1)
     big = Cluster(machines=64, nic_gbps=10)
-    k4 = simulate(job, small, {"chunk_bytes": MiB, "compression": "topk"}).nic_bytes["worker"]
-    k64 = simulate(job, big, {"chunk_bytes": MiB, "compression": "topk"}).nic_bytes["worker"]
+    topk = {"chunk_bytes": MiB, "compression": "topk", "compress_min_bytes": 64 * 1024}
+    k4 = simulate(job, small, topk).nic_bytes["worker"]
+    k64 = simulate(job, big, topk).nic_bytes["worker"]
     assert k64 / k4 == pytest.approx(63 / 3)
 
 
@@ -459,7 +471,8 @@ def test_codec_calibration_times_the_real_codecs() -> None:
         assert measured["topk"].summable is False and measured["fp16"].summable is True
         # calibrated numbers are what the simulator now charges
         job = Job.from_model("resnet50")
-        est = simulate(job, Cluster(machines=2), {"compression": "fp16", "chunk_bytes": MiB})
+        est = simulate(job, Cluster(machines=2), {"compression": "fp16", "chunk_bytes": MiB,
+                                                      "compress_min_bytes": 64 * 1024})
         per_byte = 8 / (measured["fp16"].encode_gbps * 1e9) + 8 / (measured["fp16"].decode_gbps * 1e9)
         assert est.breakdown["codec_s"] == pytest.approx(job.total_bytes * per_byte)
     finally:
