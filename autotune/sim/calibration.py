@@ -249,6 +249,7 @@ def fit(job: Job, cluster: Cluster, calibration: Calibration,
         start["compute_s"] = 0.3 * least
     if start.get("iteration_overhead_us", 0.0) <= 0:
         start["iteration_overhead_us"] = 0.1 * least * 1e6
+    start.setdefault("per_flow_gbps", start["nic_gbps"])  # no cap: one flow fills the NIC
     active = [n for n in names if n in start and _informed(n, job, cluster, obs)]
     if not obs or not active:
         return calibration, math.nan
@@ -294,8 +295,8 @@ def _informed(name: str, job: Job, cluster: Cluster, obs: Sequence[Observation])
     multi = cluster.machines > 1
     if name in ("nic_gbps", "latency_us", "stream_overhead"):
         return multi
-    if name == "per_flow_gbps":
-        return multi and cluster.per_flow_gbps is not None
+    if name == "per_flow_gbps":  # a cap the warm-up showed, or one it was too coarse to see
+        return multi
     if name == "intra_gbps":
         return cluster.workers_per_machine > 1 and cluster.worker_device == "cpu"
     if name == "cpu_sum_gbps":
