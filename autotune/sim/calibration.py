@@ -57,13 +57,17 @@ BOUNDS: dict[str, tuple[float, float]] = {
 
 #: how far (a factor, one standard deviation in log) a fit may move a constant, by its
 #: source: a measured value is trusted, a default is a guess
-SPREAD = {"measured": 0.25, "warm-up": 0.5, "stored": 0.5, "fitted": 0.5, "default": 1.5}
+SPREAD = {"measured": 0.5, "warm-up": 1.0, "stored": 0.5, "fitted": 0.5, "default": 1.5}
 
 #: the constants a fit moves (the others are measured well enough alone, or not
 #: identifiable from step times)
 FITTED = ("nic_gbps", "per_flow_gbps", "latency_us", "chunk_overhead_us",
           "iteration_overhead_us", "cpu_sum_gbps", "intra_gbps", "stream_overhead",
           "compute_s", "codec_scale")
+
+#: the least bytes a host rate is timed on (smaller chunks time the call, not the bytes;
+#: a call's cost is ``chunk_overhead_us``)
+HOST_BYTES = 1 << 20
 
 #: most simulator evaluations one fit may spend
 FIT_EVALUATIONS = 400
@@ -181,17 +185,26 @@ def measure_host(*, chunk_bytes: int, codecs: Iterable[str] = (), device: Any = 
     """Time, on this process, what the simulator would otherwise assume (module
     docstring): the summation rate (``cpu_sum_gbps``: adding one chunk into another on
     the host), the copy rate (``intra_gbps`` on a CPU job, ``pcie_gbps`` from a CUDA
-    device to host memory) and each codec in ``codecs`` at ``chunk_bytes`` on
-    ``device``. Each rate is the best of a few repeats; the whole takes about
-    ``seconds`` (more only if one repeat of a codec is slower than its share)."""
+    device to host memory) and each codec in ``codecs`` at ``chunk_bytes`` (at least
+    :data:`HOST_BYTES`) on ``device``, on one CPU thread. Each rate is the best of a few
+    repeats; the whole takes about ``seconds`` (more only if one repeat of a codec is
+    slower than its share)."""
     import torch
 
-    from .codecs import time_codec
-
     device = torch.device(device)
-    numel = max(256, int(chunk_bytes) // 4)
+    numel = max(HOST_BYTES, int(chunk_bytes)) // 4
     names = [c for c in codecs if c != "none"]
     share = seconds / (2 + len(names))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a rate per core: steady on a busy machine
+    try:
+        return _measure(torch, device, numel, names, share)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(torch: Any, device: Any, numel: int, names: list[str], share: float) -> Calibration:
+    from .codecs import time_codec
 
     def best(fn: Any, sync: bool = False) -> float:
         times: list[float] = []
