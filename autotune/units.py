@@ -6,22 +6,28 @@ report``, ``autotune tune``, the session's table), except speed-ups: those are
 the raw numbers: sizes in bytes in fields ending in ``_bytes``, times in seconds, scores as
 floats beside a ``unit`` field (one of :data:`UNITS`).
 
-Nothing here imports torch or rich.
+Nothing here imports torch or rich. Which parameters are byte sizes and when each
+matters come from the runtime's table of knobs (:data:`autotune.runtime.config.KNOBS`).
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any, Mapping
+
+from autotune.runtime.config import KNOBS
 
 #: the units a score (throughput, higher is better) can be in; a run has one
 UNITS = ("samples/s", "it/s", "simulated samples/s", "simulated it/s")
 #: shown where a run's unit is unknown (runs stored before schema v4)
 UNKNOWN_UNIT = "?"
 
-#: configuration parameters that are byte sizes
-BYTE_PARAMS = frozenset({"chunk_bytes", "compress_min_bytes"})
+#: configuration parameters that are byte sizes (the runtime's table of knobs says which)
+BYTE_PARAMS = frozenset(k.name for k in KNOBS if k.byte_size)
+#: each parameter's activity condition (``servers`` only under ``transport=pushpull``,
+#: ``reduce_root`` only under ``intra=root``, codec parameters only under their codecs),
+#: in the knobs' order
+_WHEN = {k.name: k.when for k in KNOBS}
 
 _BINARY = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
@@ -132,27 +138,16 @@ def parse_knob(text: str) -> tuple[str, Any]:
     return name, parsed[0] if len(parsed) == 1 else parsed
 
 
-@lru_cache(maxsize=1)
-def _conditions() -> dict[str, tuple[tuple[str, tuple], ...]]:
-    """Each parameter's activity condition, from the widest search space (so this follows
-    :mod:`autotune.tuning.space`: ``servers`` only under ``transport=pushpull``, ``reduce_root``
-    only under ``intra=root``, codec parameters only under their codecs)."""
-    from autotune.tuning.space import SearchSpace
-
-    space = SearchSpace.build(k_max=1, workers_per_machine=2, allow_lossy=True)
-    return {p.name: p.when for p in space.params}
-
-
 def active(config: Mapping[str, Any], name: str) -> bool:
     """Whether parameter ``name`` matters in ``config`` (unknown names always do)."""
-    when = _conditions().get(name, ())
+    when = _WHEN.get(name, ())
     return all(config.get(parent, None) in allowed for parent, allowed in when
                if parent in config)
 
 
 def ordered(names: Any) -> list[str]:
-    """Parameter names in the search space's order (unknown names last, sorted)."""
-    order = {name: i for i, name in enumerate(_conditions())}
+    """Parameter names in the knobs' order (unknown names last, sorted)."""
+    order = {name: i for i, name in enumerate(_WHEN)}
     return sorted(names, key=lambda k: (order.get(k, len(order)), k))
 
 

@@ -11,7 +11,10 @@ bootstrap) is checked separately, against :class:`Limits`.
 The tuner's :class:`~autotune.tuning.space.SearchSpace` is a grid of search points over these
 fields (a subset of values of each); it maps its points onto a ``RuntimeConfig``, never
 the other way round, so nothing here knows about tuning. The domains' values and
-defaults live here, and :mod:`autotune.tuning.space` builds its grid from them.
+defaults live here, in the one table of knobs (:data:`KNOBS`: each knob's domain, default,
+when it is active, whether it is a byte size, what it does), which
+:mod:`autotune.tuning.space` builds its grid from and :mod:`autotune.units` shows
+configurations by.
 
 A ``RuntimeConfig`` is also a read-only mapping (``cfg["transport"] == "pushpull"``,
 ``dict(cfg)``), with plain values (strings, not enum members).
@@ -82,13 +85,70 @@ DEFAULT_POWERSGD_RANK = 4
 COMPRESS_MIN_BYTES = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
 DEFAULT_COMPRESS_MIN_BYTES = 1 * MiB
 
-# which codec uses which parameter (the others are reset to their defaults)
-CODEC_PARAM_USERS = {
-    "topk_ratio": ("topk",),
-    "randomk_ratio": ("randomk",),
-    "powersgd_rank": ("powersgd",),
-    "compress_min_bytes": LOSSY_CODECS,
-}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob of the runtime, in the one table of knobs (:data:`KNOBS`) that the runtime
+    (:class:`RuntimeConfig` resets an inactive knob to its default), the tuner's
+    :class:`~autotune.tuning.space.SearchSpace` (its parameters) and
+    :mod:`autotune.units` (which knobs to show, byte sizes) all read.
+
+    ``values``: the tuner's grid, widest first; ``()`` where only the job can say
+    (``SearchSpace.of`` takes those from :class:`Limits`: streams, servers, transports,
+    intra modes, reduce roots; the codecs from ``allow_lossy``). The runtime runs any
+    value in the field's range, not only these. ``when``: the knob is active only while
+    each named knob holds one of the listed values; an inactive knob holds its default, so
+    one behaviour has one configuration. ``ordinal``/``log``: numeric and ordered (on a log
+    scale); ``byte_size``: a size in bytes (shown as KiB/MiB)."""
+
+    name: str
+    default: Any
+    doc: str
+    values: tuple = ()
+    when: tuple[tuple[str, tuple], ...] = ()
+    ordinal: bool = False
+    log: bool = False
+    byte_size: bool = False
+
+    def active(self, config: Mapping[str, Any]) -> bool:
+        """Whether this knob matters in ``config`` (which holds every knob it depends on)."""
+        return all(config.get(parent) in allowed for parent, allowed in self.when)
+
+
+def log2_range(low: int, high: int) -> tuple[int, ...]:
+    """The powers of two from ``low`` to ``high``."""
+    return tuple(1 << e for e in range(low.bit_length() - 1, high.bit_length()))
+
+
+#: Every knob of the runtime, in :class:`RuntimeConfig`'s field order (:class:`Knob`).
+KNOBS: tuple[Knob, ...] = (
+    Knob("streams", 1, "concurrent communication streams", ordinal=True),
+    Knob("chunk_bytes", DEFAULT_CHUNK_BYTES,
+         "partition size: small gradients packed up to it, large ones split",
+         log2_range(MIN_CHUNK_BYTES, MAX_CHUNK_BYTES), ordinal=True, log=True,
+         byte_size=True),
+    Knob("transport", "allreduce",
+         "allreduce among workers, or push/pull through Summation Services", TRANSPORTS),
+    Knob("servers", 0, "dedicated Summation Service processes used",
+         when=(("transport", ("pushpull",)),), ordinal=True),
+    Knob("intra", "flat", "intra-machine strategy: flat, reduce to a root, or reduce-scatter",
+         INTRA_MODES),
+    Knob("reduce_root", 0, "local worker that reduces for its machine under intra=root",
+         when=(("intra", ("root",)),)),
+    Knob("compression", "none", "gradient codec", CODEC_NAMES),
+    Knob("topk_ratio", DEFAULT_TOPK_RATIO, "fraction of a chunk's elements that topk sends",
+         TOPK_RATIOS, when=(("compression", ("topk",)),), ordinal=True, log=True),
+    Knob("randomk_ratio", DEFAULT_RANDOMK_RATIO,
+         "fraction of a chunk's elements that randomk sends",
+         RANDOMK_RATIOS, when=(("compression", ("randomk",)),), ordinal=True, log=True),
+    Knob("powersgd_rank", DEFAULT_POWERSGD_RANK, "rank of PowerSGD's low-rank approximation",
+         POWERSGD_RANKS, when=(("compression", ("powersgd",)),), ordinal=True, log=True),
+    Knob("compress_min_bytes", DEFAULT_COMPRESS_MIN_BYTES,
+         "chunks smaller than this travel uncompressed (HiPress)",
+         COMPRESS_MIN_BYTES, when=(("compression", LOSSY_CODECS),), ordinal=True, log=True,
+         byte_size=True),
+)
 
 
 #: all-reduce stream groups made at bootstrap when servers run, so that the workers can go
@@ -156,13 +216,9 @@ class RuntimeConfig(Mapping[str, Any]):
         if self.powersgd_rank < 1:
             raise ConfigError(f"powersgd_rank={self.powersgd_rank} must be >= 1")
         # one behaviour, one configuration: what is not used takes its default
-        if self.transport is not Transport.PUSHPULL:
-            set_(self, "servers", 0)
-        if self.intra is not Intra.ROOT:
-            set_(self, "reduce_root", 0)
-        for name, users in CODEC_PARAM_USERS.items():
-            if self.compression not in users:
-                set_(self, name, _DEFAULTS[name])
+        for knob in KNOBS:
+            if not knob.active(self):
+                set_(self, knob.name, knob.default)
 
     # ------------------------------------------------------------------ making
     @classmethod
@@ -290,8 +346,7 @@ def _ratio(name: str, value: Any) -> float:
 
 
 NAMES: tuple[str, ...] = tuple(f.name for f in fields(RuntimeConfig))
-_DEFAULTS: dict[str, Any] = {f.name: (f.default.value if isinstance(f.default, Enum)
-                                      else f.default) for f in fields(RuntimeConfig)}
+_DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS}
 _KINDS: dict[str, Any] = {
     "streams": int, "chunk_bytes": int, "transport": tuple(Transport), "servers": int,
     "intra": tuple(Intra), "reduce_root": int, "compression": CODEC_NAMES,

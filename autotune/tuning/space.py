@@ -30,13 +30,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
-# The domains' values and defaults are the runtime's (RuntimeConfig); the space is a grid
-# of search points over them.
+# The knobs, their domains and defaults are the runtime's (its table KNOBS); the space is
+# a grid of search points over them. (MiB is re-exported: tests and benchmarks import it
+# from here.)
 from autotune.runtime.config import (
-    COMPRESS_MIN_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESS_MIN_BYTES,
-    DEFAULT_POWERSGD_RANK, DEFAULT_RANDOMK_RATIO, DEFAULT_TOPK_RATIO, INTRA_MODES,
-    LOSSY_CODECS, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, NAMES, POWERSGD_RANKS, RANDOMK_RATIOS,
-    TOPK_RATIOS, TRANSPORTS, ConfigError, KiB, Limits, MiB, RuntimeConfig)  # noqa: F401 (MiB)
+    DEFAULT_CHUNK_BYTES, INTRA_MODES, KNOBS, LOSSY_CODECS, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES,
+    NAMES, TRANSPORTS, ConfigError, Knob, KiB, Limits, MiB, RuntimeConfig,  # noqa: F401
+    log2_range)
 
 Config = dict[str, Any]
 
@@ -100,10 +100,6 @@ class Param:
             value = max(value, 1e-300)
             return min(self.values, key=lambda v: abs(math.log(v) - math.log(value)))
         return min(self.values, key=lambda v: abs(v - value))
-
-
-def _log2_range(low: int, high: int) -> tuple[int, ...]:
-    return tuple(1 << e for e in range(low.bit_length() - 1, high.bit_length()))
 
 
 @dataclass(frozen=True)
@@ -447,25 +443,20 @@ def _job_params(k_max: int, workers_per_machine: int, root_candidates: Sequence[
         raise ValueError(
             f"root candidates {bad} are not local worker indices 0..{workers_per_machine - 1}"
         )
-    intra = INTRA_MODES if workers_per_machine > 1 else ("flat",)
     compression = ("none",) + (LOSSY_CODECS if allow_lossy else ())
-    params = (
-        Param("streams", tuple(range(1, max_streams + 1)), 1, ordinal=True,
-              doc="concurrent communication streams"),
-        Param("chunk_bytes", _log2_range(min_chunk_bytes, max_chunk_bytes),
-              DEFAULT_CHUNK_BYTES, ordinal=True, log=True,
-              doc="partition size: small gradients packed up to it, large ones split"),
-        Param("transport", transports, transports[0],
-              doc="allreduce among workers, or push/pull through Summation Services"),
-        Param("servers", tuple(range(k_max + 1)), 0, ordinal=True,
-              when=(("transport", ("pushpull",)),),
-              doc="dedicated Summation Service processes used"),
-        Param("intra", intra, "flat",
-              doc="intra-machine strategy: flat, reduce to a root, or reduce-scatter"),
-        Param("reduce_root", roots, roots[0], when=(("intra", ("root",)),),
-              doc="local worker that reduces for its machine under intra=root"),
-        Param("compression", compression, "none", doc="gradient codec"),
-    ) + codec_params(compression)
+    # the knobs whose domain this job decides (the codec parameters follow ``compression``)
+    domains = {
+        "streams": tuple(range(1, max_streams + 1)),
+        "chunk_bytes": log2_range(min_chunk_bytes, max_chunk_bytes),
+        "transport": transports,
+        "servers": tuple(range(k_max + 1)),
+        "intra": INTRA_MODES if workers_per_machine > 1 else ("flat",),
+        "reduce_root": roots,
+        "compression": compression,
+    }
+    defaults = {"transport": transports[0], "reduce_root": roots[0]}
+    params = tuple(_param(k, domains[k.name], defaults.get(k.name, k.default), k.when)
+                   for k in KNOBS if k.name in domains) + codec_params(compression)
     limits = Limits(servers=k_max, workers_per_machine=workers_per_machine,
                     max_streams=max_streams, transports=transports)
     pins = _pins(params, fixed, limits, allow_lossy)
@@ -536,32 +527,29 @@ def _runnable(p: Param, value: Any, limits: Limits, allow_lossy: bool,
         raise ConfigError(f"cannot fix {p.name}={value!r}: {exc}") from None
 
 
+def _param(knob: Knob, values: tuple, default: Any,
+           when: tuple[tuple[str, tuple], ...]) -> Param:
+    """The tuner's :class:`Param` of a runtime knob, over ``values``."""
+    return Param(knob.name, values, default, ordinal=knob.ordinal, log=knob.log, when=when,
+                 doc=knob.doc)
+
+
 def codec_params(compression_values: Sequence[str] = ("none",) + LOSSY_CODECS) -> tuple[Param, ...]:
     """The codec parameters as conditional dimensions, for the codecs in
     ``compression_values`` (the domain of ``compression``): ``topk_ratio`` (topk),
     ``randomk_ratio`` (randomk), ``powersgd_rank`` (powersgd), ``compress_min_bytes``
-    (every lossy codec; HiPress's selective compression). A parameter none of whose
-    codecs is in the domain is left out; with no lossy codec, ``()``."""
+    (every lossy codec; HiPress's selective compression), each active under those of its
+    codecs (:data:`~autotune.runtime.config.KNOBS`) that are in the domain. A parameter
+    none of whose codecs is in the domain is left out; with no lossy codec, ``()``."""
     values = tuple(compression_values)
     unknown = [v for v in values if v != "none" and v not in LOSSY_CODECS]
     if unknown:
         raise ValueError(f"unknown codec(s) {unknown}; known: none, {', '.join(LOSSY_CODECS)}")
     out: list[Param] = []
-    if "topk" in values:
-        out.append(Param("topk_ratio", TOPK_RATIOS, DEFAULT_TOPK_RATIO, ordinal=True, log=True,
-                         when=(("compression", ("topk",)),),
-                         doc="fraction of a chunk's elements that topk sends"))
-    if "randomk" in values:
-        out.append(Param("randomk_ratio", RANDOMK_RATIOS, DEFAULT_RANDOMK_RATIO, ordinal=True,
-                         log=True, when=(("compression", ("randomk",)),),
-                         doc="fraction of a chunk's elements that randomk sends"))
-    if "powersgd" in values:
-        out.append(Param("powersgd_rank", POWERSGD_RANKS, DEFAULT_POWERSGD_RANK, ordinal=True,
-                         log=True, when=(("compression", ("powersgd",)),),
-                         doc="rank of PowerSGD's low-rank approximation"))
-    lossy = tuple(v for v in values if v != "none")
-    if lossy:
-        out.append(Param("compress_min_bytes", COMPRESS_MIN_BYTES, DEFAULT_COMPRESS_MIN_BYTES,
-                         ordinal=True, log=True, when=(("compression", lossy),),
-                         doc="chunks smaller than this travel uncompressed (HiPress)"))
+    for knob in KNOBS:
+        if not knob.when or knob.when[0][0] != "compression":
+            continue
+        users = tuple(v for v in values if v in knob.when[0][1])
+        if users:
+            out.append(_param(knob, knob.values, knob.default, (("compression", users),)))
     return tuple(out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.runtime.config import (NAMES, ConfigError, Intra, Limits, RuntimeConfig,
+from autotune.runtime.config import (KNOBS, NAMES, ConfigError, Intra, Limits, RuntimeConfig,
                                      Transport)
 from autotune.tuning.space import MiB, SearchSpace
 
@@ -23,6 +23,19 @@ def test_unused_parameters_take_their_defaults():
     assert (c.servers, c.reduce_root, c.topk_ratio) == (0, 0, 0.01)
     t = RuntimeConfig.of({"compression": "topk", "topk_ratio": 0.1, "randomk_ratio": 0.25})
     assert (t.topk_ratio, t.randomk_ratio) == (0.1, 0.1)
+
+
+def test_the_table_of_knobs_is_the_configuration_and_the_widest_space():
+    """One table (KNOBS) for the runtime, the tuner's space and the display: its names and
+    defaults are RuntimeConfig's fields, its conditions and docs the space's."""
+    assert tuple(k.name for k in KNOBS) == NAMES
+    assert {k.name: k.default for k in KNOBS} == RuntimeConfig().as_dict()
+    widest = SearchSpace.build(k_max=1, workers_per_machine=2, allow_lossy=True)
+    assert widest.names == NAMES
+    for knob, param in zip(KNOBS, widest.params):
+        assert (param.when, param.doc, param.ordinal, param.log) == (
+            knob.when, knob.doc, knob.ordinal, knob.log)
+        assert not knob.values or param.values == knob.values
 
 
 @pytest.mark.parametrize("bad, match", [
