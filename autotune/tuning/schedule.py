@@ -72,7 +72,6 @@ What a person sees goes through a :class:`Listener` (a progress bar, or nothing)
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 from autotune.errors import ArgumentError
@@ -81,10 +80,11 @@ from autotune.tuning.drift import Drift
 from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
-from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, Goodput
+from autotune.tuning.lossy import Goodput
 from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.trial_phase import TrialPhase
 from autotune.tuning.trials import TrialDriver
-from autotune.tuning.trial_run import SWITCH_MARGIN, TrialRun, trial_seconds
+from autotune.tuning.trial_run import SWITCH_MARGIN, trial_seconds
 from autotune.tuning.tuner import SEED, Trial, TrialRecord, Tuner
 from autotune.tuning.warmup import PROBE_STREAMS, WarmUp, flow_probe
 
@@ -106,7 +106,10 @@ class TrialSchedule:
 
     ``driver`` measures, tells and records trials; ``new_tuner(budget, seed, warm)``
     makes the Tuner for a (re-)tune; ``capped()`` says whether the warm-up showed a
-    per-flow cap (read :attr:`warmup_times` and :attr:`probe_times`).
+    per-flow cap (read :attr:`warmup_times` and :attr:`probe_times`). The phases are
+    parts of their own: the warm-up (:class:`WarmUp`), the trials of the current Tuner
+    (:class:`TrialPhase`) and the kept configuration after them (:class:`KeptPhase`);
+    this class says which runs when.
     """
 
     def __init__(
@@ -128,11 +131,8 @@ class TrialSchedule:
         goodput: bool = False,
     ) -> None:
         _check(budget, warmup, cut_short)
-        self.space = space
         self.driver = driver
-        self._new_tuner = new_tuner
         self.budget = budget
-        self.cut_short = cut_short
         self.samples_per_step = samples_per_step
         self.seed = seed
         self._capped = capped
@@ -140,22 +140,20 @@ class TrialSchedule:
         self.listener.measured_by(driver.measured)
         self.phase = WARMUP
         self.iteration = 0          # iterations measured (next() calls)
-        self.tuning_iterations = 0  # iterations spent inside trials
         # scored by goodput: the noise scale needs lossless iterations before any codec
         self.warm = WarmUp(space, max(warmup, LOSSY_WARMUP) if goodput and budget > 0
                            else warmup, probe, gradient_bytes)
         # the warm-up's times (the same lists) and its probe, read by the session
         self.warmup_times, self.probe_times = self.warm.times, self.warm.probe_times
         self.probe = self.warm.probe
-        self.tuner: Tuner | None = None
-        self.run: TrialRun | None = None  # the trial under way (or the last one)
-        self.trial_index = -1
-        self.best: tuple[Config, float] | None = None  # (config, the Tuner's mean score)
         self.last_good: Config | None = None
         self.retunes: list[int] = []  # iterations at which drift started a re-tune
         self._replan = False
         self._ran: Config | None = None  # the configuration of the previous iteration
         self.guards = Goodput(goodput)  # the trial's efficiencies, and the kept codec's
+        # the current Tuner, the trial under way, the best so far
+        self.trials = TrialPhase(driver, self.listener, self.guards, new_tuner,
+                                 self.throughput, cut_short, space)
         # after tuning: the kept configuration's settled figure and its watches
         self.after = KeptPhase(driver, self.listener, drift, self.guards, budget,
                                self.throughput, self.unit)
@@ -170,7 +168,7 @@ class TrialSchedule:
             kept = keep if keep is not None else (warm[0] if warm else self.space.default())
             self.after.keep(kept)
             return kept
-        self._tune(self.budget, self.seed, list(warm))
+        self.trials.tune(self.budget, self.seed, list(warm))
         if self.warm.left:
             return self.space.default()
         self.phase = TRIAL
@@ -212,19 +210,19 @@ class TrialSchedule:
         if retrying or self.phase != TRIAL or self.trial is None:
             fallback = self.fallback()
             return fallback if config != fallback else self.space.default()
-        self._finish(None, f"could not apply the configuration: {error}")
+        self.trials.finish(None, f"could not apply the configuration: {error}")
         return self._next_trial()
 
     def servers_lost(self, space: SearchSpace, servers: Sequence[int], error: str,
                      config: Config | None) -> None:
         """Servers stopped and ``space`` is what is left: reported and recorded now; the
         tuning starts over at the next iteration."""
-        self.space = space
+        self.trials.space = space
         self._replan = True
         self.listener.say(f"[red]lost server(s)[/] {list(servers)}: {error}. Training goes "
                           "on with all-reduce among the workers.")
         self.driver.space = space
-        self.driver.record(TrialRecord(self.trial_index + 1, "fault", dict(config or {}), 0,
+        self.driver.record(TrialRecord(self.trials.index + 1, "fault", dict(config or {}), 0,
                                        None, f"lost server(s) {list(servers)}: {error}"))
 
     def fallback(self) -> Config:
@@ -247,9 +245,29 @@ class TrialSchedule:
         return self.warm.left
 
     @property
+    def space(self) -> SearchSpace:
+        """The job's space (smaller once servers are lost)."""
+        return self.trials.space
+
+    @property
+    def tuner(self) -> Tuner | None:
+        """The current Tuner (a new one after a re-tune); None before tuning."""
+        return self.trials.tuner
+
+    @property
     def trial(self) -> Trial | None:
         """The trial under way (after it: the last one)."""
-        return None if self.run is None else self.run.trial
+        return self.trials.trial
+
+    @property
+    def best(self) -> tuple[Config, float] | None:
+        """The best configuration so far and the Tuner's mean score of it."""
+        return self.trials.best
+
+    @property
+    def tuning_iterations(self) -> int:
+        """Iterations spent inside trials."""
+        return self.trials.iterations
 
     @property
     def kept(self) -> Config | None:
@@ -294,76 +312,13 @@ class TrialSchedule:
 
     def _measured(self, seconds: float, failed: str | None, switched: bool = True,
                   gain: float | None = 1.0) -> Config:
-        """An iteration of the trial under way ran (``switched``: under another
-        configuration than the iteration before; ``gain``: :meth:`Goodput.gain`)."""
-        run = self.run
-        assert run is not None
-        trial = run.trial
-        self.tuning_iterations += 1
-        first = run.step(switched)
-        if failed is None and seconds != float("inf") and self.lossy(trial.config):
-            failed = self.guards.judged(trial.config, gain, first)
-        if failed is not None or seconds == float("inf"):
-            self._finish(None, failed or "a worker failed under this configuration")
-            return self._next_trial()
-        mean = self.guards.trial_gain(trial.config)  # so far (this iteration's judged above)
-        run.record(seconds, first)
-        if not first:
-            self.driver.sample(trial.config, self.throughput(seconds) * (mean or 1.0))
-        self.listener.advanced(1)
-        best = self.tuner.best
-        if (run.left > 0 and not run.clearly_slow(self.throughput(seconds) * (mean or 1.0), first,
-                                                  best and best[1], self.cut_short)
-                and not self.tuner.enough(trial, len(run.times))):
-            return trial.config
-        if mean is None:  # only its switch iteration was seen, with no efficiency
-            self._finish(None, UNKNOWN_EFFICIENCY)
-            return self._next_trial()
-        speed = self.throughput(trial_seconds(run.times, seconds, cut=run.left > 0))
-        self._finish(speed * mean, None, speed if self.lossy(trial.config) else None)
-        return self._next_trial()
-
-    def _tune(self, budget: int, seed: int, warm: list[Config]) -> None:
-        self.tuner = self._new_tuner(budget, seed, warm)
-        self.driver.space, self.driver.tuner = self.space, self.tuner
-        if budget > 0:
-            self.listener.tuning(budget)
+        """An iteration of the trial under way ran (:meth:`TrialPhase.measured`)."""
+        nxt = self.trials.measured(seconds, failed, switched, gain)
+        return self._lock() if nxt is None else nxt
 
     def _next_trial(self) -> Config:
-        trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
-        if trial is None:
-            return self._lock()
-        self.run = TrialRun(trial)
-        self.trial_index += 1
-        self.guards.start_trial()
-        self.listener.trial_started(self.trial_index, trial)
-        return trial.config
-
-    def _finish(self, score: float | None, error: str | None,
-                throughput: float | None = None) -> None:
-        """The trial under way ends: ``score`` (None: failed, ``error`` says why); a lossy
-        trial scored by goodput also has its ``throughput`` and efficiency recorded."""
-        run = self.run
-        assert run is not None and self.tuner is not None
-        trial = run.trial
-        # A failed trial still used its iterations so far (the Tuner counts them all);
-        # one cut short gives the rest back to the budget.
-        if score is None:
-            self.listener.advanced(run.left)
-        efficiency = self.guards.finish_trial(self.space, trial.config, score)
-        rec = self.driver.finish(trial, score, iterations=run.used,
-                                 measured=len(run.times), error=error,
-                                 wall_time=time.perf_counter() - run.started,
-                                 index=self.trial_index, throughput=throughput,
-                                 efficiency=efficiency)
-        rec.switch_s = run.switch_s
-        if error is not None:
-            self.listener.say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, "
-                              f"{rec.config}): {error}")
-        best = self.tuner.best
-        self.best = (dict(best[0]), best[1]) if best else self.best
-        run.left = 0
-        self.listener.trial_finished(rec)
+        nxt = self.trials.next_trial()
+        return self._lock() if nxt is None else nxt
 
     def _lock(self) -> Config:
         """The budget is spent: keep the best configuration from now on."""
@@ -379,9 +334,9 @@ class TrialSchedule:
         self.retunes.append(self.iteration)
         self.after.end_settling()
         self.driver.forget()
-        self.best = None
+        self.trials.best = None
         self.phase = TRIAL
-        self._tune(budget, self.seed + self.iteration, [first])
+        self.trials.tune(budget, self.seed + self.iteration, [first])
         return self._next_trial()
 
     def _start_over(self, failed: str | None, config: Config) -> Config:
@@ -399,15 +354,15 @@ class TrialSchedule:
                 return self.fallback()
             budget = max(10, self.budget // 5)
         else:
-            if self.phase == TRIAL and self.run is not None and self.run.left > 0:
-                self._finish(None, failed or "servers lost")
+            if self.phase == TRIAL and self.trials.under_way:
+                self.trials.finish(None, failed or "servers lost")
             budget = self.tuner.remaining if self.tuner is not None else 0
-        self.best = ((best, self.tuner.score_of(best) or 0.0)
-                     if best and self.tuner is not None else None)
+        self.trials.best = ((best, self.tuner.score_of(best) or 0.0)
+                            if best and self.tuner is not None else None)
         self.after.end_settling()
         if budget <= 0:
             return self._lock()
-        self._tune(budget, self.seed + self.iteration, [best] if best else [])
+        self.trials.tune(budget, self.seed + self.iteration, [best] if best else [])
         if self.warm.left > 0:
             self.phase = WARMUP
             return self.fallback()

@@ -1,0 +1,134 @@
+"""The trial phase of the trial schedule: one (re-)tune's Tuner and the trials it asks for.
+
+:class:`TrialPhase` owns what lasts from one ``Tuner`` to the next: the Tuner itself, the
+trial under way (a :class:`~autotune.tuning.trial_run.TrialRun`), the trials' running index,
+the best configuration so far and the iterations spent in trials. The
+:class:`~autotune.tuning.schedule.TrialSchedule` decides *when* trials run (after the
+warm-up, until the budget is spent, again after drift or a server loss); this class says,
+for one iteration of the trial under way, whether the trial goes on, and how it ends:
+scored (the median of its scored iterations as throughput, times its efficiency when it is
+a lossy trial scored by goodput), cut short, or failed. Torch-free.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from autotune.tuning.listener import Listener
+from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, Goodput
+from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.trial_run import TrialRun, trial_seconds
+from autotune.tuning.trials import TrialDriver
+from autotune.tuning.tuner import Trial, Tuner
+
+
+class TrialPhase:
+    """The trials of the schedule's current Tuner (module docstring).
+
+    ``new_tuner(budget, seed, warm)`` makes a Tuner; ``throughput(seconds)`` turns an
+    iteration's seconds into the score's unit; ``cut_short``: the fraction of the best
+    score under which a trial ends early (None: never)."""
+
+    def __init__(self, driver: TrialDriver, listener: Listener, guards: Goodput,
+                 new_tuner: Callable[[int, int, list[Config]], Tuner],
+                 throughput: Callable[[float], float], cut_short: float | None,
+                 space: SearchSpace) -> None:
+        self.driver = driver
+        self.listener = listener
+        self.guards = guards
+        self._new_tuner = new_tuner
+        self.throughput = throughput
+        self.cut_short = cut_short
+        self.space = space
+        self.tuner: Tuner | None = None
+        self.run: TrialRun | None = None  # the trial under way (or the last one)
+        self.index = -1                   # the last trial's index
+        self.best: tuple[Config, float] | None = None  # (config, the Tuner's mean score)
+        self.iterations = 0               # iterations spent inside trials
+
+    @property
+    def trial(self) -> Trial | None:
+        """The trial under way (after it: the last one)."""
+        return None if self.run is None else self.run.trial
+
+    @property
+    def under_way(self) -> bool:
+        """Whether a trial has iterations left."""
+        return self.run is not None and self.run.left > 0
+
+    def tune(self, budget: int, seed: int, warm: list[Config]) -> None:
+        """A new Tuner over :attr:`space` with ``budget`` iterations, warm-started."""
+        self.tuner = self._new_tuner(budget, seed, warm)
+        self.driver.space, self.driver.tuner = self.space, self.tuner
+        if budget > 0:
+            self.listener.tuning(budget)
+
+    def next_trial(self) -> Config | None:
+        """The next trial's configuration; None when the Tuner has none left."""
+        trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
+        if trial is None:
+            return None
+        self.run = TrialRun(trial)
+        self.index += 1
+        self.guards.start_trial()
+        self.listener.trial_started(self.index, trial)
+        return trial.config
+
+    def measured(self, seconds: float, failed: str | None, switched: bool = True,
+                 gain: float | None = 1.0) -> Config | None:
+        """An iteration of the trial under way ran (``switched``: under another
+        configuration than the iteration before; ``gain``: :meth:`Goodput.gain`): the
+        configuration to run next, None when the Tuner has no trial left."""
+        run = self.run
+        assert run is not None and self.tuner is not None
+        trial = run.trial
+        self.iterations += 1
+        first = run.step(switched)
+        if failed is None and seconds != float("inf") and self.guards.lossy(trial.config):
+            failed = self.guards.judged(trial.config, gain, first)
+        if failed is not None or seconds == float("inf"):
+            self.finish(None, failed or "a worker failed under this configuration")
+            return self.next_trial()
+        mean = self.guards.trial_gain(trial.config)  # so far (this iteration's judged above)
+        run.record(seconds, first)
+        if not first:
+            self.driver.sample(trial.config, self.throughput(seconds) * (mean or 1.0))
+        self.listener.advanced(1)
+        best = self.tuner.best
+        if (run.left > 0 and not run.clearly_slow(self.throughput(seconds) * (mean or 1.0), first,
+                                                  best and best[1], self.cut_short)
+                and not self.tuner.enough(trial, len(run.times))):
+            return trial.config
+        if mean is None:  # only its switch iteration was seen, with no efficiency
+            self.finish(None, UNKNOWN_EFFICIENCY)
+            return self.next_trial()
+        speed = self.throughput(trial_seconds(run.times, seconds, cut=run.left > 0))
+        self.finish(speed * mean, None, speed if self.guards.lossy(trial.config) else None)
+        return self.next_trial()
+
+    def finish(self, score: float | None, error: str | None,
+               throughput: float | None = None) -> None:
+        """The trial under way ends: ``score`` (None: failed, ``error`` says why); a lossy
+        trial scored by goodput also has its ``throughput`` and efficiency recorded."""
+        run = self.run
+        assert run is not None and self.tuner is not None
+        trial = run.trial
+        # A failed trial still used its iterations so far (the Tuner counts them all);
+        # one cut short gives the rest back to the budget.
+        if score is None:
+            self.listener.advanced(run.left)
+        efficiency = self.guards.finish_trial(self.space, trial.config, score)
+        rec = self.driver.finish(trial, score, iterations=run.used,
+                                 measured=len(run.times), error=error,
+                                 wall_time=time.perf_counter() - run.started,
+                                 index=self.index, throughput=throughput,
+                                 efficiency=efficiency)
+        rec.switch_s = run.switch_s
+        if error is not None:
+            self.listener.say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, "
+                              f"{rec.config}): {error}")
+        best = self.tuner.best
+        self.best = (dict(best[0]), best[1]) if best else self.best
+        run.left = 0
+        self.listener.trial_finished(rec)
