@@ -28,11 +28,11 @@ from autotune.sessions.facts import JobTuners
 from autotune.sessions.goodput import GoodputProbe
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
+from autotune.sessions.results import SessionResults
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trials import TrialDriver
-from autotune.tuning.tuner import TrialRecord, Tuner
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -43,7 +43,7 @@ DDP = torch.nn.parallel.DistributedDataParallel
 MAX_APPLY_TRIES = 1000
 
 
-class TuningSession(abc.ABC):
+class TuningSession(SessionResults, abc.ABC):
     """What :func:`autotune.session` returns: use it as a context manager around the
     training loop and call :meth:`step` after each iteration's backward (the settings:
     :class:`~autotune.sessions.options.SessionOptions`). The kinds:
@@ -52,7 +52,8 @@ class TuningSession(abc.ABC):
     ``DistributedDataParallel`` model: DDP keeps averaging them, through autotune's comm
     hook). They differ in how gradients are averaged and a configuration is put in force
     (:meth:`_await_average`, :meth:`_worker_sum`, :meth:`_put_in_force`); the iteration, the
-    apply-and-retry loop, the results and the misuse checks are here, once."""
+    apply-and-retry loop, the leader's tuning and the misuse checks are here, once; the
+    results (``best``, ``history``, the scores) are :class:`SessionResults`'."""
 
     def __init__(self, model: torch.nn.Module, options: SessionOptions | None = None) -> None:
         _check_model(model)
@@ -327,83 +328,6 @@ class TuningSession(abc.ABC):
     def _restore_signals(self) -> None:
         if self._signals is not None:
             self._signals.restore()
-
-    # --------------------------------------------------------------- results
-    @property
-    def tuner(self) -> Tuner | None:
-        """The leader's current Tuner (a new one after a re-tune)."""
-        return self.schedule.tuner if self.schedule is not None else None
-
-    @property
-    def best(self) -> Config | None:
-        """The configuration the session settled on (on rank 0: the best measured so far)."""
-        kept = self.schedule.kept if self.schedule is not None else None
-        if kept is not None:
-            return kept
-        return dict(self.config) if self.config is not None else None
-
-    @property
-    def history(self) -> list[TrialRecord]:
-        """Every trial so far (leader)."""
-        return self.trials.history if self.trials is not None else []
-
-    @property
-    def failures(self) -> list[TrialRecord]:
-        return self.trials.failures if self.trials is not None else []
-
-    def _numbers(self, config: Config | None) -> tuple[float | None, float | None]:
-        """``config``'s mean and spread over its scored iterations (leader)."""
-        m = self.trials.measured(config) if self.trials is not None and config else None
-        return (m[0], m[1]) if m else (None, None)
-
-    @property
-    def best_score(self) -> float | None:
-        """The kept (best) configuration's mean throughput over its scored iterations:
-        the one "kept" number of the progress display's closing line, the table, the
-        store and the report (a configuration kept untuned, from the store or with budget
-        0, is scored over its first training iterations alike)."""
-        best = self.schedule.best if self.schedule is not None else None
-        mean = self._numbers(self.best)[0]
-        return mean if mean is not None else (best[1] if best else None)
-
-    @property
-    def best_efficiency(self) -> float | None:
-        """The kept configuration's statistical efficiency, when it is a codec scored by
-        goodput (its trials' mean; :attr:`best_score` is then its goodput)."""
-        sched, best = self.schedule, self.best
-        if sched is None or best is None or not sched.lossy(best):
-            return None
-        return sched.trial_efficiency.get(self.space.key(best))
-
-    @property
-    def best_spread(self) -> float | None:
-        """Standard deviation of the kept configuration's scored iterations."""
-        return self._numbers(self.best)[1]
-
-    @property
-    def default_score(self) -> float | None:
-        """The default's mean throughput over its scored iterations (the Tuner measures it
-        as long as the kept one); ``default_spread``: their standard deviation."""
-        return self._numbers(self.space.default() if self.space else None)[0]
-
-    @property
-    def default_spread(self) -> float | None:
-        return self._numbers(self.space.default() if self.space else None)[1]
-
-    @property
-    def unit(self) -> str:
-        """What the scores count: ``samples/s`` with ``samples_per_step``, else ``it/s``."""
-        return "samples/s" if self.options.samples_per_step else "it/s"
-
-    @property
-    def tuning(self) -> bool:
-        """True while trials are running (rank 0 only knows)."""
-        return self.schedule.tuning if self.schedule is not None else False
-
-    @property
-    def tuning_iterations(self) -> int:
-        """Iterations spent inside trials (leader)."""
-        return self.schedule.tuning_iterations if self.schedule is not None else 0
 
 
 def _check_model(model: Any) -> None:

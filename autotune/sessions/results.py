@@ -1,0 +1,105 @@
+"""What a tuning session reports: its results, read from the leader's schedule and trials.
+
+:class:`SessionResults` is the part of :class:`~autotune.sessions.base.TuningSession` that
+answers "what did it settle on, and how fast": the kept configuration (``best``), every
+trial (``history``, ``failures``), the kept and default configurations' scores with their
+spread, the unit, whether it is still tuning. It only reads: the trials' numbers come from
+the leader's :class:`~autotune.tuning.trials.TrialDriver` (``trials``), the kept
+configuration and the current Tuner from its
+:class:`~autotune.tuning.schedule.TrialSchedule` (``schedule``); on other ranks these are
+None and the results fall back to the active configuration or nothing.
+"""
+
+from __future__ import annotations
+
+from autotune.sessions.options import SessionOptions
+from autotune.tuning.schedule import TrialSchedule
+from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.trials import TrialDriver
+from autotune.tuning.tuner import TrialRecord, Tuner
+
+
+class SessionResults:
+    """The results of a session (module docstring); the session sets the attributes."""
+
+    options: SessionOptions
+    space: SearchSpace | None
+    trials: TrialDriver | None      # the leader's
+    schedule: TrialSchedule | None  # the leader's
+    config: Config | None
+
+    @property
+    def tuner(self) -> Tuner | None:
+        """The leader's current Tuner (a new one after a re-tune)."""
+        return self.schedule.tuner if self.schedule is not None else None
+
+    @property
+    def best(self) -> Config | None:
+        """The configuration the session settled on (on rank 0: the best measured so far)."""
+        kept = self.schedule.kept if self.schedule is not None else None
+        if kept is not None:
+            return kept
+        return dict(self.config) if self.config is not None else None
+
+    @property
+    def history(self) -> list[TrialRecord]:
+        """Every trial so far (leader)."""
+        return self.trials.history if self.trials is not None else []
+
+    @property
+    def failures(self) -> list[TrialRecord]:
+        return self.trials.failures if self.trials is not None else []
+
+    def _numbers(self, config: Config | None) -> tuple[float | None, float | None]:
+        """``config``'s mean and spread over its scored iterations (leader)."""
+        m = self.trials.measured(config) if self.trials is not None and config else None
+        return (m[0], m[1]) if m else (None, None)
+
+    @property
+    def best_score(self) -> float | None:
+        """The kept (best) configuration's mean throughput over its scored iterations:
+        the one "kept" number of the progress display's closing line, the table, the
+        store and the report (a configuration kept untuned, from the store or with budget
+        0, is scored over its first training iterations alike)."""
+        best = self.schedule.best if self.schedule is not None else None
+        mean = self._numbers(self.best)[0]
+        return mean if mean is not None else (best[1] if best else None)
+
+    @property
+    def best_efficiency(self) -> float | None:
+        """The kept configuration's statistical efficiency, when it is a codec scored by
+        goodput (its trials' mean; :attr:`best_score` is then its goodput)."""
+        sched, best = self.schedule, self.best
+        if sched is None or best is None or not sched.lossy(best):
+            return None
+        return sched.trial_efficiency.get(self.space.key(best))
+
+    @property
+    def best_spread(self) -> float | None:
+        """Standard deviation of the kept configuration's scored iterations."""
+        return self._numbers(self.best)[1]
+
+    @property
+    def default_score(self) -> float | None:
+        """The default's mean throughput over its scored iterations (the Tuner measures it
+        as long as the kept one); ``default_spread``: their standard deviation."""
+        return self._numbers(self.space.default() if self.space else None)[0]
+
+    @property
+    def default_spread(self) -> float | None:
+        return self._numbers(self.space.default() if self.space else None)[1]
+
+    @property
+    def unit(self) -> str:
+        """What the scores count: ``samples/s`` with ``samples_per_step``, else ``it/s``."""
+        return "samples/s" if self.options.samples_per_step else "it/s"
+
+    @property
+    def tuning(self) -> bool:
+        """True while trials are running (rank 0 only knows)."""
+        return self.schedule.tuning if self.schedule is not None else False
+
+    @property
+    def tuning_iterations(self) -> int:
+        """Iterations spent inside trials (leader)."""
+        return self.schedule.tuning_iterations if self.schedule is not None else 0
