@@ -15,8 +15,9 @@ The parts, one concept each: joining the job (:mod:`~autotune.runtime.bootstrap`
 control plane's groups and bounded waits (:mod:`~autotune.runtime.control`), the collective
 ``sync`` with its vote (:mod:`~autotune.runtime.sync`), reconfiguration
 (:mod:`~autotune.runtime.reconfigure`), the gradient hooks and averaging rounds
-(:mod:`~autotune.runtime.averager`), fault attribution (:mod:`~autotune.runtime.blame`),
-DDP's habits (:mod:`~autotune.runtime.broadcast`). The Runtime checks each call against the
+(:mod:`~autotune.runtime.averager`), a round's end as the protocol counts it (a failure
+blamed on a rank: :mod:`~autotune.runtime.rounds`), fault attribution
+(:mod:`~autotune.runtime.blame`), DDP's habits (:mod:`~autotune.runtime.broadcast`). The Runtime checks each call against the
 protocol (:class:`UsageError`) and keeps whether the job was stopped and the runtime shut
 down (whether a fault broke it is :attr:`Blame.broken`).
 
@@ -30,7 +31,6 @@ and workers call :meth:`Runtime.retry` to average the same gradients again.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
@@ -48,6 +48,7 @@ from .groups import GroupCache
 from .layout import Layout
 from .prepared import Setup
 from .reconfigure import Active
+from .rounds import Rounds
 from .staging import stage_cpu_from_env
 from .sync import SyncProtocol
 
@@ -57,8 +58,9 @@ class Runtime:
     module docstring). Its parts: the :class:`ControlPlane` (control groups, bounded
     collectives), the :class:`Layout` (registered gradients and their order),
     :class:`SyncProtocol` (``sync``), :class:`Active` (reconfiguration),
-    :class:`Averager` (hooks, averaging rounds) and :class:`Blame` (faults that name a
-    rank; the broken state); the Runtime runs the protocol between them."""
+    :class:`Averager` (hooks, averaging rounds), :class:`Rounds` (a round completed,
+    counted, or its failure blamed) and :class:`Blame` (faults that name a rank; the broken
+    state); the Runtime runs the protocol between them."""
 
     def __init__(self, joined: Joined, heartbeat: float, control_timeout: float,
                  faults: FaultInjector | None = None, copy_cpu: bool | None = None,
@@ -83,9 +85,9 @@ class Runtime:
                             self._active, self._layout, self._averager)
         self._sync = SyncProtocol(info, self.limits, self._layout, self._active, self._groups,
                                   self._plane, self._blame.op, joined.describe)
+        self._rounds = Rounds(self._averager, self._blame)
         self._stopped = False
         self._closed = False
-        self.iterations = 0
 
     @classmethod
     def bootstrap(cls, timeout: float = 300.0, *, role: str | None = None,
@@ -126,6 +128,11 @@ class Runtime:
     @property
     def stopped(self) -> bool:
         return self._stopped
+
+    @property
+    def iterations(self) -> int:
+        """Iterations this rank completed (workers: wrote ``.grad``; servers: served)."""
+        return self._rounds.iterations
 
     @property
     def config(self) -> RuntimeConfig | None:
@@ -218,7 +225,7 @@ class Runtime:
         if self._stopped:
             raise UsageError("sync() after the job was stopped")
         if self.info.is_worker and self._averager.open():
-            self._finish_open_iteration()
+            self._rounds.discard_open()
         if self._sync.run(config, stop):
             self._stopped = True
             return (self._active.config or RuntimeConfig()).as_dict()
@@ -238,7 +245,7 @@ class Runtime:
             raise UsageError("wait() inside no_sync(): leave the no_sync() block for the last "
                              "backward pass of the iteration, then wait()")
         self._check_registration()
-        self._complete(repack_all=False)
+        self._rounds.complete(repack_all=False)
 
     def gradients_arrived(self) -> bool:
         """Workers: whether a gradient reached its hook since the last iteration ended
@@ -259,34 +266,12 @@ class Runtime:
         it = self._averager.current
         if it is not None and any(it.fired):
             raise UsageError("retry() while an iteration is under way; call wait()")
-        self._complete(repack_all=True)
+        self._rounds.complete(repack_all=True)
 
     def _check_registration(self) -> None:
         if self._layout.dirty:
             raise UsageError("register() takes effect at the next sync(): call rt.sync() on all "
                              "ranks after register() and before backward")
-
-    def _complete(self, repack_all: bool, write: bool = True) -> None:
-        """Complete the open round (:meth:`Averager.complete`), its failure as a fault."""
-        try:
-            self._averager.complete(repack_all, write)
-        except UsageError:
-            raise
-        except Exception as e:
-            fault = self._blame.fault(e)
-            raise fault from (None if fault is e else e)
-        if write:
-            self.iterations += 1
-
-    def _finish_open_iteration(self) -> None:
-        """Before a sync: complete an iteration left open, so the servers' round ends."""
-        warnings.warn("rt.sync() before rt.wait(): the open iteration is completed and its "
-                      "result discarded", RuntimeWarning, stacklevel=3)
-        try:
-            self._complete(repack_all=False, write=False)
-        except RuntimeFault as e:
-            if not e.recoverable:
-                raise
 
     # ================================================================== DDP habits
     @property
@@ -339,12 +324,7 @@ class Runtime:
         self._check_alive()
         if self.info.is_worker:
             raise UsageError("serve_iteration is for servers")
-        try:
-            self._averager.serve()
-        except Exception as e:
-            fault = self._blame.fault(e, fatal=True)
-            raise fault from (None if fault is e else e)
-        self.iterations += 1
+        self._rounds.serve()
 
     # ================================================================== shutdown
     def shutdown(self, failed: BaseException | None = None) -> None:
