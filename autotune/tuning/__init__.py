@@ -1,16 +1,30 @@
 """The tuner: everything that chooses the runtime's configuration, and nothing of torch.
 
 - :mod:`~autotune.tuning.space`: the tunable parameters, their domains, pins and encoding
-  (``SearchSpace``), built from the runtime's limits;
+  (``SearchSpace``), built from the runtime's limits and its table of knobs
+  (:data:`autotune.runtime.config.KNOBS`);
 - :mod:`~autotune.tuning.tuner`: the ensemble under the bandit with a budget (``Tuner``,
-  ``ask``/``tell``);
+  ``ask``/``tell``), its settings groups, ``Trial`` and the one trial record type
+  (``TrialRecord``);
+- :mod:`~autotune.tuning.noise`: the noise model (each configuration's log mean and
+  standard error, the lower bound that picks the kept one);
+- :mod:`~autotune.tuning.confirm`: the confirm phase (LUCB: the leader, the reference and
+  the challengers re-measured);
+- :mod:`~autotune.tuning.screen`: which nominee runs (the prior's screen, the shared judge);
 - :mod:`~autotune.tuning.bandit`: the sliding-window AUC bandit (AIACC-Training, ICDCS 2022);
 - :mod:`~autotune.tuning.search`: the searchers (grid, PBT, Bayesian, Hyperband, random);
 - :mod:`~autotune.tuning.prior`: the physics prior calibrated online (``Surrogate``);
-- :mod:`~autotune.tuning.trials`: the trial driver (ask, measure, tell, record) and the
-  one trial record type (``TrialRecord``);
+- :mod:`~autotune.tuning.efficiency`: the gradient noise scale and a codec's statistical
+  efficiency (goodput);
+- :mod:`~autotune.tuning.trials`: the trial driver (ask, measure, tell, record);
 - :mod:`~autotune.tuning.schedule`: what each training iteration runs (``TrialSchedule``:
-  warm-up, trials, cut-short, lock, drift, start-over), for the session and the DDP hook.
+  warm-up, trials, lock, re-tune, start-over), for the session and the DDP hook; its
+  parts: :mod:`~autotune.tuning.warmup` (the warm-up and the flow-cap probe),
+  :mod:`~autotune.tuning.trial_phase` (the current Tuner's trials: ``TrialPhase``),
+  :mod:`~autotune.tuning.trial_run` (the trial under way, the cut-short rule),
+  :mod:`~autotune.tuning.kept` (the kept configuration and its watches),
+  :mod:`~autotune.tuning.drift` (the drift watch), :mod:`~autotune.tuning.lossy` (the
+  goodput guards) and :mod:`~autotune.tuning.listener` (what a person is told).
 
 Data flows one way: the session feeds measurements in, configurations come out.
 """
