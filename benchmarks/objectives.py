@@ -216,10 +216,13 @@ class Scenario:
         on what it knows (machines, workers, servers, NIC rate and per-flow cap, latency,
         gradient bytes in 100 tensors, forward/backward time). It is the simulator's own
         model, not this objective's formulas: the two disagree (rank correlation 0.4-0.9
-        over random configurations), which the Tuner's calibration has to absorb."""
+        over random configurations), which the Tuner's calibration has to absorb; it
+        refits its constants to the trials (:class:`autotune.sim.predict.ModelPrior`)."""
+        from dataclasses import replace
+
         from autotune.sim.cluster import Cluster
         from autotune.sim.job import Job
-        from autotune.sim.model import simulate
+        from autotune.sim.predict import ModelPrior
 
         tensors = 100
         job = Job((int(self.model_mb * MiB / tensors),) * tensors,
@@ -233,10 +236,9 @@ class Scenario:
                           cpu_sum_gbps=self.sum_gbps, pcie_gbps=self.intra_gbps,
                           gpus_per_switch=len(self.nic_switch_workers) if multi else None,
                           nic_switch=0 if multi else None)
-
-        def predict(configs: list[Config]) -> list[float]:
-            return [simulate(job, cluster, c).throughput for c in configs]
-        return predict
+        # scores here are samples/s over all workers: the prior predicts the same unit
+        return ModelPrior(replace(job, batch_per_worker=self.machines * self.workers * self.batch),
+                          cluster)
 
     def regret(self, c: Config) -> float:
         """Normalised regret ``1 - throughput(c) / optimum``."""

@@ -69,8 +69,14 @@ FITTED = ("nic_gbps", "per_flow_gbps", "latency_us", "chunk_overhead_us",
 #: a call's cost is ``chunk_overhead_us``)
 HOST_BYTES = 1 << 20
 
-#: most simulator evaluations one fit may spend
+#: most residual evaluations (each simulates every observation) one fit may spend
 FIT_EVALUATIONS = 400
+#: most CPU seconds one fit may spend
+FIT_SECONDS = 0.5
+
+
+class _OutOfTime(Exception):
+    """A fit's CPU budget is spent."""
 
 
 class CalibrationError(AutotuneError, ValueError):
@@ -246,11 +252,14 @@ class Observation:
 
 def fit(job: Job, cluster: Cluster, calibration: Calibration,
         observations: Sequence[Observation], *, names: Sequence[str] = FITTED,
-        evaluations: int = FIT_EVALUATIONS) -> tuple[Calibration, float]:
+        evaluations: int = FIT_EVALUATIONS,
+        seconds: float = FIT_SECONDS) -> tuple[Calibration, float]:
     """Fit the constants ``names`` to ``observations`` (module docstring): returns the
     new calibration (the fitted constants marked ``"fitted"``) and the root mean square
     of the log errors it leaves on the observations. Constants the observations do not
-    move stay as they were; so does everything when nothing can be simulated."""
+    move stay as they were; so does everything when nothing can be simulated. At most
+    ``evaluations`` residual vectors and ``seconds`` of CPU are spent (then the best
+    point so far is taken)."""
     from scipy.optimize import least_squares
 
     from .model import simulate
@@ -293,11 +302,26 @@ def fit(job: Job, cluster: Cluster, calibration: Calibration,
 
     if not np.isfinite(steps(x0)).any():
         return calibration, math.nan
-    budget = max(1, evaluations // (len(active) + 1))
-    result = least_squares(residuals, x0, bounds=(lo, hi), method="trf", diff_step=0.02,
-                           max_nfev=budget, x_scale=1.0)
-    fitted = dict(zip(active, (float(v) for v in np.exp(result.x))))
-    s = steps(result.x)
+    best: list = [math.inf, x0]
+    began = time.process_time()
+
+    def bounded(x: np.ndarray) -> np.ndarray:  # residuals, remembering the best point
+        if time.process_time() - began > seconds:
+            raise _OutOfTime
+        r = residuals(x)
+        cost = float(r @ r)
+        if cost < best[0]:
+            best[0], best[1] = cost, np.array(x)
+        return r
+
+    try:
+        least_squares(bounded, x0, bounds=(lo, hi), method="trf", diff_step=0.02,
+                      max_nfev=max(1, evaluations // (len(active) + 1)), x_scale=1.0)
+    except _OutOfTime:  # a slow simulator: the best point so far
+        pass
+    x = best[1]
+    fitted = dict(zip(active, (float(v) for v in np.exp(x))))
+    s = steps(x)
     ok = np.isfinite(s) & (s > 0)
     rms = float(np.sqrt(np.mean((np.log(s[ok]) - target[ok]) ** 2))) if ok.any() else math.nan
     return calibration.updated(fitted, source="fitted"), rms

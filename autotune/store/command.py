@@ -288,6 +288,42 @@ def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, un
                fmt_config(r["best_config"])] for r in group))
 
 
+@db.command("calibrations")
+@db_options
+def calibrations_cmd(db_path: Path | None, as_json: bool) -> None:
+    """The tuner's model of each cluster: the simulator's constants as measured at a
+    job's start and fitted to its trials, stored under the cluster's key (worker machines,
+    workers per machine, servers, device, backend). The next job on alike machines starts
+    from them (docs/tuner.md, "The model").
+
+    \b
+    Examples:
+      autotune db calibrations
+      autotune db calibrations --json
+    """
+    from autotune.sim.calibration import Calibration
+
+    with open_store(db_path) as store:
+        rows = _guard(store.calibrations.all)
+    if as_json:
+        _emit_json([{**r, "world": json.loads(r["world"]),
+                     "calibration": json.loads(r["calibration"])} for r in rows])
+        return
+    if not rows:
+        click.echo(f"no calibration in {store.path} yet: a tuning session with several "
+                   "workers stores one when it ends")
+        return
+    for r in rows:
+        world = json.loads(r["world"])
+        title = (f"cluster {r['key']}: {world.get('machines')} machine(s) x "
+                 f"{world.get('workers_per_machine')} worker(s), {world.get('servers')} "
+                 f"server(s), {r['device']}, {r['backend']}; run {r['run']}, "
+                 f"{_when(r['updated'])}, {r['runs']} run(s)"
+                 + (f", fit error {r['fit_error']:.1%}" if r["fit_error"] is not None else ""))
+        show(title, [Column("constant", "word"), Column("value", "text"), Column("source", "word")],
+             Calibration.from_json(r["calibration"]).describe())
+
+
 @db.command("similar")
 @click.argument("run_id", metavar="RUN")
 @click.option("-k", "k", type=int, default=5, show_default=True, help="How many runs.")
