@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.tuning.efficiency import COLLAPSED, LOSSY_WARMUP
-from autotune.tuning.schedule import LOCKED, TRIAL, UNKNOWN_EFFICIENCY, TrialSchedule
+from autotune.tuning.lossy import UNKNOWN_EFFICIENCY
+from autotune.tuning.schedule import LOCKED, TRIAL, TrialSchedule
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.tuner import Tuner
