@@ -43,14 +43,14 @@ from .job import Job
 #: constants a calibration may set: Cluster fields, the job's ``compute_s`` and
 #: ``codec_scale`` (a factor on every codec's encode and decode rate)
 CONSTANTS = ("nic_gbps", "per_flow_gbps", "latency_us", "chunk_overhead_us",
-             "iteration_overhead_us", "cpu_sum_gbps", "intra_gbps", "pcie_gbps",
-             "stream_overhead", "compute_s", "codec_scale")
+             "iteration_overhead_us", "codec_call_us", "cpu_sum_gbps", "intra_gbps",
+             "pcie_gbps", "stream_overhead", "compute_s", "codec_scale")
 
 #: (lower, upper) of each constant in a fit
 BOUNDS: dict[str, tuple[float, float]] = {
     "nic_gbps": (0.005, 800.0), "per_flow_gbps": (0.005, 800.0),
     "latency_us": (1.0, 20000.0), "chunk_overhead_us": (0.5, 20000.0),
-    "iteration_overhead_us": (1.0, 1e7),
+    "iteration_overhead_us": (1.0, 1e7), "codec_call_us": (1.0, 1e6),
     "cpu_sum_gbps": (0.1, 2000.0), "intra_gbps": (0.1, 4000.0), "pcie_gbps": (1.0, 4000.0),
     "stream_overhead": (1e-3, 1.0), "compute_s": (1e-5, 100.0), "codec_scale": (0.01, 100.0),
 }
@@ -62,8 +62,11 @@ SPREAD = {"measured": 0.5, "warm-up": 1.0, "stored": 0.5, "fitted": 0.5, "defaul
 #: the constants a fit moves (the others are measured well enough alone, or not
 #: identifiable from step times)
 FITTED = ("nic_gbps", "per_flow_gbps", "latency_us", "chunk_overhead_us",
-          "iteration_overhead_us", "cpu_sum_gbps", "intra_gbps", "stream_overhead",
-          "compute_s", "codec_scale")
+          "iteration_overhead_us", "codec_call_us", "cpu_sum_gbps", "intra_gbps",
+          "stream_overhead", "compute_s", "codec_scale")
+
+#: floats of the chunk a codec's fixed cost per call is timed on
+CALL_FLOATS = 256
 
 #: the least bytes a host rate is timed on (smaller chunks time the call, not the bytes;
 #: a call's cost is ``chunk_overhead_us``)
@@ -192,7 +195,9 @@ def measure_host(*, chunk_bytes: int, codecs: Iterable[str] = (), device: Any = 
     docstring): the summation rate (``cpu_sum_gbps``: adding one chunk into another on
     the host), the copy rate (``intra_gbps`` on a CPU job, ``pcie_gbps`` from a CUDA
     device to host memory) and each codec in ``codecs`` at ``chunk_bytes`` (at least
-    :data:`HOST_BYTES`) on ``device``, on one CPU thread. Each rate is the best of a few
+    :data:`HOST_BYTES`) on ``device``, with what a codec costs a chunk beyond its bytes
+    (``codec_call_us``: encoding and decoding a 1 KiB chunk, the median over ``codecs``),
+    on one CPU thread. Each rate is the best of a few
     repeats; the whole takes about ``seconds`` (more only if one repeat of a codec is
     slower than its share)."""
     import torch
@@ -233,10 +238,17 @@ def _measure(torch: Any, device: Any, numel: int, names: list[str], share: float
     else:
         constants["intra_gbps"] = gbits / best(lambda: a.copy_(b))
     rates: dict[str, dict[str, float]] = {}
+    calls = []
     for name in names:
         measured = time_codec(name, numel, device=device, seconds=share)
         if measured is not None:
             rates[name] = {"encode_gbps": measured.encode_gbps, "decode_gbps": measured.decode_gbps}
+        tiny = time_codec(name, CALL_FLOATS, device=device, repeats=5)
+        if tiny is not None:  # a chunk of 1 KiB: the calls, hardly the bytes
+            gbits = CALL_FLOATS * 32 / 1e9
+            calls.append(1e6 * (gbits / tiny.encode_gbps + gbits / tiny.decode_gbps))
+    if calls:
+        constants["codec_call_us"] = max(1.0, float(np.median(calls)))
     return Calibration().updated(constants, rates, "measured")
 
 
@@ -271,6 +283,8 @@ def fit(job: Job, cluster: Cluster, calibration: Calibration,
         start["compute_s"] = 0.3 * least
     if start.get("iteration_overhead_us", 0.0) <= 0:
         start["iteration_overhead_us"] = 0.1 * least * 1e6
+    if start.get("codec_call_us", 0.0) <= 0:
+        start["codec_call_us"] = 100.0  # a Python call or two
     start.setdefault("per_flow_gbps", start["nic_gbps"])  # no cap: one flow fills the NIC
     active = [n for n in names if n in start and _informed(n, job, cluster, obs)]
     if not obs or not active:
@@ -339,6 +353,6 @@ def _informed(name: str, job: Job, cluster: Cluster, obs: Sequence[Observation])
     if name == "cpu_sum_gbps":
         return any(o.config.get("transport") == "pushpull" for o in obs) or (
             cluster.worker_device == "cpu" and cluster.workers_per_machine > 1)
-    if name == "codec_scale":
+    if name in ("codec_scale", "codec_call_us"):
         return any(o.config.get("compression", "none") != "none" for o in obs)
     return True

@@ -69,7 +69,9 @@ class Cluster:
     beyond the first costs; ``chunk_overhead_us`` the serial software cost of one chunk;
     ``pipeline_depth`` how many chunks one stream keeps in flight under ``pushpull``;
     ``iteration_overhead_us`` the cost of one iteration that overlaps nothing (the
-    runtime's per-iteration synchronisation and bookkeeping).
+    runtime's per-iteration synchronisation and bookkeeping); ``codec_call_us`` what a
+    codec costs a chunk beyond its bytes (the calls that encode and decode it, with
+    error feedback).
     ``codecs`` overrides the codec cost table: ``{name: {"ratio", "encode_gbps",
     "decode_gbps"}}``.
     """
@@ -92,6 +94,7 @@ class Cluster:
     stream_overhead: float = 0.02
     chunk_overhead_us: float = 10.0
     iteration_overhead_us: float = 0.0
+    codec_call_us: float = 0.0
     pipeline_depth: int = 4
     topology: dict | None = None
     nic: str | None = None
@@ -213,7 +216,7 @@ def _validate(c: Cluster) -> None:
     for name in ("per_flow_gbps", "server_nic_gbps", "cpu_sum_gbps", "nvlink_gbps"):
         _number(c, name, optional=True)
     for name in ("latency_us", "intra_latency_us", "chunk_overhead_us", "iteration_overhead_us",
-                 "stream_overhead"):
+                 "codec_call_us", "stream_overhead"):
         _number(c, name, minimum=0)
     if c.worker_device not in ("gpu", "cpu"):
         raise ClusterError(f"field 'worker_device' must be 'gpu' or 'cpu', got {c.worker_device!r}")

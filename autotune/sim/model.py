@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from autotune.runtime.config import (DEFAULT_POWERSGD_RANK, DEFAULT_RANDOMK_RATIO,
                                      DEFAULT_TOPK_RATIO, NAMES, ConfigError, RuntimeConfig)
@@ -357,10 +357,22 @@ def _charge_worker_cpu_and_codec(s: _Setting, ch: _Charges) -> None:
     ch.sum_one = ch.agg.get("worker CPU", 0.0)
 
 
+class _CodecCalls(NamedTuple):
+    """A codec's cost on a worker beyond its bytes: ``call`` seconds for encoding and
+    decoding any chunk of at least ``least`` bytes (smaller ones travel as they are), and
+    ``per_byte`` its seconds per gradient byte (so a chunk holds the worker's CPU for
+    ``call + bytes * per_byte``)."""
+
+    call: float
+    least: int
+    per_byte: float
+
+
 def _schedule(plan: ChunkPlan, fwd: float, bwd: float, c: float, overhead: float,
-              alpha: float, d: float) -> tuple[float, float]:
+              alpha: float, d: float, codec: "_CodecCalls") -> tuple[float, float]:
     """All-reduce: the max-plus recurrence over chunks, one collective at a time per
-    stream (the plan's): (last finish, first start)."""
+    stream (the plan's): (last finish, first start). ``codec``: what encoding a chunk
+    costs the worker beyond its bytes."""
     sizes, ready, on = plan.sizes, plan.ready, plan.streams
     stream_free = [0.0] * (max(on, default=0) + 1)
     busy_until = 0.0
@@ -370,11 +382,10 @@ def _schedule(plan: ChunkPlan, fwd: float, bwd: float, c: float, overhead: float
         t_ready = fwd + bwd * ready[j]
         sidx = on[j]
         start = t_ready if t_ready > stream_free[sidx] else stream_free[sidx]
-        occ = b * c
-        if occ < overhead:
-            occ = overhead
+        call = codec.call if b >= codec.least else 0.0
+        occ = max(b * c, overhead + call + b * codec.per_byte)
         busy_until = (start if start > busy_until else busy_until) + occ
-        fin = start + alpha + b * d
+        fin = start + alpha + b * d + call + overhead
         if busy_until > fin:
             fin = busy_until
         stream_free[sidx] = fin
@@ -436,7 +447,8 @@ def _shared_link(jobs: list[tuple[float, int, float]], free: float) -> list[floa
 
 def _schedule_pushpull(plan: ChunkPlan, fwd: float, bwd: float, streams: int, depth: int,
                        c: float, overhead: float, alpha: float, d: float, lat: float,
-                       cost: list[float], add: list[float], edge: float) -> tuple[float, float]:
+                       cost: list[float], add: list[float], edge: float,
+                       codec: "_CodecCalls") -> tuple[float, float]:
     """Push/pull as the runtime runs it: (last finish, first start).
 
     A stream (the plan's) sends its chunks in plan order and keeps ``depth`` of them on
@@ -488,11 +500,10 @@ def _schedule_pushpull(plan: ChunkPlan, fwd: float, bwd: float, streams: int, de
                             t = x
             mine.append(j)
             start[j] = t
-            occ = b * c
-            if occ < overhead:
-                occ = overhead
+            call = codec.call if b >= codec.least else 0.0
+            occ = max(b * c, overhead + call + b * codec.per_byte)
             busy_until = (t if t > busy_until else busy_until) + occ
-            alone = t + alpha + b * d
+            alone = t + alpha + b * d + call + overhead
             finish[j] = busy_until if busy_until > alone else alone  # the lower bounds
             group.setdefault(owners[j], []).append(j)
         for o, js in group.items():
@@ -529,15 +540,17 @@ def _estimate(job: Job, s: _Setting, ch: _Charges) -> IterationEstimate:
     bottleneck = max(agg, key=agg.get) if agg else "none"
     d = ch.net_one + ch.intra_phases * ch.intra_one + ch.codec_one + ch.sum_one
     overhead = s.cluster.chunk_overhead_us * 1e-6
+    codec = _CodecCalls(s.cluster.codec_call_us * 1e-6 if s.f > 0 else 0.0,
+                        int(s.cfg["compress_min_bytes"]), agg.get("codec", 0.0))
     bwd = job.compute_s * job.backward_fraction
     fwd = job.compute_s - bwd
     if plan.owners:
         edge = ch.intra_phases / 2 * ch.intra_one + ch.codec_one / 2
         last, first_start = _schedule_pushpull(
             plan, fwd, bwd, s.S, s.cluster.pipeline_depth, c, overhead, ch.alpha, d, s.lat,
-            ch.owner_cost, ch.owner_sum, edge)
+            ch.owner_cost, ch.owner_sum, edge, codec)
     else:
-        last, first_start = _schedule(plan, fwd, bwd, c, overhead, ch.alpha, d)
+        last, first_start = _schedule(plan, fwd, bwd, c, overhead, ch.alpha, d, codec)
 
     step = max(job.compute_s, last) + s.cluster.iteration_overhead_us * 1e-6
     exposed = step - job.compute_s
