@@ -76,17 +76,21 @@ def test_the_fit_recovers_what_the_trials_inform():
     def error(p: ModelPrior) -> float:
         return float(np.median([abs(math.log(p.step_s(c) / s)) for c, s in held]))
 
-    before = error(prior)
+    def tau(p: ModelPrior) -> float:
+        from scipy.stats import kendalltau
+
+        return kendalltau([p([c])[0] for c, _ in held], [1 / s for _, s in held]).statistic
+
+    before, tau_before = error(prior), tau(prior)
     assert prior.fit([(c, 1.0 / s, 6) for c, s in told])  # scores are 1 / step (it/s)
-    after = error(prior)
+    after, tau_after = error(prior), tau(prior)
+    # on 44 configurations it was not told: from wrong by a factor e^0.5 and ranking them
+    # no better than chance, to within 15 % and ranking them well (within its CPU budget)
     assert before > 0.5 and after < 0.15, (before, after)
+    assert tau_before < 0.2 and tau_after > 0.7, (tau_before, tau_after)
     assert prior.fits == 1 and prior.fit_error < 0.2
     fitted = prior.calibration
     assert {fitted.source(k) for k in ("nic_gbps", "latency_us", "compute_s")} == {"fitted"}
-    from scipy.stats import kendalltau
-
-    tau = kendalltau([prior([c])[0] for c, _ in held], [1 / s for _, s in held]).statistic
-    assert tau > 0.8
 
 
 def test_a_fit_with_nothing_to_learn_changes_nothing():
