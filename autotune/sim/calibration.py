@@ -76,6 +76,8 @@ HOST_BYTES = 1 << 20
 FIT_EVALUATIONS = 400
 #: most CPU seconds one fit may spend
 FIT_SECONDS = 0.5
+#: most observations one fit reads (each residual simulates every one)
+FIT_OBSERVATIONS = 16
 
 
 class _OutOfTime(Exception):
@@ -277,6 +279,9 @@ def fit(job: Job, cluster: Cluster, calibration: Calibration,
     from .model import simulate
 
     obs = [o for o in observations if o.step_s > 0 and math.isfinite(o.step_s)]
+    if len(obs) > FIT_OBSERVATIONS:  # the most measured (the last told among equals)
+        order = sorted(range(len(obs)), key=lambda i: (obs[i].count, i), reverse=True)
+        obs = [obs[i] for i in sorted(order[:FIT_OBSERVATIONS])]
     start = starting_values(job, cluster, calibration)
     least = min((o.step_s for o in obs), default=0.0)
     if start["compute_s"] <= 0:  # unknown: a guess the fit may move far
@@ -309,33 +314,31 @@ def fit(job: Job, cluster: Cluster, calibration: Calibration,
         spent[0] += 1
         return out
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        s = steps(x)
-        r = np.where(np.isfinite(s) & (s > 0), np.log(np.maximum(s, 1e-12)) - target, 0.0)
-        return np.concatenate([weight * r, (x - x0) / sigma])
-
-    if not np.isfinite(steps(x0)).any():
-        return calibration, math.nan
-    best: list = [math.inf, x0]
+    best: list = [math.inf, x0, None]  # cost, point, its simulated steps
     began = time.process_time()
 
     def bounded(x: np.ndarray) -> np.ndarray:  # residuals, remembering the best point
-        if time.process_time() - began > seconds:
+        if time.process_time() - began > seconds and best[2] is not None:
             raise _OutOfTime
-        r = residuals(x)
+        s = steps(x)
+        r = np.concatenate([weight * np.where(np.isfinite(s) & (s > 0),
+                                              np.log(np.maximum(s, 1e-12)) - target, 0.0),
+                            (x - x0) / sigma])
         cost = float(r @ r)
-        if cost < best[0]:
-            best[0], best[1] = cost, np.array(x)
+        if cost < best[0] or best[2] is None:
+            best[0], best[1], best[2] = cost, np.array(x), s
         return r
 
+    bounded(x0)
+    if not np.isfinite(best[2]).any():  # nothing can be simulated
+        return calibration, math.nan
     try:
         least_squares(bounded, x0, bounds=(lo, hi), method="trf", diff_step=0.02,
                       max_nfev=max(1, evaluations // (len(active) + 1)), x_scale=1.0)
     except _OutOfTime:  # a slow simulator: the best point so far
         pass
-    x = best[1]
+    x, s = best[1], best[2]
     fitted = dict(zip(active, (float(v) for v in np.exp(x))))
-    s = steps(x)
     ok = np.isfinite(s) & (s > 0)
     rms = float(np.sqrt(np.mean((np.log(s[ok]) - target[ok]) ** 2))) if ok.any() else math.nan
     return calibration.updated(fitted, source="fitted"), rms

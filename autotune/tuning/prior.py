@@ -43,8 +43,8 @@ Prior = Callable[[Sequence[Config]], Sequence[float]]
 
 POOL = 6000          # configurations the surrogate ranks (all of them in smaller spaces)
 POOL_SECONDS = 1.0   # CPU the first prediction of the pool may take (a slow prior ranks fewer)
-BATCH = 250          # configurations per call of the prior
-REFIT_AT = (4, 8, 16, 32)  # measured configurations at which a fittable prior is refitted
+BATCH = 25           # configurations per call of the prior (the CPU budgets are checked between)
+REFIT_AT = (5, 12, 24)  # measured configurations at which a fittable prior is refitted
 REPREDICT = 400      # after a refit, the pool's best this many are predicted anew
 NEIGHBOURS_OF = 5    # large spaces: the pool also holds the neighbours of the best few
 AGREEMENT_AFTER = 6  # configurations measured before the prior's ranking is judged
