@@ -77,7 +77,7 @@ FIT_EVALUATIONS = 400
 #: most CPU seconds one fit may spend
 FIT_SECONDS = 0.5
 #: most observations one fit reads (each residual simulates every one)
-FIT_OBSERVATIONS = 16
+FIT_OBSERVATIONS = 32
 
 
 class _OutOfTime(Exception):
