@@ -94,14 +94,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{x} n={n}" for n in sizes for x in ("tau", "top")]:
         t.add_column(col, justify="right")
     for r in results:
-        cells = [r["table"], f"{r['ceiling_tau']:.2f}", f"{r['start']['tau']:.2f}",
-                 f"{r['start']['top']:.2f}"]
+        cells = [r["table"].removeprefix("measured-"), f"{r['ceiling_tau']:.2f}",
+                 f"{r['start']['tau']:.2f}", f"{r['start']['top']:.2f}"]
         for n in sizes:
             f = r["fitted"][n]
             cells += [f"{f['tau']:.2f} ({f['tau_range'][0]:.2f}-{f['tau_range'][1]:.2f})",
                       f"{f['top']:.2f} ({f['top_range'][0]:.2f}-{f['top_range'][1]:.2f})"]
         t.add_row(*cells)
-    Console().print(t)
+    Console(width=170).print(t)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"n": sizes, "seeds": a.seeds, "tables": results}, indent=1))
     print(f"-> {a.out}")
