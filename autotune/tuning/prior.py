@@ -170,8 +170,9 @@ class Surrogate:
 
     def _refit(self, scored: list) -> None:
         """Refit the prior's constants to the measured means, then predict anew the
-        configurations measured and the pool's best :data:`REPREDICT`; the rest of the
-        pool moves by the median change of those (a refit mostly rescales)."""
+        configurations measured and the pool's best :data:`REPREDICT`, best first, while
+        :data:`POOL_SECONDS` of CPU last; the rest of the pool moves by the median change
+        of those (a refit mostly rescales)."""
         refit = getattr(self.prior, "fit", None)
         if refit is None or self.failed is not None:
             return
@@ -184,8 +185,9 @@ class Surrogate:
         if not changed:
             return
         told = [self._locate(st.config) for _, st in scored]
+        known = set(told)
         top = [i for i in np.argsort(-self.log_prior, kind="stable")[:REPREDICT]
-               if i not in set(told)]
+               if i not in known]
         began, idx, parts = time.process_time(), list(told), []
         parts.append(self._predict_prior([self._config(i) for i in told]))
         for lo in range(0, len(top), BATCH):  # the best first, while the CPU budget lasts

@@ -288,7 +288,10 @@ def test_tune_on_loopback_stores_a_run(tuned):
     assert report["kept_iterations"] == 2 and report["speedup_over_ddp"]["refused"] == "n<4"
     assert run["status"] == "finished" and run["simulated"] is False
     assert run["best_config"] == report["best"] and run["job"] == "tune:tune_helpers:tiny"
-    assert sum(t["iterations"] for t in trials) == BUDGET
+    # the whole budget, or less where the confirm phase separated the kept one early
+    # (docs/tuner.md; as tests/session/test_session.py allows): every trial is stored
+    assert len(trials) == report["trials"]
+    assert report["trials"] < sum(t["iterations"] for t in trials) <= BUDGET
     assert trials[0]["technique"] == "default"  # the default, first, labelled as such
 
 
