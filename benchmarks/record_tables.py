@@ -150,7 +150,7 @@ def rank_main(a: argparse.Namespace) -> None:
     sizes = [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
     probe = flow_probe(space, sum(sizes))  # as the session's warm-up runs it
     # as the session times the link at its start (over the workers, before training)
-    link = measure_link(rt.worker_sum, gradient_bytes=sum(sizes), workers=job.workers)
+    link = measure_link(rt.worker_sum, workers=job.workers)
     warm = [iteration(default) for _ in range(3)]
     many = [iteration(probe) for _ in range(2)]
     table = {

@@ -189,9 +189,7 @@ class TuningSession(SessionResults, abc.ABC):
             self._goodput = GoodputProbe(params, workers, self.info.rank)
             self._goodput.sample.begin(0)
         if o.prior and o.budget and workers > 1 and self.info.n_machines > 1:
-            self._link = measure_link(self._worker_sum, workers=workers,
-                                      gradient_bytes=sum(p.numel() * p.element_size()
-                                                         for p in params))
+            self._link = measure_link(self._worker_sum, workers=workers)
 
     # ------------------------------------------------------- what each kind does
     @abc.abstractmethod

@@ -19,14 +19,14 @@ import torch
 
 from autotune.sim.calibration import Calibration
 
-#: bytes of the larger all-reduce of :func:`measure_link` (at most; less for a smaller model)
+#: bytes of the larger all-reduce of :func:`measure_link`, whatever the model's size (a
+#: smaller payload on a fast link would leave the difference within the timing noise)
 LINK_BYTES = 1 << 20
 SMALL_FLOATS = 64   # the small all-reduce: its time is the per-message cost
 REPEATS = 3
 
 
-def measure_link(reduce: Callable[[torch.Tensor], None], *, gradient_bytes: int,
-                 workers: int) -> dict[str, float]:
+def measure_link(reduce: Callable[[torch.Tensor], None], *, workers: int) -> dict[str, float]:
     """Collective over the workers: time a small and a larger all-reduce through
     ``reduce`` (SUM in place, over the ``workers``), the best of :data:`REPEATS` each.
     Returned: ``latency_us``, the cost of one message (a ring takes ``2(W-1)`` steps)
@@ -34,7 +34,7 @@ def measure_link(reduce: Callable[[torch.Tensor], None], *, gradient_bytes: int,
     the payload, over the larger one's extra time); ``{}`` with one worker."""
     if workers < 2:
         return {}
-    nbytes = max(4 * SMALL_FLOATS * 16, min(LINK_BYTES, int(gradient_bytes)))
+    nbytes = LINK_BYTES
 
     def best(t: torch.Tensor) -> float:
         times = []
