@@ -145,10 +145,8 @@ class MeasuredJob:
         (:meth:`autotune.sessions.facts.JobTuners.starting_calibration`)."""
         from autotune.sessions.calibrate import host_calibration
 
-        codecs = [v for v in self.space["compression"].values if v != "none"] \
-            if "compression" in self.space.names else []
-        return host_calibration(codecs=codecs, device="cpu",
-                                chunk_bytes=min(4 << 20, max(1024, sum(self.table["job"]["sizes"]))))
+        return host_calibration(self.space, gradient_bytes=sum(self.table["job"]["sizes"]),
+                                device="cpu")
 
     def probe_times(self) -> list[float]:
         """The flow-cap probe's warm-up times, as the session's probe

@@ -68,13 +68,17 @@ def link_calibration(measured: Mapping[str, float], warmup: Mapping[str, float])
     return out.updated({"nic_gbps": max(rate, warmup.get("nic_gbps", 0.0))}, source="measured")
 
 
-def host_calibration(*, codecs: list[str], chunk_bytes: int, device: Any) -> Calibration:
-    """:func:`autotune.sim.calibration.measure_host` at ``chunk_bytes`` on ``device``;
+def host_calibration(space: Any, *, gradient_bytes: int, device: Any) -> Calibration:
+    """:func:`autotune.sim.calibration.measure_host` for a job: the codecs ``space``
+    allows, at the default chunk size (or the whole gradient, if smaller), on ``device``;
     an empty calibration (with a warning) if it fails: measuring is advisory."""
     from autotune.sim.calibration import measure_host
 
+    codecs = ([v for v in space["compression"].values if v != "none"]
+              if "compression" in space.names else [])
     try:
-        return measure_host(chunk_bytes=chunk_bytes, codecs=codecs, device=device)
+        return measure_host(chunk_bytes=min(4 << 20, max(1024, int(gradient_bytes))),
+                            codecs=codecs, device=device)
     except Exception as exc:  # never stop training for a measurement
         warnings.warn(f"could not time this machine for the tuner's model ({exc}); "
                       "using the simulator's defaults", RuntimeWarning, stacklevel=2)

@@ -104,10 +104,8 @@ class JobTuners:
         stored = self.stored.restamped("stored") if self.stored is not None else Calibration()
         host = Calibration()
         if "cpu_sum_gbps" not in stored.constants:
-            codecs = [v for v in self.schedule.space["compression"].values if v != "none"] \
-                if "compression" in self.schedule.space.names else []
-            host = host_calibration(codecs=codecs, device=self.device,
-                                    chunk_bytes=min(4 << 20, max(1024, sum(self.sizes))))
+            host = host_calibration(self.schedule.space, gradient_bytes=sum(self.sizes),
+                                    device=self.device)
         return merged(stored, host, link_calibration(self.measured_link, self.link()))
 
     def _make_model(self) -> Any:
