@@ -2,14 +2,14 @@
 # The GPU checks of docs/gpu.md ("On a GPU machine: what to run first"), in one go.
 # Usage: bash scripts/gpu_check.sh [LOG_DIR [STEP ...]]   (default: ./gpu-check, every step)
 # Steps: pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m
-#        train_ddp train_native interrupt goodput_ddp goodput_native
+#        train_ddp calibrate_host train_native interrupt goodput_ddp goodput_native
 # Each step runs under a time limit, writes its output to LOG_DIR/<step>.log and its JSON
 # beside it; a failing step is reported and the next one runs. Exit code: the number of
 # failed steps. Needs python with torch (CUDA build) and this package's dependencies.
 set -u
 LOG=${1:-gpu-check}
 shift || true
-WANT=" ${*:-pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m train_ddp train_native interrupt goodput_ddp goodput_native} "
+WANT=" ${*:-pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m train_ddp calibrate_host train_native interrupt goodput_ddp goodput_native} "
 mkdir -p "$LOG"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -43,7 +43,18 @@ step hook_overhead_s2_4m 240 autotune launch -n 2 benchmarks/hook_overhead_bench
     --streams 2 --chunk-mib 4 --json "$LOG/hook-overhead-s2-4m.json"
 # the session API on CUDA gradients, both ways in (examples/, 2 ranks sharing the GPU)
 step train_ddp 150 autotune launch -n 2 examples/train_ddp.py --device cuda --db "$LOG/ddp.db"
-step train_native 150 autotune launch -n 2 -k 1 examples/train_mlp.py --device cuda --db "$LOG/native.db"
+# the tuner's model measures the job's device (issue 40): the copy into pinned host memory
+# (pcie_gbps) and each codec on the GPU, synchronised; every rate finite and positive
+step calibrate_host 60 "$PY" -c "from autotune.sim.calibration import measure_host
+c = measure_host(chunk_bytes=4 << 20, codecs=['fp16', 'topk', 'powersgd'], device='cuda')
+import json; print(c.describe()); d = json.loads(c.to_json()); print(d)
+assert d['constants'].get('pcie_gbps', 0) > 0 and 'intra_gbps' not in d['constants'], d
+assert all(v > 0 for v in d['constants'].values()) and len(d['codecs']) == 3, d"
+# ... and the two-rank session stores it under the GPU's name (autotune db calibrations)
+step train_native 150 bash -c "autotune launch -n 2 -k 1 examples/train_mlp.py --device cuda \
+  --db \"$LOG/native.db\" && autotune db calibrations --db \"$LOG/native.db\" --json | tee \"$LOG/calibrations.json\" \
+  && \"$PY\" -c 'import json, sys, torch; rows = json.load(open(sys.argv[1]))
+print([r[\"device\"] for r in rows]); sys.exit(not any(r[\"device\"] == torch.cuda.get_device_name(0) for r in rows))' \"$LOG/calibrations.json\""
 # Ctrl-C / SIGTERM at random moments with CUDA models (tests/interrupt_jobs.py): every
 # job must close "aborted", every rank exit 130 or 143, nothing killed, no traceback
 step interrupt 200 bash -c "\"$PY\" tests/interrupt_jobs.py \"$LOG/interrupt.json\" --jobs 8 \

@@ -28,7 +28,7 @@ from autotune.selftest.table import print_table
 FLUSH = {"compression": "none"}  # an uncompressed round sends and clears every residual
 RUNTIME_DEVICE_NOTE = ("the runtime stages CUDA gradients through pinned host buffers on a "
                        "side CUDA stream; all its communication is gloo (no NCCL engine, no "
-                       "GPU codecs). Checked on one H100 only (docs/gpu.md)")
+                       "GPU codecs). Checked on one H100 and one H200 only (docs/gpu.md)")
 
 
 class _Broken(Exception):

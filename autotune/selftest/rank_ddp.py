@@ -53,8 +53,9 @@ from autotune.selftest.sweep import MiB, label, sweep_of
 __all__ = ["DDPWorker", "backend_for", "ddp_backend", "device_key", "run_ddp_rank"]
 
 BUCKET_MB = 25.0  # DDP's default bucket cap, for both models
-CUDA_NOTE = ("the hook's host staging of CUDA buckets under gloo ran on one H100; its NCCL "
-             "path (one GPU per rank) has not run in this project yet (docs/gpu.md)")
+CUDA_NOTE = ("the hook's host staging of CUDA buckets under gloo ran on one H100 and one "
+             "H200; its NCCL path (one GPU per rank) has not run in this project yet "
+             "(docs/gpu.md)")
 
 
 def device_key(device: Any) -> int:
