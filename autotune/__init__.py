@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time, loaded on fir
     from autotune.errors import ArgumentError, AutotuneError
     from autotune.runtime.errors import UsageError
     from autotune.sessions import DDPSession, Session, TuningSession
+    from autotune.sessions.ddp import workers_group
     from autotune.tuning.schedule import TrialSchedule
     from autotune.tuning.space import Config, ConfigError, SearchSpace
     from autotune.tuning.tuner import Trial, Tuner
@@ -42,6 +43,7 @@ _EXPORTS = {
     "ArgumentError": "autotune.errors",
     "UsageError": "autotune.runtime.errors",
     "TrialSchedule": "autotune.tuning.schedule",
+    "workers_group": "autotune.sessions.ddp",
 }
 
 __all__ = sorted([*_EXPORTS, "session", "__version__"])

@@ -7,6 +7,12 @@ stream limit (a second all-gather, which also checks that every rank encodes
 configurations alike), makes the workers' group and publishes this rank's pid in the
 rendezvous store, so that a fault can name the process. What it learnt is a
 :class:`Joined`, which :class:`~autotune.runtime.core.Runtime` is built from.
+
+A job whose workers must know their group before any runtime exists (DDP is built on
+the workers' group, then ``autotune.session(ddp_model)`` starts the runtime) joins early:
+:func:`hold` keeps that :class:`Joined` and the next :meth:`Runtime.bootstrap
+<autotune.runtime.core.Runtime.bootstrap>` of this process takes it (:func:`take`)
+instead of joining again, which the servers, already in their runtime, would not match.
 """
 
 from __future__ import annotations
@@ -85,6 +91,23 @@ def join(timeout: float, role: str | None, max_streams: int) -> Joined:
     except Exception:
         store = None
     return Joined(info, limits, timeout, control, workers_group, store)
+
+
+_HELD: list[tuple[Any, Joined]] = []  # (the world's default group, what it joined)
+
+
+def hold(joined: Joined) -> None:
+    """Keep ``joined`` for this process's next runtime (module docstring)."""
+    _HELD[:] = [(dist.distributed_c10d._get_default_group(), joined)]
+
+
+def take() -> Joined | None:
+    """What :func:`hold` kept, once, if the world it joined is still this process's."""
+    if not _HELD or not dist.is_initialized():
+        _HELD.clear()
+        return None
+    world, joined = _HELD.pop()
+    return joined if world is dist.distributed_c10d._get_default_group() else None
 
 
 def rendezvous_store() -> Any:

@@ -39,7 +39,7 @@ import torch.distributed as dist
 from . import broadcast
 from .averager import Averager
 from .blame import Blame
-from .bootstrap import Joined, join
+from .bootstrap import Joined, join, take
 from .config import FALLBACK_STREAMS, Limits, RuntimeConfig
 from .control import ControlPlane
 from .errors import RuntimeFault, UsageError
@@ -115,8 +115,10 @@ class Runtime:
         gradients do (tests; default: ``AUTOTUNE_STAGE_CPU``, off when unset).
         ``grad_views``: after each round, CPU ``.grad`` tensors are views of the averages,
         not copies (default: ``AUTOTUNE_GRAD_VIEWS``, off when unset; see
-        :mod:`autotune.runtime.copies`)."""
-        joined = join(timeout, role, max_streams)
+        :mod:`autotune.runtime.copies`). A worker that joined early
+        (:func:`~autotune.runtime.bootstrap.hold`, e.g. ``autotune.workers_group()``)
+        is built from what it joined then, with that ``timeout`` and ``max_streams``."""
+        joined = take() or join(timeout, role, max_streams)
         faults = faults if faults is not None else FaultInjector.from_env(joined.info.rank)
         rt = cls(joined, heartbeat, control_timeout, faults, copy_cpu, grad_views)
         if joined.info.servers:
@@ -246,6 +248,26 @@ class Runtime:
                              "backward pass of the iteration, then wait()")
         self._check_registration()
         self._rounds.complete(repack_all=False)
+
+    @property
+    def layout_in_force(self) -> bool:
+        """Workers: whether the registration is the layout in force (a ``sync`` since the
+        last ``register``), so that gradients may be handed over (:meth:`ready`)."""
+        return self._active.setup is not None and not self._layout.dirty
+
+    def ready(self, index: int) -> None:
+        """Workers: registered tensor ``index``'s ``.grad`` is final for this iteration;
+        hand it to the round now, as its gradient hook does when backward reaches it. For
+        a caller that knows that moment itself (autotune's DDP comm hook hands over each
+        of DDP's buckets, :mod:`autotune.runtime.ddp_buckets`); then :meth:`wait`."""
+        self._check_alive()
+        self._need_worker("ready")
+        if not self.layout_in_force:
+            raise UsageError("ready() before the registration is in force: sync() first")
+        if not 0 <= index < len(self._layout.params):
+            raise UsageError(f"ready({index}): {len(self._layout.params)} tensors are "
+                             "registered")
+        self._averager.on_grad(index, self._layout.params[index])
 
     def gradients_arrived(self) -> bool:
         """Workers: whether a gradient reached its hook since the last iteration ended

@@ -50,12 +50,13 @@ parameters changed starts its residual afresh (what compression dropped in that 
 iteration is lost, once; ``residual_resets`` counts it). A codec is made per
 configuration (PowerSGD's basis restarts at a switch, as in the native runtime).
 
-**Not offered in this mode.** ``limits`` says what it runs: ``transport="allreduce"``
-with ``intra="flat"`` only, no servers. Push/pull is not offered: its Summation Service
-servers would have to be ranks of DDP's own process group, and every member of that group
-runs the model's forward and backward and DDP's own collectives (buffer broadcasts, the
-unused-parameter map), which a server does not; and intra ``root``/``scatter`` need the
-machine layout the native runtime learns at bootstrap, which DDP's group does not give.
+**Push/pull and the intra-machine step** (``transport="pushpull"``, ``intra`` ``root`` or
+``scatter``) are the native runtime's: given ``buckets`` (a
+:class:`~autotune.runtime.ddp_buckets.RuntimeBuckets`, as ``autotune.session(ddp_model)``
+makes), the hook hands each bucket to it under such a configuration, and ``limits`` are
+the runtime's (its servers, its workers per machine). Without it the hook runs
+all-reduce, intra ``flat``, no servers. Each side keeps its own error feedback: a residual
+left by one side's codec goes out with that side's next iteration.
 
 **Engines and staging.** Stream groups use the backend of DDP's group by default (NCCL
 for CUDA buckets under NCCL, gloo otherwise); :meth:`BucketTransport.engine` is the one
@@ -78,6 +79,7 @@ error-naming steps (start a collective, wait for it, wait for a staged copy) bot
 # No ``from __future__ import annotations`` here: DDP inspects the hook's annotations
 # (``_check_comm_hook``) and compares them with the real classes.
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -91,7 +93,8 @@ from .codecs import (Codec, Context, ErrorFeedback, codec_from_config, compress_
                      compresses, decode_sum, whole)
 from .compat import all_gather
 from .compression import SEED
-from .config import MAX_STREAMS, ConfigError, Limits, RuntimeConfig, Transport
+from .config import MAX_STREAMS, ConfigError, Intra, Limits, RuntimeConfig, Transport
+from .ddp_buckets import RuntimeBuckets
 from .errors import RuntimeFault, UsageError
 from .gradstats import GradientSample
 from .plan import DTYPE_BYTES, Span, cut, stream_of
@@ -114,11 +117,12 @@ class BucketTransport:
     buckets live (``"cpu"``/``"cuda"``). ``max_streams``: the most streams a configuration
     may use. ``timeout``: seconds any wait may take. ``copy_cpu``: stage CPU buckets
     through separate host buffers too (tests: the copies CUDA buckets make under gloo).
-    Make it with :meth:`install`."""
+    ``buckets``: the native runtime that runs push/pull and intra ``root``/``scatter``
+    (module docstring). Make it with :meth:`install`."""
 
     def __init__(self, process_group: Any = None, *, device_type: str = "cpu",
                  max_streams: int = Limits.max_streams, timeout: float = DEFAULT_TIMEOUT,
-                 copy_cpu: bool = False):
+                 copy_cpu: bool = False, buckets: Optional[RuntimeBuckets] = None):
         if not dist.is_available() or not dist.is_initialized():
             raise UsageError("BucketTransport needs torch.distributed initialised "
                              "(dist.init_process_group) before DDP and the hook")
@@ -136,8 +140,8 @@ class BucketTransport:
         self.timeout = float(timeout)
         self.copy_cpu = bool(copy_cpu)
         self._backend = str(dist.get_backend(self.group))
-        self._limits = Limits(servers=0, workers_per_machine=1, max_streams=max_streams,
-                              transports=(Transport.ALLREDUCE.value,))
+        self._max_streams = max_streams
+        self.buckets = buckets
         self._groups: Dict[Tuple[str, int], Any] = {}
         self._config: Optional[RuntimeConfig] = None
         self._codec: Optional[Codec] = None
@@ -187,8 +191,23 @@ class BucketTransport:
     # ------------------------------------------------------------------ configuration
     @property
     def limits(self) -> Limits:
-        """What this mode runs: all-reduce, intra flat, no servers, ``max_streams``."""
-        return self._limits
+        """What this mode runs: without a runtime, all-reduce, intra flat, no servers;
+        with one, what its world allows (after a server loss, what is left); at most
+        ``max_streams`` streams."""
+        if self.buckets is None:
+            return Limits(servers=0, workers_per_machine=1, max_streams=self._max_streams,
+                          transports=(Transport.ALLREDUCE.value,))
+        rt = self.buckets.rt
+        limits = rt.limits.after_server_loss() if rt.lost_servers else rt.limits
+        return replace(limits, max_streams=min(limits.max_streams, self._max_streams))
+
+    @property
+    def runtime_runs(self) -> bool:
+        """Whether the configuration in force is the native runtime's (push/pull, or
+        intra ``root``/``scatter``): :meth:`average` hands buckets to ``buckets``."""
+        cfg = self._config
+        return cfg is not None and (cfg.transport != Transport.ALLREDUCE
+                                    or cfg.intra != Intra.FLAT)
 
     @property
     def config(self) -> Optional[RuntimeConfig]:
@@ -211,16 +230,17 @@ class BucketTransport:
         in the same order with the same configuration (collective: it creates the stream
         groups ``config`` needs that do not exist yet). :class:`ConfigError` (naming the
         parameter) when this mode cannot run it; the previous configuration stays."""
+        limits = self.limits
         try:
-            cfg = RuntimeConfig.of(config).check(self._limits)
+            cfg = RuntimeConfig.of(config).check(limits)
         except ConfigError as e:
-            raise ConfigError(f"autotune inside DDP (all-reduce among DDP's ranks, "
-                              f"intra flat, at most {self._limits.max_streams} streams): "
-                              f"{e}") from None
+            raise ConfigError(f"autotune inside DDP ({limits.servers} server(s), "
+                              f"{limits.workers_per_machine} worker(s) per machine, at most "
+                              f"{limits.max_streams} streams): {e}") from None
         codec = self._codec
         if cfg != self._config:
             codec = None
-            if cfg.lossy:
+            if cfg.lossy and cfg.transport == Transport.ALLREDUCE and cfg.intra == Intra.FLAT:
                 try:
                     codec = codec_from_config(cfg, world_size=self.world, seed=SEED)
                 except ValueError as e:
@@ -301,6 +321,10 @@ class BucketTransport:
         rnd = self._rounds.get(idx, 0)
         self._rounds[idx] = rnd + 1
         self._sizes[idx] = buf.numel()
+        if self.buckets is not None:
+            self.buckets.note(idx, buf)
+            if self.runtime_runs:
+                return self.buckets.average(bucket, self._plain)
         chunks = self._chunks(buf, cfg)
         backend = self.engine(buf.device.type)
         stager = self._stager(buf.device)
@@ -314,6 +338,17 @@ class BucketTransport:
                                    min_bytes)
 
     # ------------------------------------------------------------------ lossless
+    def _plain(self, buf: torch.Tensor, idx: int) -> torch.futures.Future:
+        """``buf`` (bucket ``idx``) averaged by the lossless all-reduce among DDP's ranks
+        under the configuration's streams and chunks: for a bucket the runtime does not
+        know, or one it failed to average (:mod:`autotune.runtime.ddp_buckets`)."""
+        cfg = self._config
+        assert cfg is not None
+        backend = self.engine(buf.device.type)
+        buf.div_(self.world)
+        return self._allreduce(buf, idx, self._chunks(buf, cfg), backend,
+                               self._stager(buf.device), _host_backend(backend))
+
     def _allreduce(self, buf: torch.Tensor, idx: int, chunks: List[Tuple[Span, int]],
                    backend: str, stager: HostStaging, host: bool) -> torch.futures.Future:
         """The lossless path: every chunk of ``buf`` (already divided) all-reduced

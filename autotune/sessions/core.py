@@ -57,8 +57,11 @@ class Session(TuningSession):
     multi-stream Communication Service, Summation Services) and keeps DDP's semantics.
     Made by ``autotune.session(model, ...)`` for a plain module."""
 
+    takes_ddp = False  # DDPSession, the same runtime with DDP in front, takes DDP models
+    grad_views: bool | None = None  # the runtime's (None: AUTOTUNE_GRAD_VIEWS decides)
+
     def __init__(self, model: torch.nn.Module, options: SessionOptions | None = None) -> None:
-        if isinstance(model, DDP):
+        if isinstance(model, DDP) and not self.takes_ddp:
             raise TypeError(
                 "Session is the native runtime, which does DDP's work itself: pass the module "
                 "(Session(model.module, ...)), or autotune.session(ddp_model, ...) to keep DDP "
@@ -81,7 +84,7 @@ class Session(TuningSession):
 
         init_world(self.options.timeout)
         install_excepthook()  # a peer's failure, uncaught, is one line
-        self.rt = Runtime.bootstrap(timeout=self.options.timeout)
+        self.rt = Runtime.bootstrap(timeout=self.options.timeout, grad_views=self.grad_views)
         if self.rt.info.role == "server":
             # A server rank that ran the user's script: serve, then leave the process.
             from autotune.server import serve

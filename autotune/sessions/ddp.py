@@ -4,39 +4,86 @@
 buffers, ``no_sync``, unused and static-graph handling, buckets and their CUDA streams,
 checkpoints) and tunes how each bucket crosses the wire: autotune's comm hook
 (:class:`~autotune.runtime.ddp_hook.BucketTransport`) averages it under the current
-configuration, a chunk of the bucket on each stream's process group. ``step()`` only
-counts the iteration (DDP has averaged the gradients when backward returns), measures it
-(the slowest worker's time) and, between iterations, puts in force what the leader's
-trial schedule says runs next: the configuration crosses ranks as int64s
-(``RuntimeConfig.encode``) on a gloo group of DDP's ranks, nothing pickled.
+configuration. It is the native session's runtime (:class:`~autotune.sessions.core.Session`)
+with DDP in front: the same ``Runtime`` joins the world (servers included), puts the
+leader's configuration in force at every ``step()`` (``Runtime.sync``, the configuration
+as int64s, nothing pickled), and runs push/pull through the Summation Services and the
+intra-machine step on DDP's buckets (:mod:`autotune.runtime.ddp_buckets`); the hook runs
+the all-reduce among the workers itself. ``step()`` only counts the iteration (DDP has
+averaged the gradients when backward returns), measures it and puts in force what runs
+next.
 
-A rank whose own code fails posts its exception in the rendezvous store as it leaves
-(:meth:`~autotune.runtime.faults.Liveness.fail`); a rank whose session then ends by an
-error (a broken collective) raises the :class:`~autotune.runtime.errors.PeerFailed` that
-names the failed rank and its cause instead.
+**Servers.** DDP's process group must hold only the workers: a Summation Service runs no
+forward or backward. With servers, build DDP on :func:`workers_group` (one line,
+``DDP(model, process_group=autotune.workers_group())``); the servers are
+``python -m autotune.server`` processes (``autotune launch -k K`` starts them; under
+``torchrun``, a second command), as for the native runtime (``docs/ddp.md``).
+
+A rank whose own code fails posts its exception in the rendezvous store as it leaves; a
+rank whose session then ends by an error (DDP's own all-reduce broken in backward)
+raises the :class:`~autotune.runtime.errors.PeerFailed` that names the failed rank and its
+cause instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from datetime import timedelta
-from typing import Any
+from typing import Any, Mapping
 
-import torch
 import torch.distributed as dist
 
-from autotune.runtime.bootstrap import rendezvous_store
-from autotune.runtime.config import RuntimeConfig
-from autotune.runtime.errors import PeerFailed, RuntimeFault, UsageError, install_excepthook
+from autotune.errors import AutotuneError
+from autotune.runtime.bootstrap import hold, join, rendezvous_store
+from autotune.runtime.config import Limits, RuntimeConfig
+from autotune.runtime.errors import ServerLost, UsageError
 from autotune.runtime.faults import Liveness
-from autotune.sessions.base import DDP, TuningSession
+from autotune.sessions.base import DDP
+from autotune.sessions.core import Session, init_world
+from autotune.sessions.facts import job_space
 from autotune.sessions.options import SessionOptions
-from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.space import Config
+
+DEFAULT_TIMEOUT = 300.0
 
 
-class DDPSession(TuningSession):
+def workers_group(backend: str | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> Any:
+    """The process group of the job's workers, for DDP: ``DDP(model,
+    process_group=autotune.workers_group())``. Collective on every rank of the world,
+    servers included: it joins the job (the runtime's bootstrap, which the servers run
+    too) and keeps what it learnt for ``autotune.session(ddp_model)``. ``backend``: the
+    group's (default: the world's; gloo is the joined workers' group itself). On a rank
+    whose ``AUTOTUNE_ROLE`` is ``server`` it serves as a Summation Service until the
+    job stops, then exits the process (as ``python -m autotune.server`` does).
+    ``timeout``: seconds any communication wait may take. Initialises
+    ``torch.distributed`` from the environment when it is not yet."""
+    init_world(timeout)
+    joined = join(timeout, None, Limits.max_streams)
+    if joined.info.role == "server":
+        from autotune.runtime.core import Runtime
+        from autotune.server import serve
+
+        hold(joined)
+        rt = Runtime.bootstrap(timeout=timeout)
+        serve(rt)
+        rt.shutdown()
+        raise SystemExit(0)
+    hold(joined)
+    backend = str(backend or dist.get_backend())
+    if backend == "gloo":
+        return joined.workers_group
+    return dist.new_group(list(joined.info.workers), backend=backend,
+                          timeout=timedelta(seconds=joined.timeout),
+                          use_local_synchronization=True)
+
+
+class DDPSession(Session):
     """The session of a DDP model (module docstring). Made by ``autotune.session(ddp_model,
     ...)``."""
+
+    takes_ddp = True
+    grad_views = False  # the runtime writes the averages into DDP's bucket buffers
 
     def __init__(self, model: DDP, options: SessionOptions | None = None) -> None:
         if not isinstance(model, DDP):
@@ -44,51 +91,41 @@ class DDPSession(TuningSession):
                             f"{type(model).__name__}: autotune.session(model) picks the kind")
         super().__init__(model, options)
         self.transport: Any = None
-        self._control: Any = None
-        self._ranks: list[int] = []
-        self._liveness: Liveness | None = None  # posts and reads ranks' failures
+        self._liveness: Liveness | None = None  # reads the failure a peer posted
         self._averaged = 0  # the hook's count of buckets averaged, at the last step
 
-    @property
-    def is_leader(self) -> bool:
-        """Whether this rank is the first of DDP's group: it tunes, records and shows."""
-        return bool(self._ranks) and dist.get_rank() == self._ranks[0]
-
-    def _open(self) -> None:
+    def _start(self) -> None:
+        """Workers: DDP's group checked, the hook installed, the space built, the first
+        configuration in force."""
+        from autotune.runtime.ddp_buckets import RuntimeBuckets
         from autotune.runtime.ddp_hook import BucketTransport
-        from autotune.runtime.world import discover, local_machine
 
-        group = self.model.process_group
-        install_excepthook()  # a peer's failure, uncaught, is one line
-        self._liveness = Liveness(rendezvous_store(), dist.get_rank())
-        self._ranks = list(dist.get_process_group_ranks(group))
-        # the control plane: the leader's configuration and the slowest time, on gloo
-        # whatever DDP's backend (tiny int64 messages), with bounded waits
-        # (DDP's group may be a subgroup: then only its members make the control group)
-        subgroup = len(self._ranks) < dist.get_world_size()
-        self._control = dist.new_group(self._ranks, backend="gloo",
-                                       timeout=timedelta(seconds=self.options.timeout),
-                                       use_local_synchronization=subgroup)
-        me = self._ranks.index(dist.get_rank())
-        self.info = discover(me, len(self._ranks), "worker", local_machine(), self._control)
-        self.transport = BucketTransport.install(self.model, timeout=self.options.timeout)
-        self.space = SearchSpace.of(self.transport.limits, allow_lossy=self.options.allow_lossy,
-                                    fixed=self.options.fixed)
+        self.info = info = self.rt.info
+        ranks = list(dist.get_process_group_ranks(self.model.process_group))
+        if ranks != list(info.workers):
+            raise UsageError(
+                f"DDP's process group holds ranks {ranks}, the job's workers are "
+                f"{list(info.workers)}"
+                + (f" (ranks {list(info.servers)} are Summation Service servers): build DDP "
+                   "with process_group=autotune.workers_group()" if info.servers else
+                   ": autotune inside DDP averages among every worker of the world"))
+        self._liveness = Liveness(rendezvous_store(), info.rank)
+        self.transport = BucketTransport.install(self.model, timeout=self.rt.timeout,
+                                                 buckets=RuntimeBuckets(self.rt))
+        self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
+                               fixed=self.options.fixed)
         params = [p for p in self.model.module.parameters() if p.requires_grad]
         self._measures(params)
         self.transport.sample = self._goodput.sample if self._goodput is not None else None
-        try:
-            first = (self._lead(params, dist.get_backend(group)) if self.is_leader
-                     else None)
-            self._apply(first)
-        except BaseException as exc:
-            self._close(exc)  # posts this rank's failure, closes the leader's run
-            raise
+        self._apply(self._lead(params, dist.get_backend(self.model.process_group))
+                    if self.is_leader else None)
 
     def _await_average(self) -> tuple[str | None, float | None] | None:
-        """DDP has averaged the gradients when backward returns. A step whose backward
-        sent no bucket ran inside ``no_sync()`` (a micro-step of gradient accumulation,
-        as Accelerate's ``accumulate()`` runs): not an iteration."""
+        """DDP has averaged the gradients when backward returns (a round the runtime
+        failed was averaged again by the hook: the fallback is put in force, lost servers
+        dropped). A step whose backward sent no bucket ran inside ``no_sync()`` (a
+        micro-step of gradient accumulation, as Accelerate's ``accumulate()`` runs): not
+        an iteration."""
         averaged = self.transport.averaged
         if averaged == self._averaged:
             if not any(p.grad is not None for p in self.model.parameters()):
@@ -96,50 +133,36 @@ class DDPSession(TuningSession):
                                  "iteration, after loss.backward()")
             return None
         self._averaged = averaged
-        return None, None
-
-    def _worker_sum(self, t: torch.Tensor) -> None:
-        self._collective("the iteration's all-reduce (times, goodput)", dist.all_reduce, t,
-                         op=dist.ReduceOp.SUM)
+        failure = self.transport.buckets.take_failure()
+        if failure is None:
+            return None, None
+        if isinstance(failure, ServerLost):
+            self._lose_servers(failure)
+        self._apply(self.schedule.fallback() if self.is_leader else None, retrying=True)
+        return str(failure), None
 
     def _accumulate(self) -> contextlib.AbstractContextManager[None]:
         return self.model.no_sync()  # DDP's own (``ddp_model.no_sync()`` is the same)
 
-    def _put_in_force(self, config: Config | None) -> RuntimeConfig:
-        """The leader's ``config`` reaches every rank (int64s) and the hook takes it."""
-        msg = torch.zeros(len(RuntimeConfig().encode()), dtype=torch.int64)
-        if self.is_leader:
-            msg[:] = torch.tensor(RuntimeConfig.of(config).encode(), dtype=torch.int64)
-        self._collective("the configuration's broadcast", dist.broadcast, msg,
-                         src=self._ranks[0])
-        return self.transport.set_config(RuntimeConfig.decode(msg.tolist()))
-
-    def _collective(self, what: str, fn: Any, tensor: torch.Tensor, **kwargs: Any) -> None:
-        """``fn`` on the control group (its wait bounded by the session's ``timeout``); a
-        failure is a :class:`RuntimeFault` (a peer's: :class:`PeerFailed`)."""
-        try:
-            fn(tensor, group=self._control, **kwargs)
-        except Exception as e:
-            raise (self._peer_failure() or RuntimeFault(
-                f"{what} among DDP's ranks {self._ranks} failed: {e}")) from e
-
-    def _peer_failure(self) -> PeerFailed | None:
-        """The failure another of DDP's ranks posted, if any (module docstring)."""
-        return (self._liveness.failure(self._ranks, lambda r: f"rank {r}")
-                if self._liveness is not None else None)
+    def _put_in_force(self, config: Config | None) -> Mapping[str, Any]:
+        """The buckets DDP made since the last step registered with the runtime (if they
+        changed), the leader's ``config`` in force on every rank (``Runtime.sync``), and
+        the hook's."""
+        self.transport.buckets.register()
+        with warnings.catch_warnings():
+            # a push/pull round that no bucket joined (DDP rebuilt its buckets, the hook
+            # averaged them itself) is closed by the sync, which says so: expected here
+            warnings.filterwarnings("ignore", "rt.sync", RuntimeWarning)
+            active = self.rt.sync(config)
+        return self.transport.set_config(RuntimeConfig.of(active))
 
     def _close(self, exc: BaseException | None) -> None:
-        if exc is None:
-            if self.is_leader:
-                self._finish(None)
-            return
-        # after another rank's failure (e.g. DDP's own all-reduce broke in backward):
-        # that failure; else this rank's own, posted for the others
-        peer = (self._peer_failure()
-                if isinstance(exc, Exception) and not isinstance(exc, PeerFailed) else None)
-        if peer is None and self._liveness is not None:
-            self._liveness.fail(exc)
-        if self.is_leader:
-            self._finish(peer or exc)
+        # DDP's own all-reduce broke in backward (torch's error, which names no rank):
+        # the failure another rank posted, if any; autotune's errors name their cause
+        peer = None
+        if (isinstance(exc, Exception) and not isinstance(exc, (AutotuneError, TypeError))
+                and self._liveness is not None):
+            peer = self._liveness.failure(self.info.workers, lambda r: f"rank {r}")
+        super()._close(peer or exc)
         if peer is not None:
             raise peer from exc
