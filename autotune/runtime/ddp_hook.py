@@ -79,6 +79,7 @@ error-naming steps (start a collective, wait for it, wait for a staged copy) bot
 # No ``from __future__ import annotations`` here: DDP inspects the hook's annotations
 # (``_check_comm_hook``) and compares them with the real classes.
 
+import warnings
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -156,6 +157,12 @@ class BucketTransport:
         # before and after averaging (autotune.runtime.gradstats)
         self.sample: Optional[GradientSample] = None
         self._lossy = LossyBuckets(self.world, self._ops)
+        if buckets is not None and buckets.rt.info.n_machines > 1 \
+                and buckets.rt.info.workers_per_machine > 1:
+            # the runtime's intra-machine groups hold some workers only, and a group made
+            # by its members alone is named after how many groups each has: made later,
+            # ours would be named differently on different machines. Every one now.
+            self._make_groups(self._max_streams)
 
     # ------------------------------------------------------------------ making
     @classmethod
@@ -245,13 +252,37 @@ class BucketTransport:
                     codec = codec_from_config(cfg, world_size=self.world, seed=SEED)
                 except ValueError as e:
                     raise ConfigError(f"compression={cfg.compression!r}: {e}") from None
-        backend = self.engine(self.device_type)
-        for s in range(cfg.streams):
-            if (backend, s) not in self._groups:
-                self._groups[(backend, s)] = self._new_group(backend, s)
+        self._make_groups(cfg.streams)
         self._config, self._codec = cfg, codec
         self._min_bytes = compress_min_bytes(cfg)
         return cfg
+
+    def sync(self, config: Union[RuntimeConfig, Mapping[str, Any], None] = None) -> RuntimeConfig:
+        """Put the leader's ``config`` in force on every rank of the runtime's world
+        (servers too, in their serving loop), between iterations: the buckets DDP made
+        since the last call registered with the runtime if they changed, then
+        ``Runtime.sync`` (the leader passes ``config``, the others ``None``; one int64
+        message, nothing pickled), then :meth:`set_config` with what it put in force. The
+        one way a configuration reaches both the runtime and the hook; under push/pull,
+        once before every iteration (the servers serve one round per ``sync``). Needs
+        ``buckets``. Raises :class:`ConfigError` alike on every rank."""
+        if self.buckets is None:
+            raise UsageError(f"rank {self.rank}: sync() needs the runtime (buckets=); "
+                             "without one, set_config() on every rank")
+        self.buckets.register()
+        with warnings.catch_warnings():
+            # a push/pull round that no bucket joined (DDP rebuilt its buckets, the hook
+            # averaged them itself) is closed by the sync, which says so: expected here
+            warnings.filterwarnings("ignore", "rt.sync", RuntimeWarning)
+            active = self.buckets.rt.sync(config)
+        return self.set_config(RuntimeConfig.of(active))
+
+    def _make_groups(self, streams: int) -> None:
+        """The stream groups of streams ``0..streams-1`` not made yet (collective)."""
+        backend = self.engine(self.device_type)
+        for s in range(streams):
+            if (backend, s) not in self._groups:
+                self._groups[(backend, s)] = self._new_group(backend, s)
 
     def _new_group(self, backend: str, stream: int) -> Any:
         """A new ``backend`` process group over DDP's ranks for ``stream`` (bounded by

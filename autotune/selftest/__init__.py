@@ -67,12 +67,7 @@ from __future__ import annotations
 
 from autotune.errors import AutotuneError
 
-__all__ = ["NO_PUSH_PULL", "SelftestError"]
-
-#: why ``--ddp`` runs without servers (its usage errors say it)
-NO_PUSH_PULL = ("DDP's comm hook has no push/pull: DDP averages inside its own process "
-                "group, where every rank runs the model, and a Summation Service server "
-                "does not")
+__all__ = ["SelftestError"]
 
 
 class SelftestError(AutotuneError, ValueError):

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import click
 
 from autotune.outpath import OutFile
-from autotune.selftest import NO_PUSH_PULL, SelftestError
+from autotune.selftest import SelftestError
 from autotune.selftest.sweep import DTYPES, MiB, shapes
 
 DEFAULT_TIMEOUT = 60.0
@@ -84,7 +84,7 @@ def _forward(opts: Mapping[str, Any]) -> list[str]:
 @click.option("--workers", "-n", type=int, default=None,
               help="Outside a job: start this many workers on this machine (default 2).")
 @click.option("--servers", "-k", type=int, default=None,
-              help="Outside a job: and this many servers (default 1).")
+              help="Outside a job: and this many servers (default 1; with --ddp 0).")
 @click.option("--machines", "-m", type=int, default=None,
               help="Outside a job: emulate this many machines (see autotune launch).")
 def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, ddp: bool,
@@ -95,8 +95,9 @@ def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: boo
     Inside a job (torchrun, autotune launch: RANK and WORLD_SIZE set) this process is one
     rank: servers serve, workers sweep the configurations, the leader prints the table.
     Outside one it starts the job on this machine (--workers, --servers, --machines).
-    With --ddp every rank runs real DDP, with autotune's comm hook and without (one GPU
-    check: autotune selftest --ddp --device cuda -n 2). Exit code 1 if any configuration
+    With --ddp every worker runs real DDP, with autotune's comm hook and without (one GPU
+    check: autotune selftest --ddp --device cuda -n 2); with --servers and --machines the
+    hook's push/pull and intra-machine step too. Exit code 1 if any configuration
     failed, 2 for an option it cannot run with. See docs/gpu.md.
 
     \b
@@ -104,6 +105,7 @@ def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: boo
       autotune selftest --quick
       autotune selftest -n 4 -k 2 --machines 2 --dtypes float32,bfloat16
       autotune selftest --ddp --device cuda -n 2 --json-out selftest.json
+      autotune selftest --ddp -n 4 -k 1 --machines 2 --quick
     """
     try:
         _run(size, tensors, iterations, quick, lossy, ddp, as_json, json_path, dtypes, device,
@@ -122,12 +124,6 @@ def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, d
         raise SelftestError(f"--iterations must be >= 1, got {iterations}")
     if timeout <= 0:
         raise SelftestError(f"--timeout must be > 0, got {timeout}")
-    if ddp and servers:
-        raise SelftestError(f"--ddp with --servers {servers}: {NO_PUSH_PULL}")
-    if ddp and machines is not None:
-        raise SelftestError("--ddp with --machines: DDP's comm hook averages among DDP's "
-                            "ranks, intra flat, without a machine layout; emulated machines "
-                            "would change nothing")
     opts = {"size": size, "tensors": tensors, "iterations": iterations, "quick": quick,
             "lossy": lossy, "ddp": ddp, "json": as_json, "json_out": json_path, "dtypes": _parse_dtypes(dtypes),
             "device": device, "timeout": timeout, "seed": seed}
@@ -142,7 +138,7 @@ def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, d
     from autotune.launch import check_world, run_job
 
     n = 2 if workers is None else workers
-    k = 0 if ddp else 1 if servers is None else servers
+    k = (0 if ddp else 1) if servers is None else servers
     check_world(n, k, machines)
     if not as_json:
         sys.exit(run_job(["-m", "autotune.selftest", *_forward(opts)], n, k, machines, 30.0))

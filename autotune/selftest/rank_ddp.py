@@ -2,8 +2,11 @@
 and time autotune inside real ``torch.nn.parallel.DistributedDataParallel``, as DDP's comm
 hook (:class:`autotune.runtime.ddp_hook.BucketTransport`), instead of the native runtime.
 
-Every rank is a worker (the hook has no Summation Service servers: push/pull is not in
-its space). Each builds two copies of one model, parameters of the selftest's shapes
+The job may have Summation Service servers (``--servers K``) and several workers per
+machine (``--machines M``): as under ``autotune.session(ddp_model)``, the workers join the
+native runtime, DDP's group is the workers', and the hook hands DDP's buckets to the
+runtime under push/pull and intra ``root``/``scatter`` (:mod:`autotune.runtime.ddp_buckets`);
+servers serve. Each worker builds two copies of one model, parameters of the selftest's shapes
 whose forward is ``sum(p * t)`` (:meth:`~autotune.selftest.rank.Checker.module`), and
 wraps both in DDP over the same process group with 25 MiB buckets: one with autotune's
 hook installed, one plain (DDP's own default hook). The configurations are
@@ -16,7 +19,8 @@ seeded per rank and configuration):
   ``/ n``) of the same gradients: ``exact`` when bit for bit equal (always with 2 ranks:
   DDP divides by 2 exactly, and ``a + b == b + a``), else ``close`` within
   :func:`~autotune.selftest.bounds.lossless_bound` for another summation order (DDP and
-  the hook divide before they sum: ``divided_first``); lossy: the codec's bound on the
+  the hook's all-reduce divide before they sum: ``divided_first``; the runtime sums, then
+  divides); lossy: the codec's bound on the
   first iteration, error feedback cleared first (a lossless iteration of zero gradients
   folds every bucket's residual), as the native selftest does. Lossless configurations
   are checked on every timed iteration.
@@ -45,7 +49,7 @@ import time
 from datetime import timedelta
 from typing import Any, Mapping
 
-from autotune.selftest import NO_PUSH_PULL, SelftestError
+from autotune.selftest import SelftestError
 from autotune.selftest.rank import (FLUSH, Checker, _Broken, pick_device, report,
                                     run_sweep, say_to)
 from autotune.selftest.sweep import MiB, label, sweep_of
@@ -118,12 +122,13 @@ class DDPWorker(Checker):
 
     DIVIDED_FIRST = True  # DDP and the hook divide by n, then sum
 
-    def __init__(self, info: Any, opts: Mapping[str, Any], device: Any, group: Any,
-                 ddp_group: Any, backend: str):
-        super().__init__(info, opts, device, group)
+    def __init__(self, rt: Any, opts: Mapping[str, Any], device: Any, ddp_group: Any,
+                 backend: str):
+        super().__init__(rt.info, opts, device, rt._plane.workers_group)
         import torch
         from torch.nn.parallel import DistributedDataParallel as DDP
 
+        from autotune.runtime.ddp_buckets import RuntimeBuckets
         from autotune.runtime.ddp_hook import BucketTransport
 
         self.backend = backend
@@ -134,7 +139,10 @@ class DDPWorker(Checker):
                           **kwargs)
         self.plain = DDP(self.plain_model, process_group=ddp_group, bucket_cap_mb=BUCKET_MB,
                          **kwargs)
-        self.transport = BucketTransport.install(self.hooked, timeout=float(opts["timeout"]))
+        self.rt = rt
+        self._runtime_cfg: dict[str, Any] | None = None  # the last the runtime ran
+        self.transport = BucketTransport.install(self.hooked, timeout=float(opts["timeout"]),
+                                                 buckets=RuntimeBuckets(rt))
         self.ddp_group = ddp_group
         self.x = torch.ones(1, device=device)
         self.plain_checks: list[dict[str, float]] = []
@@ -143,8 +151,21 @@ class DDPWorker(Checker):
         # second: both models pay for that here, not in a configuration's timing
         self._new_targets(-3)
         for _ in range(2):
+            self._sync(None)
             self._step(self.hooked)
             self._step(self.plain)
+
+    def _sync(self, cfg: Mapping[str, Any] | None) -> Any:
+        """Put ``cfg`` (the leader's; ``None``: keep) in force on every rank, servers too
+        (:meth:`BucketTransport.sync`): once before each iteration of the hooked model."""
+        active = self.transport.sync(cfg if self.leader else None)
+        if self.transport.runtime_runs:
+            self._runtime_cfg = active.as_dict()
+        return active
+
+    def stop(self) -> None:
+        """The leader's last sync: the servers leave their loop."""
+        self.rt.sync(stop=True) if self.leader else self.rt.sync()
 
     @property
     def params(self) -> list[Any]:
@@ -169,13 +190,18 @@ class DDPWorker(Checker):
                                for p in model.ps])
 
     def _flush(self) -> float:
-        """Clear the hook's error feedback: a lossless iteration of zero gradients folds
-        every bucket's residual into its average and forgets it. What is left (0.0)."""
+        """Clear the error feedback of both sides of the hook (its own codecs' per
+        bucket, the runtime's): a lossless iteration of zero gradients on each side (the
+        hook's all-reduce; the last configuration the runtime ran, uncompressed) folds
+        every residual into its average and forgets it. What is left (0.0)."""
+        sides = [FLUSH] + ([{**self._runtime_cfg, **FLUSH}] if self._runtime_cfg else [])
         left = 0.0
         for _ in range(3):
-            self.transport.set_config(FLUSH)
-            self._step(self.hooked, zero=True)
-            left = max(self.transport.describe()["residual_norms"].values(), default=0.0)
+            for flush in sides:
+                self._sync(flush)
+                self._step(self.hooked, zero=True)
+            left = max([*self.transport.describe()["residual_norms"].values(),
+                        *self.rt.residual_norms.values()], default=0.0)
             left = self._max([left])[0]
             if left == 0.0:
                 break
@@ -201,10 +227,11 @@ class DDPWorker(Checker):
                 row["error"] = (f"error feedback still holds {left:.3g} after 3 lossless "
                                 "iterations")
             else:
-                active = self.transport.set_config(cfg)
-                row["config"], row["label"] = active.as_dict(), label(active)
                 for it in range(self.iterations + 1):  # the first switches, untimed
                     for hooked in ((True, False) if it % 2 == 0 else (False, True)):
+                        if hooked:
+                            active = self._sync(cfg)
+                            row["config"], row["label"] = active.as_dict(), label(active)
                         sec = self._step(self.hooked if hooked else self.plain)
                         if not hooked:
                             if it:
@@ -216,8 +243,9 @@ class DDPWorker(Checker):
                         if it:
                             times.append(sec)
                         if it == 0 or not lossy:  # lossy: the bound holds with no residual
-                            checks.append(self._compare(refs, self._grads(self.hooked_model),
-                                                        cfg if lossy else None))
+                            checks.append(self._compare(
+                                refs, self._grads(self.hooked_model), cfg if lossy else None,
+                                divided_first=not self.transport.runtime_runs))
         except ConfigError as e:  # rejected by set_config, on every rank alike
             row["error"] = f"ConfigError: {e}"
         except Exception as e:
@@ -259,36 +287,39 @@ class DDPWorker(Checker):
         return refs
 
 
-def _check_world(info: Any) -> None:
-    if info.servers:
-        raise SelftestError(f"--ddp: {NO_PUSH_PULL}; this job has server ranks "
-                            f"{list(info.servers)}: start workers only (autotune selftest "
-                            "--ddp -n N, or autotune launch -k 0)")
-
-
 def run_ddp_rank(opts: Mapping[str, Any]) -> int:
     """This rank's part of ``autotune selftest --ddp`` (under ``torchrun``, ``autotune
-    launch`` or the command itself); the exit code."""
+    launch`` or the command itself); the exit code. Servers serve."""
     import torch
     import torch.distributed as dist
 
-    from autotune.runtime.world import discover, local_machine, local_role
+    from autotune.runtime import Runtime
+    from autotune.runtime.bootstrap import hold, join
+    from autotune.runtime.config import Limits
+    from autotune.server import serve
     from autotune.workload import gradient_bytes
 
     torch.set_num_threads(1)
     timeout = timedelta(seconds=float(opts["timeout"]))
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=timeout)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    # the same first steps as the native runtime's bootstrap, so that a server rank in
-    # the job (python -m autotune.server) is found, not waited for
-    group = dist.new_group(list(range(world)), backend="gloo", timeout=timeout)
-    info = discover(rank, world, local_role(), local_machine(), group)
-    _check_world(info)
+    # the runtime's bootstrap, as autotune.workers_group() does before DDP is built
+    hold(join(float(opts["timeout"]), None, Limits.max_streams))
+    rt = Runtime.bootstrap(grad_views=False)
+    if not rt.info.is_worker:
+        try:
+            serve(rt)
+        finally:
+            rt.shutdown()
+        dist.destroy_process_group()
+        return 0
+    info = rt.info
     device = pick_device(opts["device"])
-    backend, why = ddp_backend(device, group)
-    ddp_group = dist.new_group(list(range(world)), backend=backend, timeout=timeout)
-    w = DDPWorker(info, opts, device, group, ddp_group, backend)
+    workers = rt._plane.workers_group
+    backend, why = ddp_backend(device, workers)
+    ddp_group = workers if backend == "gloo" else dist.new_group(
+        list(info.workers), backend=backend, timeout=timeout, use_local_synchronization=True)
+    w = DDPWorker(rt, opts, device, ddp_group, backend)
     configs = sweep_of(w.transport.limits, quick=bool(opts["quick"]),
                        lossy=bool(opts["lossy"]))
     t_start = time.monotonic()
@@ -296,13 +327,16 @@ def run_ddp_rank(opts: Mapping[str, Any]) -> int:
            else (lambda text: None))
     size = gradient_bytes(w.params)
     say(f"autotune selftest --ddp: {len(configs)} configurations of DDP's comm hook, "
-        f"{world} ranks on {info.n_machines} machine(s), {len(w.specs)} tensors "
+        f"{len(info.workers)} workers on {info.n_machines} machine(s), "
+        f"{len(info.servers)} server(s), {len(w.specs)} tensors "
         f"({size / MiB:.3g} MiB, {', '.join(opts['dtypes'])}) on {device.type}; DDP's "
         f"process group: {backend} ({why})")
     if device.type == "cuda":
         say(f"autotune selftest --ddp: note: {CUDA_NOTE}")
     rows, broken = run_sweep(w, configs, say)
     refs = w.references() if broken is None else {}
+    if broken is None:
+        w.stop()
     code = report(w, opts, rows, refs, broken, t_start, size, mode="ddp",
                   ddp_backend=backend, ddp_backend_why=why,
                   device_note=CUDA_NOTE if device.type == "cuda" else None,
@@ -311,6 +345,7 @@ def run_ddp_rank(opts: Mapping[str, Any]) -> int:
                           "ddp_ms: plain DDP (its default hook) on a copy of the model, as "
                           "many iterations, timed alternately with those; vs_ddp = ddp_ms / "
                           "median_ms (>1: the hook is faster)"))
+    rt.shutdown()
     if broken is None:
         dist.destroy_process_group()
     return code

@@ -28,7 +28,6 @@ cause instead.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from datetime import timedelta
 from typing import Any, Mapping
 
@@ -36,7 +35,7 @@ import torch.distributed as dist
 
 from autotune.errors import AutotuneError
 from autotune.runtime.bootstrap import hold, join, rendezvous_store
-from autotune.runtime.config import Limits, RuntimeConfig
+from autotune.runtime.config import Limits
 from autotune.runtime.errors import ServerLost, UsageError
 from autotune.runtime.faults import Liveness
 from autotune.sessions.base import DDP
@@ -145,16 +144,7 @@ class DDPSession(Session):
         return self.model.no_sync()  # DDP's own (``ddp_model.no_sync()`` is the same)
 
     def _put_in_force(self, config: Config | None) -> Mapping[str, Any]:
-        """The buckets DDP made since the last step registered with the runtime (if they
-        changed), the leader's ``config`` in force on every rank (``Runtime.sync``), and
-        the hook's."""
-        self.transport.buckets.register()
-        with warnings.catch_warnings():
-            # a push/pull round that no bucket joined (DDP rebuilt its buckets, the hook
-            # averaged them itself) is closed by the sync, which says so: expected here
-            warnings.filterwarnings("ignore", "rt.sync", RuntimeWarning)
-            active = self.rt.sync(config)
-        return self.transport.set_config(RuntimeConfig.of(active))
+        return self.transport.sync(config)  # the runtime's world and the hook alike
 
     def _close(self, exc: BaseException | None) -> None:
         # DDP's own all-reduce broke in backward (torch's error, which names no rank):

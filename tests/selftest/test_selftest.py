@@ -9,14 +9,15 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from autotune.errors import AutotuneError
-from autotune.runtime.config import Limits, RuntimeConfig
-from autotune.selftest import NO_PUSH_PULL, SelftestError
+from autotune.runtime.config import TRANSPORTS, Limits, RuntimeConfig
+from autotune.selftest import SelftestError
 from autotune.selftest.bounds import TINY, half_codec_bound, lossless_bound, norm_factor
 from autotune.selftest.sweep import CHUNKS, LOSSY_CODECS, STREAMS, label, shapes, sweep, sweep_of
 
@@ -188,11 +189,6 @@ def test_selftest_error_is_an_autotune_error() -> None:
     (["--size", "-1"], "Error: --size must be > 0 MiB, got -1.0"),
     (["--dtypes", "float8"], "Error: --dtypes: float8; choose from float32, float16, "
                              "bfloat16"),
-    # the hook mode has no push/pull: DDP's group holds only ranks that run the model
-    (["--ddp", "--servers", "1"], f"Error: --ddp with --servers 1: {NO_PUSH_PULL}"),
-    (["--ddp", "--machines", "2"], "Error: --ddp with --machines: DDP's comm hook averages "
-                                   "among DDP's ranks, intra flat, without a machine layout; "
-                                   "emulated machines would change nothing"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], message: str,
                                                tmp_path: Path) -> None:
@@ -279,30 +275,39 @@ def test_injected_faults_are_reported_failed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ddp_selftest_checks_the_hook_in_real_ddp(tmp_path: Path) -> None:
+@pytest.mark.parametrize("servers", [0, 1])
+def test_ddp_selftest_checks_the_hook_in_real_ddp(tmp_path: Path, servers: int) -> None:
     """``autotune selftest --ddp``: 2 workers, each with two copies of the model under
     real DDP (gloo, CPU), one with autotune's comm hook: every configuration of the hook's
     quick sweep is bit for bit ``all_reduce``'s average (2 ranks), and each has its time
-    against plain DDP's on as many iterations, timed alternately (~15 s). ``--json``:
-    the result alone on stdout, the table and the job's lines on stderr."""
-    proc = subprocess.run([str(AUTOTUNE), "selftest", "--ddp", "--workers", "2", *QUICK,
-                           "--json"], cwd=tmp_path, capture_output=True, text=True,
+    against plain DDP's on as many iterations, timed alternately (~15 s). With a server
+    (``-k 1``) the sweep has push/pull through it and through the workers' own Summation
+    Services, on DDP's buckets. ``--json``: the result alone on stdout, the table and the
+    job's lines on stderr."""
+    proc = subprocess.run([str(AUTOTUNE), "selftest", "--ddp", "--workers", "2", "--servers",
+                           str(servers), *QUICK, "--json"], cwd=tmp_path, capture_output=True,
+                          text=True,
                           timeout=150, env={k: v for k, v in os.environ.items()
                                             if k != "AUTOTUNE_FAULT"})
     code, log = proc.returncode, proc.stderr
     assert code == 0, (proc.stdout + log)[-6000:]
     res = json.loads(proc.stdout)
     assert res["mode"] == "ddp" and res["passed"] and not res["failed"]
-    assert res["world"]["workers"] == [0, 1] and res["world"]["servers"] == []
+    assert res["world"]["workers"] == [0, 1]
+    assert res["world"]["servers"] == ([2] if servers else [])
     assert res["device"] == "cpu" and res["ddp_backend"] == "gloo"
     rows = res["configs"]
-    assert len(rows) >= 3 and len({(r["config"]["streams"], r["config"]["chunk_bytes"])
-                                   for r in rows}) == len(rows)
+    pushpull = {r["config"]["servers"] for r in rows if r["config"]["transport"] == "pushpull"}
+    assert pushpull == ({0, 1} if servers else {0})  # the workers' own Summation Services
+    assert len(rows) >= 3 and len({r["label"] for r in rows}) == len(rows)
+    assert len({(r["config"]["streams"], r["config"]["chunk_bytes"]) for r in rows}) >= 3
     for r in rows:
         assert r["passed"] and r["status"] == "exact", r
         assert r["max_abs"] == 0.0 and r["bound_ratio"] == 0.0
         cfg = r["config"]
-        assert RuntimeConfig.of(cfg).check(HOOK_LIMITS).as_dict() == cfg
+        limits = replace(HOOK_LIMITS, servers=servers, workers_per_machine=2,
+                         transports=TRANSPORTS)  # the runtime's: 2 workers on 1 machine
+        assert RuntimeConfig.of(cfg).check(limits).as_dict() == cfg
         assert len(r["times_ms"]) == len(r["ddp_times_ms"]) == 2
         assert all(t > 0 for t in r["times_ms"] + r["ddp_times_ms"])
         assert r["vs_ddp"] == pytest.approx(r["ddp_ms"] / r["median_ms"], rel=1e-3)
