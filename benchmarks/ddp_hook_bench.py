@@ -1,4 +1,4 @@
-"""DDP against DDP with autotune's comm hook, same job, same run (root only; issue 25).
+"""DDP against DDP with autotune's comm hook, same job, same run (root only; issues 25, 41).
 
 The job is e2e_bench's: ``--workers`` (n) emulated worker hosts train a model with the
 real parameters of a zoo model's gradient shapes (``--model``, default ResNet-50 at half
@@ -9,13 +9,16 @@ width, ``resnet50/32``: 161 tensors, 26 MiB) and emulated compute (the forward s
 1. ``capped``: the cloud case of RESULTS.md, every TCP flow capped (``--flow-cap``, default
    100mbit) on NICs of ``--rate`` (default 400mbit); no server hosts. Target: DDP+hook
    at least 1.3x DDP.
-2. ``servers``: uncapped at ``--rate``, with k = n server hosts launched. The server
-   ranks join the job's world and idle in a barrier: the hook mode is all-reduce among
-   DDP's ranks, it has no push/pull, so it cannot use them (the table says so). Target:
-   1.3x DDP, expected MISSED: all-reduce cannot beat its own optimum, which DDP already
-   nearly reaches; 1.3x needs push/pull with the servers (BytePS's optimum).
+2. ``servers``: uncapped at ``--rate``, with k = n server hosts (Summation Services:
+   DDP is built on ``autotune.workers_group()``, the hook runs push/pull through them and
+   the workers' own, issue 41). Targets: DDP+hook at least 1.3x DDP, and at least 0.9 of
+   BytePS's analytic optimum.
 3. ``uncapped``: uncapped at ``--rate``, no servers. Nothing to gain; target: DDP+hook
    at least 0.97x DDP (the hook costs no more than that).
+4. ``intra``: uncapped at ``--rate``, ``--workers`` / 2 hosts with two workers each (the
+   intra-machine step: root or scatter over loopback, the cross-machine step over the
+   NIC). Also the native runtime's session on the same job (a second job, same hosts).
+   Target: DDP+hook no slower than the native runtime (native/hook at least 1.0).
 
 Each case runs ``--repeats`` times (a new job each time, new connections: under the cap
 the emulator's port-collision lottery is drawn again) on the same hosts, B measured once
@@ -42,7 +45,7 @@ kept configurations; the target, MET or MISSED. One table; JSON in
     # uncapped ~3; a repeat of the capped case ~100 s, of the others ~1 min)
     sudo .venv/bin/python benchmarks/ddp_hook_bench.py
     # = --model resnet50/32 --workers 4 --rate 400mbit --flow-cap 100mbit --fwd-ms 50
-    #   --bwd-ms 150 --budget 30 --measure 5 --repeats 3 --cases capped,servers,uncapped
+    #   --bwd-ms 150 --budget 30 --measure 5 --repeats 3 --cases capped,servers,uncapped,intra
     # smoke (35 s uncapped, 40 s servers, 70 s capped, on a machine shared with others)
     sudo .venv/bin/python benchmarks/ddp_hook_bench.py --budget 6 --measure 3 --repeats 1 \\
         --cases uncapped --json /tmp/ddp_hook_smoke.json
@@ -65,17 +68,20 @@ from benchlib import MARK, RESULTS, describe_link, emit, fmt_cfg, machine, measu
 
 from autotune.workload import check_average, gradient_bytes, optimum_s, time_ddp  # noqa: E402
 
-CASES = ("capped", "servers", "uncapped")
+CASES = ("capped", "servers", "uncapped", "intra")
 #: per case: DDP+hook / DDP it/s must be at least this
-TARGETS = {"capped": 1.3, "servers": 1.3, "uncapped": 0.97}
+TARGETS = {"capped": 1.3, "servers": 1.3, "uncapped": 0.97, "intra": 0.0}
+BYTEPS_SHARE = 0.9  # servers: the hook reaches at least this share of BytePS's optimum
+NATIVE_SHARE = 1.0  # intra: the hook at least as fast as the native runtime (native/hook)
 WARMUP = 3  # the session's warm-up iterations (its default), before the budget
 
 
 # ---- rank program -----------------------------------------------------------------------
 
 def pair_main(a: argparse.Namespace) -> None:
-    """One job: plain DDP timed, then DDP + autotune's hook tuned and timed (workers);
-    server ranks (the ``servers`` case) only join the world and wait."""
+    """One job: plain DDP timed, then DDP + autotune's hook tuned and timed (workers), DDP
+    on ``autotune.workers_group()``; server ranks serve the hook's push/pull there. With
+    ``--way native``: the native runtime's session on the same model instead (no DDP)."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -85,48 +91,51 @@ def pair_main(a: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=a.timeout))
     n, world = a.workers, dist.get_world_size()
-    # DDP and the session over the workers; every rank of the world makes the group
-    group = dist.new_group(list(range(n))) if world > n else None
-    if os.environ.get("AUTOTUNE_ROLE") == "server":
-        dist.barrier()  # idle until the workers are done: the hook has no push/pull
-        dist.destroy_process_group()
-        return
-    rank = dist.get_rank()
     shapes = model_shapes(a.model)
     want = (n + 1) / 2
 
     def job(value: float):
         return sleepy_model(shapes, a.fwd_ms / 1e3, a.bwd_ms / 1e3, value)
 
-    # 1. plain DDP
-    model = job(rank + 1)
-    ddp_times = time_ddp(model, a.warmup, a.measure, process_group=group,
-                         after=lambda i: check_average(model, want, f"DDP iteration {i}"))
-    del model
+    native = a.way == "native"
+    # DDP's group: the workers (a server rank serves inside workers_group() and leaves)
+    group = None if native else autotune.workers_group(timeout=600)
+    rank = dist.get_rank()
+    if native and os.environ.get("AUTOTUNE_ROLE") == "server":
+        with autotune.session(job(0.0), store=False, verbose=False, timeout=600):
+            pass  # a server rank serves inside the session's start and leaves
+    ddp_times: list[float] = []
+    if not native:  # 1. plain DDP
+        model = job(rank + 1)
+        ddp_times = time_ddp(model, a.warmup, a.measure, process_group=group,
+                             after=lambda i: check_average(model, want, f"DDP iteration {i}"))
+        del model
 
-    # 2. DDP + autotune.session (the comm hook)
+    # 2. DDP + autotune.session (the comm hook), or the native runtime's session
     model = job(rank + 1)
-    ddp = DDP(model, bucket_cap_mb=25.0, init_sync=False, process_group=group)
+    wrapped = model if native else DDP(model, bucket_cap_mb=25.0, init_sync=False,
+                                       process_group=group)
     x = torch.ones(1)
     times, tuning, configs = [], [], []
     cap = 2 * (WARMUP + a.budget) + a.measure + 1
-    with autotune.session(ddp, budget=a.budget, samples_per_step=1, store=False,
+    with autotune.session(wrapped, budget=a.budget, samples_per_step=1, store=False,
                           trial_iterations=a.trial_iterations, seed=a.seed, warmup=WARMUP,
                           verbose=rank == 0, timeout=600) as tuner:
+        workers = tuner.rt._plane.workers_group  # the runtime's: servers are not in it
         while len(times) < cap and sum(1 for b in tuning if not b) < a.measure + 1:
             busy = tuner.tuning  # the leader knows; under what this iteration runs
             model.zero_grad(set_to_none=False)
-            dist.barrier(group=group)
+            dist.barrier(group=workers)
             t0 = time.perf_counter()
-            ddp(x).backward()
+            wrapped(x).backward()
             tuner.step()
             # the slowest worker's time, and whether the leader was tuning
             t = torch.tensor([time.perf_counter() - t0, float(busy)], dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=workers)
             times.append(float(t[0]))
             tuning.append(bool(t[1]))
             configs.append(dict(tuner.config))
-            check_average(model, want, f"DDP + hook iteration {len(times) - 1} under "
+            check_average(model, want, f"{a.way} iteration {len(times) - 1} under "
                                        f"{tuner.config}")
         best = tuner.best
         history = [{"config": r.config, "iterations": r.iterations, "score": r.score,
@@ -137,7 +146,6 @@ def pair_main(a: argparse.Namespace) -> None:
               "configs": configs, "kept_times_s": kept, "best": best, "history": history,
               "tuning_s": sum(t for t, busy in zip(times, tuning) if busy),
               "bytes": gradient_bytes(shapes), "tensors": len(shapes), "world": world})
-    dist.barrier()  # releases the server ranks
     dist.destroy_process_group()
 
 
@@ -157,13 +165,16 @@ def run(a: argparse.Namespace, cases: list[str]) -> dict:
     echo = sys.stderr if a.verbose else None
     started = time.time()
     out: dict = {}
-    # one cluster per link: the capped one, and an uncapped one for the other two cases
+    # one cluster per link: the capped one, an uncapped one for servers and uncapped, and
+    # one of n/2 hosts with two workers each for intra
     clusters = []
     if "capped" in cases:
         clusters.append((["capped"], n, a.flow_cap))
-    rest = [c for c in CASES if c != "capped" and c in cases]
+    rest = [c for c in ("servers", "uncapped") if c in cases]
     if rest:
         clusters.append((rest, 2 * n if "servers" in rest else n, None))
+    if "intra" in cases:
+        clusters.append((["intra"], n // 2, None))
     for names, hosts, cap in clusters:
         with Cluster(hosts=hosts, rate=a.rate, flow_cap=cap) as c:
             con.print(f"[bold]cluster[/] {c.describe()}")
@@ -172,22 +183,40 @@ def run(a: argparse.Namespace, cases: list[str]) -> dict:
             con.print(describe_link(link))
             for name in names:
                 k = n if name == "servers" else 0
+                place = [r // 2 for r in range(n)] if name == "intra" else None
+                ways = ["ddp", "native"] if name == "intra" else ["ddp"]
                 runs = []
                 for r in range(a.repeats):
-                    con.print(f"{name}: repeat {r + 1}/{a.repeats}: DDP {a.warmup}+{a.measure} "
-                              f"iterations, then DDP + hook {WARMUP}+{a.budget}+1+{a.measure}"
-                              + (f" ({k} server hosts idle)" if k else ""))
-                    t0 = time.time()
-                    job = c.launch(me + ["--seed", str(a.seed + r)], workers=n, servers=k,
-                                   timeout_s=a.timeout, echo=echo).check()
-                    res = job.last_json(MARK)
-                    res["wall_s"] = time.time() - t0
+                    res = {}
+                    for way in ways:
+                        con.print(f"{name}: repeat {r + 1}/{a.repeats}: "
+                                  + (f"DDP {a.warmup}+{a.measure} iterations, then DDP + hook"
+                                     if way == "ddp" else "the native runtime")
+                                  + f" {WARMUP}+{a.budget}+1+{a.measure}"
+                                  + (f" ({k} server hosts)" if k else "")
+                                  + (" (2 workers per host)" if place else ""))
+                        t0 = time.time()
+                        job = c.launch(me + ["--seed", str(a.seed + r), "--way", way],
+                                       workers=n, servers=k, hosts=place,
+                                       timeout_s=a.timeout, echo=echo).check()
+                        got = job.last_json(MARK)
+                        got["wall_s"] = time.time() - t0
+                        if way == "native":
+                            res["native_times_s"] = got["kept_times_s"]
+                            res["native_best"] = got["best"]
+                            res["native_history"] = got["history"]
+                        else:
+                            res.update(got)
                     res["seed"] = a.seed + r
                     runs.append(res)
                     con.print(f"  DDP {median(res['ddp_times_s']):.3f} s, DDP + hook "
                               f"{median(res['kept_times_s']):.3f} s under "
-                              f"{fmt_cfg(res['best'])} ({res['wall_s']:.0f} s)")
-                out[name] = {"link": link, "servers": k, "flow_cap": cap, "runs": runs}
+                              f"{fmt_cfg(res['best'])}"
+                              + (f", native {median(res['native_times_s']):.3f} s under "
+                                 f"{fmt_cfg(res['native_best'])}" if "native_best" in res
+                                 else ""))
+                out[name] = {"link": link, "servers": k, "flow_cap": cap, "runs": runs,
+                             "machines": n // 2 if place else n}
     return summarize(a, cases, out, time.time() - started)
 
 
@@ -229,8 +258,26 @@ def summarize_case(name: str, case: dict, n: int, fwd_s: float) -> dict:
         k = case["servers"]
         row["byteps_optimum_s"] = optimum_s(n, k, M, B, fwd_s)
         row["byteps_bound_vs_ddp"] = ddp_med / row["byteps_optimum_s"]
-        row["note"] = (f"{k} server hosts launched and idle: the hook mode is all-reduce "
-                       "among DDP's ranks, with no push/pull, so it cannot use them")
+        row["hook_of_byteps"] = row["byteps_optimum_s"] / hook_med
+        row["met"] = row["met"] and row["hook_of_byteps"] >= BYTEPS_SHARE
+        row["note"] = (f"{k} server hosts: the hook's push/pull through them and the "
+                       "workers' own Summation Services (target: at least "
+                       f"{BYTEPS_SHARE:g} of BytePS's optimum too)")
+    if name == "intra":
+        machines = case["machines"]
+        native = [median(r["native_times_s"]) for r in runs]
+        vs_native = [nat / h for nat, h in zip(native, hook_s)]
+        row.update(native_s=median(native), native_s_spread=_spread(native),
+                   native_kept=[r["native_best"] for r in runs],
+                   hook_vs_native=median(vs_native), hook_vs_native_spread=_spread(vs_native),
+                   machines=machines,
+                   # the intra-machine step on loopback, the cross-machine step over the NIC
+                   intra_optimum_s=optimum_s(machines, 0, M, B, fwd_s))
+        row["met"] = row["hook_vs_native"] >= NATIVE_SHARE
+        row["note"] = (f"{machines} hosts x 2 workers; the hook against the native runtime "
+                       f"on the same job (target: native/hook at least {NATIVE_SHARE:g}); "
+                       "the optimum with the intra-machine step: the ring all-reduce among "
+                       f"{machines} machines, {row['intra_optimum_s']:.3f} s")
     if not row["met"]:
         row["why_missed"] = why_missed(row)
     return row
@@ -238,6 +285,13 @@ def summarize_case(name: str, case: dict, n: int, fwd_s: float) -> dict:
 
 def why_missed(row: dict) -> str:
     """Why a case missed its target, from its own numbers."""
+    if row["case"] == "intra":
+        return (f"the hook reached {row['hook_vs_native']:.2f}x the native runtime's speed "
+                "on the same job")
+    if row["case"] == "servers":
+        return (f"the hook reached {row['ratio_vs_ddp']:.2f}x DDP and "
+                f"{row['hook_of_byteps']:.2f} of BytePS's optimum "
+                f"({row['byteps_bound_vs_ddp']:.2f}x DDP)")
     bound = row["allreduce_bound_vs_ddp"]
     if bound < row["target"]:
         why = (f"the ring all-reduce optimum at this B is {bound:.2f}x DDP, the most any "
@@ -245,10 +299,6 @@ def why_missed(row: dict) -> str:
     else:
         why = (f"DDP + hook reached {row['hook_of_optimum']:.2f} of the all-reduce optimum, "
                f"which is {bound:.2f}x DDP")
-    if row["case"] == "servers":
-        why += (f"; {row['target']:g}x is a push/pull target: with the {row['servers']} "
-                f"servers BytePS's optimum is {row['byteps_bound_vs_ddp']:.2f}x DDP, but the "
-                "hook mode has no push/pull")
     return why
 
 
@@ -286,7 +336,8 @@ def print_table(res: dict) -> None:
                      else "right")
     for r in res["rows"]:
         what = r["case"] + (f" (cap {r['flow_cap']})" if r["flow_cap"] else "") + \
-            (f" (k={r['servers']} idle)" if r["servers"] else "")
+            (f" (k={r['servers']})" if r["servers"] else "") + \
+            (f" ({r['machines']}x2)" if r["case"] == "intra" else "")
         inv = [1 / x for x in reversed(r["ddp_s_spread"])]
         hinv = [1 / x for x in reversed(r["hook_s_spread"])]
         t.add_row(what, f"{r['B'] / 1e6:.2f}", f"{r['ddp_it_s']:.3f}{_rng(inv)}",
@@ -294,7 +345,7 @@ def print_table(res: dict) -> None:
                   f"{r['ratio_vs_ddp']:.2f}x{_rng(r['ratio_spread'], '{:.2f}')}",
                   f"{r['ddp_of_optimum']:.2f}", f"{r['hook_of_optimum']:.2f}",
                   "; ".join(fmt_cfg(c) for c in r["kept"]),
-                  f">= {r['target']:g}x: " + ("MET" if r["met"] else "MISSED"))
+                  _target(r) + (": MET" if r["met"] else ": MISSED"))
     Console(width=160).print(t)
     print("Medians over the repeats of each repeat's median (the slowest worker's time per "
           "iteration); in parentheses the min-max over repeats. 'of opt': the ring "
@@ -305,13 +356,25 @@ def print_table(res: dict) -> None:
               + (f"; DDP's one-flow bound {r['ddp_bound_s']:.3f} s" if "ddp_bound_s" in r else "")
               + f"; tuning {statistics.mean(r['tuning_s']):.1f} s; timed kept iterations "
               f"{r['kept_iterations']}")
-        if r.get("note"):
+        if r["case"] == "servers":
             print(f"    {r['note']}; BytePS optimum with them {r['byteps_optimum_s']:.3f} s "
-                  f"= {r['byteps_bound_vs_ddp']:.2f}x DDP")
+                  f"= {r['byteps_bound_vs_ddp']:.2f}x DDP; the hook reached "
+                  f"{r['hook_of_byteps']:.2f} of it")
+        if r["case"] == "intra":
+            print(f"    {r['note']}; native {r['native_s']:.3f} s"
+                  f"{_rng(r['native_s_spread'])} under "
+                  f"{'; '.join(fmt_cfg(c) for c in r['native_kept'])}; native/hook "
+                  f"{r['hook_vs_native']:.2f}{_rng(r['hook_vs_native_spread'], '{:.2f}')}")
         if r.get("why_missed"):
             print(f"    MISSED: {r['why_missed']}")
     print(f"Wall time {res['wall_s'] / 60:.1f} min. Load average at the end: "
           f"{', '.join(f'{x:.1f}' for x in res['machine']['loadavg'])}.")
+
+
+def _target(r: dict) -> str:
+    if r["case"] == "intra":
+        return f"native/hook >= {NATIVE_SHARE:g}"
+    return f">= {r['target']:g}x" + (f", >= {BYTEPS_SHARE:g} of BytePS" if r["servers"] else "")
 
 
 def parse_cases(text: str) -> list[str]:
@@ -344,6 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--verbose", action="store_true", help="echo the ranks' output")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--job", choices=("pair",), help=argparse.SUPPRESS)
+    ap.add_argument("--way", choices=("ddp", "native"), default="ddp", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.job == "pair":
         pair_main(a)
@@ -354,6 +418,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(str(e))
     if a.measure < 1 or a.repeats < 1 or a.budget < 0:
         ap.error("--measure and --repeats must be >= 1, --budget >= 0")
+    if "intra" in cases and (a.workers < 4 or a.workers % 2):
+        ap.error(f"--cases intra puts 2 workers on each host: --workers must be even and "
+                 f">= 4, got {a.workers}")
     require_emulator("ddp_hook_bench")
     tag = a.model.replace("/", "w") + ("" if cases == list(CASES) else "_" + "_".join(cases))
     a.json = a.json or RESULTS / f"ddp_hook_bench_{tag}.json"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The GPU checks of docs/gpu.md ("On a GPU machine: what to run first"), in one go.
 # Usage: bash scripts/gpu_check.sh [LOG_DIR [STEP ...]]   (default: ./gpu-check, every step)
-# Steps: pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m
-#        train_ddp calibrate_host train_native interrupt goodput_ddp goodput_native
+# Steps: pytest_cuda selftest_ddp selftest_ddp_servers selftest_ddp_intra selftest_native
+#        hook_overhead hook_overhead_s2_4m train_ddp calibrate_host train_native interrupt
+#        goodput_ddp goodput_native probe
 # Each step runs under a time limit, writes its output to LOG_DIR/<step>.log and its JSON
 # beside it; a failing step is reported and the next one runs. Exit code: the number of
 # failed steps. Needs python with torch (CUDA build) and this package's dependencies.
 set -u
 LOG=${1:-gpu-check}
 shift || true
-WANT=" ${*:-pytest_cuda selftest_ddp selftest_native hook_overhead hook_overhead_s2_4m train_ddp calibrate_host train_native interrupt goodput_ddp goodput_native} "
+WANT=" ${*:-pytest_cuda selftest_ddp selftest_ddp_servers selftest_ddp_intra selftest_native hook_overhead hook_overhead_s2_4m train_ddp calibrate_host train_native interrupt goodput_ddp goodput_native probe} "
 mkdir -p "$LOG"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -36,6 +37,13 @@ nvidia-smi -L 2>/dev/null
 step pytest_cuda 300 "$PY" -m pytest -q -p no:cacheprovider tests/runtime/test_ddp_hook.py \
     tests/runtime/test_native_staging.py tests/runtime/test_codecs.py tests/probes/test_probes.py
 step selftest_ddp 200 autotune selftest --ddp --device cuda -n 2 --lossy --json-out "$LOG/selftest-ddp.json"
+# the hook's push/pull (a server, and the workers' own Summation Services) and intra-machine
+# step (2 emulated machines x 2 workers) on CUDA buckets: ranks share the GPU, so gloo on
+# CUDA tensors, staged through pinned host memory (issue 41)
+step selftest_ddp_servers 200 autotune selftest --ddp --device cuda -n 2 -k 1 --lossy \
+    --json-out "$LOG/selftest-ddp-servers.json"
+step selftest_ddp_intra 200 autotune selftest --ddp --device cuda -n 4 -k 1 --machines 2 --quick \
+    --json-out "$LOG/selftest-ddp-intra.json"
 step selftest_native 200 autotune selftest --device cuda --lossy --json-out "$LOG/selftest-native.json"
 step hook_overhead 240 autotune launch -n 2 benchmarks/hook_overhead_bench.py --device cuda \
     --json "$LOG/hook-overhead.json"
@@ -75,5 +83,7 @@ print(\"noise scale\", j[\"noise_scale\"], \"kept\", j[\"best\"][\"compression\"
 sys.exit(not lossy or j[\"best\"][\"compression\"] != \"none\" or any(t[\"efficiency\"] is None or t[\"efficiency\"] >= 0.5
          or (t[\"score\"] is not None and t[\"iterations\"] != 1) for t in lossy))' \"$LOG/goodput-$kind/result.json\""
 done
+# the machine as the probes read it, beside nvidia-smi's own matrix (issue 41)
+step probe 60 bash -c "autotune probe --json | tee \"$LOG/probe.json\"; nvidia-smi topo -m | tee \"$LOG/topo.txt\""
 echo "failed steps: $failed"
 exit $failed
