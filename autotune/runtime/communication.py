@@ -135,7 +135,7 @@ class CommunicationStream:
         tag = f"stream {s} chunk {c.index}"
         inb = self.inp[c.dtype].narrow(0, c.offset, c.numel)
         outb = self.out[c.dtype].narrow(0, c.offset, c.numel) if st.needs_out else None
-        intra, pp = cfg["intra"], st.pushpull
+        intra, pp = cfg.intra, st.pushpull
         lossy = st.compression.compresses(c)
         if self.residuals.dirty and not (lossy and intra == Intra.FLAT):
             # this rank does not encode the chunk as it stands: residual left from an
@@ -164,7 +164,7 @@ class CommunicationStream:
             mg = self._g("mach", s, m)
             lpeers = _peers(local, me)
             if intra == Intra.ROOT:
-                r = int(cfg["reduce_root"])
+                r = cfg.reduce_root
                 root = local[r]
                 yield [issue(f"{tag}: reduce to rank {root}", lpeers,
                              dist.reduce, inb, dst=root, group=mg, async_op=True)]

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import torch
 
 from .codecs import Codec, ErrorFeedback, codec_from_config, compress_min_bytes, compresses
-from .config import Intra
+from .config import Intra, RuntimeConfig
 from .plan import Chunk
 from .world import WorldInfo
 
@@ -48,11 +48,11 @@ class Compression:
     payloads: int
 
     @classmethod
-    def of(cls, config: Mapping[str, Any], info: WorldInfo) -> "Compression":
+    def of(cls, config: RuntimeConfig, info: WorldInfo) -> "Compression":
         """Raises ``ValueError`` for a codec or parameter the codecs package refuses."""
-        flat = config["intra"] == Intra.FLAT
+        flat = config.intra == Intra.FLAT
         payloads = max(1, len(info.workers) if flat else info.n_machines)
-        if config.get("compression", "none") == "none":
+        if config.compression == "none":
             return cls(None, compress_min_bytes(config), payloads)
         codec = codec_from_config(config, world_size=payloads, seed=SEED)
         return cls(codec, compress_min_bytes(config), payloads)

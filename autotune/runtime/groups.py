@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Mapping
 
-from .config import Intra, Transport
+from .config import Intra, RuntimeConfig, Transport
 from .world import WorldInfo
 
 Key = tuple
@@ -42,19 +42,19 @@ def members(key: Key, info: WorldInfo) -> tuple[int, ...]:
 
 def needed_groups(config: Mapping[str, Any], info: WorldInfo) -> list[Key]:
     """The groups ``config`` uses, in creation order."""
+    cfg = RuntimeConfig.of(config)
     keys: list[Key] = []
-    intra = config["intra"]
-    for s in range(int(config["streams"])):
-        if config["transport"] == Transport.PUSHPULL:
+    for s in range(cfg.streams):
+        if cfg.transport == Transport.PUSHPULL:
             keys.append(("pp", s))
-        if intra == Intra.FLAT:
-            if config["transport"] == Transport.ALLREDUCE:
+        if cfg.intra == Intra.FLAT:
+            if cfg.transport == Transport.ALLREDUCE:
                 keys.append(("ar", s))
             continue
         keys += [("mach", s, m) for m in range(info.n_machines)]
-        if config["transport"] == Transport.ALLREDUCE and info.n_machines > 1:
-            if intra == Intra.ROOT:
-                keys.append(("cross", s, int(config["reduce_root"])))
+        if cfg.transport == Transport.ALLREDUCE and info.n_machines > 1:
+            if cfg.intra == Intra.ROOT:
+                keys.append(("cross", s, cfg.reduce_root))
             else:
                 keys += [("cross", s, j) for j in range(info.workers_per_machine)]
     return keys

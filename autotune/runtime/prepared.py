@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .config import ConfigError, Intra, Transport
+from .config import ConfigError, Intra, RuntimeConfig, Transport
 
 from .compression import Compression
 from .plan import (Chunk, Size, Unit, flat_layout, make_plan, pushes_from_grad,
@@ -50,7 +50,7 @@ def set_depths(send: int | None = None, tail: int | None = None, sum_: int | Non
 
 @dataclass(frozen=True)
 class Setup:
-    config: dict
+    config: RuntimeConfig
     info: WorldInfo
     sizes: tuple[Size, ...]
     offsets: tuple[int, ...]
@@ -71,11 +71,11 @@ class Setup:
 
     @property
     def streams(self) -> int:
-        return int(self.config["streams"])
+        return self.config.streams
 
     @property
     def pushpull(self) -> bool:
-        return self.config["transport"] == Transport.PUSHPULL
+        return self.config.transport == Transport.PUSHPULL
 
     @property
     def needs_out(self) -> bool:
@@ -87,28 +87,29 @@ class Setup:
         return any(self.units)
 
 
-def check_supported(config: Mapping[str, Any], info: WorldInfo) -> Compression:
+def check_supported(config: RuntimeConfig, info: WorldInfo) -> Compression:
     """Raise :class:`ConfigError` for what this runtime cannot do (same on every rank);
     returns the configuration's :class:`Compression` (its codec, built here)."""
-    if config["intra"] != Intra.FLAT and not info.uniform:
+    if config.intra != Intra.FLAT and not info.uniform:
         raise ConfigError(
-            f"intra={config['intra']!r} needs the same number of workers on every machine"
+            f"intra={config.intra.value!r} needs the same number of workers on every machine"
         )
-    if config["transport"] == Transport.PUSHPULL and int(config["servers"]) > len(info.servers):
-        raise ConfigError(f"servers={config['servers']} but the job has {len(info.servers)}")
+    if config.transport == Transport.PUSHPULL and config.servers > len(info.servers):
+        raise ConfigError(f"servers={config.servers} but the job has {len(info.servers)}")
     try:
         return Compression.of(config, info)
     except ValueError as e:
-        raise ConfigError(f"compression={config.get('compression')!r}: {e}") from None
+        raise ConfigError(f"compression={config.compression!r}: {e}") from None
 
 
 def build_setup(config: Mapping[str, Any], sizes: list[Size], info: WorldInfo) -> Setup:
-    """The :class:`Setup` of ``config`` for gradients of ``sizes`` (ready order)."""
-    config = dict(config)
+    """The :class:`Setup` of ``config`` (a :class:`RuntimeConfig`, or a mapping made one)
+    for gradients of ``sizes`` (ready order)."""
+    config = RuntimeConfig.of(config)
     compression = check_supported(config, info)
     offsets, totals = flat_layout(sizes)
     plan = make_plan(sizes, config, info)
-    streams = int(config["streams"])
+    streams = config.streams
     per_stream: list[list[Chunk]] = [[] for _ in range(streams)]
     for c in plan:
         per_stream[c.stream].append(c)
@@ -117,12 +118,12 @@ def build_setup(config: Mapping[str, Any], sizes: list[Size], info: WorldInfo) -
         for t in dict.fromkeys(c.tensors):
             tensor_chunks[t].append(c.index)
     units: list[list[Unit]] = [[] for _ in range(streams)]
-    if config["transport"] == Transport.PUSHPULL:
+    if config.transport == Transport.PUSHPULL:
         for u in summation_units(plan, config, info, info.rank):
             units[u.chunk.stream].append(u)
     shards = shards_per_chunk(config, info)
-    nparts = max(1, info.n_machines if config["intra"] != Intra.FLAT else len(info.workers))
-    unit_bytes = max(1, int(config["chunk_bytes"]) // shards)
+    nparts = max(1, info.n_machines if config.intra != Intra.FLAT else len(info.workers))
+    unit_bytes = max(1, config.chunk_bytes // shards)
     sum_depth = max(1, min(SUM_DEPTH, SUM_INFLIGHT_BYTES // (unit_bytes * (nparts + 1))))
     return Setup(
         config=config, info=info, sizes=tuple(sizes), offsets=tuple(offsets),

@@ -120,7 +120,7 @@ class Active:
         """After a server loss only groups made before it can be used: all-reduce among the
         workers, on the streams whose groups exist."""
         missing = [k for k in needed_groups(config, self.info) if k not in self.groups]
-        if config["transport"] == Transport.PUSHPULL or missing:
+        if config.transport == Transport.PUSHPULL or missing:
             raise ConfigError(
                 f"servers {list(self.lost_servers)} were lost: only all-reduce among the "
                 f"workers with intra=flat and at most {FALLBACK_STREAMS} streams is possible "
