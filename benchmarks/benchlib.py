@@ -164,11 +164,15 @@ def patch_depth(depth: str | None) -> None:
 
 
 def fmt_cfg(cfg: dict) -> str:
-    """A configuration in a few characters: ``pp k=2 s4 c4M`` / ``ar s1 c4M``."""
+    """A configuration in a few characters: ``pp k=2 s4 c4M`` / ``ar s1 c4M`` (and the
+    intra-machine mode where it is not flat: ``ar s2 c2M root1``, ``... scatter``)."""
     c = cfg.get("chunk_bytes", 0)
     size = f"{c // MiB}M" if c >= MiB else f"{c // 1024}K"
     head = f"pp k={cfg.get('servers', 0)}" if cfg.get("transport") == "pushpull" else "ar"
-    return f"{head} s{cfg.get('streams', 1)} c{size}"
+    intra = cfg.get("intra", "flat")
+    tail = "" if intra == "flat" else f" root{cfg.get('reduce_root', 0)}" if intra == "root" \
+        else f" {intra}"
+    return f"{head} s{cfg.get('streams', 1)} c{size}{tail}"
 
 
 # ---- rank side ------------------------------------------------------------------------

@@ -108,12 +108,13 @@ def pair_main(a: argparse.Namespace) -> None:
     if not native:  # 1. plain DDP
         model = job(rank + 1)
         ddp_times = time_ddp(model, a.warmup, a.measure, process_group=group,
+                             bucket_cap_mb=a.bucket_mb,
                              after=lambda i: check_average(model, want, f"DDP iteration {i}"))
         del model
 
     # 2. DDP + autotune.session (the comm hook), or the native runtime's session
     model = job(rank + 1)
-    wrapped = model if native else DDP(model, bucket_cap_mb=25.0, init_sync=False,
+    wrapped = model if native else DDP(model, bucket_cap_mb=a.bucket_mb, init_sync=False,
                                        process_group=group)
     x = torch.ones(1)
     times, tuning, configs = [], [], []
@@ -161,7 +162,8 @@ def run(a: argparse.Namespace, cases: list[str]) -> dict:
     me = [sys.executable, os.path.abspath(__file__), "--job", "pair", "--workers", str(n),
           "--model", a.model, "--fwd-ms", str(a.fwd_ms), "--bwd-ms", str(a.bwd_ms),
           "--warmup", str(a.warmup), "--measure", str(a.measure), "--budget", str(a.budget),
-          "--trial-iterations", str(a.trial_iterations), "--timeout", str(a.timeout)]
+          "--trial-iterations", str(a.trial_iterations), "--timeout", str(a.timeout),
+          "--bucket-mb", str(a.bucket_mb)]
     echo = sys.stderr if a.verbose else None
     started = time.time()
     out: dict = {}
@@ -310,6 +312,7 @@ def summarize(a: argparse.Namespace, cases: list[str], out: dict, wall: float) -
         "benchmark": "ddp_hook_bench", "model": a.model, "bytes": first["bytes"],
         "tensors": first["tensors"], "workers": a.workers, "rate": a.rate,
         "flow_cap": a.flow_cap, "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms, "warmup": a.warmup,
+        "bucket_mb": a.bucket_mb,
         "budget": a.budget, "measure": a.measure, "trial_iterations": a.trial_iterations,
         "repeats": a.repeats, "seed": a.seed, "cases": cases, "rows": rows, "raw": out,
         "wall_s": wall, "command": "benchmarks/ddp_hook_bench.py " + " ".join(sys.argv[1:]),
@@ -401,6 +404,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="timed iterations, DDP and DDP + hook (after tuning) alike")
     ap.add_argument("--budget", type=int, default=30, help="session tuning iterations")
     ap.add_argument("--trial-iterations", type=int, default=2)
+    ap.add_argument("--bucket-mb", type=float, default=25.0,
+                    help="DDP's bucket_cap_mb, plain DDP and DDP + hook alike")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0, help="repeat r tunes with seed + r")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per job, seconds")

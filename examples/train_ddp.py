@@ -1,7 +1,8 @@
 """Keep DDP, add autotune: the MLP of train_mlp.py under DistributedDataParallel, with its
-communication tuned through autotune's comm hook. The one changed line is marked.
+communication tuned through autotune's comm hook. The changed lines are marked.
 
     autotune launch --workers 4 examples/train_ddp.py --steps 300
+    autotune launch --workers 2 --servers 1 examples/train_ddp.py   # + a Summation Service
     torchrun --nproc-per-node 4 examples/train_ddp.py --steps 300
     torchrun --nproc-per-node 8 examples/train_ddp.py --device cuda     # one GPU per rank: NCCL
 """
@@ -28,8 +29,10 @@ def main() -> None:
     own_gpu = dev.type == "cuda" and int(os.environ.get("LOCAL_WORLD_SIZE", 1)) <= torch.cuda.device_count()
     dist.init_process_group("nccl" if own_gpu else "gloo")
     torch.manual_seed(args.seed)
-    # DDP as ever: its start, buffers, no_sync, buckets
-    model = DDP(make_model().to(dev), device_ids=[dev.index] if dev.type == "cuda" else None)
+    # DDP as ever (its start, buffers, no_sync, buckets), on the workers' group: the job's
+    # Summation Service servers, if any, are not DDP's (without servers: the world)
+    model = DDP(make_model().to(dev), device_ids=[dev.index] if dev.type == "cuda" else None,
+                process_group=autotune.workers_group())
     teacher = torch.nn.Linear(64, 1).to(dev)  # the same target function on every rank (same seed)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     rank = dist.get_rank()

@@ -465,6 +465,29 @@ def report(w: Any, opts: Mapping[str, Any], rows: list[dict[str, Any]],
     return 1 if failed and w.leader else 0
 
 
+def worker_runtime(opts: Mapping[str, Any], **options: Any) -> Any:
+    """This rank's runtime (the world joined, ``options`` for ``Runtime.bootstrap``); on a
+    server rank, serve until the leader stops the job, leave, and return ``None``."""
+    import torch
+    import torch.distributed as dist
+
+    from autotune.runtime import Runtime
+    from autotune.server import serve
+
+    torch.set_num_threads(1)
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    rt = Runtime.bootstrap(timeout=float(opts["timeout"]), **options)
+    if rt.info.is_worker:
+        return rt
+    try:
+        serve(rt)
+    finally:
+        rt.shutdown()
+    dist.destroy_process_group()
+    return None
+
+
 def run_rank(opts: Mapping[str, Any]) -> int:
     """This rank's part (under ``torchrun`` or ``autotune launch``): servers serve, workers
     sweep; returns the exit code. ``opts["ddp"]``: DDP's comm hook instead
@@ -473,25 +496,12 @@ def run_rank(opts: Mapping[str, Any]) -> int:
         from autotune.selftest.rank_ddp import run_ddp_rank
 
         return run_ddp_rank(opts)
-    import torch
     import torch.distributed as dist
 
-    from autotune.runtime import Runtime
-    from autotune.runtime.world import local_role
-    from autotune.server import serve
     from autotune.workload import gradient_bytes
 
-    torch.set_num_threads(1)
-    role = local_role()
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
-    rt = Runtime.bootstrap(timeout=float(opts["timeout"]), role=role)
-    if not rt.info.is_worker:
-        try:
-            serve(rt)
-        finally:
-            rt.shutdown()
-        dist.destroy_process_group()
+    rt = worker_runtime(opts)
+    if rt is None:
         return 0
     device = pick_device(opts["device"])
     w = Worker(rt, opts, device)

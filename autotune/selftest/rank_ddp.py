@@ -51,7 +51,7 @@ from typing import Any, Mapping
 
 from autotune.selftest import SelftestError
 from autotune.selftest.rank import (FLUSH, Checker, _Broken, pick_device, report,
-                                    run_sweep, say_to)
+                                    run_sweep, say_to, worker_runtime)
 from autotune.selftest.sweep import MiB, label, sweep_of
 
 __all__ = ["DDPWorker", "backend_for", "ddp_backend", "device_key", "run_ddp_rank"]
@@ -290,35 +290,20 @@ class DDPWorker(Checker):
 def run_ddp_rank(opts: Mapping[str, Any]) -> int:
     """This rank's part of ``autotune selftest --ddp`` (under ``torchrun``, ``autotune
     launch`` or the command itself); the exit code. Servers serve."""
-    import torch
     import torch.distributed as dist
 
-    from autotune.runtime import Runtime
-    from autotune.runtime.bootstrap import hold, join
-    from autotune.runtime.config import Limits
-    from autotune.server import serve
     from autotune.workload import gradient_bytes
 
-    torch.set_num_threads(1)
-    timeout = timedelta(seconds=float(opts["timeout"]))
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", timeout=timeout)
-    # the runtime's bootstrap, as autotune.workers_group() does before DDP is built
-    hold(join(float(opts["timeout"]), None, Limits.max_streams))
-    rt = Runtime.bootstrap(grad_views=False)
-    if not rt.info.is_worker:
-        try:
-            serve(rt)
-        finally:
-            rt.shutdown()
-        dist.destroy_process_group()
+    rt = worker_runtime(opts, grad_views=False)  # the hook writes DDP's buckets
+    if rt is None:
         return 0
     info = rt.info
     device = pick_device(opts["device"])
     workers = rt._plane.workers_group
     backend, why = ddp_backend(device, workers)
     ddp_group = workers if backend == "gloo" else dist.new_group(
-        list(info.workers), backend=backend, timeout=timeout, use_local_synchronization=True)
+        list(info.workers), backend=backend, timeout=timedelta(seconds=rt.timeout),
+        use_local_synchronization=True)
     w = DDPWorker(rt, opts, device, ddp_group, backend)
     configs = sweep_of(w.transport.limits, quick=bool(opts["quick"]),
                        lossy=bool(opts["lossy"]))

@@ -1,6 +1,7 @@
 """The README's examples run as written under ``autotune launch``: the native runtime
 (examples/train_mlp.py) and DDP kept with autotune's comm hook (examples/train_ddp.py)
-train, tune, record the run and print the kept configuration in human units."""
+train, tune, record the run and print the kept configuration in human units; DDP also
+with a Summation Service server (its group the workers', ``autotune.workers_group()``)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("example", ["train_mlp", "train_ddp"])
-def test_example_tunes_and_records_the_run(example, tmp_path):
+@pytest.mark.parametrize("example, servers", [("train_mlp", 0), ("train_ddp", 0),
+                                             ("train_ddp", 1)])  # DDP on the workers' group
+def test_example_tunes_and_records_the_run(example, servers, tmp_path):
     from autotune.store import Store
 
     db = tmp_path / "ex.db"
-    cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
-           str(ROOT / "examples" / f"{example}.py"), "--steps", "24", "--budget", "10",
+    cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2", "--servers",
+           str(servers), str(ROOT / "examples" / f"{example}.py"), "--steps", "24", "--budget", "10",
            "--db", str(db)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
