@@ -122,7 +122,7 @@ def pair_main(a: argparse.Namespace) -> None:
     with autotune.session(wrapped, budget=a.budget, samples_per_step=1, store=False,
                           trial_iterations=a.trial_iterations, seed=a.seed, warmup=WARMUP,
                           verbose=rank == 0, timeout=600) as tuner:
-        workers = tuner.rt._plane.workers_group  # the runtime's: servers are not in it
+        workers = tuner.rt.workers_group  # the runtime's: servers are not in it
         while len(times) < cap and sum(1 for b in tuning if not b) < a.measure + 1:
             busy = tuner.tuning  # the leader knows; under what this iteration runs
             model.zero_grad(set_to_none=False)

@@ -48,7 +48,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from .codecs import Context, decode_sum, whole
+from .codecs import Context, averaged_payloads, decode_aggregate, whole
 from .compat import all_gather
 from .compression import Residuals
 from .config import Intra
@@ -242,17 +242,14 @@ class CommunicationStream:
         what = f"stream {c.stream} chunk {c.index}"
         peers = _peers(members, self.me)
         if codec.summable:
+            wire = buf
             yield [issue(f"{what}: compressed all-reduce", peers, dist.all_reduce, buf,
                          group=self._g(*key), async_op=True)]
-            payload = codec.unpack(buf, n)
-            total = codec.decode(payload, n, ctx)
-            codec.after_sum(payload, n, ctx)
         else:
-            gathered = torch.empty(len(members) * buf.numel(), dtype=buf.dtype)
-            yield [issue(f"{what}: all-gather of payloads", peers, all_gather, gathered, buf,
+            wire = torch.empty(len(members) * buf.numel(), dtype=buf.dtype)
+            yield [issue(f"{what}: all-gather of payloads", peers, all_gather, wire, buf,
                          group=self._g(*key), async_op=True)]
-            total = decode_sum(codec, list(gathered.view(len(members), -1)), n, ctx)
-        data.copy_(total)
+        data.copy_(averaged_payloads(codec, wire, len(members), n, ctx))
 
     def _pushpull(self, c: Chunk, shard: int, start: int, src: Any, dst: Any,
                   lossy: bool) -> Iterator[list]:
@@ -268,9 +265,7 @@ class CommunicationStream:
         buf = self._encode(c, start, src, ctx)
         pulled = codec.empty_packed(n)
         yield from self._exchange(c, shard, buf, pulled)
-        payload = codec.unpack(pulled, n)
-        dst.copy_(codec.decode(payload, n, ctx))
-        codec.after_sum(payload, n, ctx)
+        dst.copy_(decode_aggregate(codec, pulled, n, ctx))
 
     def _exchange(self, c: Chunk, shard: int, src: Any, dst: Any) -> Iterator[list]:
         """Push ``src`` to the chunk's Summation Service and pull the sum into ``dst``."""

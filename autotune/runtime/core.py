@@ -98,26 +98,22 @@ class Runtime:
                   grad_views: bool | None = None) -> "Runtime":
         """Collective on an initialised ``torch.distributed`` world (every rank, servers
         too): learn roles and machines, create the control and worker groups
-        (:func:`~autotune.runtime.bootstrap.join`).
+        (:func:`~autotune.runtime.bootstrap.join`; a worker that joined early, as
+        ``autotune.workers_group()`` does, is built from that, its ``timeout`` and
+        ``max_streams``). With servers, the all-reduce groups of :data:`FALLBACK_STREAMS`
+        streams are made here, so that losing a server is not fatal (:class:`ServerLost`).
 
-        ``timeout``: seconds any communication wait may take (it includes waiting for a
-        slower peer's backward, so keep it above the longest backward pass).
-        ``control_timeout``: how long a rank may wait in ``sync`` for others that are alive
-        (servers wait there while workers compute, workers while one evaluates; default one
-        hour). A peer whose heartbeat (every ``heartbeat`` seconds) stopped ends any wait
-        after ``timeout`` (see :mod:`autotune.runtime.control`). With servers, the
-        all-reduce groups of :data:`FALLBACK_STREAMS` streams are made here, so that losing
-        a server is not fatal (see :class:`ServerLost`). ``role``: ``worker`` or
-        ``server`` (default ``AUTOTUNE_ROLE``, else worker). Servers adopt the leader's
-        ``timeout`` and ``max_streams``. ``faults``: injected faults for tests (default:
-        the rules of ``AUTOTUNE_FAULT``, none when it is unset). ``copy_cpu``: CPU
-        gradients go through host staging too, into the flat buffers and back, as CUDA
-        gradients do (tests; default: ``AUTOTUNE_STAGE_CPU``, off when unset).
-        ``grad_views``: after each round, CPU ``.grad`` tensors are views of the averages,
-        not copies (default: ``AUTOTUNE_GRAD_VIEWS``, off when unset; see
-        :mod:`autotune.runtime.copies`). A worker that joined early
-        (:func:`~autotune.runtime.bootstrap.hold`, e.g. ``autotune.workers_group()``)
-        is built from what it joined then, with that ``timeout`` and ``max_streams``."""
+        ``timeout``: seconds any communication wait may take (keep it above the longest
+        backward pass). ``control_timeout``: how long a rank may wait in ``sync`` for
+        others that are alive (default one hour); a peer whose heartbeat (every
+        ``heartbeat`` seconds) stopped ends any wait after ``timeout``
+        (:mod:`autotune.runtime.control`). ``role``: ``worker`` or ``server`` (default
+        ``AUTOTUNE_ROLE``, else worker); servers adopt the leader's ``timeout`` and
+        ``max_streams``. ``faults``: injected faults for tests (default: the rules of
+        ``AUTOTUNE_FAULT``). ``copy_cpu``: CPU gradients go through host staging too
+        (tests; default ``AUTOTUNE_STAGE_CPU``). ``grad_views``: CPU ``.grad`` tensors
+        become views of the averages, not copies (default ``AUTOTUNE_GRAD_VIEWS``;
+        :mod:`autotune.runtime.copies`)."""
         joined = take() or join(timeout, role, max_streams)
         faults = faults if faults is not None else FaultInjector.from_env(joined.info.rank)
         rt = cls(joined, heartbeat, control_timeout, faults, copy_cpu, grad_views)
@@ -166,20 +162,17 @@ class Runtime:
 
     @property
     def round(self) -> int:
-        """Averaging rounds started so far on this rank: the ``Context.iteration`` the
-        codecs use for the next round (workers count the same everywhere)."""
+        """Rounds started on this rank: the codecs' next ``Context.iteration``."""
         return self._averager.round
 
     @property
     def residual_norms(self) -> dict[str, float]:
-        """L2 norm of what error feedback holds back on this rank, per flat dtype buffer
-        (``worker``: its own encodings; ``summation``: its Summation Service's)."""
+        """L2 norm of the error feedback held here, per buffer (``worker``/``summation``)."""
         return self._active.residuals.norms()
 
     @property
     def progress(self) -> tuple[int, int]:
-        """Workers: (chunks completed, chunks) of the iteration under way; (0, 0) if none.
-        Chunks complete while backward runs: this is how overlap shows."""
+        """Workers: (chunks completed, chunks) of the round under way (overlap shows)."""
         return self._averager.progress()
 
     def describe(self, rank: int) -> str:
@@ -200,10 +193,8 @@ class Runtime:
 
     # ================================================================== registration
     def register(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """Workers: the parameters whose gradients are averaged (those with
-        ``requires_grad``; duplicates once). Installs the gradient hooks. Takes effect at
-        the next ``sync``; the first iteration after it runs in reversed parameter order
-        and teaches the leader the real ready order (applied at the following ``sync``)."""
+        """Workers: the parameters to average (``requires_grad``, each once), hooked. In
+        force at the next ``sync``; the first iteration teaches the leader the ready order."""
         self._check_alive()
         self._need_worker("register")
         if self._averager.current is not None:
@@ -215,14 +206,12 @@ class Runtime:
 
     # ================================================================== sync
     def sync(self, config: Mapping[str, Any] | None = None, stop: bool = False) -> dict[str, Any]:
-        """Collective on ALL ranks at an iteration boundary; returns the active config.
-
-        The leader (``info.leader``, the first worker) passes the configuration to use
-        (``None``: keep the active one, or the default at first) and ``stop=True`` at the
-        end; the others pass nothing. Raises :class:`ConfigError` (bad configuration or
-        registrations disagreeing between workers) or a recoverable
-        :class:`RuntimeFault` (a rank could not apply it) identically on every rank,
-        keeping the previous configuration (:class:`SyncProtocol`)."""
+        """Collective on ALL ranks at an iteration boundary; returns the active config. The
+        leader (the first worker) passes the configuration (``None``: keep the active one,
+        or the default) and ``stop=True`` at the end; the others pass nothing. Raises
+        :class:`ConfigError` (bad configuration, registrations that disagree) or a
+        recoverable :class:`RuntimeFault` (a rank could not apply it) alike on every rank,
+        the previous configuration kept (:class:`SyncProtocol`)."""
         self._check_alive()
         if self._stopped:
             raise UsageError("sync() after the job was stopped")
@@ -250,37 +239,26 @@ class Runtime:
         self._rounds.complete(repack_all=False)
 
     @property
-    def layout_in_force(self) -> bool:
-        """Workers: whether the registration is the layout in force (a ``sync`` since the
-        last ``register``), so that gradients may be handed over (:meth:`ready`)."""
+    def layout_in_force(self) -> bool:  # workers: a sync put the registration in force
         return self._active.setup is not None and not self._layout.dirty
 
     def ready(self, index: int) -> None:
-        """Workers: registered tensor ``index``'s ``.grad`` is final for this iteration;
-        hand it to the round now, as its gradient hook does when backward reaches it. For
-        a caller that knows that moment itself (autotune's DDP comm hook hands over each
-        of DDP's buckets, :mod:`autotune.runtime.ddp_buckets`); then :meth:`wait`."""
+        """Workers: registered tensor ``index``'s ``.grad`` is final; hand it to the round
+        now, as its gradient hook would (DDP's buckets: :mod:`autotune.runtime.ddp_buckets`)."""
         self._check_alive()
         self._need_worker("ready")
         if not self.layout_in_force:
             raise UsageError("ready() before the registration is in force: sync() first")
-        if not 0 <= index < len(self._layout.params):
-            raise UsageError(f"ready({index}): {len(self._layout.params)} tensors are "
-                             "registered")
         self._averager.on_grad(index, self._layout.params[index])
 
     def gradients_arrived(self) -> bool:
-        """Workers: whether a gradient reached its hook since the last iteration ended
-        (a backward outside :meth:`no_sync` ran)."""
+        """Workers: whether a gradient arrived since the last iteration (outside no_sync)."""
         return self._averager.current is not None
 
     def retry(self) -> None:
-        """Workers: average the current iteration's local gradients (still intact in
-        ``.grad`` after a recoverable fault) again, under the active configuration.
-
-        After a recoverable :class:`RuntimeFault` from :meth:`wait`: every rank calls
-        :meth:`sync` (the leader with a known-good configuration; servers do so in their
-        serving loop anyway), then every worker calls ``retry()`` instead of running
+        """Workers, after a recoverable :class:`RuntimeFault` from :meth:`wait` and a
+        :meth:`sync` on every rank (the leader's a known-good configuration): average the
+        iteration's local gradients, intact in ``.grad``, again instead of running
         backward again. Returns like :meth:`wait`."""
         self._check_alive()
         self._need_worker("retry")
@@ -331,6 +309,11 @@ class Runtime:
         self._worker_reduce("worker_max", t, dist.ReduceOp.MAX)
         return t.tolist() if many else float(t.item())
 
+    @property
+    def workers_group(self) -> Any:
+        """The workers' process group (gloo; servers are not in it)."""
+        return self._plane.workers_group
+
     def worker_sum(self, t: torch.Tensor) -> None:
         """All-reduce SUM of the float tensor ``t``, in place, over the workers."""
         self._worker_reduce("worker_sum", t, dist.ReduceOp.SUM)
@@ -350,10 +333,9 @@ class Runtime:
 
     # ================================================================== shutdown
     def shutdown(self, failed: BaseException | None = None) -> None:
-        """Idempotent: stop threads, remove hooks. Collective clean-up is the leader's
-        ``sync(stop=True)``, which lets the servers leave their loop. ``failed``: the
-        exception this rank stops for; its own failure is posted first, so that peers
-        name this rank and the cause (:meth:`Liveness.fail`)."""
+        """Idempotent: stop threads, remove hooks (the leader's ``sync(stop=True)`` lets
+        the servers go). ``failed``: what this rank stops for, posted first so that the
+        peers name it (:meth:`Liveness.fail`)."""
         if self._closed:
             return
         self._closed = True

@@ -25,7 +25,8 @@ bit with 2 ranks (the sum of two addends does not depend on the order), to float
 rounding with more (gloo's reduction order depends on the chunking).
 
 **Lossy codecs** (``compression != "none"``) run as in the native runtime
-(:mod:`autotune.runtime.communication`, ``_allreduce_lossy``): a chunk of at least
+(:mod:`autotune.runtime.communication`, ``_allreduce_lossy``; the decoding step is one
+function for both, :func:`~autotune.runtime.codecs.averaged_payloads`): a chunk of at least
 ``compress_min_bytes`` is encoded with error feedback (its residual added first, what the
 codec dropped kept), summable codecs all-reduce the packed payload and decode once (then
 ``after_sum``), the others all-gather the payloads and ``decode_sum`` them; the decoded
@@ -90,8 +91,8 @@ import torch.distributed as dist
 from autotune import signals
 from autotune.errors import ArgumentError
 
-from .codecs import (Codec, Context, ErrorFeedback, codec_from_config, compress_min_bytes,
-                     compresses, decode_sum, whole)
+from .codecs import (Codec, Context, ErrorFeedback, averaged_payloads, codec_from_config,
+                     compress_min_bytes, compresses, whole)
 from .compat import all_gather
 from .compression import SEED
 from .config import MAX_STREAMS, ConfigError, Intra, Limits, RuntimeConfig, Transport
@@ -360,11 +361,11 @@ class BucketTransport:
         backend = self.engine(buf.device.type)
         stager = self._stager(buf.device)
         host = _host_backend(backend)
+        groups = self._stream_groups(backend)
         if codec is None:
             self._lossy.fold_leftover(bucket, buf)
             buf.div_(self.world)
-            return self._allreduce(buf, idx, chunks, backend, stager, host)
-        groups = [self._groups[(backend, s)] for s in range(cfg.streams)]
+            return self._ops.allreduce(buf, idx, chunks, groups, stager, host)
         return self._lossy.average(bucket, buf, rnd, chunks, groups, stager, host, codec,
                                    min_bytes)
 
@@ -377,46 +378,8 @@ class BucketTransport:
         assert cfg is not None
         backend = self.engine(buf.device.type)
         buf.div_(self.world)
-        return self._allreduce(buf, idx, self._chunks(buf, cfg), backend,
-                               self._stager(buf.device), _host_backend(backend))
-
-    def _allreduce(self, buf: torch.Tensor, idx: int, chunks: List[Tuple[Span, int]],
-                   backend: str, stager: HostStaging, host: bool) -> torch.futures.Future:
-        """The lossless path: every chunk of ``buf`` (already divided) all-reduced
-        asynchronously on its stream's group, through ``stager`` when ``host``; a future
-        completed (on the side stream) once every chunk's all-reduce has."""
-        views = [buf.narrow(0, sp.offset, sp.numel) for sp, _ in chunks]
-        staged = [stager.to_host(v) for v in views] if host else []
-        futs = []
-        for i, (sp, s) in enumerate(chunks):
-            piece = (i, sp, s)
-            t = self._ops.staged(staged[i], idx, piece) if host else views[i]
-            work = self._ops.issue(idx, piece, "all-reduce", dist.all_reduce, t,
-                                   group=self._groups[(backend, s)], async_op=True)
-            futs.append(work.get_future())
-        result = stager.future()
-
-        def done(all_done: torch.futures.Future) -> None:
-            try:
-                with stager.side():
-                    try:
-                        all_done.wait()
-                    except Exception as e:
-                        i = next((j for j, f in enumerate(futs) if f.done() and _failed(f)), None)
-                        piece = None if i is None else (i, *chunks[i])
-                        raise self._ops.fault(idx, piece, "all-reduce", e) from e
-                    for f in futs:  # CUDA: the side stream waits for each chunk's work
-                        f.wait()
-                    for st, v in zip(staged, views):
-                        stager.to_device(st.tensor, v)
-                    result.set_result(buf)
-            except BaseException as e:  # the future must complete, or DDP waits forever
-                if not isinstance(e, RuntimeFault):
-                    e = self._ops.fault(idx, None, "completing the bucket", e)
-                result.set_exception(e)
-
-        torch.futures.collect_all(futs).add_done_callback(done)
-        return result
+        return self._ops.allreduce(buf, idx, self._chunks(buf, cfg), self._stream_groups(backend),
+                                   self._stager(buf.device), _host_backend(backend))
 
     # ------------------------------------------------------------------ pieces
     def _chunks(self, buf: torch.Tensor, cfg: RuntimeConfig) -> List[Tuple[Span, int]]:
@@ -433,6 +396,11 @@ class BucketTransport:
                                        for i, sp in enumerate(spans)]
         return plan
 
+    def _stream_groups(self, backend: str) -> List[Any]:
+        """The configuration's stream groups of ``backend``, by stream."""
+        assert self._config is not None
+        return [self._groups[(backend, s)] for s in range(self._config.streams)]
+
     def _stager(self, device: torch.device) -> HostStaging:
         """The staging of ``device`` (made on first use, one per device)."""
         key = str(device)
@@ -445,7 +413,7 @@ class BucketTransport:
 class ChunkOps:
     """The bounded steps of averaging a bucket's chunks, each error naming its cause:
     start a collective, wait for one (at most ``timeout``), wait for a staged copy (at
-    most ``timeout``). Every error names this rank (``rank``), the bucket and the chunk
+    most ``timeout``), and the lossless all-reduce of a bucket's chunks built of them. Every error names this rank (``rank``), the bucket and the chunk
     (``piece`` = (index, span, stream), where known). Shared by the lossless path of
     :class:`BucketTransport` and by :class:`LossyBuckets`."""
 
@@ -489,6 +457,45 @@ class ChunkOps:
             return staged.wait(self.timeout)
         except RuntimeFault as e:
             raise self.fault(idx, piece, "staging to the host", e) from e
+
+    def allreduce(self, buf: torch.Tensor, idx: int, chunks: List[Tuple[Span, int]],
+                  groups: List[Any], stager: HostStaging, host: bool) -> torch.futures.Future:
+        """The lossless path of bucket ``idx``: every chunk of ``buf`` (already divided)
+        all-reduced asynchronously on its stream's group (``groups[stream]``), through
+        ``stager`` when ``host``; a future completed (on the side stream) once every
+        chunk's all-reduce has, or failed naming the chunk."""
+        views = [buf.narrow(0, sp.offset, sp.numel) for sp, _ in chunks]
+        staged = [stager.to_host(v) for v in views] if host else []
+        futs = []
+        for i, (sp, s) in enumerate(chunks):
+            piece = (i, sp, s)
+            t = self.staged(staged[i], idx, piece) if host else views[i]
+            work = self.issue(idx, piece, "all-reduce", dist.all_reduce, t, group=groups[s],
+                              async_op=True)
+            futs.append(work.get_future())
+        result = stager.future()
+
+        def done(all_done: torch.futures.Future) -> None:
+            try:
+                with stager.side():
+                    try:
+                        all_done.wait()
+                    except Exception as e:
+                        i = next((j for j, f in enumerate(futs) if f.done() and _failed(f)), None)
+                        piece = None if i is None else (i, *chunks[i])
+                        raise self.fault(idx, piece, "all-reduce", e) from e
+                    for f in futs:  # CUDA: the side stream waits for each chunk's work
+                        f.wait()
+                    for st, v in zip(staged, views):
+                        stager.to_device(st.tensor, v)
+                    result.set_result(buf)
+            except BaseException as e:  # the future must complete, or DDP waits forever
+                if not isinstance(e, RuntimeFault):
+                    e = self.fault(idx, None, "completing the bucket", e)
+                result.set_exception(e)
+
+        torch.futures.collect_all(futs).add_done_callback(done)
+        return result
 
 
 class LossyBuckets:
@@ -565,19 +572,14 @@ class LossyBuckets:
                 if host:
                     stager.to_device(t, view).order()
                 continue
-            n = sp.numel
             if codec.summable:
-                packed = stager.to_device(t, dev).order() if host else t
-                payload = codec.unpack(packed, n)
-                total = codec.decode(payload, n, ctx)
-                codec.after_sum(payload, n, ctx)
+                wire = stager.to_device(t, dev).order() if host else t
             else:
-                gathered = out
+                wire = out
                 if host and stager.copies:
-                    gathered = stager.to_device(out, torch.empty(out.shape, dtype=out.dtype,
-                                                                 device=buf.device)).order()
-                total = decode_sum(codec, list(gathered.view(self.world, -1)), n, ctx)
-            view.copy_(total)
+                    wire = stager.to_device(out, torch.empty(out.shape, dtype=out.dtype,
+                                                             device=buf.device)).order()
+            view.copy_(averaged_payloads(codec, wire, self.world, sp.numel, ctx))
             view.div_(self.world)
         result = stager.future()
         result.set_result(buf)

@@ -124,7 +124,7 @@ class DDPWorker(Checker):
 
     def __init__(self, rt: Any, opts: Mapping[str, Any], device: Any, ddp_group: Any,
                  backend: str):
-        super().__init__(rt.info, opts, device, rt._plane.workers_group)
+        super().__init__(rt.info, opts, device, rt.workers_group)
         import torch
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -299,7 +299,7 @@ def run_ddp_rank(opts: Mapping[str, Any]) -> int:
         return 0
     info = rt.info
     device = pick_device(opts["device"])
-    workers = rt._plane.workers_group
+    workers = rt.workers_group
     backend, why = ddp_backend(device, workers)
     ddp_group = workers if backend == "gloo" else dist.new_group(
         list(info.workers), backend=backend, timeout=timedelta(seconds=rt.timeout),

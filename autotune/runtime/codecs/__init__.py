@@ -5,7 +5,8 @@ See ``docs/compression.md``. The runtime uses: :func:`codec_from_config`, a code
 :func:`decode_sum`, :class:`ErrorFeedback` and :func:`codec_for_chunk`.
 """
 
-from .base import Codec, Context, IdentityCodec, Payload, decode_sum, sum_packed
+from .base import (Codec, Context, IdentityCodec, Payload, averaged_payloads, decode_aggregate,
+                   decode_sum, sum_packed)
 from .feedback import ErrorFeedback, Segments, whole
 from .fp16 import BF16Codec, FP16Codec
 from .onebit import OneBitCodec
@@ -19,5 +20,6 @@ __all__ = [
     "BF16Codec", "CODECS", "Codec", "Context", "ErrorFeedback", "FP16Codec", "IdentityCodec",
     "OneBitCodec", "Payload", "PowerSGDCodec", "RandomKCodec", "Segments", "TopKCodec",
     "codec_for_chunk", "codec_from_config", "compress_min_bytes",
-    "compresses", "decode_sum", "make_codec", "sum_packed", "whole",
+    "averaged_payloads", "compresses", "decode_aggregate", "decode_sum", "make_codec",
+    "sum_packed", "whole",
 ]

@@ -197,6 +197,28 @@ def sum_packed(codec: Codec, buffers: Sequence[torch.Tensor]) -> torch.Tensor:
     return acc.to(codec.wire_dtype)
 
 
+def decode_aggregate(codec: Codec, packed: torch.Tensor, n: int,
+                     ctx: Context = Context()) -> torch.Tensor:
+    """The float32 chunk behind one aggregated packed payload (all-reduced by a summable
+    codec, or pulled from a Summation Service), decoded; :meth:`Codec.after_sum` sees the
+    payload (PowerSGD's basis). The one decoding step of an aggregate, for the runtime's
+    Communication Service and DDP's hook alike."""
+    payload = codec.unpack(packed, n)
+    total = codec.decode(payload, n, ctx)
+    codec.after_sum(payload, n, ctx)
+    return total
+
+
+def averaged_payloads(codec: Codec, wire: torch.Tensor, parts: int, n: int,
+                      ctx: Context = Context()) -> torch.Tensor:
+    """The float32 sum of an n-element chunk from what a lossy collective left in
+    ``wire``: a summable codec's all-reduced packed payload (:func:`decode_aggregate`),
+    else the ``parts`` payloads all-gathered back to back (:func:`decode_sum`)."""
+    if codec.summable:
+        return decode_aggregate(codec, wire, n, ctx)
+    return decode_sum(codec, list(wire.view(parts, -1)), n, ctx)
+
+
 def decode_sum(
     codec: Codec, buffers: Sequence[torch.Tensor], n: int, ctx: Context = Context()
 ) -> torch.Tensor:
