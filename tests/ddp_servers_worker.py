@@ -104,6 +104,7 @@ def main(scenario: str, out: str, family: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     group = autotune.workers_group()
+    assert autotune.workers_group() is group  # once joined, the same group (no new join)
     result = {"ddp": train(group, None)}
     result["session"] = train(group, family, kill=scenario == "kill_server")
     with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:

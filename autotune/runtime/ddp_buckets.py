@@ -24,8 +24,8 @@ gradients averaged, as under DDP's own hook.
 **A bucket the runtime does not know.** The registration is the bucket layout seen in an
 earlier iteration. DDP rebuilds its buckets once, after the first iteration; a bucket
 whose size, dtype or device differs from its proxy's (or one with no proxy) is averaged by
-the hook's own all-reduce (``fallback``), and :attr:`changed` asks the session to
-register the new layout before its next ``sync``.
+the hook's own all-reduce (``fallback``), and :meth:`register` registers the new layout
+before the next ``sync``.
 
 **Faults.** A recoverable fault of the round (a server lost: the runtime drops it) leaves
 the buckets' local gradients intact (the runtime writes only after every chunk is in);
@@ -53,7 +53,6 @@ class RuntimeBuckets:
         self.rt = rt
         self.proxies: list[torch.Tensor] = []
         self.seen: dict[int, tuple[int, torch.dtype, str]] = {}  # this iteration's buckets
-        self.changed = False       # the buckets differ from the registration
         self.handed = 0            # buckets the runtime averaged
         self.averaged_again = 0    # buckets the hook averaged instead (unknown, or a fault)
         self._pending: list[tuple[torch.futures.Future, int, torch.Tensor]] = []
@@ -70,12 +69,10 @@ class RuntimeBuckets:
         mine = [_signature(p) for p in self.proxies]
         self.seen = {}
         if None in seen or seen == mine:
-            self.changed = False
             return False
         self.proxies = [torch.empty_strided((n,), (0,), dtype=dtype, device=device)
                         .requires_grad_() for n, dtype, device in seen]  # type: ignore[misc]
         self.rt.register(self.proxies)
-        self.changed = False
         return True
 
     # ------------------------------------------------------------------ buckets
@@ -99,7 +96,6 @@ class RuntimeBuckets:
             fut: torch.futures.Future = torch.futures.Future()
             self._pending.append((fut, idx, buf))
         else:
-            self.changed = True
             self.averaged_again += 1
             fut = fallback(buf, idx)
         if bucket.is_last() and self.rt.gradients_arrived():

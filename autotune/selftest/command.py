@@ -102,7 +102,6 @@ def selftest(size: float, tensors: int, iterations: int, quick: bool, lossy: boo
 
     \b
     Examples:
-      autotune selftest --quick
       autotune selftest -n 4 -k 2 --machines 2 --dtypes float32,bfloat16
       autotune selftest --ddp --device cuda -n 2 --json-out selftest.json
       autotune selftest --ddp -n 4 -k 1 --machines 2 --quick

@@ -47,34 +47,41 @@ from autotune.tuning.space import Config
 DEFAULT_TIMEOUT = 300.0
 
 
+_JOINED: list[Any] = []  # [the world's default group, what it joined, {backend: group}]
+
+
 def workers_group(backend: str | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> Any:
     """The process group of the job's workers, for DDP: ``DDP(model,
-    process_group=autotune.workers_group())``. Collective on every rank of the world,
-    servers included: it joins the job (the runtime's bootstrap, which the servers run
-    too) and keeps what it learnt for ``autotune.session(ddp_model)``. ``backend``: the
-    group's (default: the world's; gloo is the joined workers' group itself). On a rank
-    whose ``AUTOTUNE_ROLE`` is ``server`` it serves as a Summation Service until the
-    job stops, then exits the process (as ``python -m autotune.server`` does).
-    ``timeout``: seconds any communication wait may take. Initialises
+    process_group=autotune.workers_group())``. The first call in a world is collective on
+    every rank, servers included: it joins the job (the runtime's bootstrap, which the
+    servers run too) and keeps what it learnt for ``autotune.session(ddp_model)``; later
+    calls return the same group (or, for another ``backend``, one over the same workers).
+    ``backend``: the group's (default: the world's; gloo is the joined workers' group
+    itself). On a rank whose ``AUTOTUNE_ROLE`` is ``server`` it serves as a Summation
+    Service until the job stops, then exits the process (as ``python -m autotune.server``
+    does). ``timeout``: seconds any communication wait may take. Initialises
     ``torch.distributed`` from the environment when it is not yet."""
     init_world(timeout)
-    joined = join(timeout, None, Limits.max_streams)
-    if joined.info.role == "server":
-        from autotune.runtime.core import Runtime
-        from autotune.server import serve
-
+    world = dist.distributed_c10d._get_default_group()
+    if not _JOINED or _JOINED[0] is not world:
+        joined = join(timeout, None, Limits.max_streams)
         hold(joined)
-        rt = Runtime.bootstrap(timeout=timeout)
-        serve(rt)
-        rt.shutdown()
-        raise SystemExit(0)
-    hold(joined)
+        if joined.info.role == "server":
+            from autotune.runtime.core import Runtime
+            from autotune.server import serve
+
+            rt = Runtime.bootstrap(timeout=timeout)
+            serve(rt)
+            rt.shutdown()
+            raise SystemExit(0)
+        _JOINED[:] = [world, joined, {"gloo": joined.workers_group}]
+    _, joined, groups = _JOINED
     backend = str(backend or dist.get_backend())
-    if backend == "gloo":
-        return joined.workers_group
-    return dist.new_group(list(joined.info.workers), backend=backend,
-                          timeout=timedelta(seconds=joined.timeout),
-                          use_local_synchronization=True)
+    if backend not in groups:
+        groups[backend] = dist.new_group(list(joined.info.workers), backend=backend,
+                                         timeout=timedelta(seconds=joined.timeout),
+                                         use_local_synchronization=True)
+    return groups[backend]
 
 
 class DDPSession(Session):
