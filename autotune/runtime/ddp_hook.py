@@ -213,9 +213,7 @@ class BucketTransport:
     def runtime_runs(self) -> bool:
         """Whether the configuration in force is the native runtime's (push/pull, or
         intra ``root``/``scatter``): :meth:`average` hands buckets to ``buckets``."""
-        cfg = self._config
-        return cfg is not None and (cfg.transport != Transport.ALLREDUCE
-                                    or cfg.intra != Intra.FLAT)
+        return self._config is not None and _runtime_runs(self._config)
 
     @property
     def config(self) -> Optional[RuntimeConfig]:
@@ -248,7 +246,7 @@ class BucketTransport:
         codec = self._codec
         if cfg != self._config:
             codec = None
-            if cfg.lossy and cfg.transport == Transport.ALLREDUCE and cfg.intra == Intra.FLAT:
+            if cfg.lossy and not _runtime_runs(cfg):  # (the runtime makes its own)
                 try:
                     codec = codec_from_config(cfg, world_size=self.world, seed=SEED)
                 except ValueError as e:
@@ -357,23 +355,20 @@ class BucketTransport:
             self.buckets.note(idx, buf)
             if self.runtime_runs:
                 return self.buckets.average(bucket, self._plain)
-        chunks = self._chunks(buf, cfg)
-        backend = self.engine(buf.device.type)
-        stager = self._stager(buf.device)
-        host = _host_backend(backend)
-        groups = self._stream_groups(backend)
         if codec is None:
             self._lossy.fold_leftover(bucket, buf)
-            buf.div_(self.world)
-            return self._ops.allreduce(buf, idx, chunks, groups, stager, host)
-        return self._lossy.average(bucket, buf, rnd, chunks, groups, stager, host, codec,
-                                   min_bytes)
+            return self._plain(buf, idx)
+        backend = self.engine(buf.device.type)
+        return self._lossy.average(bucket, buf, rnd, self._chunks(buf, cfg),
+                                   self._stream_groups(backend), self._stager(buf.device),
+                                   _host_backend(backend), codec, min_bytes)
 
     # ------------------------------------------------------------------ lossless
     def _plain(self, buf: torch.Tensor, idx: int) -> torch.futures.Future:
         """``buf`` (bucket ``idx``) averaged by the lossless all-reduce among DDP's ranks
-        under the configuration's streams and chunks: for a bucket the runtime does not
-        know, or one it failed to average (:mod:`autotune.runtime.ddp_buckets`)."""
+        under the configuration's streams and chunks: the lossless path, and the fallback
+        for a bucket the runtime does not know or failed to average
+        (:mod:`autotune.runtime.ddp_buckets`)."""
         cfg = self._config
         assert cfg is not None
         backend = self.engine(buf.device.type)
@@ -413,8 +408,9 @@ class BucketTransport:
 class ChunkOps:
     """The bounded steps of averaging a bucket's chunks, each error naming its cause:
     start a collective, wait for one (at most ``timeout``), wait for a staged copy (at
-    most ``timeout``), and the lossless all-reduce of a bucket's chunks built of them. Every error names this rank (``rank``), the bucket and the chunk
-    (``piece`` = (index, span, stream), where known). Shared by the lossless path of
+    most ``timeout``), and the lossless all-reduce of a bucket's chunks built of them.
+    Every error names this rank (``rank``), the bucket and the chunk (``piece`` = (index,
+    span, stream), where known). Shared by the lossless path of
     :class:`BucketTransport` and by :class:`LossyBuckets`."""
 
     def __init__(self, rank: int, timeout: float):
@@ -603,6 +599,12 @@ class LossyBuckets:
                 return None
             held = self._residuals[idx] = (sig, ErrorFeedback(buf.numel()))
         return held[1]
+
+
+def _runtime_runs(cfg: RuntimeConfig) -> bool:
+    """Whether ``cfg`` is the native runtime's (push/pull, or intra ``root``/``scatter``),
+    not the hook's own all-reduce among the workers."""
+    return cfg.transport != Transport.ALLREDUCE or cfg.intra != Intra.FLAT
 
 
 def _host_backend(backend: str) -> bool:
