@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from autotune.errors import AutotuneError
 
-from .calibration import Calibration, Observation, fit
+from .calibration import FIT_SECONDS, Calibration, Observation, fit
 from .cluster import Cluster
 from .job import Job
 from .model import simulate
@@ -66,13 +66,15 @@ class ModelPrior:
             out.append(batch / step if 0 < step < math.inf else (math.inf if step == 0 else 0.0))
         return out
 
-    def fit(self, measured: Sequence[tuple[Mapping[str, Any], float, int]]) -> bool:
-        """Refit the constants to ``measured`` ``(config, mean score, iterations)``;
-        whether the predictions changed."""
+    def fit(self, measured: Sequence[tuple[Mapping[str, Any], float, int]], *,
+            seconds: float = FIT_SECONDS) -> bool:
+        """Refit the constants to ``measured`` ``(config, mean score, iterations)``, within
+        ``seconds`` of CPU; whether the predictions changed."""
         batch = self.base_job.batch_per_worker
         obs = [Observation(dict(c), batch / score, n) for c, score, n in measured
                if score and score > 0 and math.isfinite(score)]
-        fitted, rms = fit(self.base_job, self.base_cluster, self.calibration, obs)
+        fitted, rms = fit(self.base_job, self.base_cluster, self.calibration, obs,
+                          seconds=seconds)
         if fitted is self.calibration:
             return False
         self.fits += 1

@@ -82,10 +82,12 @@ def test_the_fit_recovers_what_the_trials_inform():
         return kendalltau([p([c])[0] for c, _ in held], [1 / s for _, s in held]).statistic
 
     before, tau_before = error(prior), tau(prior)
-    assert prior.fit([(c, 1.0 / s, 6) for c, s in told])  # scores are 1 / step (it/s)
+    # scores are 1 / step (it/s); no CPU limit, so the fit is the same on any machine (its
+    # evaluation budget bounds it; the CPU limit is there for the tuner's sake, not accuracy)
+    assert prior.fit([(c, 1.0 / s, 6) for c, s in told], seconds=math.inf)
     after, tau_after = error(prior), tau(prior)
     # on 44 configurations it was not told: from wrong by a factor e^0.5 and ranking them
-    # no better than chance, to within 15 % and ranking them well (within its CPU budget)
+    # no better than chance, to within 15 % and ranking them well
     assert before > 0.5 and after < 0.15, (before, after)
     assert tau_before < 0.2 and tau_after > 0.7, (tau_before, tau_after)
     assert prior.fits == 1 and prior.fit_error < 0.2
