@@ -126,7 +126,7 @@ def brute_force(path: Path, m: nx.Graph, t: nx.Graph, k: int) -> tuple[float, li
     with Store(path) as s:
         groups = s.query("select model_fp, topology_fp from runs where status = 'finished' "
                          "group by model_fp, topology_fp")
-        summ = s._summaries_for([g["model_fp"] for g in groups] + [g["topology_fp"] for g in groups])
+        summ = s.summaries([g["model_fp"] for g in groups] + [g["topology_fp"] for g in groups])
         qm, qt = Summary.of(m), Summary.of(t)
         matcher = Matcher()
         dists = sorted(matcher.graph_distance(qm, summ[g["model_fp"]], timeout=TIMEOUT_S)

@@ -31,17 +31,18 @@ OLD_FINISHED_RUN = (
 def old_store(path: Any, version: int, run_sql: str) -> None:
     """A store file as schema ``version`` left it (the migrations up to it), holding the
     run that ``run_sql`` inserts: what a migration test opens."""
-    import sqlite_utils
+    import sqlalchemy as sa
 
     from autotune.store import schema
+    from autotune.store.sqltext import sql
 
-    db = sqlite_utils.Database(path)
-    for v in range(version):
-        schema.MIGRATIONS[v](db)
-    db.execute(f"update meta set value = '{version}' where key = 'schema_version'")
-    db.execute(run_sql)
-    db.conn.commit()
-    db.conn.close()
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as c:
+        for v in range(version):
+            schema.MIGRATIONS[v](c)
+        sql(c, "update meta set value = ? where key = 'schema_version'", [str(version)])
+        sql(c, run_sql)
+    engine.dispose()
 
 
 def model(layers: list[tuple[str, int]]) -> nx.DiGraph:

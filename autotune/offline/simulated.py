@@ -68,6 +68,7 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     from autotune.store import Store
     from autotune.store.fingerprint import model_graph
     from autotune.store.origin import warm_start_line
+    from autotune.store.warmstart import warm_start_sources
     from autotune.tuning.trials import TrialDriver
     from autotune.tuning.tuner import Tuner
 
@@ -86,7 +87,7 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
              "machines": cluster.machines, "workers_per_machine": cluster.workers_per_machine,
              "cluster": {k: v for k, v in cluster.to_dict().items() if k != "topology"}}
     with Store(db) as store:
-        sources = store.warm_start_sources(mg, tg, space, unit=SHOWN_UNIT,
+        sources = warm_start_sources(store, mg, tg, space, unit=SHOWN_UNIT,
                                            machines=cluster.machines)
         warm_from_store = [c for c, _ in sources]
         warm = warm_from_store + [c for c in space.seeds() if c not in warm_from_store]

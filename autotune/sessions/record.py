@@ -105,8 +105,10 @@ class SessionRun:
         sources: list[tuple[Config, dict[str, Any]]] = []
         if self.store is not None:
             try:
-                sources = self.store.warm_start_sources(self._model_graph, self._cluster_graph,
-                                                        space, **self._alike)
+                from autotune.store.warmstart import warm_start_sources
+
+                sources = warm_start_sources(self.store, self._model_graph, self._cluster_graph,
+                                             space, **self._alike)
             except Exception as exc:
                 warnings.warn(f"warm start from {self.db or 'autotune.db'} failed: {exc}")
         self.origins += sources

@@ -19,7 +19,10 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+import sqlalchemy as sa
+
 from autotune.store.connection import Connection
+from autotune.store.sqltext import upsert
 
 
 def cluster_key(world: Mapping[str, Any], device: str, backend: str) -> str:
@@ -52,11 +55,12 @@ class Calibrations:
         ``run``; the count of runs that wrote it goes up by one."""
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
-        def write(db: Any) -> None:
-            old = db.execute("select runs from calibrations where key = ?", [key]).fetchone()
-            db["calibrations"].upsert(
-                {"key": key, "world": json.dumps(dict(world), sort_keys=True),
-                 "device": device, "backend": backend, "calibration": calibration,
-                 "run": run, "updated": now, "runs": (old[0] if old else 0) + 1,
-                 "fit_error": fit_error}, pk="key")
+        table = self._connection.tables["calibrations"]
+        row = {"key": key, "world": json.dumps(dict(world), sort_keys=True), "device": device,
+               "backend": backend, "calibration": calibration, "run": run, "updated": now,
+               "runs": 1, "fit_error": fit_error}
+        changed = {k: v for k, v in row.items() if k not in ("key", "runs")}
+
+        def write(c: sa.Connection) -> None:
+            upsert(c, table, "key", row, {**changed, "runs": table.c.runs + 1})
         self._connection.write(write)

@@ -6,6 +6,7 @@ second look-up does not load or compare them again.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from autotune.store.connection import Connection
@@ -68,7 +69,7 @@ class NearestRuns:
         values, that ran on more than one machine (``across_machines``) or on one, and
         at most ``max_distance`` away count (each: when given)."""
         qm, qt = Summary.of(model_graph), Summary.of(topology_graph)
-        where = " where 1"
+        where = " where 1 = 1"
         params: list[Any] = []
         if finished_only:
             where += " and status = 'finished' and best_config is not null"
@@ -79,11 +80,15 @@ class NearestRuns:
             where += " and unit = ?"
             params.append(str(unit))
         for name, value in sorted((space_facts or {}).items()):
-            where += " and json_extract(space_facts, ?) = ?"
-            params += [f'$."{name}"', value]
+            if self.connection.dialect == "postgresql":
+                where += " and (space_facts::jsonb -> ?) = ?::jsonb"
+                params += [name, json.dumps(value)]
+            else:
+                where += " and json_extract(space_facts, ?) = ?"
+                params += [f'$."{name}"', value]
         if across_machines is not None:
             where += " and (machines > 1) = ?"
-            params.append(int(bool(across_machines)))
+            params.append(bool(across_machines))
         groups = self.connection.tuples(
             "select model_fp, topology_fp, count(*) from runs" + where +
             " group by model_fp, topology_fp", params)

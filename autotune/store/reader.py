@@ -35,15 +35,18 @@ def _filters(**kw: str | None) -> tuple[str, list]:
 
 
 class RunReader:
-    """Looks runs, trials and graphs up in one store file; see
-    :class:`autotune.store.db.Store`, which is how callers reach it."""
+    """Looks runs, trials and graphs up in one store (:class:`autotune.store.db.Store`
+    is one)."""
+
+    connection: Connection
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict]:
-        """Rows of a read-only SQL query as dicts (reports, benchmarks; the file is plain
-        SQLite, so ``sqlite-utils`` and Datasette read it too)."""
+        """Rows of a read-only SQL query (``?`` placeholders for ``params``) as dicts
+        (reports, benchmarks; an SQLite store is a plain file, so ``sqlite-utils`` and
+        Datasette read it too)."""
         if not sql.lstrip().lower().startswith(("select", "with")):
             raise StoreError(f"query() is for reading (select/with), got {sql.split()[0]!r}")
         return self.connection.read(sql, params)
@@ -51,7 +54,7 @@ class RunReader:
     def run(self, run_id: int | str) -> dict:
         """One run as a dict (JSON columns decoded); ``"latest"`` is the newest run.
         StoreError if there is none."""
-        path = self.connection.path
+        path = self.connection.name
         if isinstance(run_id, str) and run_id.strip().lower() == "latest":
             newest = self.connection.tuples("select max(id) from runs")[0][0]
             if newest is None:
@@ -121,7 +124,7 @@ class RunReader:
             " status = 'finished' and best_config is not null and best_score is not null"
         order = " ".join(f"when ? then {i}" for i in range(len(UNITS)))
         sql = ("select * from (select *, row_number() over (partition by unit order by "
-               "best_score desc, id desc) as _rank from runs" + where + ")")
+               "best_score desc, id desc) as _rank from runs" + where + ") as ranked")
         if limit is not None:
             sql += f" where _rank <= {int(limit)}"
         sql += (f" order by case unit {order} else {len(UNITS) + 1} end, unit is null, unit,"
@@ -138,5 +141,5 @@ class RunReader:
             [len(fp), fp.lower()])
         if len(rows) != 1:
             raise StoreError(f"{'no' if not rows else 'more than one'} graph {fp!r} in "
-                             f"{self.connection.path}")
+                             f"{self.connection.name}")
         return from_json(rows[0]["graph"])

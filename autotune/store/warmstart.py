@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
 
+    from autotune.store.nearest import NearestRuns
     from autotune.tuning.space import Config, SearchSpace
-    from autotune.store.db import Store
 
 
 #: The largest job distance that warm-starts (normalized model GED + cluster GED).
@@ -61,7 +61,7 @@ def _projected(pairs: Iterable[tuple[Any, Any]], space: "SearchSpace") -> list[t
     return out
 
 
-def warm_start_sources(store: "Store", model_graph: "nx.Graph | None",
+def warm_start_sources(store: "NearestRuns", model_graph: "nx.Graph | None",
                        topology_graph: "nx.Graph | None", space: "SearchSpace",
                        k: int = 3, *, unit: str, machines: int,
                        max_distance: float = MAX_DISTANCE,
@@ -84,7 +84,7 @@ def warm_start_sources(store: "Store", model_graph: "nx.Graph | None",
                        for run, d in near), space)
 
 
-def warm_start_configs(store: "Store", model_graph: "nx.Graph | None",
+def warm_start_configs(store: "NearestRuns", model_graph: "nx.Graph | None",
                        topology_graph: "nx.Graph | None", space: "SearchSpace",
                        k: int = 3, *, unit: str, machines: int,
                        max_distance: float = MAX_DISTANCE, **nearest_kw: Any) -> list["Config"]:

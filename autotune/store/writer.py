@@ -12,12 +12,13 @@ from datetime import datetime, timedelta, timezone
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Mapping
 
-import sqlite_utils
+import sqlalchemy as sa
 
 from autotune.store.connection import Connection, StoreError
 from autotune.store.fingerprint import fingerprint, normalize, to_json
 from autotune.store.rows import (ABANDONED, SHOWN_STATUSES, STATUSES, check_unit, dumps, host,
                                  now, owner_gone)
+from autotune.store.sqltext import insert_ignoring, sql
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -61,11 +62,17 @@ def _version(package: str) -> str | None:
 
 
 class RunWriter:
-    """Records runs and trials in one store file; see :class:`autotune.store.db.Store`,
-    which is how callers reach it."""
+    """Records runs and trials in one store (:class:`autotune.store.db.Store` is one)."""
+
+    connection: Connection
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
+
+    def _insert(self, c: sa.Connection, table: str, row: Mapping[str, Any]) -> int:
+        """Insert ``row`` into ``table``; its new integer key."""
+        result = c.execute(self.connection.tables[table].insert().values(dict(row)))
+        return int(result.inserted_primary_key[0])
 
     def start_run(
         self,
@@ -101,10 +108,10 @@ class RunWriter:
             "owner_host": host(), "owner_pid": os.getpid(),
         }
 
-        def write(db: sqlite_utils.Database) -> int:
-            self._put_graph(db, mg, mfp, "model")
-            self._put_graph(db, tg, tfp, "topology")
-            return int(db["runs"].insert(row).last_pk)
+        def write(c: sa.Connection) -> int:
+            self._put_graph(c, mg, mfp, "model")
+            self._put_graph(c, tg, tfp, "topology")
+            return self._insert(c, "runs", row)
 
         return self.connection.write(write)
 
@@ -143,9 +150,9 @@ class RunWriter:
             "throughput": _finite(throughput), "efficiency": _finite(efficiency),
         }
 
-        def write(db: sqlite_utils.Database) -> int:
-            self._require_run(db, int(run_id))
-            return int(db["trials"].insert(row).last_pk)
+        def write(c: sa.Connection) -> int:
+            self._require_run(c, int(run_id))
+            return self._insert(c, "trials", row)
 
         return self.connection.write(write)
 
@@ -183,9 +190,9 @@ class RunWriter:
             "kept_from": dumps(dict(kept_from)) if kept_from else None,
         }
 
-        def write(db: sqlite_utils.Database) -> None:
-            self._require_run(db, int(run_id))
-            db["runs"].update(int(run_id), values)
+        def write(c: sa.Connection) -> None:
+            self._require_run(c, int(run_id))
+            self._update_run(c, int(run_id), values)
 
         self.connection.write(write)
 
@@ -197,12 +204,14 @@ class RunWriter:
         if status not in STATUSES or status == "running":
             raise StoreError(f"a run is closed as finished, failed or aborted, got {status!r}")
 
-        def write(db: sqlite_utils.Database) -> str:
-            self._require_run(db, int(run_id))
-            row = db.execute("select status from runs where id = ?", [int(run_id)]).fetchone()
+        def write(c: sa.Connection) -> str:
+            self._require_run(c, int(run_id))
+            row = sql(c, "select status from runs where id = ? for update" if
+                      c.dialect.name == "postgresql" else "select status from runs where id = ?",
+                      [int(run_id)]).fetchone()
             if row[0] != "running":
                 return row[0]
-            db["runs"].update(int(run_id), {"status": status, "finished": now()})
+            self._update_run(c, int(run_id), {"status": status, "finished": now()})
             return status
 
         return self.connection.write(write)
@@ -228,9 +237,9 @@ class RunWriter:
             params.append("running" if status == ABANDONED else status)
         where = " and ".join(clauses)
 
-        def write(db: sqlite_utils.Database) -> int:
-            rows = db.execute(f"select id, status, owner_host, owner_pid from runs where {where}",
-                              params).fetchall()
+        def write(c: sa.Connection) -> int:
+            rows = sql(c, f"select id, status, owner_host, owner_pid from runs where {where}",
+                       params).fetchall()
             ids = [r[0] for r in rows]
             if status in ("running", ABANDONED):
                 gone = {r[0] for r in rows if owner_gone(
@@ -241,26 +250,28 @@ class RunWriter:
             for start in range(0, len(ids), 500):
                 chunk = ids[start:start + 500]
                 marks = ",".join("?" * len(chunk))
-                db.execute(f"delete from trials where run in ({marks})", chunk)
-                db.execute(f"delete from runs where id in ({marks})", chunk)
-            db.execute(
+                sql(c, f"delete from trials where run in ({marks})", chunk)
+                sql(c, f"delete from runs where id in ({marks})", chunk)
+            sql(c, 
                 "delete from graphs where fingerprint not in (select model_fp from runs) "
                 "and fingerprint not in (select topology_fp from runs)")
             return len(ids)
 
         return self.connection.write(write)
 
-    @staticmethod
-    def _put_graph(db: sqlite_utils.Database, g: "nx.Graph", fp: str, kind: str) -> None:
-        db["graphs"].insert(
-            {"fingerprint": fp, "kind": kind, "graph": to_json(g), "nodes": g.number_of_nodes(),
-             "edges": g.number_of_edges(), "created": now()},
-            pk="fingerprint", ignore=True,
-        )
+    def _put_graph(self, c: sa.Connection, g: "nx.Graph", fp: str, kind: str) -> None:
+        """Store graph ``g`` under its fingerprint, unless it is there already."""
+        c.execute(insert_ignoring(c, self.connection.tables["graphs"], "fingerprint").values(
+            fingerprint=fp, kind=kind, graph=to_json(g), nodes=g.number_of_nodes(),
+            edges=g.number_of_edges(), created=now()))
 
-    def _require_run(self, db: sqlite_utils.Database, run_id: int) -> None:
-        if db.execute("select 1 from runs where id = ?", [run_id]).fetchone() is None:
-            raise StoreError(f"no run {run_id} in {self.connection.path}")
+    def _update_run(self, c: sa.Connection, run_id: int, values: Mapping[str, Any]) -> None:
+        runs = self.connection.tables["runs"]
+        c.execute(runs.update().where(runs.c.id == run_id).values(dict(values)))
+
+    def _require_run(self, c: sa.Connection, run_id: int) -> None:
+        if sql(c, "select 1 from runs where id = ?", [run_id]).fetchone() is None:
+            raise StoreError(f"no run {run_id} in {self.connection.name}")
 
 
 def _finite(x: float | None) -> float | None:

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.store import Store, schema
 from autotune.store.origin import BUDGET_ZERO, WARM_START, fmt_origin, origin_of
+from autotune.store.warmstart import warm_start_sources
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.trials import TrialDriver
 from autotune.units import fmt_number, fmt_score
@@ -43,7 +44,7 @@ def test_a_warm_start_says_which_run_and_the_kept_one_is_stored_with_it(tmp_path
     with Store(path) as store:
         first = add_run(store, g, t, stored, score=900.0, job="earlier")
         earlier = store.run(first)
-        sources = store.warm_start_sources(g, t, space, unit="samples/s", machines=2)
+        sources = warm_start_sources(store, g, t, space, unit="samples/s", machines=2)
         assert sources == [(stored, {**origin_of(earlier, WARM_START), "distance": 0.0})]
         # a later run tries it first, measures it and keeps it
         rid = store.start_run(job="later", world=WORLD, backend="gloo", model_graph=g,

@@ -80,7 +80,7 @@ def test_migrates_a_v1_file_forward_keeping_its_rows(tmp_path):
         assert run["space_facts"] == {} and run["simulated"] is False
         assert [t["score"] for t in s.trials(7)] == [12.5]
         # graph sizes were backfilled from the stored JSON
-        row = s._read("select nodes, edges from graphs where fingerprint = ?", [fp])[0]
+        row = s.connection.read("select nodes, edges from graphs where fingerprint = ?", [fp])[0]
         assert (row["nodes"], row["edges"]) == (g.number_of_nodes(), g.number_of_edges())
         # the migrated file takes new runs
         rid = add_run(s, g, cluster(2), {"streams": 4}, 13.0)
@@ -193,8 +193,8 @@ def test_prune_deletes_old_runs_trials_and_orphan_graphs(tmp_path):
         assert s.prune("30d", dry_run=True) == 1 and len(s.runs()) == 2
         assert s.prune("30d") == 1
         assert [r["id"] for r in s.runs()] == [new]
-        assert s._read("select count(*) n from trials")[0]["n"] == 1
-        assert s._read("select count(*) n from graphs")[0]["n"] == 2  # the new run's two graphs
+        assert s.connection.read("select count(*) n from trials")[0]["n"] == 1
+        assert s.connection.read("select count(*) n from graphs")[0]["n"] == 2  # the new run's two graphs
         assert s.prune(timedelta(days=30)) == 0
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from autotune.tuning.space import SearchSpace
+from autotune.store.warmstart import warm_start_configs
 from autotune.store.fingerprint import MAX_NODES, fingerprint, layers_graph, model_graph
 from autotune.store.similarity import (Candidate, Matcher, Summary, assignment_bound, edit_distance,
                                        job_distance, lower_bound)
@@ -219,7 +220,7 @@ def test_warm_start_puts_the_stored_best_first(store):
             50.0, facts=facts)
     add_run(store, model(CNN), cluster(4), best, 20.0, facts=facts)
     add_run(store, model(CNN), cluster(4), {**best, "compression": "topk"}, 10.0, facts=facts)
-    warm = store.warm_start_configs(model(CNN), cluster(4), space, k=3, **ALIKE, **SLOW_OK)
+    warm = warm_start_configs(store, model(CNN), cluster(4), space, k=3, **ALIKE, **SLOW_OK)
     assert warm[0] == space.validate(best)
     # the near run's config is projected into the new space (streams clipped to 8,
     # 3 MiB chunk snapped to 4 MiB, the nearest in log scale); the lossy one is dropped: topk is not allowed here
@@ -228,14 +229,14 @@ def test_warm_start_puts_the_stored_best_first(store):
 
 
 def test_warm_start_from_an_empty_store_is_empty(store):
-    assert store.warm_start_configs(model(CNN), cluster(2), SearchSpace.build(), **ALIKE) == []
+    assert warm_start_configs(store, model(CNN), cluster(2), SearchSpace.build(), **ALIKE) == []
 
 
 def test_warm_start_deduplicates(store):
     space = SearchSpace.build(max_streams=4)
     for s in (5, 6, 4):  # all clip to streams=4 in this space
         add_run(store, model(CNN), cluster(2), {"streams": s}, float(s))
-    assert store.warm_start_configs(model(CNN), cluster(2), space, k=3, **ALIKE, **SLOW_OK) == [
+    assert warm_start_configs(store, model(CNN), cluster(2), space, k=3, **ALIKE, **SLOW_OK) == [
         space.validate({"streams": 4})]
 
 
@@ -259,7 +260,7 @@ def test_warm_start_only_from_alike_jobs(store):
     }
     distance = dict((r["id"], d) for r, d in store.nearest(model(CNN), cluster(2), k=10, **SLOW_OK))
     assert distance[alike] == 0 and distance[unlike["another model"]] > MAX_DISTANCE
-    warm = store.warm_start_configs(model(CNN), cluster(2), space, k=10, **ALIKE, **SLOW_OK)
+    warm = warm_start_configs(store, model(CNN), cluster(2), space, k=10, **ALIKE, **SLOW_OK)
     assert warm == [space.validate({"streams": 2})], (warm, unlike)
     # the same filters, one at a time, on nearest
     near = store.nearest(model(CNN), cluster(2), k=10, unit="it/s", **SLOW_OK)
