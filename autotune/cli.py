@@ -17,11 +17,11 @@ from autotune import __version__
 #: every subcommand as (module, name): the click command ``name`` is the module's
 #: attribute ``name`` (sorted by name)
 COMMANDS: tuple[tuple[str, str], ...] = (
-    ("autotune.store.command", "db"),
+    ("autotune.reports.db", "db"),
     ("autotune.emulate.command", "emulate"),
     ("autotune.launch", "launch"),
     ("autotune.probes.command", "probe"),
-    ("autotune.store.report", "report"),
+    ("autotune.reports.report", "report"),
     ("autotune.selftest.command", "selftest"),
     ("autotune.offline.command", "tune"),
 )

@@ -7,8 +7,9 @@ changed (only ``prune`` writes, after asking); a file or directory this user may
 write says so ("read-only"). Usage errors exit 2. A RUN argument is an id or ``latest``.
 
 Tables are for people (:mod:`autotune.units`: KiB/MiB, scores with their unit, only the
-parameters that matter; :mod:`autotune.store.tables`: fitted to the terminal); ``--json``
+parameters that matter; :mod:`autotune.reports.tables`: fitted to the terminal); ``--json``
 and CSV keep raw numbers (bytes in ``*_bytes``, seconds, scores beside a ``unit`` field).
+What this shares with ``autotune report`` is in :mod:`autotune.reports.common`.
 
 Heavy imports (sqlite-utils, networkx) happen inside the commands, so ``autotune``
 starts fast.
@@ -21,19 +22,17 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import click
 
 from autotune.outpath import OutFile
+from autotune.reports.common import (db_path_option, emit_json, guard, open_store, run_fields,
+                                     speedup_text, when)
+from autotune.reports.tables import Column, show
 from autotune.speedup import Speedup
-from autotune.store.origin import fmt_origin
-from autotune.store.tables import Column, show
-from autotune.units import (UNITS, fmt_config, fmt_efficiency, fmt_number, fmt_score,
-                            fmt_seconds, fmt_value, shown_params, unit_of)
-
-if TYPE_CHECKING:  # pragma: no cover
-    from autotune.store.db import Store
+from autotune.units import (UNITS, fmt_config, fmt_efficiency, fmt_number, fmt_seconds,
+                            fmt_value, shown_params, unit_of)
 
 FP_SHORT = 10
 
@@ -44,58 +43,14 @@ def db_options(fn: Callable | None = None, *,
     something else than replace a table (``@db_options(json_help=...)``)."""
     def add(fn: Callable) -> Callable:
         fn = click.option("--json", "as_json", is_flag=True, help=json_help)(fn)
-        fn = click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
-                          default=None,
-                          help="Database file [default: $AUTOTUNE_DB or ./autotune.db].")(fn)
-        return fn
+        return db_path_option(fn)
     return add(fn) if fn is not None else add
-
-
-def open_store(db_path: Path | None) -> "Store":
-    from autotune.store.db import Store, StoreError
-
-    try:
-        return Store(db_path, create=False)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def _guard(fn: Callable[[], Any]) -> Any:
-    from autotune.store.db import StoreError
-
-    try:
-        return fn()
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def _emit_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
-
-
-def _when(text: str | None) -> str:
-    return (text or "")[:16].replace("T", " ")
-
-
-def _speedup(run: dict, *, counts: bool = False) -> str:
-    """The run's kept-over-default speed-up (:meth:`autotune.speedup.Speedup.of_run`):
-    refused under 4 scored iterations on either side, or where the counts are unknown."""
-    return Speedup.of_run(run).shown(counts=counts, spread=counts)
 
 
 def _speedup_json(run: dict) -> dict[str, Any]:
     """``speedup_over_default`` as every ``--json`` gives it
     (:meth:`autotune.speedup.Speedup.as_json`)."""
     return {"speedup_over_default": Speedup.of_run(run).as_json()}
-
-
-def _iterations(run: dict, side: str) -> str:
-    """``" (12 iterations)"`` after a measured score; nothing for a simulated run (its
-    iterations are draws of the simulator, not measurements) or an unknown count."""
-    n = run.get(f"{side}_iterations")
-    if run.get("simulated") or n is None or run.get(f"{side}_score") is None:
-        return ""
-    return f" ({n} iterations)"
 
 
 def _world(run: dict) -> str:
@@ -147,10 +102,10 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: Path | No
       autotune db runs --status abandoned --json
     """
     with open_store(db_path) as store:
-        rows = _guard(lambda: store.runs(status=status, job=job, limit=limit))
-        counts = _guard(store.trial_counts)
+        rows = guard(lambda: store.runs(status=status, job=job, limit=limit))
+        counts = guard(store.trial_counts)
     if as_json:
-        _emit_json([{**r, "trials": counts.get(r["id"], 0), **_speedup_json(r)} for r in rows])
+        emit_json([{**r, "trials": counts.get(r["id"], 0), **_speedup_json(r)} for r in rows])
         return
     cols = [Column("id", "num"), Column("created", "word", 4), Column("job"),
             Column("status", "word", 2), Column("world", "text", 5), Column("backend", "text", 6),
@@ -158,36 +113,11 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: Path | No
             Column("kept", "num"), Column("±", "num", 4), Column("default", "num", 3),
             Column("unit"), Column("speed-up", "num")]
     show(f"runs in {store.path}", cols,
-         ([r["id"], _when(r["created"]), r["job"], r["status"], _world(r), r["backend"],
+         ([r["id"], when(r["created"]), r["job"], r["status"], _world(r), r["backend"],
            r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT], counts.get(r["id"], 0),
            fmt_number(r["best_score"]), fmt_number(r.get("best_spread")),
-           fmt_number(r["default_score"]), unit_of(r.get("unit")), _speedup(r)] for r in rows))
-
-
-def _run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
-    """``autotune db show``'s fields of a run (the HTML report's too): the kept figure,
-    where the kept configuration came from when it came from the store, the default's,
-    the speed-up, what ran."""
-    unit = unit_of(run.get("unit"))
-    fields: list[tuple[str, Any]] = [
-        ("id", run["id"]), ("job", run["job"]), ("status", run["status"]),
-        ("created", run.get("created")), ("finished", run.get("finished")),
-        ("unit", unit),
-        ("kept", fmt_score(run.get("best_score"), unit, run.get("best_spread"))
-         + _iterations(run, "best")),
-        ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))
-         + _iterations(run, "default")),
-        ("speed-up", _speedup(run, counts=True)), ("trials", n_trials),
-        ("world", " ".join(f"{k}={v}" for k, v in (run.get("world") or {}).items())),
-        ("backend", run.get("backend")), ("simulated", "yes" if run.get("simulated") else "no"),
-        ("model", run.get("model_fp")), ("topology", run.get("topology_fp")),
-        ("space facts", " ".join(f"{k}={json.dumps(v)}" for k, v in
-                                 (run.get("space_facts") or {}).items())),
-        ("versions", f"autotune {run.get('autotune_version')}, torch {run.get('torch_version')}"),
-    ]
-    if run.get("kept_from"):  # the kept configuration came from an earlier run
-        fields.insert(7, ("kept from", fmt_origin(run["kept_from"])))
-    return fields
+           fmt_number(r["default_score"]), unit_of(r.get("unit")), speedup_text(r)]
+          for r in rows))
 
 
 @db.command("show")
@@ -202,12 +132,12 @@ def show_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
       autotune db show 12 --json
     """
     with open_store(db_path) as store:
-        run = _guard(lambda: store.run(run_id))
-        n = _guard(store.trial_counts).get(run["id"], 0)
+        run = guard(lambda: store.run(run_id))
+        n = guard(store.trial_counts).get(run["id"], 0)
     if as_json:
-        _emit_json({**run, "trials": n, **_speedup_json(run)})
+        emit_json({**run, "trials": n, **_speedup_json(run)})
         return
-    show(f"run {run['id']}", [Column("field"), Column("value", "fold")], _run_fields(run, n))
+    show(f"run {run['id']}", [Column("field"), Column("value", "fold")], run_fields(run, n))
     if run.get("best_config"):
         show("kept configuration (the parameters that matter)",
              [Column("parameter"), Column("value", "fold")],
@@ -226,11 +156,11 @@ def trials_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
       autotune db trials 12 --json
     """
     with open_store(db_path) as store:
-        run = _guard(lambda: store.run(run_id))
-        trials = _guard(lambda: store.trials(run["id"]))
+        run = guard(lambda: store.run(run_id))
+        trials = guard(lambda: store.trials(run["id"]))
     unit = unit_of(run.get("unit"))
     if as_json:
-        _emit_json([{**t, "unit": run.get("unit")} for t in trials])
+        emit_json([{**t, "unit": run.get("unit")} for t in trials])
         return
     show(f"trials of run {run['id']} (score in {unit})",
          [Column("#", "num"), Column("technique"), Column("iters", "num", 2),
@@ -267,10 +197,10 @@ def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, un
     if like is not None and (model_fp or topology_fp):
         raise click.UsageError("--like cannot be combined with --model/--topology")
     with open_store(db_path) as store:
-        rows = _guard(lambda: store.best(model=model_fp, topology=topology_fp, like=like,
-                                         limit=limit, unit=unit))
+        rows = guard(lambda: store.best(model=model_fp, topology=topology_fp, like=like,
+                                        limit=limit, unit=unit))
     if as_json:
-        _emit_json([{**r, **_speedup_json(r)} for r in rows])
+        emit_json([{**r, **_speedup_json(r)} for r in rows])
         return
     groups: dict[str | None, list[dict]] = {}
     for r in rows:
@@ -284,7 +214,7 @@ def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, un
               Column("topology", "text", 3), Column("kept", "num"), Column("±", "num", 2),
               Column("speed-up", "num", 1), Column("config", "fold")],
              ([r["id"], r["job"], r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT],
-               fmt_number(r["best_score"]), fmt_number(r.get("best_spread")), _speedup(r),
+               fmt_number(r["best_score"]), fmt_number(r.get("best_spread")), speedup_text(r),
                fmt_config(r["best_config"])] for r in group))
 
 
@@ -304,10 +234,10 @@ def calibrations_cmd(db_path: Path | None, as_json: bool) -> None:
     from autotune.sim.calibration import Calibration
 
     with open_store(db_path) as store:
-        rows = _guard(store.calibrations.all)
+        rows = guard(store.calibrations.all)
     if as_json:
-        _emit_json([{**r, "world": json.loads(r["world"]),
-                     "calibration": json.loads(r["calibration"])} for r in rows])
+        emit_json([{**r, "world": json.loads(r["world"]),
+                    "calibration": json.loads(r["calibration"])} for r in rows])
         return
     if not rows:
         click.echo(f"no calibration in {store.path} yet: a tuning session with several "
@@ -318,7 +248,7 @@ def calibrations_cmd(db_path: Path | None, as_json: bool) -> None:
         title = (f"cluster {r['key']}: {world.get('machines')} machine(s) x "
                  f"{world.get('workers_per_machine')} worker(s), {world.get('servers')} "
                  f"server(s), {r['device']}, {r['backend']}; run {r['run']}, "
-                 f"{_when(r['updated'])}, {r['runs']} run(s)"
+                 f"{when(r['updated'])}, {r['runs']} run(s)"
                  + (f", fit error {r['fit_error']:.1%}" if r["fit_error"] is not None else ""))
         show(title, [Column("constant", "word"), Column("value", "text"), Column("source", "word")],
              Calibration.from_json(r["calibration"]).describe())
@@ -340,9 +270,9 @@ def similar_cmd(run_id: str, k: int, all_runs: bool, db_path: Path | None, as_js
       autotune db similar 12 -k 3 --all
     """
     with open_store(db_path) as store:
-        near = _guard(lambda: store.similar(run_id, k, finished_only=not all_runs))
+        near = guard(lambda: store.similar(run_id, k, finished_only=not all_runs))
     if as_json:
-        _emit_json([{**r, "distance": d} for r, d in near])
+        emit_json([{**r, "distance": d} for r, d in near])
         return
     show(f"runs like run {run_id}",
          [Column("id", "num"), Column("distance", "num"), Column("job"), Column("status", "text", 2),
@@ -409,8 +339,8 @@ def export_cmd(run_id: str, fmt: str | None, out: Path | None, optuna_url: str |
         raise click.UsageError("--study-name goes with --optuna")
     fmt = fmt or "json"
     with open_store(db_path) as store:
-        run = _guard(lambda: store.run(run_id))
-        trials = _guard(lambda: store.trials(run["id"]))
+        run = guard(lambda: store.run(run_id))
+        trials = guard(lambda: store.trials(run["id"]))
     if optuna_url is not None:
         from autotune.store.optuna_export import ExportError, export_study
 
@@ -477,7 +407,7 @@ def prune_cmd(older_than: str | None, status: str | None, dry_run: bool, yes: bo
     what = " and ".join(([f"older than {older_than}"] if older_than else [])
                         + ([f"{status}"] if status else []))
     with open_store(db_path) as store:
-        n = _guard(lambda: store.prune(older_than, status=status, dry_run=True))
+        n = guard(lambda: store.prune(older_than, status=status, dry_run=True))
         if not dry_run and n and not yes:
             if not _interactive():
                 raise click.ClickException(
@@ -488,9 +418,9 @@ def prune_cmd(older_than: str | None, status: str | None, dry_run: bool, yes: bo
                 click.echo("nothing deleted")
                 return
         if not dry_run and n:
-            n = _guard(lambda: store.prune(older_than, status=status))
+            n = guard(lambda: store.prune(older_than, status=status))
     if as_json:
-        _emit_json({"runs": n, "dry_run": dry_run})
+        emit_json({"runs": n, "dry_run": dry_run})
     else:
         click.echo(f"{'would delete' if dry_run else 'deleted'} {plural(n)} {what}")
 
@@ -517,16 +447,16 @@ def close_cmd(run_ids: tuple[str, ...], abandoned: bool, status: str, db_path: P
         raise click.UsageError("give RUN ids, or --abandoned")
     out = []
     with open_store(db_path) as store:
-        ids = [_guard(lambda r=r: store.run(r))["id"] for r in run_ids]
+        ids = [guard(lambda r=r: store.run(r))["id"] for r in run_ids]
         if abandoned:
-            ids += [r["id"] for r in _guard(lambda: store.runs(status="abandoned"))]
+            ids += [r["id"] for r in guard(lambda: store.runs(status="abandoned"))]
         for rid in dict.fromkeys(ids):
-            was = _guard(lambda: store.run(rid))["status"]
-            now_status = _guard(lambda: store.close_run(rid, status))
+            was = guard(lambda: store.run(rid))["status"]
+            now_status = guard(lambda: store.close_run(rid, status))
             out.append({"run": rid, "was": was, "status": now_status,
                         "closed": was in ("running", "abandoned")})
     if as_json:
-        _emit_json(out)
+        emit_json(out)
         return
     for o in out:
         click.echo(f"run {o['run']}: {o['was']} -> {o['status']}" if o["closed"]

@@ -20,7 +20,9 @@ technique, and the best so far) and the credit per technique.
 
 Technique colours are fixed (:data:`TECHNIQUE_COLOURS`), so they are the same in every
 report. ``--json`` prints the same facts as numbers. matplotlib comes from the ``plot``
-extra and is imported only here, inside the functions.
+extra and is imported only here, inside the functions. The numbers come from
+:func:`autotune.store.summary.summarize`; what this shares with ``autotune db`` is in
+:mod:`autotune.reports.common`.
 """
 
 from __future__ import annotations
@@ -29,15 +31,18 @@ import base64
 import html
 import io
 import zlib
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import click
 
 from autotune.outpath import OutFile
+from autotune.reports.common import (db_path_option, emit_json, guard, iterations, open_store,
+                                     run_fields, when)
+from autotune.reports.tables import Column, console, show
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin
+from autotune.store.summary import summarize
 from autotune.units import (BYTE_PARAMS, fmt_config, fmt_efficiency, fmt_number, fmt_score,
                             fmt_seconds, fmt_value, ordered, shown_params, unit_of)
 
@@ -57,48 +62,6 @@ def technique_colour(name: str) -> str:
     """The technique's fixed colour; an unknown name gets a spare one chosen by a hash of
     the name (so it too is the same in every report)."""
     return TECHNIQUE_COLOURS.get(name) or _SPARE[zlib.crc32(name.encode()) % len(_SPARE)]
-
-
-def _same(a: dict | None, b: dict | None) -> bool:
-    return a is not None and b is not None and shown_params(a) == shown_params(b)
-
-
-def summarize(trials: list[dict], run: dict | None = None) -> dict[str, Any]:
-    """Per-technique counts of trials, of new bests and their gains; the best-so-far
-    curve (``None`` until the first successful trial); the cumulative gain credited to
-    each technique after every trial; the trials that measured the kept configuration."""
-    best: float | None = None
-    curve: list[float | None] = []
-    new_best_at: list[int] = []
-    per_trials: Counter[str] = Counter()
-    per_bests: Counter[str] = Counter()
-    gain: Counter[str] = Counter()
-    credit: list[dict[str, float]] = []
-    for i, t in enumerate(trials):
-        per_trials[t["technique"]] += 1
-        s = t.get("score")
-        if s is not None and (best is None or s > best):
-            if best is not None:
-                gain[t["technique"]] += s - best
-            best = s
-            new_best_at.append(i)
-            per_bests[t["technique"]] += 1
-        curve.append(best)
-        credit.append(dict(gain))
-    techniques = sorted(per_trials, key=lambda k: (-per_trials[k], k))
-    kept = (run or {}).get("best_config")
-    return {
-        "techniques": techniques,
-        "trials": dict(per_trials),
-        "new_bests": {k: per_bests.get(k, 0) for k in techniques},
-        "gain": {k: gain.get(k, 0.0) for k in techniques},
-        "credit": [{k: c.get(k, 0.0) for k in techniques} for c in credit],
-        "best_so_far": curve,
-        "new_best_at": new_best_at,
-        "failed": sum(1 for t in trials if t.get("score") is None),
-        "best": best,
-        "kept_at": [i for i, t in enumerate(trials) if _same(t.get("config"), kept)],
-    }
 
 
 def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
@@ -156,43 +119,32 @@ def _buckets(n: int, width: int) -> list[range]:
     return [range(i, min(i + per, n)) for i in range(0, n, per)]
 
 
-def _count(run: dict, side: str) -> str:
-    """``" (12 iterations)"`` after a measured figure (``autotune db show``'s form;
-    nothing for a simulated run, an unknown count or no figure)."""
-    from autotune.store.command import _iterations
-
-    return _iterations(run, side)
-
-
 def show_summary(run: dict, trials: list[dict], out: Any = None) -> None:
     """``autotune report RUN`` without ``--out``: the run, its kept configuration and
     speed-up, the tuning curve as sparklines, the credit per technique, fitted to the
-    console's width (``out``: a rich Console, default :func:`tables.console`)."""
+    console's width (``out``: a rich Console, default :func:`autotune.reports.tables.console`)."""
     from rich.table import Table
     from rich.text import Text
-
-    from autotune.store.command import _when
-    from autotune.store.tables import Column, console, show
 
     out = out or console()
     unit = unit_of(run.get("unit"))
     s = summarize(trials, run)
-    when = _when(run.get("created"))
+    span = when(run.get("created"))
     if run.get("finished"):
-        end = _when(run["finished"])
-        when += f" to {end[11:] if end[:10] == when[:10] else end}"
+        end = when(run["finished"])
+        span += f" to {end[11:] if end[:10] == span[:10] else end}"
     n = f"{len(trials)} trial{'s' if len(trials) != 1 else ''}"
     out.print(Text(f"run {run['id']}: {run.get('job', '')}", style="bold"), overflow="fold")
     facts = Table.grid(padding=(0, 2))
     facts.add_column(no_wrap=True)
     facts.add_column(overflow="fold")
     for label, value in [
-        ("status", f"{run.get('status')}, {when}"),
+        ("status", f"{run.get('status')}, {span}"),
         ("trials", f"{n}, {s['failed']} failed"),
         ("kept", (fmt_score(run.get("best_score"), unit, run.get("best_spread"))
-                  + _count(run, "best")) or "none"),
+                  + iterations(run, "best")) or "none"),
         ("default", (fmt_score(run.get("default_score"), unit, run.get("default_spread"))
-                     + _count(run, "default")) or "not measured"),
+                     + iterations(run, "default")) or "not measured"),
         ("speed-up", Speedup.of_run(run).shown() or "unknown"),
         ("kept configuration", fmt_config(run.get("best_config")) or "none"),
     ] + ([("kept from", fmt_origin(run["kept_from"]))] if run.get("kept_from") else []):
@@ -467,8 +419,6 @@ def _html_table(headers: list[str], rows: list[list[Any]], raw: int | None = Non
 
 def page_html(run: dict, trials: list[dict]) -> str:
     """A self-contained HTML report: summary, figure with how to read it, tables."""
-    from autotune.store.command import _run_fields
-
     png = base64.b64encode(figure_png(run, trials)).decode()
     s = summarize(trials, run)
     unit = unit_of(run.get("unit"))
@@ -515,7 +465,7 @@ high is a good one; a wide spread means the other parameters matter more.</li>
 <h2>Techniques</h2>
 {_html_table(["technique", "trials", "new bests", "gain credited"], techs, raw=0)}
 <h2>Run</h2>
-{_html_table(["field", "value"], [list(f) for f in _run_fields(run, len(trials))])}
+{_html_table(["field", "value"], [list(f) for f in run_fields(run, len(trials))])}
 <h2>Trials (score in {html.escape(unit)})</h2>
 {_html_table(["#", "technique", "iterations", "score", "efficiency", "wall", "error",
               "config"], rows)}
@@ -540,8 +490,7 @@ def write_report(run: dict, trials: list[dict], out: Path) -> None:
                    "[default: a summary in the terminal].")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report's numbers as JSON (raw: scores in the run's unit).")
-@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Database file [default: $AUTOTUNE_DB or ./autotune.db].")
+@db_path_option
 def report(run_id: str, out: Path | None, as_json: bool, db_path: Path | None) -> None:
     """Show how a run went: the tuning curve with the kept configuration, which
     technique found the improvements, and the score per parameter value.
@@ -556,21 +505,19 @@ def report(run_id: str, out: Path | None, as_json: bool, db_path: Path | None) -
       autotune report 12 --out run.html
       autotune report latest --json
     """
-    from autotune.store.command import _guard, _emit_json, open_store
-
     if out is not None:
         if out.suffix.lower() not in (".png", ".html", ".htm"):
             raise click.BadParameter(f"{out}: the report is a .png or an .html file",
                                      param_hint="--out")
         _pyplot()  # fail early, before reading anything, if matplotlib is missing
     with open_store(db_path) as store:
-        run = _guard(lambda: store.run(run_id))
-        trials = _guard(lambda: store.trials(run["id"]))
+        run = guard(lambda: store.run(run_id))
+        trials = guard(lambda: store.trials(run["id"]))
     if out is not None:
         write_report(run, trials, out)
         n = f"{len(trials)} trial{'s' if len(trials) != 1 else ''}"
         click.echo(f"wrote {out} ({n} of run {run['id']})", err=as_json)
     if as_json:
-        _emit_json(report_json(run, trials))
+        emit_json(report_json(run, trials))
     elif out is None:
         show_summary(run, trials)

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 
 from autotune.errors import AutotuneError
 from autotune.speedup import Speedup
+from autotune.store.summary import summarize
 from autotune.units import shown_params, unit_of
 
 
@@ -141,8 +142,6 @@ def export_study(run: Mapping[str, Any], trials: list[Mapping[str, Any]], storag
     except ImportError:  # pragma: no cover - optuna is a dependency
         raise ExportError("exporting to Optuna needs optuna: pip install optuna") from None
     from optuna.trial import FrozenTrial, TrialState
-
-    from autotune.store.report import summarize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     name = study_name or f"autotune-run-{run['id']}"

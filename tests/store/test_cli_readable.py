@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
+from autotune.reports import db as db_command
+from autotune.reports.report import TECHNIQUE_COLOURS, figure_png, report_json, technique_colour
+from autotune.reports.tables import Column, build
 from autotune.store import Store
-from autotune.store import command as db_command
-from autotune.store.report import (TECHNIQUE_COLOURS, figure_png, report_json, summarize,
-                                   technique_colour)
-from autotune.store.tables import Column, build
+from autotune.store.summary import summarize
 from store_helpers import CNN, TRANSFORMER, WORLD, cluster, model
 
 KEPT = {"streams": 4, "chunk_bytes": 64 << 20, "transport": "pushpull", "servers": 2,
@@ -251,7 +251,7 @@ def test_a_failed_one_trial_run_says_no_successful_trial(db):
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from autotune.store import report as rep
+    from autotune.reports import report as rep
 
     with Store(db, create=False) as s:
         run_row, trials = s.run(4), s.trials(4)
@@ -278,7 +278,7 @@ def test_the_curve_marks_the_kept_configuration_and_colours_are_stable(db):
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from autotune.store import report as rep
+    from autotune.reports import report as rep
 
     with Store(db, create=False) as s:
         run_row, trials = s.run(1), s.trials(1)

@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.store import Store
-from autotune.store.report import NO_SCORE, SPARKS, sparkline
+from autotune.reports.report import NO_SCORE, SPARKS, sparkline
 from autotune.speedup import Speedup
+from autotune.store import Store
+from autotune.store.summary import summarize
 from autotune.units import fmt_config, fmt_score, unit_of
 from store_helpers import CNN, WORLD, cluster, model, tune_simulated
 
@@ -152,11 +153,11 @@ def test_the_figure_numbers_trials_with_whole_numbers(tuned):
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from autotune.store import report as rep
+    from autotune.reports import report as rep
 
     _, run, trials = tuned
     assert len(trials) > 12  # past the explicit ticks, the locator chooses them
-    s = rep.summarize(trials, run)
+    s = summarize(trials, run)
     fig, (a, b) = plt.subplots(2)
     rep._curve(a, plt, run, trials, s, "it/s")
     rep._credit(b, plt, trials, s, "it/s")

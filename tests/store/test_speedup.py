@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
+from autotune.reports.report import report_json
 from autotune.speedup import MIN_ITERATIONS, Speedup, measure, measure_times
 from autotune.store import Store, StoreError, schema
-from autotune.store.report import report_json
 from store_helpers import CNN, OLD_FINISHED_RUN, WORLD, cluster, model, old_store
 
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.store import Store
-from autotune.store.report import summarize
+from autotune.store.summary import summarize
 from store_helpers import CNN, TRANSFORMER, WORLD, cluster, model
 
 TECHNIQUES = ["grid", "bayes", "pbt", "hyperband"]

@@ -1,0 +1,104 @@
+"""What ``autotune db ...`` and ``autotune report`` share: the ``--db`` option, opening
+the store for a command (:func:`open_store`), the store's errors as click's
+(:func:`guard`), JSON output (:func:`emit_json`), and how a run reads to a person
+(:func:`when`, :func:`iterations`, :func:`speedup_text`, :func:`run_fields`: ``autotune db
+show``'s fields, which the HTML report shows too).
+
+The store itself is imported inside the functions, so ``autotune --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import click
+
+from autotune.speedup import Speedup
+from autotune.store.origin import fmt_origin, when
+from autotune.units import fmt_score, unit_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from autotune.store.db import Store
+
+__all__ = ["db_path_option", "emit_json", "guard", "iterations", "open_store", "run_fields",
+           "speedup_text", "when"]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+DB_HELP = "Database file [default: $AUTOTUNE_DB or ./autotune.db]."
+
+
+def db_path_option(fn: F) -> F:
+    """Add the ``--db PATH`` option (the ``db_path`` argument) to a command."""
+    return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
+                        default=None, help=DB_HELP)(fn)
+
+
+def open_store(db_path: Path | None) -> Store:
+    """The existing store at ``db_path`` (never created); a clear error if it cannot be."""
+    from autotune.store.db import Store, StoreError
+
+    try:
+        return Store(db_path, create=False)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def guard(fn: Callable[[], T]) -> T:
+    """``fn()``, with a :class:`~autotune.store.db.StoreError` turned into a click error."""
+    from autotune.store.db import StoreError
+
+    try:
+        return fn()
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as indented JSON with sorted keys (anything else as its ``str``)."""
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def iterations(run: dict, side: str) -> str:
+    """``" (12 iterations)"`` after a measured score of ``side`` (``best``/``default``);
+    nothing for a simulated run (its iterations are draws of the simulator, not
+    measurements), an unknown count or no score."""
+    n = run.get(f"{side}_iterations")
+    if run.get("simulated") or n is None or run.get(f"{side}_score") is None:
+        return ""
+    return f" ({n} iterations)"
+
+
+def speedup_text(run: dict, *, counts: bool = False) -> str:
+    """The run's kept-over-default speed-up as shown (:meth:`autotune.speedup.Speedup.of_run`):
+    refused under 4 scored iterations on either side, or where the counts are unknown."""
+    return Speedup.of_run(run).shown(counts=counts, spread=counts)
+
+
+def run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
+    """``autotune db show``'s fields of a run (the HTML report's too): the kept figure,
+    where the kept configuration came from when it came from the store, the default's,
+    the speed-up, what ran."""
+    unit = unit_of(run.get("unit"))
+    fields: list[tuple[str, Any]] = [
+        ("id", run["id"]), ("job", run["job"]), ("status", run["status"]),
+        ("created", run.get("created")), ("finished", run.get("finished")),
+        ("unit", unit),
+        ("kept", fmt_score(run.get("best_score"), unit, run.get("best_spread"))
+         + iterations(run, "best")),
+        ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))
+         + iterations(run, "default")),
+        ("speed-up", speedup_text(run, counts=True)), ("trials", n_trials),
+        ("world", " ".join(f"{k}={v}" for k, v in (run.get("world") or {}).items())),
+        ("backend", run.get("backend")), ("simulated", "yes" if run.get("simulated") else "no"),
+        ("model", run.get("model_fp")), ("topology", run.get("topology_fp")),
+        ("space facts", " ".join(f"{k}={json.dumps(v)}" for k, v in
+                                 (run.get("space_facts") or {}).items())),
+        ("versions", f"autotune {run.get('autotune_version')}, torch {run.get('torch_version')}"),
+    ]
+    if run.get("kept_from"):  # the kept configuration came from an earlier run
+        fields.insert(7, ("kept from", fmt_origin(run["kept_from"])))
+    return fields
