@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-__all__ = ["OutFile", "OutPathError", "check_parent"]
+__all__ = ["OutFile", "OutPathError", "StoreTarget", "check_parent"]
 
 USAGE_EXIT = 2
 
@@ -60,3 +60,21 @@ class OutFile(click.Path):
             opt = max(param.opts, key=len)
         check_parent(out, opt)
         return out
+
+
+class StoreTarget(OutFile):
+    """``--db``: a results store's file (its directory must exist, as :class:`OutFile`)
+    or a database server's URL (``postgresql://...``), kept as the text given. The
+    value is a ``str``."""
+
+    name = "path or URL"
+
+    def __init__(self) -> None:
+        super().__init__(path_type=str)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from autotune.store.location import is_url
+
+        if isinstance(value, str) and is_url(value):
+            return value
+        return super().convert(value, param, ctx)

@@ -75,10 +75,16 @@ def add_run(store: Any, model_graph: nx.Graph, topology: nx.Graph, best: dict | 
     return rid
 
 
+def closing_status(worker: int, run: int) -> str:
+    """How a concurrent writer closes its run ``run``: finished, failed or aborted."""
+    return ("finished", "failed", "aborted")[(worker + run) % 3]
+
+
 def write_worker(path: str, worker: int, runs: int, trials: int, barrier: Any, errors: Any) -> None:
     """One of the concurrent writers: open the (maybe not yet existing) store at the same
     moment as the others, then write runs and trials one short transaction at a time,
-    reading in between."""
+    reading in between (the latest runs, the nearest runs as a warm start does), and close
+    each run as :func:`closing_status` says."""
     try:
         from autotune.store import Store
 
@@ -90,12 +96,17 @@ def write_worker(path: str, worker: int, runs: int, trials: int, barrier: Any, e
             rid = store.start_run(job=f"w{worker}", world=WORLD, backend="gloo", model_graph=g,
                                   topology_graph=t, space_facts={"worker": worker})
             for i in range(trials):
-                store.add_trial(rid, index=i, technique="grid", config={"streams": 1 + i % 16},
+                store.add_trial(rid, number=i, technique="grid", config={"streams": 1 + i % 16},
                                 iterations=3, score=float(worker * 1000 + r * 100 + i),
                                 wall_time=0.01)
             store.runs(limit=3)
-            store.finish_run(rid, status="finished", best_config={"streams": worker + 1},
-                             best_score=float(worker), default_score=0.0)
+            store.nearest(g, t, 2)
+            status = closing_status(worker, r)
+            if status == "aborted":
+                store.close_run(rid, "aborted")
+            else:
+                store.finish_run(rid, status=status, best_config={"streams": worker + 1},
+                                 best_score=float(worker), default_score=0.0)
         store.close()
     except BaseException:  # noqa: BLE001 - reported to the parent
         errors.put(f"worker {worker}: {traceback.format_exc()}")

@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 
-from autotune.outpath import OutFile
+from autotune.outpath import StoreTarget
 from autotune.speedup import Speedup, measure_times
 from autotune.tuning.search import TECHNIQUES
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, PRIOR
@@ -137,8 +137,8 @@ def _stored_sides(run: dict) -> dict[str, Any]:
 @click.option("--machines", "-m", type=_Machines(), default=None,
               help="Split the workers into this many (emulated) machines; must divide --workers.")
 @click.option("--budget", type=int, default=100, show_default=True, help="Tuning iterations.")
-@click.option("--db", type=OutFile(path_type=None), default=None,
-              help="Results store (default: $AUTOTUNE_DB or ./autotune.db).")
+@click.option("--db", type=StoreTarget(), metavar="PATH|URL", default=None,
+              help="Results store: an SQLite file or a postgresql:// URL (default: $AUTOTUNE_DB or ./autotune.db).")
 @click.option("--compute-ms", "compute_ms", default="0", show_default=True, metavar="MS|measure",
               help="Forward+backward time per iteration to emulate, or 'measure' (zoo models: "
                    "a few real steps on this CPU).")

@@ -10,11 +10,11 @@ The store itself is imported inside the functions, so ``autotune --help`` starts
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
+from autotune.outpath import StoreTarget
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin, when
 from autotune.units import fmt_score, unit_of
@@ -28,16 +28,17 @@ __all__ = ["db_path_option", "emit_json", "guard", "iterations", "open_store", "
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
-DB_HELP = "Database file [default: $AUTOTUNE_DB or ./autotune.db]."
+DB_HELP = ("The results store: an SQLite file or a postgresql:// URL "
+           "[default: $AUTOTUNE_DB or ./autotune.db].")
 
 
 def db_path_option(fn: F) -> F:
-    """Add the ``--db PATH`` option (the ``db_path`` argument) to a command."""
-    return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
+    """Add the ``--db PATH|URL`` option (the ``db_path`` argument) to a command."""
+    return click.option("--db", "db_path", type=StoreTarget(), metavar="PATH|URL",
                         default=None, help=DB_HELP)(fn)
 
 
-def open_store(db_path: Path | None) -> Store:
+def open_store(db_path: str | None) -> Store:
     """The existing store at ``db_path`` (never created); a clear error if it cannot be."""
     from autotune.store.db import Store, StoreError
 

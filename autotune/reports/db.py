@@ -85,7 +85,7 @@ RUN_HELP = "RUN is a run id, or 'latest' for the newest run."
 @click.option("--job", default=None, help="Only runs of this job name.")
 @click.option("--limit", type=int, default=50, show_default=True)
 @db_options
-def runs_cmd(status: str | None, job: str | None, limit: int, db_path: Path | None, as_json: bool) -> None:
+def runs_cmd(status: str | None, job: str | None, limit: int, db_path: str | None, as_json: bool) -> None:
     """List runs, newest first.
 
     Scores are throughput (higher is better) in the run's unit: samples/s, it/s, or
@@ -123,7 +123,7 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: Path | No
 @db.command("show")
 @click.argument("run_id", metavar="RUN")
 @db_options
-def show_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
+def show_cmd(run_id: str, db_path: str | None, as_json: bool) -> None:
     """Everything about one run. RUN is a run id, or 'latest'.
 
     \b
@@ -147,7 +147,7 @@ def show_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
 @db.command("trials")
 @click.argument("run_id", metavar="RUN")
 @db_options
-def trials_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
+def trials_cmd(run_id: str, db_path: str | None, as_json: bool) -> None:
     """The trials of one run, in order. RUN is a run id, or 'latest'.
 
     \b
@@ -181,7 +181,7 @@ def trials_cmd(run_id: str, db_path: Path | None, as_json: bool) -> None:
 @click.option("--limit", type=int, default=10, show_default=True, help="Runs per unit.")
 @db_options
 def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, unit: str | None,
-             limit: int, db_path: Path | None, as_json: bool) -> None:
+             limit: int, db_path: str | None, as_json: bool) -> None:
     """Best configurations found, best score first.
 
     Runs scored in different units (samples/s, it/s, simulated ones) are never ranked
@@ -220,7 +220,7 @@ def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, un
 
 @db.command("calibrations")
 @db_options
-def calibrations_cmd(db_path: Path | None, as_json: bool) -> None:
+def calibrations_cmd(db_path: str | None, as_json: bool) -> None:
     """The tuner's model of each cluster: the simulator's constants as measured at a
     job's start and fitted to its trials, stored under the cluster's key (worker machines,
     workers per machine, servers, device, backend). The next job on alike machines starts
@@ -259,7 +259,7 @@ def calibrations_cmd(db_path: Path | None, as_json: bool) -> None:
 @click.option("-k", "k", type=int, default=5, show_default=True, help="How many runs.")
 @click.option("--all", "all_runs", is_flag=True, help="Include unfinished runs.")
 @db_options
-def similar_cmd(run_id: str, k: int, all_runs: bool, db_path: Path | None, as_json: bool) -> None:
+def similar_cmd(run_id: str, k: int, all_runs: bool, db_path: str | None, as_json: bool) -> None:
     """Stored runs nearest to a run (graph edit distance of model and cluster).
 
     RUN is a run id, or 'latest'.
@@ -319,7 +319,7 @@ def trials_csv(trials: list[dict], unit: str | None = None) -> str:
 @db_options(json_help="The same as --format json (the default): the run and its trials "
                       "as JSON, printed on standard output (or written to --out).")
 def export_cmd(run_id: str, fmt: str | None, out: Path | None, optuna_url: str | None,
-               study_name: str | None, db_path: Path | None, as_json: bool) -> None:
+               study_name: str | None, db_path: str | None, as_json: bool) -> None:
     """Export a run: JSON (the run and its trials), CSV (its trials), or an Optuna study.
 
     RUN is a run id, or 'latest'. --json is the same as --format json. Numbers are raw:
@@ -387,7 +387,7 @@ def _age_or_none(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 @db_options(json_help="Print the count as JSON instead of a sentence.")
 def prune_cmd(older_than: str | None, status: str | None, dry_run: bool, yes: bool,
-              db_path: Path | None, as_json: bool) -> None:
+              db_path: str | None, as_json: bool) -> None:
     """Delete runs (and their trials) older than an age and/or of a status.
 
     Give --older-than, --status, or both. Asks before deleting (--yes does not);
@@ -431,7 +431,7 @@ def prune_cmd(older_than: str | None, status: str | None, dry_run: bool, yes: bo
 @click.option("--as", "status", type=click.Choice(["aborted", "failed", "finished"]),
               default="aborted", show_default=True, help="The status to close them with.")
 @db_options
-def close_cmd(run_ids: tuple[str, ...], abandoned: bool, status: str, db_path: Path | None,
+def close_cmd(run_ids: tuple[str, ...], abandoned: bool, status: str, db_path: str | None,
               as_json: bool) -> None:
     """Close runs left running (e.g. abandoned: their process is gone) with a finish
     time; their trials are kept. A run already closed is left as it is.

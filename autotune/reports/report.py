@@ -491,7 +491,7 @@ def write_report(run: dict, trials: list[dict], out: Path) -> None:
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report's numbers as JSON (raw: scores in the run's unit).")
 @db_path_option
-def report(run_id: str, out: Path | None, as_json: bool, db_path: Path | None) -> None:
+def report(run_id: str, out: Path | None, as_json: bool, db_path: str | None) -> None:
     """Show how a run went: the tuning curve with the kept configuration, which
     technique found the improvements, and the score per parameter value.
 

@@ -6,7 +6,10 @@ graph edit distance) and, after a ``torchrun --max-restarts`` restart, the store
 the same job. Every configuration taken from the store keeps its origin (which run, its
 job, when, how: :mod:`autotune.store.origin`), said when the session starts
 (:meth:`SessionRun.provenance`) and stored with the run when it is the one kept. A store
-that cannot be read or written warns; it never stops training.
+that cannot be read or written warns; it never stops training. A database server that
+cannot be reached when the job starts (:class:`autotune.store.StoreUnreachable`) warns
+once: the job does not tune from the store (no warm start, no stored model or best) and
+records its run in ``./autotune.db`` instead, to copy over later.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ def job_name(job: str | None) -> str:
 
 
 class SessionRun:
-    """The leader's run in the store at ``db`` (``None``: ``./autotune.db``)."""
+    """The leader's run in the store at ``db`` (``None``: ``$AUTOTUNE_DB``, else
+    ``./autotune.db``)."""
 
     def __init__(self, db: str | os.PathLike | None, job: str | None):
         self.db = db
         self.job = job_name(job)
         self.store: Any = None
+        self.reads_store = True  # False: the store was unreachable, the run is kept locally
         self.run_id: int | None = None
         self._model_graph: Any = None
         self._cluster_graph: Any = None
@@ -48,7 +53,9 @@ class SessionRun:
             from autotune.store.fingerprint import model_graph
         except ImportError:
             return
-        self.store = Store(self.db)
+        self.store = self._open_store(Store)
+        if self.store is None:
+            return
         self._model_graph = model_graph(model)
         # worker machines and servers joined through one switch node: O(n) edges, so
         # large jobs stay cheap to compare
@@ -65,10 +72,31 @@ class SessionRun:
                                    "workers_per_machine": info.workers_per_machine},
                          "device": _device_name(model), "backend": backend}
 
+    def _open_store(self, store_class: Any) -> Any:
+        """The store at ``db``; where its server cannot be reached, a local one (warned)."""
+        from autotune.store import StoreUnreachable
+        from autotune.store.location import DEFAULT_PATH, shown
+
+        try:
+            return store_class(self.db)
+        except StoreUnreachable as exc:
+            self.reads_store = False
+            warnings.warn(
+                f"{exc}; training goes on without it: no warm start or stored model from it, "
+                f"and this run is recorded in ./{DEFAULT_PATH} instead (autotune db export "
+                f"copies it out later). Nothing more will be tried on {shown(self.db)}.",
+                stacklevel=2)
+            try:
+                return store_class(DEFAULT_PATH)
+            except Exception as local:
+                warnings.warn(f"the local store ./{DEFAULT_PATH} failed too: {local}; this "
+                              "run is not recorded", stacklevel=2)
+                return None
+
     def stored_calibration(self) -> Any:
         """The tuner's model stored for alike machines (:mod:`autotune.store.calibrations`),
         or None."""
-        if self.store is None:
+        if self.store is None or not self.reads_store:
             return None
         from autotune.sim.calibration import Calibration
         from autotune.store.calibrations import cluster_key
@@ -103,7 +131,7 @@ class SessionRun:
         """The best configurations of alike stored jobs (:mod:`autotune.store.warmstart`),
         then the space's seeds; the stored ones' origins go to :attr:`origins`."""
         sources: list[tuple[Config, dict[str, Any]]] = []
-        if self.store is not None:
+        if self.store is not None and self.reads_store:
             try:
                 from autotune.store.warmstart import warm_start_sources
 
@@ -123,7 +151,7 @@ class SessionRun:
             restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         except ValueError:
             restarts = 0
-        if restarts <= 0 or self.store is None:
+        if restarts <= 0 or self.store is None or not self.reads_store:
             return None
         try:
             runs = self.store.runs(job=self.job)

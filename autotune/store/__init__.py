@@ -1,13 +1,14 @@
-"""The results store: runs and trials in SQLite, job similarity, warm start.
+"""The results store: runs and trials in SQLite or PostgreSQL, job similarity, warm start.
 
 ``Store`` (:mod:`autotune.store.db`) records runs and trials and answers look-ups,
-through :mod:`~autotune.store.connection` (the file), :mod:`~autotune.store.writer`,
+through :mod:`~autotune.store.connection` (the database), :mod:`~autotune.store.writer`,
 :mod:`~autotune.store.reader` and :mod:`~autotune.store.nearest`;
 :mod:`autotune.store.fingerprint` turns a model or cluster into a small labelled graph;
 :mod:`autotune.store.similarity` measures graph edit distance between jobs;
 :mod:`autotune.store.warmstart` maps the nearest runs' best configs into a new space.
-The ``autotune db`` and ``autotune report`` commands live in ``command.py`` and
-``report.py``. Names are loaded lazily so the CLI starts fast.
+The package is the data layer: the ``autotune db`` and ``autotune report`` commands
+that read it live in :mod:`autotune.reports`. Names are loaded lazily so the CLI starts
+fast.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 _EXPORTS = {
     "Store": "autotune.store.db",
     "StoreError": "autotune.store.db",
+    "StoreUnreachable": "autotune.store.db",
     "model_graph": "autotune.store.fingerprint",
     "layers_graph": "autotune.store.fingerprint",
     "fingerprint": "autotune.store.fingerprint",

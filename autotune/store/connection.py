@@ -31,9 +31,9 @@ parameters, never formatted into the SQL; the schema and its migrations are in
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
-import re
 import threading
 import time
 from pathlib import Path
@@ -45,11 +45,10 @@ from sqlalchemy.pool import StaticPool
 
 from autotune.errors import AutotuneError
 from autotune.store import schema
+from autotune.store.location import shown, target
 from autotune.store.mounts import network_fs
 from autotune.store.sqltext import sql
 
-DEFAULT_PATH = "autotune.db"
-ENV_VAR = "AUTOTUNE_DB"
 #: set to 1 to keep an SQLite store on a network file system (at your own risk)
 FORCE_ENV_VAR = "AUTOTUNE_DB_ALLOW_NETWORK_FS"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -68,34 +67,6 @@ class StoreError(AutotuneError, RuntimeError):
 class StoreUnreachable(StoreError):
     """The store's database server cannot be reached (down, wrong address, refused
     login): a session trains anyway (:mod:`autotune.sessions.record`)."""
-
-
-def is_url(target: str | os.PathLike) -> bool:
-    """Whether ``target`` names a database server (``postgresql://...``), not a file."""
-    return isinstance(target, str) and re.match(r"^[a-z][a-z0-9+]*://", target) is not None
-
-
-def target(db: str | os.PathLike | None = None) -> str | Path:
-    """Where the store is: ``db``, else ``$AUTOTUNE_DB``, else ``autotune.db``; a URL stays
-    a string, anything else is a path."""
-    chosen = db if db is not None else (os.environ.get(ENV_VAR) or DEFAULT_PATH)
-    return str(chosen) if is_url(chosen) else Path(chosen)
-
-
-def default_path() -> str | Path:
-    """``$AUTOTUNE_DB`` (a path or a URL), else ``autotune.db`` in the working directory."""
-    return target(None)
-
-
-def shown(db: str | os.PathLike | None) -> str:
-    """How messages name the store ``db``: the path, or the URL without its password."""
-    t = target(db)
-    if isinstance(t, Path):
-        return str(t)
-    try:
-        return sa.engine.make_url(t).render_as_string(hide_password=True)
-    except sa_exc.ArgumentError:
-        return re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", t)
 
 
 class Connection:
@@ -174,9 +145,7 @@ class Connection:
                              f"{shown(url)}")
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("psycopg") is None:
             raise StoreError("a PostgreSQL store needs psycopg 3: pip install "
                              "'autotune[postgresql]'") from None
         return sa.create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4,
@@ -219,8 +188,9 @@ class Connection:
                         _wal(c)
                     return version
             elif not self.create:
-                raise StoreError(f"{self.name} is an empty {'SQLite' if self.dialect == 'sqlite' else 'PostgreSQL'} database (no tables), not an "
-                                 "autotune database; it was left untouched")
+                kind = "SQLite" if self.dialect == "sqlite" else "PostgreSQL"
+                raise StoreError(f"{self.name} is an empty {kind} database (no tables), not "
+                                 "an autotune database; it was left untouched")
             if self.dialect == "sqlite":
                 _wal(c)
 

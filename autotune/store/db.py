@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 
 from autotune.store.calibrations import Calibrations
-from autotune.store.connection import Connection, StoreError, StoreUnreachable, default_path
+from autotune.store.connection import Connection, StoreError, StoreUnreachable
+from autotune.store.location import default_path
 from autotune.store.nearest import NearestRuns
 from autotune.store.reader import RunReader
 from autotune.store.writer import RunWriter, parse_age

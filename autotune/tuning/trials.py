@@ -139,4 +139,11 @@ class TrialDriver:
         try:
             getattr(self.store, name)(*args, **kwargs)
         except Exception as exc:  # the store must never stop training
-            warnings.warn(f"could not record to the results store: {exc}")
+            from autotune.store import StoreUnreachable
+
+            if isinstance(exc, StoreUnreachable):  # once: each try would wait on the network
+                warnings.warn(f"could not record to the results store: {exc}; the rest of "
+                              "this run is not recorded (its results are in the report)")
+                self.store = None
+            else:
+                warnings.warn(f"could not record to the results store: {exc}")

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.store import Store
+from autotune.store.sqltext import sql
 from autotune.store.summary import summarize
 from store_helpers import CNN, TRANSFORMER, WORLD, cluster, model
 
@@ -40,9 +41,17 @@ def _fill(store: Store, job: str, g, t, scores: list[float | None]) -> int:
     return rid
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cli") / "runs.db"
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def db(request, tmp_path_factory):
+    """Three runs, in an SQLite file and in a PostgreSQL database: every command on both."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("cli") / "runs.db"
+    else:
+        path = request.getfixturevalue("postgres").database()
+    return _three_runs(path)
+
+
+def _three_runs(path):
     with Store(path) as s:
         _fill(s, "cnn-a", model(CNN), cluster(2), [10.0, 12.0, None, 15.0, 11.0, 16.0, 14.0, 9.0])
         _fill(s, "cnn-b", model(CNN), cluster(2), [10.0, 13.0, 11.0])
@@ -168,7 +177,9 @@ def shared_dir():
     shutil.rmtree(path)
 
 
-def test_a_read_only_file_or_directory_says_read_only(db, shared_dir):
+def test_a_read_only_file_or_directory_says_read_only(tmp_path, shared_dir):
+    db = _three_runs(tmp_path / "runs.db")
+
     def copy(to: Path) -> Path:
         to.mkdir(mode=0o777)
         to.chmod(0o777)
@@ -203,16 +214,14 @@ def test_db_defaults_to_the_environment(db, monkeypatch):
     assert len(json.loads(run("db", "runs", "--json").output)) == 3
 
 
-def test_prune(tmp_path):
-    path = tmp_path / "p.db"
+def test_prune(store_at):
+    path = store_at
     with Store(path) as s:
         _fill(s, "old", model(CNN), cluster(2), [1.0])
         _fill(s, "new", model(CNN), cluster(2), [1.0])
-    con = sqlite3.connect(path)
-    con.execute("update runs set created = ? where job = 'old'",
-                [(datetime.now(timezone.utc) - timedelta(days=45)).isoformat(timespec="milliseconds")])
-    con.commit()
-    con.close()
+        s.connection.write(lambda c: sql(
+            c, "update runs set created = ? where job = 'old'",
+            [(datetime.now(timezone.utc) - timedelta(days=45)).isoformat(timespec="milliseconds")]))
     assert "would delete 1 run" in run("db", "prune", "--db", path, "--older-than", "30d", "--dry-run").output
     r = run("db", "prune", "--db", path, "--older-than", "30d", "--json", "--yes")
     assert json.loads(r.output) == {"runs": 1, "dry_run": False}
