@@ -230,11 +230,13 @@ class Connection:
     def _error(self, exc: sa_exc.DBAPIError) -> StoreError:
         text = str(exc.orig).strip()
         if self.dialect != "sqlite":
-            if isinstance(exc, sa_exc.OperationalError) and getattr(exc.orig, "sqlstate",
-                                                                    None) is None:
-                return StoreUnreachable(f"cannot reach the store {self.name}: {text}")
-            if isinstance(exc, sa_exc.OperationalError) and exc.orig.sqlstate.startswith("28"):
+            state = getattr(exc.orig, "sqlstate", None) or ""
+            if isinstance(exc, sa_exc.OperationalError) and (
+                    state.startswith("28") or "authentication failed" in text
+                    or "no password supplied" in text):
                 return StoreUnreachable(f"cannot log in to the store {self.name}: {text}")
+            if isinstance(exc, sa_exc.OperationalError) and not state:
+                return StoreUnreachable(f"cannot reach the store {self.name}: {text}")
             return StoreError(f"{self.name}: {text}")
         if isinstance(exc, sa_exc.OperationalError) and _busy(exc):
             return StoreError(f"{self.name} stayed locked for {self.lock_wait_s:.0f} s: {text}")

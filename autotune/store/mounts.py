@@ -28,11 +28,11 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
-def mounts(mountinfo: str | os.PathLike = MOUNTINFO) -> list[tuple[str, str]]:
+def mounts(mountinfo: str | os.PathLike | None = None) -> list[tuple[str, str]]:
     """``(mount point, file-system type)`` of every mount in ``mountinfo``'s format
-    (proc(5)); empty where it cannot be read."""
+    (proc(5); default :data:`MOUNTINFO`); empty where it cannot be read."""
     try:
-        text = Path(mountinfo).read_text()
+        text = Path(mountinfo or MOUNTINFO).read_text()
     except OSError:
         return []
     out = []
@@ -46,7 +46,8 @@ def mounts(mountinfo: str | os.PathLike = MOUNTINFO) -> list[tuple[str, str]]:
     return out
 
 
-def fs_type(directory: str | os.PathLike, mountinfo: str | os.PathLike = MOUNTINFO) -> str | None:
+def fs_type(directory: str | os.PathLike,
+            mountinfo: str | os.PathLike | None = None) -> str | None:
     """The file-system type of the mount that holds ``directory`` (the longest mount
     point above it), None where the table cannot be read."""
     d = os.path.realpath(directory)
@@ -59,7 +60,7 @@ def fs_type(directory: str | os.PathLike, mountinfo: str | os.PathLike = MOUNTIN
 
 
 def network_fs(directory: str | os.PathLike,
-               mountinfo: str | os.PathLike = MOUNTINFO) -> str | None:
+               mountinfo: str | os.PathLike | None = None) -> str | None:
     """The network file system's type if ``directory`` is on one (``nfs4``), else None."""
     kind = fs_type(directory, mountinfo)
     return kind if kind in NETWORK_FS else None
