@@ -1,6 +1,8 @@
 """A throwaway PostgreSQL server for the tests: Debian's ``postgresql`` package, ``initdb``
-in a temporary directory, listening on loopback only (or on one address given), with
-password authentication; stopped and removed at the end.
+in a temporary directory, listening on loopback only (or on one address given, e.g. an
+emulated host's, with ``wrap`` running the server inside that host's network namespace),
+with password authentication; stopped and removed at the end. The tests make their
+databases through its Unix socket, which every namespace reaches.
 
 ``PostgresServer.unavailable()`` says why one cannot run here (no ``initdb`` found, or
 root without the ``postgres`` user to run it as), None when it can. ``make test`` installs
@@ -18,6 +20,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 USER = "autotune_test"
 PASSWORD = "s3cret-pw-never-shown"
@@ -42,8 +45,10 @@ class PostgresServer:
     """One server (see the module docstring); :meth:`database` makes a fresh database and
     returns its ``postgresql://`` URL."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1",
+                 wrap: Callable[[list[str]], list[str]] | None = None) -> None:
         self.host = host
+        self.wrap = wrap or (lambda argv: argv)
         self.bindir = _bindir()
         self.port = 0
         self.dir: Path | None = None
@@ -65,8 +70,8 @@ class PostgresServer:
 
     def _as_owner(self, argv: list[str]) -> list[str]:
         if os.geteuid() != 0:
-            return argv
-        return ["runuser", "-u", "postgres", "--", *argv]
+            return self.wrap(argv)
+        return self.wrap(["runuser", "-u", "postgres", "--", *argv])
 
     def _run(self, argv: list[str], timeout: float = 60.0) -> str:
         out = subprocess.run(self._as_owner(argv), capture_output=True, text=True,
@@ -91,18 +96,14 @@ class PostgresServer:
         self._run([str(self.bindir / "initdb"), "-D", str(data), "-U", USER, "-A",
                    "scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8", "--no-sync"])
         pwfile.unlink()
-        self.port = _free_port(self.host)
+        with open(data / "pg_hba.conf", "a") as f:  # password logins from the host's subnet
+            f.write("host all all samenet scram-sha-256\n")
+        self.port = _free_port("127.0.0.1")
         opts = (f"-c listen_addresses={self.host} -p {self.port} -k {self.dir} "
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
                 "-c max_connections=200")
         self._run([str(self.bindir / "pg_ctl"), "-D", str(data), "-l",
                    str(self.dir / "log"), "-w", "-t", "60", "-o", opts, "start"], timeout=90)
-        if self.host not in ("127.0.0.1", "localhost", "::1"):
-            # the server also accepts password logins from that address's network
-            hba = data / "pg_hba.conf"
-            with open(hba, "a") as f:
-                f.write(f"host all all {self.host}/16 scram-sha-256\n")
-            self._run([str(self.bindir / "pg_ctl"), "-D", str(data), "reload"])
         return self
 
     def url(self, database: str = "postgres", *, password: bool = True) -> str:
@@ -114,8 +115,8 @@ class PostgresServer:
         import psycopg
 
         name = f"t{os.getpid()}_{next(self._names)}"
-        with psycopg.connect(self.url().replace("postgresql://", "postgresql://", 1),
-                             autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(host=str(self.dir), port=self.port, user=USER, password=PASSWORD,
+                             dbname="postgres", autocommit=True, connect_timeout=10) as conn:
             conn.execute(f'create database "{name}"')
         return self.url(name)
 

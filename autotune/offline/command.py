@@ -30,6 +30,7 @@ from typing import Any
 import click
 
 from autotune.outpath import StoreTarget
+from autotune.store.location import shown
 from autotune.speedup import Speedup, measure_times
 from autotune.tuning.search import TECHNIQUES
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, PRIOR
@@ -417,7 +418,7 @@ def _local(req: _Request) -> dict:
         "kept_iterations": kept[2],
         "ddp_score": ddp[0], "ddp_spread": ddp[1], "ddp_iterations": ddp[2],
         "trials": len(res["trials"]), "failed_trials": failed,
-        "run_id": run["id"], "db": req.db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
+        "run_id": run["id"], "db": shown(req.db), "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
         "simulated": False, "wall_s": res["wall_s"], "history": res["history"],
     })
 
@@ -451,7 +452,7 @@ def _simulated(req: _Request) -> dict:
         "ddp_iterations": sides["best_iterations"] if o.compare_ddp else None,
         "predicted": res["predicted"], "warm_start": res["warm_start"],
         "trials": len(res["trials"]), "failed_trials": 0,
-        "run_id": run["id"], "db": req.db, "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
+        "run_id": run["id"], "db": shown(req.db), "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
         "simulated": True,
     })
 

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from autotune import progress
 from autotune.errors import AutotuneError
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES
+from autotune.store.location import is_url
 
 #: Copies of the gradient bytes one worker holds: parameters, gradients, the runtime's
 #: packed input and output buffers, and the Summation Service's working buffers.
@@ -74,7 +75,8 @@ class LocalPlan:
         return {
             "mode": mode, "result": result, "ddp_in_job": self.compare_ddp and self.servers == 0,
             "model": self.model, "budget": self.budget,
-            "db": str(Path(self.db).resolve()), "compute_ms": self.compute_ms,
+            "db": self.db if is_url(self.db) else str(Path(self.db).resolve()),
+            "compute_ms": self.compute_ms,
             "backward_fraction": self.backward_fraction, "seed": self.seed,
             "techniques": list(self.techniques), "trial_iterations": self.trial_iterations,
             "allow_lossy": self.allow_lossy, "timeout": min(self.timeout, 600.0),
