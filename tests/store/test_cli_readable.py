@@ -36,11 +36,15 @@ def _configs() -> list[dict]:
     return out
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def db(request, tmp_path_factory):
     """Run 1: samples/s, big numbers, a failure, the kept config measured last. Run 2: it/s.
-    Run 3: simulated samples/s with a higher score than any. Run 4: a failed 1-trial run."""
-    path = tmp_path_factory.mktemp("readable") / "runs.db"
+    Run 3: simulated samples/s with a higher score than any. Run 4: a failed 1-trial run.
+    In an SQLite file and in a PostgreSQL database: every command on both."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("readable") / "runs.db"
+    else:
+        path = request.getfixturevalue("postgres").database()
     with Store(path) as s:
         r1 = s.start_run(job="bert-long-job-name", world=WORLD, backend="gloo",
                          model_graph=model(TRANSFORMER), topology_graph=cluster(4),

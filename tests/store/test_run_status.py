@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.store import Store, schema
 from autotune.store.rows import host
+from autotune.store.sqltext import sql
 from store_helpers import CNN, WORLD, cluster, model, old_store
 
 
@@ -29,19 +30,17 @@ def _dead_pid() -> int:
 
 
 def _owned(path, rid: int, pid: int, where: str | None = None) -> None:
-    con = sqlite3.connect(path)
-    con.execute("update runs set owner_pid = ?, owner_host = ? where id = ?",
-                [pid, where or host(), rid])
-    con.commit()
-    con.close()
+    with Store(path) as s:
+        s.connection.write(lambda c: sql(c, "update runs set owner_pid = ?, owner_host = ? "
+                                            "where id = ?", [pid, where or host(), rid]))
 
 
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def test_a_run_records_its_owner(tmp_path):
-    with Store(tmp_path / "s.db") as s:
+def test_a_run_records_its_owner(store_at):
+    with Store(store_at) as s:
         r = s.run(_start(s))
     assert r["owner_host"] == host() and r["owner_pid"] == os.getpid()
     assert r["status"] == "running"
@@ -65,8 +64,8 @@ def test_a_v4_store_migrates_to_v5_with_no_owner(tmp_path):
     con.close()
 
 
-def test_a_running_run_whose_owner_is_gone_shows_abandoned(tmp_path):
-    path = tmp_path / "s.db"
+def test_a_running_run_whose_owner_is_gone_shows_abandoned(store_at):
+    path = store_at
     with Store(path) as s:
         alive, dead, remote, done = (_start(s, j) for j in ("alive", "dead", "remote", "done"))
         s.add_trial(dead, number=0, technique="grid", config={}, iterations=2, score=1.0)
@@ -96,8 +95,8 @@ def test_a_running_run_whose_owner_is_gone_shows_abandoned(tmp_path):
     assert run("db", "close", "--db", path).exit_code == 2
 
 
-def test_prune_by_status(tmp_path):
-    path = tmp_path / "s.db"
+def test_prune_by_status(store_at):
+    path = store_at
     with Store(path) as s:
         keep, gone = _start(s, "keep"), _start(s, "gone")
         s.add_trial(gone, number=0, technique="grid", config={}, iterations=2, score=1.0)
