@@ -92,8 +92,13 @@ def test_ddp_with_the_hook_records_its_run_like_a_session(parity, tmp_path_facto
     db = next(Path(tmp_path_factory.getbasetemp()).glob("ddp_parity*/hook.db"))
     (run,) = Store(db).runs()
     assert run["status"] == "finished" and run["job"] == "hook-store" and run["unit"] == "it/s"
-    assert run["best_config"]["transport"] == "allreduce"
-    assert len(Store(db).trials(run["id"])) == parity[0]["hook_store"]["_history"] >= 3
+    # the hook's space (issue 41): all-reduce, or push/pull through the workers' colocated
+    # Summation Services (no server in this job); the kept one was measured as a trial
+    trials = Store(db).trials(run["id"])
+    assert run["best_config"]["transport"] in ("allreduce", "pushpull")
+    assert run["best_config"].get("servers", 0) == 0
+    assert run["best_config"] in [t["config"] for t in trials]
+    assert len(trials) == parity[0]["hook_store"]["_history"] >= 3
     assert run["model_fp"] == fingerprint(model_graph(ddp_worker.mlp()))
 
 

@@ -183,3 +183,31 @@ def test_an_sqlite_store_on_a_network_file_system_is_refused_unless_forced(tmp_p
 def test_world_is_stored_as_given_on_both_databases(store):
     rid = add_run(store, model(CNN), cluster(2), {"streams": 2})
     assert store.run(rid)["world"] == WORLD
+
+
+# ------------------------------------------------------------------ one schema, plain SQLite
+def test_both_databases_have_one_schema_and_sqlite_stays_plain(postgres, tmp_path):
+    import sqlalchemy as sa
+    import sqlite_utils
+
+    path = tmp_path / "plain.db"
+    stores = [Store(path), Store(postgres.database())]
+    try:
+        columns = []
+        for store in stores:
+            add_run(store, model(CNN), cluster(2), {"streams": 2}, job="plain")
+            inspector = sa.inspect(store.connection.engine)
+            columns.append({t: [c["name"] for c in inspector.get_columns(t)]
+                            for t in ("meta", "runs", "trials", "graphs", "calibrations")})
+            indexes = {i["name"] for i in inspector.get_indexes("runs")}
+            assert {"runs_finished", "runs_created", "runs_job"} <= indexes
+        assert columns[0] == columns[1]
+        assert "kept_from" in columns[0]["runs"] and "number" in columns[0]["trials"]
+    finally:
+        for store in stores:
+            store.close()
+    # the SQLite file is plain SQLite: sqlite-utils (and so Datasette) reads it
+    db = sqlite_utils.Database(path)
+    assert {"meta", "runs", "trials", "graphs", "calibrations"} <= set(db.table_names())
+    assert [r["job"] for r in db.query("select job from runs")] == ["plain"]
+    assert db["runs"].count == 1 and db["graphs"].count == 2
