@@ -37,6 +37,7 @@ from pathlib import Path
 import networkx as nx
 
 from autotune.store import Store
+from autotune.store.location import shown
 from autotune.store.fingerprint import layers_graph, model_graph, normalize
 from autotune.store.similarity import TIMEOUT_S, Matcher, Summary
 
@@ -83,7 +84,7 @@ def base_models() -> dict[str, nx.DiGraph]:
     return {name: model_graph(zoo.build(name)) for name in ZOO}
 
 
-def build(path: Path, runs: int, seed: int = 0) -> dict:
+def build(path: Path | str, runs: int, seed: int = 0) -> dict:
     rng = random.Random(seed)
     bases = base_models()
     models = list(bases.values())
@@ -99,7 +100,8 @@ def build(path: Path, runs: int, seed: int = 0) -> dict:
                               backend="gloo", model_graph=m, topology_graph=t, space_facts={})
             s.finish_run(rid, status="finished", best_config={"streams": 1 + i % 16},
                          best_score=rng.uniform(1, 100), default_score=1.0)
-        distinct = s.query("select count(*) n from (select distinct model_fp, topology_fp from runs)")[0]["n"]
+        distinct = s.query("select count(*) n from (select distinct model_fp, topology_fp "
+                           "from runs) as pairs")[0]["n"]
         graphs = s.query("select kind, count(*) n from graphs group by kind")
     return {"runs": runs, "build_s": time.perf_counter() - t0, "distinct_pairs": distinct,
             "graphs": {g["kind"]: g["n"] for g in graphs}}
@@ -162,11 +164,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--rebuild", action="store_true", help="rebuild the cached database")
+    ap.add_argument("--db", default=None, metavar="URL",
+                    help="a PostgreSQL database to measure instead of the cached SQLite file "
+                         "(an empty one is filled first; its meta is kept beside the JSON)")
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"store_bench_{args.runs}.db"
-    meta_path = path.with_suffix(".json")
-    if args.rebuild or not path.exists() or not meta_path.exists():
+    path = args.db or RESULTS / f"store_bench_{args.runs}.db"
+    meta_path = RESULTS / (f"store_bench_{args.runs}_postgresql.json" if args.db
+                           else f"store_bench_{args.runs}.json")
+    if args.db:
+        with Store(args.db) as s:
+            empty = not s.runs(limit=1)
+        if empty or not meta_path.exists():
+            print(f"building {args.runs} runs in {shown(args.db)} ...", file=sys.stderr)
+            meta_path.write_text(json.dumps(build(args.db, args.runs)))
+    elif args.rebuild or not path.exists() or not meta_path.exists():
         for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
             p.unlink(missing_ok=True)
         print(f"building {args.runs} runs in {path} ...", file=sys.stderr)
@@ -222,9 +234,9 @@ def main() -> None:
           f"(target < 500 ms: {'met' if worst < 0.5 else 'NOT met'} on wall time, "
           f"{'met' if worst_cpu < 0.5 else 'NOT met'} on cpu time; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus)")
-    out = RESULTS / "store_bench.json"
+    out = RESULTS / ("store_bench_postgresql.json" if args.db else "store_bench.json")
     out.write_text(json.dumps({
-        "database": meta, "open_s": open_s, "queries": results, "k": args.k,
+        "database": meta, "kind": "postgresql" if args.db else "sqlite", "open_s": open_s, "queries": results, "k": args.k,
         "fresh_process_first_lookup": {"wall_s": fresh_wall, "cpu_s": fresh_cpu},
         "repeats": args.repeats, "target_s": 0.5, "met_wall": worst < 0.5,
         "met_cpu": worst_cpu < 0.5,
