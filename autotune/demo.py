@@ -39,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+from autotune.store.location import shown
 from autotune.speedup import Speedup, measure, measure_times
 from autotune.workload import check_average, time_ddp
 
@@ -164,7 +165,7 @@ def summarize(a: argparse.Namespace, link: dict, ddp: dict, sess: dict,
         # those after tuning (TrialSchedule, locked)
         "kept_by_session": {"it_per_s": sess["best_score"], "spread": sess["best_spread"],
                               "iterations": sess.get("best_iterations")},
-        "tuning_s": sess["tuning_s"], "trials": sess["history"], "db": a.db,
+        "tuning_s": sess["tuning_s"], "trials": sess["history"], "db": shown(a.db),
         "wall_s": wall_s,
     }
 
@@ -268,7 +269,7 @@ def emulated(a: argparse.Namespace) -> dict:
         con.print(f"DDP: {ddp_m:.3f} ± {ddp_s:.3f} it/s")
         con.print(f"autotune.session with {a.servers} server hosts available: "
                   f"{WARMUP} warm-up + {a.budget} tuning + {a.after} iterations "
-                  f"(recorded in {a.db})")
+                  f"(recorded in {shown(a.db)})")
         term = progress.Terminal(sys.stderr)
 
         def show(line: str) -> None:
@@ -278,10 +279,12 @@ def emulated(a: argparse.Namespace) -> dict:
                 term.feed(line)
 
         try:
+            # the store reaches the ranks in their environment, not on a command line that
+            # `ps` shows (a URL may hold a password)
             job = c.launch(me + ["--job", "session", "--budget", str(a.budget), "--after",
-                                 str(a.after), "--seed", str(a.seed), "--db", a.db] + common,
+                                 str(a.after), "--seed", str(a.seed)] + common,
                            workers=a.workers, servers=a.servers, timeout_s=a.timeout,
-                           echo=show, env={progress.ENV: "events"}).check()
+                           echo=show, env={progress.ENV: "events", "AUTOTUNE_DB": a.db}).check()
         finally:
             term.close()
         sess = job.last_json(MARK)
@@ -320,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ddp-warmup", type=int, default=2)
     ap.add_argument("--link-repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--db", default=None, help="results store (default: ./autotune.db)")
+    ap.add_argument("--db", default=None, help="results store: a path or a postgresql:// URL "
+                    "(default: $AUTOTUNE_DB or ./autotune.db)")
     ap.add_argument("--json", type=Path, default=Path("autotune-demo.json"),
                     help="where the table's numbers go")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per job")
@@ -337,12 +341,13 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     from autotune.emulate import unavailable_reason
-    from autotune.store.db import default_path
+    from autotune.store.location import default_path, is_url
 
     reason = "asked for --loopback" if a.loopback else unavailable_reason()
     if reason is not None:
         sys.exit(loopback(reason))
-    a.db = str(Path(a.db or default_path()).resolve())
+    where = a.db or str(default_path())
+    a.db = where if is_url(where) else str(Path(where).resolve())
     res = emulated(a)
     a.json.write_text(json.dumps(res, indent=2))
     from rich.console import Console
@@ -354,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{est['spread'] or 0:.3f} it/s over {est['iterations'] or '?'} iterations "
             "(its trials and training after them)" if est["it_per_s"] else "")
     con.print(f"Tuning: {len(res['trials'])} trials in {res['tuning_s']:.0f} s{more}. "
-              f"Numbers in {a.json}; the run is in {a.db} (`autotune db runs`, "
+              f"Numbers in {a.json}; the run is in {shown(a.db)} (`autotune db runs`, "
               "`autotune report latest`). Whole demo: "
               f"{res['wall_s']:.0f} s.")
 

@@ -36,7 +36,7 @@ def old_store(path: Any, version: int, run_sql: str) -> None:
     from autotune.store import schema
     from autotune.store.sqltext import sql
 
-    engine = sa.create_engine(f"sqlite:///{path}")
+    engine = sa.create_engine(sa.engine.URL.create("sqlite", database=str(path)))
     with engine.begin() as c:
         for v in range(version):
             schema.MIGRATIONS[v](c)

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from autotune import progress
 from autotune.errors import AutotuneError
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES
-from autotune.store.location import is_url
+from autotune.store.location import is_url, shown
 
 #: Copies of the gradient bytes one worker holds: parameters, gradients, the runtime's
 #: packed input and output buffers, and the Summation Service's working buffers.
@@ -242,7 +242,7 @@ def tune_local(plan: LocalPlan, on_event: Callable[[dict], None] | None = None) 
     with Store(plan.db) as store:
         runs = [r for r in store.runs(job=plan.job) if r["id"] > before]
         if not runs:
-            raise TuneError(f"the job ran but no run was recorded in {plan.db}")
+            raise TuneError(f"the job ran but no run was recorded in {shown(plan.db)}")
         result["run"] = runs[0]
         result["trials"] = store.trials(runs[0]["id"])
     if plan.compare_ddp and result.get("ddp") is None:

@@ -1,17 +1,18 @@
 """``autotune db``: look into the results store from the command line.
 
-Every subcommand takes ``--db PATH`` (default: ``$AUTOTUNE_DB`` or ``./autotune.db``)
-and ``--json`` (machine-readable output instead of rich tables). A missing, empty
-(0-byte), foreign or corrupt file is a clear error (exit code 1) and is never created or
-changed (only ``prune`` writes, after asking); a file or directory this user may not
-write says so ("read-only"). Usage errors exit 2. A RUN argument is an id or ``latest``.
+Every subcommand takes ``--db PATH|URL`` (an SQLite file or a ``postgresql://`` URL;
+default: ``$AUTOTUNE_DB`` or ``./autotune.db``) and ``--json`` (machine-readable output
+instead of rich tables). A missing, empty, foreign or corrupt database is a clear error
+(exit code 1) and is never created or changed (only ``prune`` and ``close`` write,
+``prune`` after asking); a file or directory this user may not write says so
+("read-only"). Usage errors exit 2. A RUN argument is an id or ``latest``.
 
 Tables are for people (:mod:`autotune.units`: KiB/MiB, scores with their unit, only the
 parameters that matter; :mod:`autotune.reports.tables`: fitted to the terminal); ``--json``
 and CSV keep raw numbers (bytes in ``*_bytes``, seconds, scores beside a ``unit`` field).
 What this shares with ``autotune report`` is in :mod:`autotune.reports.common`.
 
-Heavy imports (sqlite-utils, networkx) happen inside the commands, so ``autotune``
+Heavy imports (SQLAlchemy, networkx) happen inside the commands, so ``autotune``
 starts fast.
 """
 
@@ -30,6 +31,7 @@ from autotune.outpath import OutFile
 from autotune.reports.common import (db_path_option, emit_json, guard, open_store, run_fields,
                                      speedup_text, when)
 from autotune.reports.tables import Column, show
+from autotune.store.location import shown
 from autotune.speedup import Speedup
 from autotune.units import (UNITS, fmt_config, fmt_efficiency, fmt_number, fmt_seconds,
                             fmt_value, shown_params, unit_of)
@@ -112,7 +114,7 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: str | Non
             Column("model", "text", 7), Column("topology", "text", 7), Column("trials", "num", 1),
             Column("kept", "num"), Column("±", "num", 4), Column("default", "num", 3),
             Column("unit"), Column("speed-up", "num")]
-    show(f"runs in {store.path}", cols,
+    show(f"runs in {store.name}", cols,
          ([r["id"], when(r["created"]), r["job"], r["status"], _world(r), r["backend"],
            r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT], counts.get(r["id"], 0),
            fmt_number(r["best_score"]), fmt_number(r.get("best_spread")),
@@ -207,7 +209,7 @@ def best_cmd(model_fp: str | None, topology_fp: str | None, like: str | None, un
         groups.setdefault(r.get("unit"), []).append(r)
     if not groups:
         click.echo("no finished runs with a best configuration"
-                   + (f" in {unit}" if unit else "") + f" in {store.path}")
+                   + (f" in {unit}" if unit else "") + f" in {store.name}")
     for u, group in groups.items():
         show(f"best configurations, in {unit_of(u)}",
              [Column("id", "num"), Column("job"), Column("model", "text", 3),
@@ -240,7 +242,7 @@ def calibrations_cmd(db_path: str | None, as_json: bool) -> None:
                     "calibration": json.loads(r["calibration"])} for r in rows])
         return
     if not rows:
-        click.echo(f"no calibration in {store.path} yet: a tuning session with several "
+        click.echo(f"no calibration in {store.name} yet: a tuning session with several "
                    "workers stores one when it ends")
         return
     for r in rows:
@@ -349,7 +351,7 @@ def export_cmd(run_id: str, fmt: str | None, out: Path | None, optuna_url: str |
         except ExportError as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(f"wrote run {run['id']} ({len(trials)} trials) as Optuna study "
-                   f"{study.study_name!r} to {optuna_url}")
+                   f"{study.study_name!r} to {shown(optuna_url)}")
         return
     text = trials_csv(trials, run.get("unit")) if fmt == "csv" else json.dumps(
         {"run": run, "trials": trials}, indent=2, sort_keys=True, default=str) + "\n"
@@ -411,10 +413,10 @@ def prune_cmd(older_than: str | None, status: str | None, dry_run: bool, yes: bo
         if not dry_run and n and not yes:
             if not _interactive():
                 raise click.ClickException(
-                    f"would delete {plural(n)} {what} from {store.path}; "
+                    f"would delete {plural(n)} {what} from {store.name}; "
                     "not asking without a terminal: add --yes to delete (or --dry-run to count)")
             if not click.confirm(f"delete {plural(n)} {what} (and their "
-                                 f"trials) from {store.path}?", default=False):
+                                 f"trials) from {store.name}?", default=False):
                 click.echo("nothing deleted")
                 return
         if not dry_run and n:

@@ -86,7 +86,8 @@ class SessionOptions:
             value = getattr(self, name)
             _check(isinstance(value, bool), f"{name} is True or False, got {value!r}")
         _check(self.db is None or isinstance(self.db, (str, os.PathLike)),
-               f"db is a path or None (./autotune.db), got {self.db!r}")
+               f"db is a path, a postgresql:// URL or None ($AUTOTUNE_DB, else "
+               f"./autotune.db), got {self.db!r}")
         _check(self.job is None or isinstance(self.job, str),
                f"job is a name (a string) or None, got {self.job!r}")
         unknown = [t for t in self.techniques if t not in TECHNIQUES and t != PRIOR]

@@ -9,7 +9,8 @@ job, when, how: :mod:`autotune.store.origin`), said when the session starts
 that cannot be read or written warns; it never stops training. A database server that
 cannot be reached when the job starts (:class:`autotune.store.StoreUnreachable`) warns
 once: the job does not tune from the store (no warm start, no stored model or best) and
-records its run in ``./autotune.db`` instead, to copy over later.
+records its run in ``./autotune.db`` instead. A store that cannot be used at all (not
+autotune's, an SQLite file on a network file system) warns and the run is not recorded.
 """
 
 from __future__ import annotations
@@ -61,20 +62,29 @@ class SessionRun:
         # large jobs stay cheap to compare
         self._cluster_graph = job_graph(info.n_machines, info.workers_per_machine,
                                         len(info.servers))
-        self.run_id = self.store.start_run(
-            job=self.job,
-            world={"workers": len(info.workers), "servers": len(info.servers),
-                   "machines": info.n_machines, "workers_per_machine": info.workers_per_machine},
-            backend=backend, model_graph=self._model_graph,
-            topology_graph=self._cluster_graph, space_facts=dict(space.facts), unit=unit)
+        try:
+            self.run_id = self.store.start_run(
+                job=self.job,
+                world={"workers": len(info.workers), "servers": len(info.servers),
+                       "machines": info.n_machines,
+                       "workers_per_machine": info.workers_per_machine},
+                backend=backend, model_graph=self._model_graph,
+                topology_graph=self._cluster_graph, space_facts=dict(space.facts), unit=unit)
+        except Exception as exc:  # the store must never stop training
+            warnings.warn(f"could not record this run in {self.store.name}: {exc}; training "
+                          "goes on unrecorded", stacklevel=2)
+            self.store.close()
+            self.store = None
+            return
         self._alike = {"unit": unit, "machines": info.n_machines}
         self._cluster = {"world": {"machines": info.n_machines, "servers": len(info.servers),
                                    "workers_per_machine": info.workers_per_machine},
                          "device": _device_name(model), "backend": backend}
 
     def _open_store(self, store_class: Any) -> Any:
-        """The store at ``db``; where its server cannot be reached, a local one (warned)."""
-        from autotune.store import StoreUnreachable
+        """The store at ``db``; where its server cannot be reached, a local one; where it
+        cannot be used at all (not autotune's, refused, broken), None. Each warned."""
+        from autotune.store import StoreError, StoreUnreachable
         from autotune.store.location import DEFAULT_PATH, shown
 
         try:
@@ -83,15 +93,18 @@ class SessionRun:
             self.reads_store = False
             warnings.warn(
                 f"{exc}; training goes on without it: no warm start or stored model from it, "
-                f"and this run is recorded in ./{DEFAULT_PATH} instead (autotune db export "
-                f"copies it out later). Nothing more will be tried on {shown(self.db)}.",
-                stacklevel=2)
+                f"and this run is recorded in ./{DEFAULT_PATH} instead. Nothing more will "
+                f"be tried on {shown(self.db)}.", stacklevel=2)
             try:
                 return store_class(DEFAULT_PATH)
             except Exception as local:
                 warnings.warn(f"the local store ./{DEFAULT_PATH} failed too: {local}; this "
                               "run is not recorded", stacklevel=2)
                 return None
+        except (StoreError, ValueError) as exc:  # the store must never stop training
+            warnings.warn(f"{exc}; training goes on untuned from the store and this run is "
+                          "not recorded", stacklevel=2)
+            return None
 
     def stored_calibration(self) -> Any:
         """The tuner's model stored for alike machines (:mod:`autotune.store.calibrations`),
@@ -105,7 +118,7 @@ class SessionRun:
             row = self.store.calibrations.find(cluster_key(**self._cluster))
             return Calibration.from_json(row["calibration"]) if row else None
         except Exception as exc:
-            warnings.warn(f"reading the stored calibration from {self.db or 'autotune.db'} "
+            warnings.warn(f"reading the stored calibration from {self.store.name} "
                           f"failed: {exc}")
             return None
 
@@ -125,7 +138,7 @@ class SessionRun:
                                          calibration=kept.to_json(), run=self.run_id,
                                          fit_error=model.fit_error)
         except Exception as exc:
-            warnings.warn(f"storing the calibration in {self.db or 'autotune.db'} failed: {exc}")
+            warnings.warn(f"storing the calibration in {self.store.name} failed: {exc}")
 
     def warm_start(self, space: SearchSpace) -> list[Config]:
         """The best configurations of alike stored jobs (:mod:`autotune.store.warmstart`),
@@ -138,7 +151,7 @@ class SessionRun:
                 sources = warm_start_sources(self.store, self._model_graph, self._cluster_graph,
                                              space, **self._alike)
             except Exception as exc:
-                warnings.warn(f"warm start from {self.db or 'autotune.db'} failed: {exc}")
+                warnings.warn(f"warm start from {self.store.name} failed: {exc}")
         self.origins += sources
         warm = [c for c, _ in sources]
         return warm + [c for c in space.seeds() if c not in warm]

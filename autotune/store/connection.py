@@ -53,8 +53,12 @@ from autotune.store.sqltext import sql
 FORCE_ENV_VAR = "AUTOTUNE_DB_ALLOW_NETWORK_FS"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 CONNECT_TIMEOUT_S = 5
-#: PostgreSQL's codes for a transaction to run again: serialization failure, deadlock
-RETRY_CODES = ("40001", "40P01")
+#: PostgreSQL: the longest one statement waits for a lock, and runs (then it fails, named)
+LOCK_TIMEOUT_MS = 30_000
+STATEMENT_TIMEOUT_MS = 120_000
+#: PostgreSQL's codes for a transaction to run again: serialization failure, deadlock,
+#: a lock not had within LOCK_TIMEOUT_MS (until lock_wait_s runs out)
+RETRY_CODES = ("40001", "40P01", "55P03")
 
 T = TypeVar("T")
 
@@ -84,12 +88,14 @@ class Connection:
         self.create = create
         self.lock_wait_s = lock_wait_s
         self._lock = threading.RLock()
+        #: the error that said the server cannot be reached, once one did
+        self.unreachable: StoreUnreachable | None = None
+        #: the SQLite file (None for a server's database); :attr:`name` is for messages
+        self.path: Path | None = where if isinstance(where, Path) else None
+        self.name = shown(where)
         if isinstance(where, Path):
-            self.path: Path | str = where
-            self.name = str(where)
             self.engine = self._sqlite_engine(where, allow_network_fs)
         else:
-            self.path = self.name = shown(where)
             self.engine = self._server_engine(where)
         self.dialect = self.engine.dialect.name
         try:
@@ -125,7 +131,8 @@ class Connection:
         # one DB-API connection, shared under the lock; transactions are ours (BEGIN
         # IMMEDIATE for writes), so the driver is in autocommit mode
         engine = sa.create_engine(
-            f"sqlite:///{path}", poolclass=StaticPool, isolation_level="AUTOCOMMIT",
+            sa.engine.URL.create("sqlite", database=str(path)), poolclass=StaticPool,
+            isolation_level="AUTOCOMMIT",
             connect_args={"timeout": min(self.lock_wait_s, 60.0), "check_same_thread": False})
 
         @sa.event.listens_for(engine, "connect")
@@ -138,19 +145,26 @@ class Connection:
     def _server_engine(self, url: str) -> sa.Engine:
         try:
             parsed = sa.engine.make_url(url)
-        except sa_exc.ArgumentError as exc:
-            raise StoreError(f"cannot read the store's URL {shown(url)}: {exc}") from None
-        if parsed.get_backend_name() != "postgresql":
-            raise StoreError(f"the store is an SQLite path or a postgresql:// URL, got "
-                             f"{shown(url)}")
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
+        except (sa_exc.ArgumentError, ValueError):
+            raise StoreError(f"cannot read the store's URL {shown(url)}: use "
+                             "postgresql://user@host:5432/dbname") from None
+        if parsed.drivername not in ("postgresql", "postgresql+psycopg", "postgres"):
+            raise StoreError(f"the store is an SQLite path or a postgresql:// URL (psycopg 3), "
+                             f"got {shown(url)}")
+        parsed = parsed.set(drivername="postgresql+psycopg")
         if importlib.util.find_spec("psycopg") is None:
             raise StoreError("a PostgreSQL store needs psycopg 3: pip install "
                              "'autotune[postgresql]'") from None
+        # every wait bounded: connecting, a lock, a statement, a silent network
         return sa.create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4,
-                                connect_args={"connect_timeout": CONNECT_TIMEOUT_S,
-                                              "application_name": "autotune"})
+                                connect_args={
+                                    "connect_timeout": CONNECT_TIMEOUT_S,
+                                    "application_name": "autotune",
+                                    "options": f"-c lock_timeout={LOCK_TIMEOUT_MS} "
+                                               f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                                    "keepalives": 1, "keepalives_idle": 30,
+                                    "keepalives_interval": 10, "keepalives_count": 3,
+                                    "tcp_user_timeout": 60_000})
 
     def _meta(self, c: sa.Connection) -> dict[str, str] | None:
         """The meta table, None for an empty database; StoreError for a foreign one."""
@@ -207,6 +221,8 @@ class Connection:
         """Run ``fn`` under the connection lock; retry while the database is busy (SQLite)
         or asks for it (PostgreSQL: serialization failure, deadlock); turn driver errors
         into :class:`StoreError`."""
+        if self.unreachable is not None:  # once lost, fail at once: no wait per call
+            raise StoreUnreachable(str(self.unreachable))
         deadline = time.monotonic() + self.lock_wait_s
         delay = 0.005
         while True:
@@ -218,7 +234,10 @@ class Connection:
                     time.sleep(delay * random.uniform(0.5, 1.5))
                     delay = min(delay * 2, 0.25)
                     continue
-                raise self._error(exc) from exc.orig
+                error = self._error(exc)
+                if isinstance(error, StoreUnreachable):
+                    self.unreachable = error
+                raise error from exc.orig
 
     def _transient(self, exc: sa_exc.DBAPIError) -> bool:
         if exc.connection_invalidated:
@@ -242,8 +261,8 @@ class Connection:
             return StoreError(f"{self.name} stayed locked for {self.lock_wait_s:.0f} s: {text}")
         if isinstance(exc, sa_exc.IntegrityError):
             return StoreError(f"{self.name}: {text}")
-        if _readonly(exc.orig):
-            path = Path(self.path)
+        if _readonly(exc.orig) and self.path is not None:
+            path = self.path
             return StoreError(
                 f"{path} is read-only here ({text}): autotune needs write access to it to "
                 f"record or prune runs, and to its directory {path.parent} even to read "

@@ -44,7 +44,7 @@ class Store(RunWriter, RunReader, NearestRuns):
         RunWriter.__init__(self, connection)
         RunReader.__init__(self, connection)
         NearestRuns.__init__(self, connection, self)
-        #: the path of an SQLite store, the URL (without password) of a PostgreSQL one
+        #: the file of an SQLite store (None for PostgreSQL)
         self.path = connection.path
         #: how messages name the store
         self.name = connection.name

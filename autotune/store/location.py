@@ -39,7 +39,14 @@ def shown(db: str | os.PathLike | None) -> str:
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
 
+    netloc = t.split("://", 1)[1].split("/", 1)[0]
+    if netloc.count("@") > 1:  # an unescaped @ in the password: hide all before the host
+        return re.sub(r"://[^/]*@", "://***@", t, count=1)
     try:
-        return sa.engine.make_url(t).render_as_string(hide_password=True)
-    except sa_exc.ArgumentError:
-        return re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", t)
+        url = sa.engine.make_url(t)
+        if "password" in url.query:
+            url = url.update_query_dict({"password": "***"})
+        return url.render_as_string(hide_password=True)
+    except (sa_exc.ArgumentError, ValueError):
+        # unreadable: nothing before the host
+        return re.sub(r"://[^/]*@", "://***@", t, count=1)

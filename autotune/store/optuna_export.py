@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from autotune.errors import AutotuneError
+from autotune.store.location import shown
 from autotune.speedup import Speedup
 from autotune.store.summary import summarize
 from autotune.units import shown_params, unit_of
@@ -149,10 +150,11 @@ def export_study(run: Mapping[str, Any], trials: list[Mapping[str, Any]], storag
     try:
         study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
     except optuna.exceptions.DuplicatedStudyError:
-        raise ExportError(f"{storage} already has a study named {name!r}; give another "
+        raise ExportError(f"{shown(storage)} already has a study named {name!r}; give another "
                           "--study-name or delete it (optuna delete-study)") from None
     except Exception as exc:  # noqa: BLE001 - storage URLs fail in many ways
-        raise ExportError(f"cannot create an Optuna study in {storage}: {exc}") from None
+        raise ExportError(f"cannot create an Optuna study in {shown(storage)}: "
+                          f"{str(exc).replace(storage, shown(storage))}") from None
     with warnings.catch_warnings():  # set_metric_names is "experimental" in Optuna
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([metric_name(run)])

@@ -47,6 +47,8 @@ APPLICATION = "autotune"
 SCHEMA_VERSION = 9
 #: the advisory lock PostgreSQL writers take while they create or migrate the schema
 LOCK_KEY = 0x6175746F74756E  # "autotun"
+#: the advisory lock a PostgreSQL prune takes alone and a run start shares
+GRAPHS_LOCK_KEY = LOCK_KEY + 1
 TABLES = ("meta", "runs", "trials", "graphs", "calibrations")
 
 

@@ -18,6 +18,7 @@ from autotune.store.connection import Connection, StoreError
 from autotune.store.fingerprint import fingerprint, normalize, to_json
 from autotune.store.rows import (ABANDONED, SHOWN_STATUSES, STATUSES, check_unit, dumps, host,
                                  now, owner_gone)
+from autotune.store.schema import GRAPHS_LOCK_KEY
 from autotune.store.sqltext import insert_ignoring, sql
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,6 +110,7 @@ class RunWriter:
         }
 
         def write(c: sa.Connection) -> int:
+            _graph_lock(c, exclusive=False)  # a prune does not delete the graphs under it
             self._put_graph(c, mg, mfp, "model")
             self._put_graph(c, tg, tfp, "topology")
             return self._insert(c, "runs", row)
@@ -206,13 +208,9 @@ class RunWriter:
 
         def write(c: sa.Connection) -> str:
             self._require_run(c, int(run_id))
-            row = sql(c, "select status from runs where id = ? for update" if
-                      c.dialect.name == "postgresql" else "select status from runs where id = ?",
-                      [int(run_id)]).fetchone()
-            if row[0] != "running":
-                return row[0]
-            self._update_run(c, int(run_id), {"status": status, "finished": now()})
-            return status
+            sql(c, "update runs set status = ?, finished = ? where id = ? and status = 'running'",
+                [status, now(), int(run_id)])
+            return sql(c, "select status from runs where id = ?", [int(run_id)]).fetchone()[0]
 
         return self.connection.write(write)
 
@@ -238,6 +236,7 @@ class RunWriter:
         where = " and ".join(clauses)
 
         def write(c: sa.Connection) -> int:
+            _graph_lock(c, exclusive=True)
             rows = sql(c, f"select id, status, owner_host, owner_pid from runs where {where}",
                        params).fetchall()
             ids = [r[0] for r in rows]
@@ -272,6 +271,15 @@ class RunWriter:
     def _require_run(self, c: sa.Connection, run_id: int) -> None:
         if sql(c, "select 1 from runs where id = ?", [run_id]).fetchone() is None:
             raise StoreError(f"no run {run_id} in {self.connection.name}")
+
+
+def _graph_lock(c: sa.Connection, *, exclusive: bool) -> None:
+    """PostgreSQL: runs start under a shared lock and a prune takes it alone, so a prune
+    never deletes a graph that a run being recorded at the same moment uses (SQLite's
+    ``BEGIN IMMEDIATE`` already runs one writer at a time)."""
+    if c.dialect.name == "postgresql":
+        sql(c, f"select pg_advisory_xact_lock{'' if exclusive else '_shared'}(?)",
+            [GRAPHS_LOCK_KEY])
 
 
 def _finite(x: float | None) -> float | None:

@@ -74,6 +74,24 @@ def test_the_password_may_come_from_the_environment_or_a_password_file(postgres,
         assert store.runs() == []
 
 
+def test_messages_hide_every_form_of_password(tmp_path):
+    from autotune.store.location import shown
+
+    assert shown("postgresql://u:pw1@h/db") == "postgresql://u:***@h/db"
+    assert "pw2" not in shown("postgresql://h/db?password=pw2")
+    assert "pw3" not in shown("postgresql://u:pw3@h:notaport/db")
+    assert "pw4" not in shown("postgresql://u:pw4@x@h/db")  # an unescaped @ in it
+    for bad in ("postgresql://u:pw5@h:notaport/db", "postgresql+asyncpg://u:pw5@h/db",
+                "mysql://u:pw5@h/db"):
+        with pytest.raises(StoreError) as err:
+            Store(bad)
+        assert "pw5" not in str(err.value)
+    # a file name with URL characters is that file, not a URL's query
+    odd = tmp_path / "a?mode=ro%41.db"
+    Store(odd).close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a?mode=ro%41.db"]
+
+
 def test_a_wrong_password_or_a_dead_server_is_unreachable_quickly(postgres):
     url = postgres.database()
     wrong = url.replace(PASSWORD, "not-the-password")
@@ -140,16 +158,30 @@ def test_a_session_whose_store_is_down_trains_warns_once_and_keeps_its_run_local
         "        opt.zero_grad(); m(torch.randn(4, 8)).sum().backward(); tuner.step(); opt.step()\n"
         "print('TRAINED', flush=True)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
-    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "1",
-                           str(script)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "TRAINED" in out, out[-3000:]
+
+    def train() -> str:
+        proc = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers",
+                               "1", str(script)], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path, env=env)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and "TRAINED" in out, out[-3000:]
+        return out
+
+    out = train()
     assert out.count("cannot reach the store postgresql://u:***@127.0.0.1:1/x") == 1, out
     assert PASSWORD not in out
     assert "recorded in ./autotune.db instead" in out
     with Store(tmp_path / "autotune.db", create=False) as local:
         assert [r["status"] for r in local.runs()] == ["finished"]
+    # a store that cannot be used at all (a file that is not autotune's) does not stop it
+    # either: it warns, and the file is left as it was
+    foreign = tmp_path / "foreign.db"
+    foreign.write_text("not a database")
+    script.write_text(script.read_text().replace(
+        f"postgresql://u:{PASSWORD}@127.0.0.1:1/x", str(foreign)))
+    out = train()
+    assert "foreign.db is not an autotune database" in out and "not recorded" in out, out
+    assert foreign.read_text() == "not a database"
 
 
 # ------------------------------------------------------------------ network file systems
