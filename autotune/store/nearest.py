@@ -6,13 +6,13 @@ second look-up does not load or compare them again.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from autotune.store.connection import Connection
 from autotune.store.fingerprint import from_json
 from autotune.store.reader import RunReader
 from autotune.store.rows import decode
+from autotune.store.sqltext import json_field_equals
 from autotune.store.similarity import BUDGET_S, TIMEOUT_S, Candidate, Matcher, Summary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,12 +80,10 @@ class NearestRuns:
             where += " and unit = ?"
             params.append(str(unit))
         for name, value in sorted((space_facts or {}).items()):
-            if self.connection.dialect == "postgresql":
-                where += " and (space_facts::jsonb -> ?) = ?::jsonb"
-                params += [name, json.dumps(value)]
-            else:
-                where += " and json_extract(space_facts, ?) = ?"
-                params += [f'$."{name}"', value]
+            clause, values = json_field_equals(self.connection.dialect, "space_facts", name,
+                                               value)
+            where += " and " + clause
+            params += values
         if across_machines is not None:
             where += " and (machines > 1) = ?"
             params.append(bool(across_machines))

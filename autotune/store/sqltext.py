@@ -4,6 +4,7 @@ values are always bound as parameters, never formatted into the SQL."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Iterable
 
@@ -13,7 +14,9 @@ import sqlalchemy as sa
 def driver_sql(dialect: str, sql: str) -> str:
     """``sql`` with ``?`` placeholders in the driver's own style: unchanged for SQLite;
     for psycopg ``%s``, with a literal ``%`` doubled (outside and inside quotes alike, as
-    psycopg reads them). A ``?`` inside a quoted string or identifier is left alone."""
+    psycopg reads them). A ``?`` inside a quoted string or identifier is left alone; one
+    in a comment, a dollar-quoted string or PostgreSQL's jsonb ``?`` operator is taken
+    for a placeholder (write ``jsonb_exists(...)`` instead)."""
     if dialect == "sqlite":
         return sql
     out = []
@@ -26,6 +29,15 @@ def driver_sql(dialect: str, sql: str) -> str:
 def sql(c: sa.Connection, text: str, params: Iterable[Any] = ()) -> sa.CursorResult:
     """Run ``text`` (``?`` placeholders) with ``params`` on the open connection ``c``."""
     return c.exec_driver_sql(driver_sql(c.dialect.name, text), tuple(params))
+
+
+def json_field_equals(dialect: str, column: str, name: str, value: Any) -> tuple[str, list]:
+    """A ``where`` clause (and its parameters): the JSON text in ``column`` has ``name``
+    equal to ``value`` (a number, string or bool; SQLite's ``json_extract`` reads JSON
+    ``true`` as 1, PostgreSQL compares ``jsonb``)."""
+    if dialect == "postgresql":
+        return f"({column}::jsonb -> ?) = ?::jsonb", [name, json.dumps(value)]
+    return f"json_extract({column}, ?) = ?", [f'$."{name}"', value]
 
 
 def insert_ignoring(c: sa.Connection, table: sa.Table, key: str) -> Any:
