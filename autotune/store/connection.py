@@ -166,12 +166,16 @@ class Connection:
                                     "keepalives_interval": 10, "keepalives_count": 3,
                                     "tcp_user_timeout": 60_000})
 
+    @property
+    def _kind(self) -> str:
+        return "SQLite" if self.dialect == "sqlite" else "PostgreSQL"
+
     def _meta(self, c: sa.Connection) -> dict[str, str] | None:
         """The meta table, None for an empty database; StoreError for a foreign one."""
         tables = set(sa.inspect(c).get_table_names())
         if not tables:
             return None
-        what = "an SQLite" if self.dialect == "sqlite" else "a PostgreSQL"
+        what = f"{'an' if self.dialect == 'sqlite' else 'a'} {self._kind}"
         if "meta" not in tables:
             raise StoreError(f"{self.name} is {what} database but not an autotune one "
                              f"(tables: {', '.join(sorted(tables)[:6])}); it was left untouched")
@@ -187,26 +191,23 @@ class Connection:
     def _open_schema(self) -> int:
         with self.engine.connect() as c:
             meta = self._meta(c)
+            version = 0 if meta is None else int(meta.get("schema_version", "0"))
             if meta is not None:
                 if self.dialect == "sqlite":
                     check = sql(c, "PRAGMA quick_check(1)").fetchone()[0]
                     if check != "ok":
                         raise StoreError(f"{self.name} is corrupt ({check}); it was left untouched")
-                version = int(meta.get("schema_version", "0"))
                 if version > schema.SCHEMA_VERSION:
                     raise StoreError(
                         f"{self.name} has schema version {version}, newer than this autotune "
                         f"understands ({schema.SCHEMA_VERSION}); upgrade autotune")
-                if version == schema.SCHEMA_VERSION:
-                    if self.dialect == "sqlite":
-                        _wal(c)
-                    return version
             elif not self.create:
-                kind = "SQLite" if self.dialect == "sqlite" else "PostgreSQL"
-                raise StoreError(f"{self.name} is an empty {kind} database (no tables), not "
-                                 "an autotune database; it was left untouched")
-            if self.dialect == "sqlite":
+                raise StoreError(f"{self.name} is an empty {self._kind} database (no tables), "
+                                 "not an autotune database; it was left untouched")
+            if self.dialect == "sqlite":  # only once the file is known to be ours
                 _wal(c)
+            if version == schema.SCHEMA_VERSION:
+                return version
 
         # create or migrate, under the write lock; another process may have done it
         def migrate(c: sa.Connection) -> int:

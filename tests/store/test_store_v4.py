@@ -17,25 +17,21 @@ from store_helpers import CNN, WORLD, cluster, model
 
 def _v3_file(path) -> None:
     """A store as autotune wrote it at schema version 3 (``trials.index``, no unit)."""
-    engine = sa.create_engine(f"sqlite:///{path}")
-    with engine.begin() as c:
-        _v3_rows(c)
-    engine.dispose()
-
-
-def _v3_rows(c: sa.Connection) -> None:
-    for v in range(3):
-        schema.MIGRATIONS[v](c)
-    sql(c, "update meta set value = '3' where key = 'schema_version'")
+    engine = sa.create_engine(sa.engine.URL.create("sqlite", database=str(path)))
     rows = [(1, "tune-sim:bert", 1, 900.0), (2, "tune:resnet50", 0, 4.0), (3, "train", 0, 50.0)]
-    for rid, job, sim, score in rows:
-        sql(c,
-            "insert into runs (id, created, status, job, model_fp, topology_fp, best_config, "
-            "best_score, default_score, simulated, world, space_facts) values "
-            "(?, '2024-01-01T00:00:00.000+00:00', 'finished', ?, 'aa', 'bb', ?, ?, 1.0, ?, '{}', '{}')",
-            [rid, job, json.dumps({"streams": rid}), score, sim])
-        sql(c, 'insert into trials (run, "index", technique, config, iterations, score) '
-            "values (?, 0, 'grid', '{}', 2, ?)", [rid, score])
+    with engine.begin() as c:
+        for v in range(3):
+            schema.MIGRATIONS[v](c)
+        sql(c, "update meta set value = '3' where key = 'schema_version'")
+        for rid, job, sim, score in rows:
+            sql(c,
+                "insert into runs (id, created, status, job, model_fp, topology_fp, best_config, "
+                "best_score, default_score, simulated, world, space_facts) values (?, "
+                "'2024-01-01T00:00:00.000+00:00', 'finished', ?, 'aa', 'bb', ?, ?, 1.0, ?, '{}', '{}')",
+                [rid, job, json.dumps({"streams": rid}), score, sim])
+            sql(c, 'insert into trials (run, "index", technique, config, iterations, score) '
+                "values (?, 0, 'grid', '{}', 2, ?)", [rid, score])
+    engine.dispose()
 
 
 def test_a_v3_store_migrates_to_v4_with_units_inferred_and_trials_numbered(tmp_path):
