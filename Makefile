@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean postgres
+.PHONY: setup demo test check bench clean postgres chromium
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -32,8 +32,32 @@ postgres:
 	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null; }; } || \
 	  echo "no PostgreSQL server installed: the store's PostgreSQL tests will skip"; }
 
-test: $(STAMP) postgres
-	$(BIN)/python -m pytest -q
+# Headless Chromium for the HTML report's browser test, as PostgreSQL above.
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null || \
+	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null; }; } || \
+	  echo "no chromium installed: the HTML report's browser test will skip"; }
+
+# The whole suite (docs/testing.md), in two parts: everything that may share the machine,
+# two test processes at once (pytest-xdist, a file's tests together so its shared world
+# starts once); then what must run alone (the emulated cluster, timing).
+# Bytecode is compiled once first: hundreds of rank processes import autotune and the
+# tests' helpers, and where PYTHONDONTWRITEBYTECODE is set each would compile them anew
+# (about a second a process); cached .pyc files are read whatever it says.
+PYTEST := $(BIN)/python -m pytest -q
+COMPILE := $(BIN)/python -m compileall -q autotune tests examples >/dev/null
+test: $(STAMP) postgres chromium
+	$(COMPILE)
+	$(PYTEST) -n 2 --dist loadfile -m "not serial" --durations=20
+	$(PYTEST) -m serial --durations=10
+
+# The quick tier, while working: unit tests and one real-process smoke per package,
+# in parallel (under 3 minutes). Not a replacement for `make test` before a commit.
+check: $(STAMP)
+	$(COMPILE)
+	$(PYTEST) -n 2 --dist loadfile -m "not slow and not serial"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -3,12 +3,14 @@ fixtures several test files use.
 
 - ``@pytest.mark.root``: the test needs the emulated cluster (root, network namespaces,
   veth and tc); it is skipped with the emulator's own reason
-  (:func:`autotune.emulate.unavailable_reason`) where that cannot run.
+  (:func:`autotune.emulate.unavailable_reason`) where that cannot run. It is also
+  ``serial``: `make test` runs those alone, after the rest (docs/testing.md).
 - ``postgres``: one throwaway PostgreSQL server for the whole run
   (:mod:`postgres_server`), skipped with the reason where none can run here.
 - ``store_at``: where a fresh, empty results store is, once as an SQLite path and once as a
   PostgreSQL URL (a new database on ``postgres``): a test that takes it runs on both.
 - ``store``: a results store at ``store_at``, closed after the test.
+- ``world``: the shared gloo worlds (:mod:`worlds`), started once per test process.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the markers added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # the emulated cluster's tests run alone (`make test`'s second part)
+        if "root" in item.keywords:
+            item.add_marker(pytest.mark.serial)
+    # files with slow tests first, so that two test processes (xdist, a file each) end
+    # together rather than one finishing a long file alone; the same order everywhere
+    slow_files = {item.path for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: item.path not in slow_files)
     if not any("root" in item.keywords for item in items):
         return
     from autotune.emulate import unavailable_reason
@@ -55,3 +65,14 @@ def store(store_at):
     s = Store(store_at)
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory):
+    """Shared gloo worlds (tests/worlds.py): ``world(2).run("module:function", **kw)`` runs
+    a case on every rank of a 2-rank world started once for the test run."""
+    from worlds import Worlds
+
+    worlds = Worlds(tmp_path_factory.mktemp("worlds"))
+    yield worlds
+    worlds.close()

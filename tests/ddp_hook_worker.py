@@ -1,9 +1,9 @@
-"""Per-rank program of tests/runtime/test_ddp_hook.py: real DDP (gloo, CPU) with and
-without :class:`~autotune.runtime.ddp_hook.BucketTransport`, in ONE process group
-(starting torch processes is slow, so every case runs in one launch).
+"""Per-rank code of tests/runtime/test_ddp_hook.py: real DDP (gloo, CPU) with and
+without :class:`~autotune.runtime.ddp_hook.BucketTransport`, as cases of the shared worlds
+(tests/worlds.py)::
 
-    autotune launch --workers 2 tests/ddp_hook_worker.py all OUTDIR
-    autotune launch --workers 3 tests/ddp_hook_worker.py parity OUTDIR
+    world(2).run("ddp_hook_worker:cases", mode="all")
+    world(3).run("ddp_hook_worker:cases", mode="parity")
 
 ``parity``: the same training (unseeded per-rank start, per-rank data, ``no_sync``
 micro-batches, ``find_unused_parameters=True`` with one unused layer, small DDP buckets)
@@ -12,14 +12,13 @@ through lossless ones (streams 1..4, chunk_bytes 4 KiB..4 MiB); once more with h
 staging copying (``copy_cpu``). ``all`` adds: top-k with error feedback switching ratio
 mid-training and then to ``none``; a conservation check on the transport alone (every
 gradient produced is delivered once the residual is folded); the misuse cases. Each rank
-writes ``OUTDIR/rank<r>.json``.
+returns what it saw.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any
 
 import torch
@@ -233,9 +232,7 @@ def misuse() -> dict:
     return out
 
 
-def main(mode: str, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+def cases(mode: str, out: str) -> dict:
     result: dict[str, Any] = {"parity": parity()}
     if mode == "all":
         result["staged"] = parity(copy_cpu=True)
@@ -243,10 +240,4 @@ def main(mode: str, out: str) -> None:
         result["conservation"] = conservation()
         result["rebuilt"] = rebuilt()
         result["misuse"] = misuse()
-    with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
-        json.dump(result, f)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    return result

@@ -1,13 +1,13 @@
-"""Per-rank script for tests/session/test_ddp_parity.py: the same training under real DDP and under
-``autotune.session()``, in ONE process group (starting torch processes is slow).
+"""Per-rank code for tests/session/test_ddp_parity.py and test_faults.py: the same training
+under real DDP and under ``autotune.session()``.
 
-    autotune launch --workers 2 tests/ddp_worker.py parity OUTDIR
+    world(2).run("ddp_worker:parity")     # a case of the shared 2-rank world (worlds.py)
     torchrun --nproc-per-node 3 tests/ddp_worker.py server0 OUTDIR   # rank 0 is a server
     autotune launch --workers 2 tests/ddp_worker.py restart OUTDIR    # + a restarted run
 
 ``parity``: every scenario runs first under DDP, then under a session that tunes (several
 configuration switches) on the same per-rank initialisation and data; then the misuse
-cases. Each worker writes ``OUTDIR/rank<r>.json``.
+cases; each rank returns what it saw.
 ``server0``: rank 0 becomes a Summation Service server (``AUTOTUNE_ROLE``), the workers are
 ranks 1 and 2, so the leader is rank 1.
 """
@@ -156,8 +156,9 @@ def misuse(kind: str) -> str:
         return f"{type(e).__name__}: {e}"
 
 
-def parity(out: str) -> None:
-    dist.init_process_group("gloo")
+def parity(out: str) -> dict:
+    """A case of the shared 2-rank world (tests/worlds.py): every scenario, DDP then the
+    session, in the world's process group."""
     result = {}
     for name, build, micro in (("unseeded", mlp, 1), ("batchnorm", bn_net, 1),
                                ("no_sync", bn_net, 2)):
@@ -167,12 +168,12 @@ def parity(out: str) -> None:
                                    ("hook_wide", wide, 1,
                                     {"fixed": {"chunk_bytes": [64 << 10, 256 << 10]}})):
         result[name] = {"ddp": train(build, micro, "ddp"), "session": train(build, micro, "hook", **kw)}
-    result["hook_store"] = train(mlp, 1, "hook", store=True, db=os.path.join(out, "hook.db"),
+    result["hook_db"] = os.path.join(out, "hook.db")
+    result["hook_store"] = train(mlp, 1, "hook", store=True, db=result["hook_db"],
                                  job="hook-store")
     result["misuse"] = {k: misuse(k) for k in ("twice", "replaced", "wrapped", "different",
                                                "dataparallel", "hooked")}
-    with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
-        json.dump(result, f)
+    return result
 
 
 def plain_loop(model: nn.Module, tuner: Any, steps: int) -> None:
@@ -217,4 +218,4 @@ def restart(out: str) -> None:
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    {"parity": parity, "server0": server0, "restart": restart}[sys.argv[1]](sys.argv[2])
+    {"server0": server0, "restart": restart}[sys.argv[1]](sys.argv[2])

@@ -1,9 +1,10 @@
-"""A 2-worker job for tests/session/test_goodput.py (issue 39): ``python goodput_worker.py
-native|ddp goodput|throughput OUT_DIR [DEVICE]`` under ``autotune launch --workers 2``
-(DEVICE: ``cpu``, or ``cuda`` for scripts/gpu_check.sh). It trains
+"""A 2-worker job for tests/session/test_goodput.py (issue 39): a case of the shared
+2-rank world there (``job``), and ``python goodput_worker.py native|ddp goodput|throughput
+OUT_DIR [DEVICE]`` under ``autotune launch --workers 2`` for scripts/gpu_check.sh
+(DEVICE: ``cpu``, or ``cuda``). It trains
 scikit-learn's digits classifier (SGD with momentum) under ``allow_lossy`` with the space
 narrowed to lossless or random-k at 5 % (a codec with a large error) and writes every
-trial the leader saw to OUT_DIR/result.json."""
+trial the leader saw (returned by ``job``; the script writes it to OUT_DIR/result.json)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ FIXED = {"compression": ["none", "randomk"], "randomk_ratio": 0.05,
          "intra": "flat"}  # (on one machine, intra=root compresses nothing)
 
 
-def main() -> None:
-    kind, score, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
+def job(kind: str, score: str, out: str, device: str = "cpu") -> dict | None:
+    """Train under a session in this process's world (made here where there is none); what
+    the leader saw (``None`` on the other ranks)."""
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    out = Path(out)
     model: torch.nn.Module = classifier().to(device)
     if kind == "ddp":
-        dist.init_process_group("gloo")
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     data = digits()
@@ -47,14 +50,20 @@ def main() -> None:
             tuner.step()
             opt.step()
             opt.zero_grad()
-    if tuner.is_leader:
-        trials = [{"config": r.config, "score": r.score, "error": r.error,
-                   "iterations": r.iterations,
-                   "throughput": r.throughput, "efficiency": r.efficiency}
-                  for r in tuner.history]
-        (out / "result.json").write_text(json.dumps(
-            {"trials": trials, "best": tuner.best, "noise_scale": tuner._goodput.noise_scale
-             if tuner._goodput is not None else None}))
+    if not tuner.is_leader:
+        return None
+    trials = [{"config": r.config, "score": r.score, "error": r.error,
+               "iterations": r.iterations, "throughput": r.throughput,
+               "efficiency": r.efficiency} for r in tuner.history]
+    return {"trials": trials, "best": tuner.best, "db": str(out / "goodput.db"),
+            "noise_scale": tuner._goodput.noise_scale if tuner._goodput is not None else None}
+
+
+def main() -> None:
+    out = Path(sys.argv[3])
+    seen = job(sys.argv[1], sys.argv[2], str(out), sys.argv[4] if len(sys.argv) > 4 else "cpu")
+    if seen is not None:
+        (out / "result.json").write_text(json.dumps(seen))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import sys
 import time
@@ -42,12 +41,6 @@ from autotune.signals import exit_code
 WAYS = ("sigint-group", "sigint-then-sigterm", "sigterm")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> None:
     """A rank's life in the forked child: train until stopped (``ddp``: a
     DistributedDataParallel model, DDP kept) on ``device``; never returns."""
@@ -56,8 +49,12 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> 
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)
         try:
+            # the rendezvous store is this script's (held open in the parent, as `autotune
+            # launch` does): no port picked, closed and then bound again, which another
+            # process may take in between
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                              WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+                              WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                              TORCHELASTIC_USE_AGENT_STORE="True")
             torch.manual_seed(0)
             model: torch.nn.Module = torch.nn.Sequential(
                 torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(device)
@@ -103,7 +100,10 @@ class Job:
     def __init__(self, index: int, way: str, delay: float, root: Path, ddp: bool,
                  device: str = "cpu") -> None:
         self.index, self.way, self.delay, self.ddp = index, way, delay, ddp
-        self.db, port = root / f"job{index}.db", _free_port()
+        self.db = root / f"job{index}.db"
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=60))
+        port = self.store.port
         self.logs = [root / f"job{index}.rank{r}.log" for r in range(2)]
         self.pids: list[int] = []
         for r in range(2):

@@ -1,7 +1,7 @@
-"""Per-rank script for tests/session/test_session.py, run under `autotune launch`.
-
-Runs several scenarios in ONE process group (starting torch processes is slow) and writes
-what each rank saw to ``$OUT/rank<r>.json`` for the test to compare across ranks.
+"""Per-rank code for tests/session/test_session.py: :func:`case` runs one training job in
+the shared 2-rank world (tests/worlds.py) and returns what the rank saw; run as a script
+under `autotune launch` (for the jobs with servers or several machines), it does the same
+and writes ``$OUT/rank<r>.json``.
 """
 
 from __future__ import annotations
@@ -80,20 +80,29 @@ def train_session(data_seed: int, steps: int, **kw):
                        best=tuner.best, tuning_iterations=tuner.tuning_iterations, **numbers)
 
 
-def main(out: str) -> None:
+def case(out: str, steps: int = 60, budget: int = 40, ddp: bool = False,
+         fixed: dict | None = None) -> dict:
+    """Plain DDP first (``ddp``), then the session, in this process's world (the session
+    makes one where there is none, and joins one as it is); ``fixed``: knobs the user pins."""
     torch.set_num_threads(1)
     result: dict = {}
-    steps = int(os.environ.get("SESSION_STEPS", "60"))
-    budget = int(os.environ.get("SESSION_BUDGET", "40"))
-    if os.environ.get("SESSION_DDP") == "1":
-        dist.init_process_group("gloo")  # the session joins this world as it is
+    if ddp:
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
         result["ddp"] = train_ddp(1, steps).tolist()
-    fixed = json.loads(os.environ.get("SESSION_FIXED", "null"))  # knobs the user pins
     model, result["session"] = train_session(1, steps, budget=budget, db=os.path.join(out, "t.db"),
                                              seed=3, verbose=RANK == 0, timeout=60,
                                              trial_iterations=4,  # long enough to cut short
                                              fixed=fixed)
     result["session"]["final"] = flat(model).tolist()
+    return result
+
+
+def main(out: str) -> None:
+    result = case(out, int(os.environ.get("SESSION_STEPS", "60")),
+                  int(os.environ.get("SESSION_BUDGET", "40")),
+                  os.environ.get("SESSION_DDP") == "1",
+                  json.loads(os.environ.get("SESSION_FIXED", "null")))
     with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
         json.dump(result, f)
 

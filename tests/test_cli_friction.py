@@ -5,6 +5,8 @@ one of its own options comes after the script (and so goes to the script)."""
 
 from __future__ import annotations
 
+# own world: the launch command's own hints and messages
+
 import json
 import re
 import subprocess

@@ -3,6 +3,8 @@ emulated cluster with a very short budget, as root."""
 
 from __future__ import annotations
 
+# own world: the demo's own launch on the emulated hosts is what is tested
+
 import argparse
 import json
 import subprocess

@@ -3,6 +3,8 @@ emulated cluster (namespaces, tbf, gloo across hosts, teardown) as root only."""
 
 from __future__ import annotations
 
+# own world: ranks on emulated hosts (network namespaces): the emulator is under test
+
 import json
 import os
 import signal

@@ -5,6 +5,8 @@ benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
+# own world: the benchmarks' own jobs on emulated hosts
+
 import json
 import sys
 from pathlib import Path

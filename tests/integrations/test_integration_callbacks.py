@@ -6,6 +6,8 @@ torchrun: test_integration_examples.)
 
 from __future__ import annotations
 
+# own world: Lightning run in a process of its own, with no launcher, is what is tested
+
 import json
 import os
 import subprocess

@@ -11,6 +11,8 @@ installs the extras: ``.[lightning,transformers,accelerate]``).
 
 from __future__ import annotations
 
+# own world: the examples run as a user runs them, launcher included
+
 import os
 import subprocess
 import sys

@@ -4,6 +4,8 @@ And the ``autotune`` group itself: every registered command loads, lazily (no to
 
 from __future__ import annotations
 
+# own world: the launch command's own checks and messages
+
 import os
 import resource
 import subprocess

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+# own world: `autotune tune` starts its own ranks
+
 import io
 import json
 import os

@@ -6,6 +6,8 @@ the tests read what each rank returned.
 
 from __future__ import annotations
 
+# own world: ranks on emulated hosts, probing their links
+
 import json
 import os
 import subprocess

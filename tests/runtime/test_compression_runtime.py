@@ -16,6 +16,8 @@ the records.
 
 from __future__ import annotations
 
+# own world: workers on two machines with Summation Service servers
+
 import json
 import sys
 from pathlib import Path

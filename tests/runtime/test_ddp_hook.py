@@ -2,7 +2,7 @@
 hook, against plain DDP in the same processes (tests/ddp_hook_worker.py), and the CPU
 side of :class:`~autotune.runtime.staging.HostStaging`.
 
-Two launches (``autotune launch``, gloo, CPU): 2 ranks run every case (parity with plain
+In the shared worlds (tests/worlds.py, gloo, CPU): 2 ranks run every case (parity with plain
 DDP, the same with copying host staging, top-k with error feedback across switches, the
 transport's conservation of gradients, misuse); 3 ranks run parity only.
 """
@@ -16,26 +16,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime_helpers import ROOT, launch_group, load_results
-
-WORKER = Path(__file__).parents[1] / "ddp_hook_worker.py"
+from runtime_helpers import ROOT
 
 
 # ---------------------------------------------------------------------- processes
 @pytest.fixture(scope="module")
-def two(tmp_path_factory) -> list[dict]:
-    out = tmp_path_factory.mktemp("ddp_hook2")
-    code, log = launch_group("all", out, 2, 0, None, script=WORKER, timeout=240)
-    assert code == 0, log[-4000:]
-    return load_results(out, 2)
+def two(world) -> list[dict]:
+    return world(2).run("ddp_hook_worker:cases", mode="all")
 
 
 @pytest.fixture(scope="module")
-def three(tmp_path_factory) -> list[dict]:
-    out = tmp_path_factory.mktemp("ddp_hook3")
-    code, log = launch_group("parity", out, 3, 0, None, script=WORKER, timeout=240)
-    assert code == 0, log[-4000:]
-    return load_results(out, 3)
+def three(world) -> list[dict]:
+    return world(3).run("ddp_hook_worker:cases", mode="parity")
 
 
 def _states(run: dict) -> list[tuple[str, torch.Tensor, torch.Tensor]]:

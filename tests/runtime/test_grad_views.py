@@ -13,6 +13,8 @@ and ``retry()`` must give the exact average again.
 
 from __future__ import annotations
 
+# own world: a Summation Service server, and AUTOTUNE_GRAD_VIEWS read at start
+
 import pytest
 
 import runtime_helpers as rh

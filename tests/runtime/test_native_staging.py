@@ -12,6 +12,8 @@ The CUDA branches themselves have not run (docs/gpu.md).
 
 from __future__ import annotations
 
+# own world: a Summation Service server, and host staging read at start
+
 import time
 
 import pytest

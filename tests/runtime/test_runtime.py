@@ -8,6 +8,8 @@ each worker saw; the tests below check it, one test per case.
 
 from __future__ import annotations
 
+# own world: 4 workers on 2 machines and 2 Summation Service servers
+
 import pytest
 
 import runtime_helpers as rh

@@ -7,6 +7,8 @@ Each scenario needs its own job (a dead process breaks the world), so each launc
 
 from __future__ import annotations
 
+# own world: servers killed and peers stalled: each case breaks its world
+
 import json
 
 import pytest

@@ -3,6 +3,8 @@ for every transport / k / intra combination, in one 4-worker + 2-server job."""
 
 from __future__ import annotations
 
+# own world: 4 workers on 2 machines and 2 Summation Service servers
+
 import pytest
 
 import runtime_helpers as rh

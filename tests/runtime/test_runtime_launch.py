@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+# own world: the launcher's failure policy is under test
+
 import io
 import time
 

@@ -5,6 +5,8 @@ reported as FAILED, and ``--ddp`` (DDP's comm hook in real DDP, 2 workers)."""
 
 from __future__ import annotations
 
+# own world: the selftest command starts its own job
+
 import json
 import os
 import subprocess

@@ -1,7 +1,7 @@
 """``autotune.session()`` as a drop-in for DDP, and inside DDP, against real DDP in the same
 processes.
 
-One group of 2 workers (``autotune launch``) runs each scenario under
+The shared 2-rank world (tests/worlds.py) runs each scenario under
 ``DistributedDataParallel`` and then under a session that tunes (and so switches
 configurations) on the same unseeded, per-rank initialisation and per-rank data
 (tests/ddp_worker.py): the native runtime (``autotune.session(model)``) and DDP kept with
@@ -12,6 +12,8 @@ is the first worker.
 
 from __future__ import annotations
 
+# own world: torchrun's own world, whose rank 0 is a server (the rest: `world`)
+
 import json
 import os
 import subprocess
@@ -21,18 +23,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime_helpers import ROOT, launch_group, load_results
+from runtime_helpers import ROOT
 
 pytestmark = pytest.mark.slow
 WORKER = Path(__file__).parents[1] / "ddp_worker.py"
 
 
 @pytest.fixture(scope="module")
-def parity(tmp_path_factory) -> list[dict]:
-    out = tmp_path_factory.mktemp("ddp_parity")
-    code, log = launch_group("parity", out, 2, 0, None, script=WORKER, timeout=300)
-    assert code == 0, log[-4000:]
-    return load_results(out, 2)
+def parity(world) -> list[dict]:
+    return world(2).run("ddp_worker:parity", timeout=300)
 
 
 def assert_state_equal(ddp: dict, ses: dict, only: str | None = None) -> None:
@@ -81,7 +80,7 @@ def test_ddp_with_the_hook_ends_where_plain_ddp_does(parity, scenario):
     assert parity[0][scenario]["session"]["_history"] >= 3  # the leader ran trials
 
 
-def test_ddp_with_the_hook_records_its_run_like_a_session(parity, tmp_path_factory):
+def test_ddp_with_the_hook_records_its_run_like_a_session(parity):
     """The DDP mode's leader records the run (finished, its trials, the kept configuration),
     under the module's fingerprint: the same as the module's without DDP around it."""
     from autotune.store import Store
@@ -89,7 +88,7 @@ def test_ddp_with_the_hook_records_its_run_like_a_session(parity, tmp_path_facto
 
     import ddp_worker
 
-    db = next(Path(tmp_path_factory.getbasetemp()).glob("ddp_parity*/hook.db"))
+    db = parity[0]["hook_db"]
     (run,) = Store(db).runs()
     assert run["status"] == "finished" and run["job"] == "hook-store" and run["unit"] == "it/s"
     # the hook's space (issue 41): all-reduce, or push/pull through the workers' colocated

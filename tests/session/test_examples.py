@@ -5,6 +5,8 @@ with a Summation Service server (its group the workers', ``autotune.workers_grou
 
 from __future__ import annotations
 
+# own world: the examples run as a user runs them, launcher included
+
 import os
 import subprocess
 import sys

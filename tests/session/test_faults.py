@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+# own world: ranks and servers killed or stopped: each case breaks its world
+
 import json
 import os
 import subprocess

@@ -14,6 +14,8 @@ Each defect the issue found has a test here that failed before the fix:
 
 from __future__ import annotations
 
+# own world: jobs interrupted at random moments, and what a new user runs
+
 import dataclasses
 import inspect
 import json

@@ -3,35 +3,23 @@ at 5 % under error feedback, on a real classifier and real data) is rejected whe
 trials are scored by goodput (failed, or cut short on its switch iteration; never kept),
 natively and under DDP, with the reason and the measured efficiency in the store; scored
 by throughput alone (the old behaviour), the same codec is scored like any other
-configuration."""
+configuration. Each job is a case of the shared 2-rank world (tests/worlds.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from autotune.tuning.efficiency import COLLAPSED
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
 
-
-def _job(tmp_path: Path, kind: str, score: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS),
-                                          os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
-         str(TESTS / "goodput_worker.py"), kind, score, str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return json.loads((tmp_path / "result.json").read_text())
+def _job(world, kind: str, score: str) -> dict:
+    """The job in the shared 2-rank world (tests/worlds.py): what its leader saw."""
+    leader, other = world(2).run("goodput_worker:job", kind=kind, score=score, timeout=300)
+    assert other is None
+    return leader
 
 
 def _randomk(trials: list[dict]) -> list[dict]:
@@ -40,8 +28,8 @@ def _randomk(trials: list[dict]) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["native", "ddp"])
-def test_a_codec_with_a_large_error_is_rejected(tmp_path, kind):
-    seen = _job(tmp_path, kind, "goodput")
+def test_a_codec_with_a_large_error_is_rejected(world, kind):
+    seen = _job(world, kind, "goodput")
     lossy = _randomk(seen["trials"])
     assert lossy, f"no random-k trial: {seen['trials']}"
     failed = [t for t in lossy if t["score"] is None]
@@ -58,7 +46,7 @@ def test_a_codec_with_a_large_error_is_rejected(tmp_path, kind):
     # lossless trials are scored as before: no efficiency
     lossless = [t for t in seen["trials"] if t["config"]["compression"] == "none"]
     assert lossless and all(t["score"] and t["efficiency"] is None for t in lossless)
-    with sqlite3.connect(tmp_path / "goodput.db") as con:
+    with sqlite3.connect(seen["db"]) as con:
         rows = con.execute("select config, score, error, efficiency from trials").fetchall()
     stored = [r for r in rows if json.loads(r[0])["compression"] == "randomk"]
     assert len(stored) == len(lossy) and all(r[3] < COLLAPSED for r in stored)
@@ -66,8 +54,8 @@ def test_a_codec_with_a_large_error_is_rejected(tmp_path, kind):
 
 
 @pytest.mark.slow
-def test_scored_by_throughput_the_same_codec_is_not_rejected(tmp_path):
-    seen = _job(tmp_path, "native", "throughput")
+def test_scored_by_throughput_the_same_codec_is_not_rejected(world):
+    seen = _job(world, "native", "throughput")
     lossy = _randomk(seen["trials"])
     assert lossy and any(t["score"] is not None for t in lossy), seen["trials"]
     assert all(t["efficiency"] is None for t in seen["trials"])

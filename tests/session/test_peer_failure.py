@@ -7,6 +7,8 @@ they exit non-zero, the run is stored as ``failed``, and the launcher blames ran
 
 from __future__ import annotations
 
+# own world: a rank fails on purpose: the world breaks
+
 import os
 import subprocess
 import sys

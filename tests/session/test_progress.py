@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+# own world: the launcher's own output in a terminal and a pipe
+
 import io
 import os
 import pty

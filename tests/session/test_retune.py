@@ -6,6 +6,8 @@ Times to notice and to recover: benchmarks/retune_bench.py."""
 
 from __future__ import annotations
 
+# own world: the emulated link is changed under a running job
+
 import os
 import sys
 from pathlib import Path

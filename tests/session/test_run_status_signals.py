@@ -5,6 +5,8 @@ shows as ``abandoned``."""
 
 from __future__ import annotations
 
+# own world: signals sent to whole jobs
+
 import json
 import os
 import signal

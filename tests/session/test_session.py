@@ -8,15 +8,18 @@ Three process groups, each started once and running a whole training job:
   computation of synchronous SGD on the averaged gradients, although the tuner switched
   configurations (both transports) many times. The push/pull seed is made slow
   (``AUTOTUNE_FAULT`` delay), so its trial is cut short.
-* 2 workers, no servers, with faults injected into two configurations: a plain DDP run of
-  the same seed and data ends with the same parameters as the session, and the failed
-  trials are reported while training goes on.
+* 2 workers, no servers (a case of the shared 2-rank world, tests/worlds.py), with faults
+  injected into two configurations: a plain DDP run of the same seed and data ends with
+  the same parameters as the session, and the failed trials are reported while training
+  goes on.
 * 2 workers on 2 emulated machines, one stream made slow: the warm-up's last iteration
   runs several streams, reads the slowness as a per-flow cap, and the first trial is the
   seed with several streams.
 """
 
 from __future__ import annotations
+
+# own world: a server, two machines, a bad pin failing the launch (the rest: `world`)
 
 import json
 import os
@@ -78,10 +81,10 @@ def with_server(tmp_path_factory) -> tuple[list[dict], Path]:
 
 
 @pytest.fixture(scope="module")
-def with_faults(tmp_path_factory) -> list[dict]:
-    tmp = tmp_path_factory.mktemp("session_faults")
+def with_faults(world) -> list[dict]:
     faults = "streams=2@fail;chunk_bytes=2097152@configure:1"
-    return launch(tmp, 2, 0, {"SESSION_DDP": "1", "AUTOTUNE_FAULT": faults})
+    return world(2).run("session_worker:case", steps=STEPS, budget=BUDGET, ddp=True,
+                        env={"AUTOTUNE_FAULT": faults}, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -213,15 +216,14 @@ def test_a_trial_with_only_its_switch_iteration_is_not_credited_as_faster():
     assert trial_seconds([], 2.0, cut=False) == 2.0
 
 
-def test_pinned_and_narrowed_knobs_hold_and_bad_pins_fail_at_start(tmp_path):
+def test_pinned_and_narrowed_knobs_hold_and_bad_pins_fail_at_start(world, tmp_path):
     """``fixed=``: every trial keeps the pinned chunk size (3 MiB: off the tuner's grid, but
     the runtime runs it) and the narrowed streams; the workers stay identical. A pin the
     runtime cannot run fails at the start on every rank, naming the knob, without a hang."""
     pins = {"chunk_bytes": 3 << 20, "streams": [1, 2]}
     env = {"SESSION_STEPS": "16", "SESSION_BUDGET": "10", "SESSION_FIXED": json.dumps(pins)}
-    (tmp_path / "ok").mkdir()
     (tmp_path / "bad").mkdir()
-    ranks = launch(tmp_path / "ok", 2, 0, env)
+    ranks = world(2).run("session_worker:case", steps=16, budget=10, fixed=pins)
     configs = ranks[0]["session"]["configs"]
     assert {c["chunk_bytes"] for c in configs} == {3 << 20}
     assert {c["streams"] for c in configs} <= {1, 2}

@@ -4,6 +4,8 @@ starts from them (real processes, two emulated machines, one store)."""
 
 from __future__ import annotations
 
+# own world: two emulated machines, two jobs one after another
+
 import json
 import os
 import subprocess

@@ -6,6 +6,8 @@ first training iterations after a warm-up), then a short tuning again (a warm st
 
 from __future__ import annotations
 
+# own world: what the launcher prints of a job, twice on one store
+
 import os
 import re
 import subprocess

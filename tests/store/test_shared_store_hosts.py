@@ -5,6 +5,8 @@ the emulated network; a plain training job under ``autotune.session`` on host 1 
 
 from __future__ import annotations
 
+# own world: jobs on emulated hosts sharing a store on another
+
 import json
 import os
 import subprocess

@@ -4,6 +4,8 @@ whose store is down, and SQLite refused on a network file system."""
 
 from __future__ import annotations
 
+# own world: a job whose store goes down, as a user launches it
+
 import json
 import os
 import subprocess

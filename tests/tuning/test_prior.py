@@ -176,6 +176,7 @@ def _tuned(prior, seed, **kw):
     return t
 
 
+@pytest.mark.slow  # the blind-prior study: 12 tuning runs
 def test_a_share_of_proposals_is_never_screened_so_a_blind_prior_cannot_hide_the_optimum():
     optimum = max(truth(c) for c in SPACE.all_configs())
     found = [truth(_tuned(blind, seed).best[0]) for seed in range(4)]

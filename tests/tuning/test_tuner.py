@@ -228,6 +228,7 @@ def _noisy(seed):
     return lambda c, it: _true(c) * math.exp(rng.gauss(0.0, 0.05))
 
 
+@pytest.mark.slow  # 16 noisy tuning runs
 def test_the_kept_configuration_rests_on_enough_measurements_and_beats_the_luckiest():
     kept, luckiest = [], []
     for seed in range(16):
@@ -257,6 +258,7 @@ def test_one_lucky_sample_does_not_outrank_a_well_measured_configuration():
     assert t.best[0] == b
 
 
+@pytest.mark.slow  # 12 tuning runs of a session's default budget
 def test_the_reference_and_the_kept_configuration_are_both_confirmed():
     ref = SMALL.default()
     for seed in range(12):  # a session's default budget

@@ -5,6 +5,8 @@ the DDP timing loop over real processes (gloo, ``autotune launch``), on a sub-gr
 
 from __future__ import annotations
 
+# own world: 3 ranks timing DDP on a sub-group of the world
+
 import json
 import subprocess
 import sys
