@@ -3,7 +3,7 @@ under real DDP and under ``autotune.session()``.
 
     world(2).run("ddp_worker:parity")     # a case of the shared 2-rank world (worlds.py)
     torchrun --nproc-per-node 3 tests/ddp_worker.py server0 OUTDIR   # rank 0 is a server
-    autotune launch --workers 2 tests/ddp_worker.py restart OUTDIR    # + a restarted run
+    world(2).run("ddp_worker:restart", db=DB, env={"TORCHELASTIC_RESTART_COUNT": "1"})
 
 ``parity``: every scenario runs first under DDP, then under a session that tunes (several
 configuration switches) on the same per-rank initialisation and data; then the misuse
@@ -202,20 +202,19 @@ def server0(out: str) -> None:
                    "tuning_iterations": tuner.tuning_iterations, "state": state(model)}, f)
 
 
-def restart(out: str) -> None:
-    """A short tuning job; run again with TORCHELASTIC_RESTART_COUNT=1 it must not tune."""
+def restart(out: str, db: str) -> dict:
+    """A short tuning job, a case of the shared 2-rank world; run again on the same ``db``
+    with TORCHELASTIC_RESTART_COUNT=1 (the case's env) it must not tune."""
     import autotune
 
     model = mlp()
-    n = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    with autotune.session(model, budget=8, db=os.path.join(out, "t.db"), verbose=False,
+    with autotune.session(model, budget=8, db=db, verbose=False,
                           timeout=60, job="restart-test") as tuner:
         plain_loop(model, tuner, 14)
-    with open(os.path.join(out, f"rank{RANK}-restart{n}.json"), "w") as f:
-        json.dump({"history": len(tuner.history), "tuning": tuner.tuning_iterations,
-                   "config": tuner.config, "best": tuner.best}, f)
+    return {"history": len(tuner.history), "tuning": tuner.tuning_iterations,
+            "config": tuner.config, "best": tuner.best}
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    {"server0": server0, "restart": restart}[sys.argv[1]](sys.argv[2])
+    server0(sys.argv[2])

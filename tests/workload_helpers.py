@@ -1,27 +1,21 @@
-"""Rank program for tests/workload/test_workload.py, started by ``autotune launch`` (3
-processes, gloo): :func:`autotune.workload.time_ddp` over a group of ranks 0 and 1 (rank 2
+"""Rank code for tests/workload/test_workload.py, a case of the shared 3-rank world
+(tests/worlds.py, gloo): :func:`autotune.workload.time_ddp` over a group of ranks 0 and 1 (rank 2
 stays out, as a selftest's servers do), on the fixed-value emulated job, then over the
-whole world on a job whose gradients are its input (``3 (rank + 1)``). Each rank writes
-``rank{RANK}.json`` into the directory given as its argument."""
+whole world on a job whose gradients are its input (``3 (rank + 1)``). Each rank returns
+what it saw."""
 
 from __future__ import annotations
-
-import json
-import sys
-from pathlib import Path
 
 BWD_S = 0.02
 
 
-def main(out: Path) -> None:
+def time_pair_and_world(out: str) -> dict:
     import torch
     import torch.distributed as dist
     from torch import nn
 
     from autotune.workload import SyntheticJob, check_average, sleepy_model, time_ddp
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     pair = dist.new_group([0, 1])
     shapes = [("a", (300, 20)), ("b", (20,)), ("c", (7, 5, 3)), ("d", (1000,))]
@@ -45,9 +39,4 @@ def main(out: Path) -> None:
     check_average(job, 3 * (world + 1) / 2, "world")
     res["world_grad_dtypes"] = [str(p.grad.dtype) for p in module.parameters()]
     dist.barrier()
-    (out / f"rank{rank}.json").write_text(json.dumps(res))
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    return res

@@ -55,10 +55,12 @@ def _write_atomic(path: Path, data: Any) -> None:
 
 # ---------------------------------------------------------------------- pytest side
 class World:
-    """``workers`` ranks (gloo, CPU) started under ``autotune launch`` on first use."""
+    """``workers`` ranks (gloo, CPU) started under ``autotune launch`` on first use, on
+    ``machines`` emulated machines (``autotune launch -m``; ``None``: one)."""
 
-    def __init__(self, workers: int, folder: Path) -> None:
+    def __init__(self, workers: int, folder: Path, machines: int | None = None) -> None:
         self.workers = workers
+        self.machines = machines
         self.folder = folder
         self.proc: subprocess.Popen | None = None
         self.log: Path | None = None
@@ -76,6 +78,7 @@ class World:
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autotune.launch", "-n", str(self.workers), "-k", "0",
+                 *(["-m", str(self.machines)] if self.machines else []),
                  "--grace", "10", __file__, str(self.dir)],
                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
@@ -139,16 +142,19 @@ class World:
 
 
 class Worlds:
-    """The worlds of one pytest process, one per rank count, each started on first use."""
+    """The worlds of one pytest process, one per shape (ranks, machines), each started on
+    first use."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.worlds: dict[int, World] = {}
+        self.worlds: dict[tuple[int, int | None], World] = {}
 
-    def __call__(self, workers: int = 2) -> World:
-        if workers not in self.worlds:
-            self.worlds[workers] = World(workers, self.folder / f"w{workers}")
-        return self.worlds[workers]
+    def __call__(self, workers: int = 2, machines: int | None = None) -> World:
+        key = (workers, machines)
+        if key not in self.worlds:
+            name = f"w{workers}" + (f"m{machines}" if machines else "")
+            self.worlds[key] = World(workers, self.folder / name, machines)
+        return self.worlds[key]
 
     def close(self) -> None:
         for w in self.worlds.values():

@@ -111,21 +111,17 @@ def test_a_lost_worker_is_named_by_every_survivor(scenario, tmp_path):
     assert not any("Traceback" in line for line in server), log[-4000:]  # one line, no chain
 
 
-def test_a_restarted_job_keeps_the_stored_best_without_tuning(tmp_path):
+def test_a_restarted_job_keeps_the_stored_best_without_tuning(world, tmp_path):
     """What ``torchrun --max-restarts`` does after a worker was lost: the same job again,
-    with ``TORCHELASTIC_RESTART_COUNT=1``."""
-    from runtime_helpers import launch_group
-
-    worker = Path(__file__).parents[1] / "ddp_worker.py"
-    for n in ("0", "1"):
-        code, log = launch_group("restart", tmp_path, 2, 0, None, script=worker,
-                                 extra_env={"TORCHELASTIC_RESTART_COUNT": n}, timeout=180)
-        assert code == 0, log[-3000:]
-    first, again = (json.loads((tmp_path / f"rank0-restart{n}.json").read_text()) for n in "01")
+    with ``TORCHELASTIC_RESTART_COUNT=1`` (both jobs cases of the shared 2-rank world: no
+    rank is lost here)."""
+    db = str(tmp_path / "t.db")
+    (first, _), (again, other) = (
+        world(2).run("ddp_worker:restart", db=db, env={"TORCHELASTIC_RESTART_COUNT": n},
+                     timeout=180) for n in "01")
     assert first["tuning"] == 8 and first["history"] >= 2
     assert again["tuning"] == 0 and again["history"] == 0
     assert again["config"] == first["best"]
-    other = json.loads((tmp_path / "rank1-restart1.json").read_text())
     assert other["config"] == again["config"]
     # the restarted run says which run its configuration came from (issue 38)
     from autotune.store import Store

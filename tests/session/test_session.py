@@ -12,14 +12,15 @@ Three process groups, each started once and running a whole training job:
   injected into two configurations: a plain DDP run of the same seed and data ends with
   the same parameters as the session, and the failed trials are reported while training
   goes on.
-* 2 workers on 2 emulated machines, one stream made slow: the warm-up's last iteration
+* 2 workers on 2 emulated machines (the shared world of that shape), one stream made
+  slow: the warm-up's last iteration
   runs several streams, reads the slowness as a per-flow cap, and the first trial is the
   seed with several streams.
 """
 
 from __future__ import annotations
 
-# own world: a server, two machines, a bad pin failing the launch (the rest: `world`)
+# own world: a Summation Service server, and a bad pin failing the launch (the rest: `world`)
 
 import json
 import os
@@ -88,12 +89,11 @@ def with_faults(world) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def capped(tmp_path_factory) -> list[dict]:
+def capped(world) -> list[dict]:
     """One worker per emulated machine (the warm-up probes for a per-flow cap) and one
     stream made slow, as under a cap."""
-    tmp = tmp_path_factory.mktemp("session_capped")
-    return launch(tmp, 2, 0, {"AUTOTUNE_FAULT": "streams=1@delay:0.5", "SESSION_STEPS": "12",
-                              "SESSION_BUDGET": "6"}, machines=2)
+    return world(2, machines=2).run("session_worker:case", steps=12, budget=6,
+                                    env={"AUTOTUNE_FAULT": "streams=1@delay:0.5"})
 
 
 def test_trains_and_workers_stay_identical(with_server):

@@ -1,39 +1,31 @@
 """The tuner's model remembered per cluster: a session measures its machines, fits the
 simulator's constants to its trials and stores them; the next job on alike machines
-starts from them (real processes, two emulated machines, one store)."""
+starts from them (real processes: two jobs, one after another, in the shared world of 2
+workers on 2 emulated machines; one store)."""
 
 from __future__ import annotations
-
-# own world: two emulated machines, two jobs one after another
 
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-WORKER = Path(__file__).resolve().parent.parent / "calibration_worker.py"
 pytestmark = pytest.mark.slow
 
 
-def _launch(tmp: Path, db: Path) -> dict:
-    env = {**os.environ, "CAL_DB": str(db), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2", "--machines", "2",
-           str(WORKER), str(tmp)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((tmp / "calibration.json").read_text())
+def _job(world, db) -> dict:
+    leader, other = world(2, machines=2).run("calibration_worker:job", db=str(db), timeout=300)
+    assert leader is not None and other is None
+    return leader
 
 
-def test_a_second_job_on_alike_machines_starts_calibrated(tmp_path):
+def test_a_second_job_on_alike_machines_starts_calibrated(world, tmp_path):
     from autotune.store import Store
 
     db = tmp_path / "runs.db"
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    first = _launch(tmp_path / "a", db)
+    first = _job(world, db)
     # the first job knew nothing stored: it timed the link and this machine, then fitted
     started = first["started"]["sources"]
     assert "stored" not in started.values()
@@ -46,7 +38,7 @@ def test_a_second_job_on_alike_machines_starts_calibrated(tmp_path):
     stored = json.loads(rows[0]["calibration"])
     assert "compute_s" not in stored["constants"]  # the job's own, not the machines'
 
-    second = _launch(tmp_path / "b", db)
+    second = _job(world, db)
     s = second["started"]
     # it starts from what the first one ended with: the fitted constants, as stored
     # (the link is timed again: links change; this machine is not: it is stored)

@@ -1,17 +1,11 @@
 """The one measurement workload (autotune.workload): the emulated-compute job (gradients in
 ready order, exact values, compute spread over the backward), its sizes and errors, and
-the DDP timing loop over real processes (gloo, ``autotune launch``), on a sub-group as
+the DDP timing loop over real processes (gloo, the shared 3-rank world), on a sub-group as
 ``autotune selftest`` uses it and on the whole world as the demo and ``autotune tune`` do."""
 
 from __future__ import annotations
 
-# own world: 3 ranks timing DDP on a sub-group of the world
-
-import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -114,12 +108,8 @@ def test_optimum_is_bytepss_formula_plus_the_forward():
 
 
 @pytest.mark.slow
-def test_time_ddp_on_a_sub_group_and_on_the_world(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "autotune.launch", "-n", "3",
-           str(Path(workload_helpers.__file__)), str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)]
+def test_time_ddp_on_a_sub_group_and_on_the_world(world) -> None:
+    res = world(3).run("workload_helpers:time_pair_and_world")
     pair = [r["pair_times"] for r in res[:2]]
     # the slowest of the pair, each timed iteration (the warm-up not among them)
     assert pair[0] == pair[1] and len(pair[0]) == 3
