@@ -42,7 +42,7 @@ chromium:
 
 # The whole suite (docs/testing.md), in two parts: everything that may share the machine,
 # two test processes at once (pytest-xdist, a file's tests together so its shared world
-# starts once); then what must run alone (the emulated cluster, timing).
+# starts once; tests/conftest.py groups them); then what must run alone (timing).
 # Bytecode is compiled once first: hundreds of rank processes import autotune and the
 # tests' helpers, and where PYTHONDONTWRITEBYTECODE is set each would compile them anew
 # (about a second a process); cached .pyc files are read whatever it says.
@@ -50,14 +50,14 @@ PYTEST := $(BIN)/python -m pytest -q
 COMPILE := $(BIN)/python -m compileall -q autotune tests examples >/dev/null
 test: $(STAMP) postgres chromium
 	$(COMPILE)
-	$(PYTEST) -n 2 --dist loadfile -m "not serial" --durations=20
+	$(PYTEST) -n 2 --dist loadgroup -m "not serial" --durations=20
 	$(PYTEST) -m serial --durations=10
 
 # The quick tier, while working: unit tests and one real-process smoke per package,
 # in parallel (under 3 minutes). Not a replacement for `make test` before a commit.
 check: $(STAMP)
 	$(COMPILE)
-	$(PYTEST) -n 2 --dist loadfile -m "not slow and not serial"
+	$(PYTEST) -n 2 --dist loadgroup -m "not slow and not serial"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

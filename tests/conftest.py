@@ -3,8 +3,8 @@ fixtures several test files use.
 
 - ``@pytest.mark.root``: the test needs the emulated cluster (root, network namespaces,
   veth and tc); it is skipped with the emulator's own reason
-  (:func:`autotune.emulate.unavailable_reason`) where that cannot run. It is also
-  ``serial``: `make test` runs those alone, after the rest (docs/testing.md).
+  (:func:`autotune.emulate.unavailable_reason`) where that cannot run. `make test` runs
+  them one at a time (docs/testing.md); those that measure rates are ``serial`` too.
 - ``postgres``: one throwaway PostgreSQL server for the whole run
   (:mod:`postgres_server`), skipped with the reason where none can run here.
 - ``store_at``: where a fresh, empty results store is, once as an SQLite path and once as a
@@ -18,13 +18,18 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the markers added here
+@pytest.hookimpl(tryfirst=True)  # before xdist groups the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:  # the emulated cluster's tests run alone (`make test`'s second part)
-        if "root" in item.keywords:
-            item.add_marker(pytest.mark.serial)
-    # files with slow tests first, so that two test processes (xdist, a file each) end
-    # together rather than one finishing a long file alone; the same order everywhere
+    # Where the tests of `make test`'s first part run (pytest-xdist, --dist loadgroup): a
+    # file's tests in one test process, so that its module fixtures and shared worlds
+    # start once; the emulated cluster's tests that are not `serial` one after another in
+    # one process (their namespaces and clean-up checks never meet), beside the rest.
+    for item in items:
+        if not any(m.name == "xdist_group" for m in item.iter_markers()):
+            group = "emulated" if "root" in item.keywords else str(item.path)
+            item.add_marker(pytest.mark.xdist_group(group))
+    # files with slow tests first, so that the test processes end together rather than
+    # one finishing a long file alone; the same order in every process
     slow_files = {item.path for item in items if "slow" in item.keywords}
     items.sort(key=lambda item: item.path not in slow_files)
     if not any("root" in item.keywords for item in items):

@@ -211,6 +211,7 @@ def job(cluster):
 
 
 @root
+@pytest.mark.serial  # a rate, measured: alone on the machine
 @pytest.mark.timeout(120)
 def test_transfer_is_limited_to_the_rate(cluster):
     m = measure_bandwidth(cluster, 0, 2, nbytes=4 << 20, repeats=3)
@@ -223,6 +224,7 @@ def test_transfer_is_limited_to_the_rate(cluster):
 
 
 @root
+@pytest.mark.serial  # a rate, measured: alone on the machine
 @pytest.mark.timeout(120)
 def test_flows_from_two_hosts_with_the_same_ports_each_get_the_cap():
     """The case that halved push/pull's flows into a server: two peers' flows with equal
@@ -245,6 +247,7 @@ def test_flows_from_two_hosts_with_the_same_ports_each_get_the_cap():
 
 
 @root
+@pytest.mark.serial  # a rate, measured: alone on the machine
 @pytest.mark.timeout(120)
 def test_flows_from_neighbouring_peers_with_neighbouring_ports_each_get_the_cap():
     """The case that ran one server at half rate in about one capped job in five: peers

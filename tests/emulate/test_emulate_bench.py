@@ -45,6 +45,7 @@ def test_optimum_is_the_papers_formulas():
 
 
 @pytest.mark.root
+@pytest.mark.serial  # a rate, measured: alone on the machine
 @pytest.mark.timeout(180)
 def test_measure_B_under_a_flow_cap_is_the_nic_rate_and_one_flow_the_cap():
     from autotune.emulate import Cluster

@@ -140,6 +140,7 @@ def test_bad_machine_name_fails_on_every_rank_without_hanging(results) -> None:
 
 
 @pytest.mark.root
+@pytest.mark.serial  # a rate, measured: alone on the machine
 @pytest.mark.slow
 def test_probe_measures_a_shaped_link(tmp_path: Path) -> None:
     """Two emulated hosts (network namespaces, veth shaped with tbf at 100 Mbit/s both

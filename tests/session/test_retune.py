@@ -17,7 +17,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import retune_worker  # noqa: E402
 
-pytestmark = [pytest.mark.root, pytest.mark.slow]
+# serial: drift is read from step times, which other work beside them would move
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.serial]
 
 
 def retuned(res: dict) -> list[int]:
