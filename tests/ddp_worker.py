@@ -20,7 +20,6 @@ import sys
 from typing import Any, Callable
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 RANK = int(os.environ.get("RANK", 0))

@@ -32,15 +32,21 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 TESTS = Path(__file__).resolve().parent
+TASKS = Path("/proc/self/task")
 ROOT = TESTS.parent
 IDLE_S = 900.0   # a rank with no case for this long ends (the test run is gone)
-POLL_S = 0.01
+POLL_S = 0.02    # how often an idle rank looks for its next case
+# A session leaves process groups behind in the process that ran it, and with them gloo's
+# network threads, which wake up even when idle: a world whose ranks have gathered more
+# threads than this is stopped after its case and the next case starts a fresh one.
+MAX_THREADS = 64
 
 
 class WorldError(AssertionError):
@@ -100,10 +106,11 @@ class World:
         paths = [self.dir / f"case-{index:04d}.rank{r}.json" for r in range(self.workers)]
         deadline = time.monotonic() + timeout
         while not all(p.exists() for p in paths):
-            if self.proc.poll() is not None:
+            code = self.proc.poll()
+            if code is not None:
                 self.proc = None
                 raise WorldError(f"the {self.workers}-rank world died during {fn} "
-                                 f"(exit code {self.proc_code()}); its output:\n{self._output()}")
+                                 f"(exit code {code}); its output:\n{self._output()}")
             if time.monotonic() > deadline:
                 missing = [r for r, p in enumerate(paths) if not p.exists()]
                 self.close(ask=False)
@@ -115,10 +122,9 @@ class World:
         if failed:
             self.close(ask=False)  # perhaps out of step: the next case gets a fresh world
             raise WorldError("\n".join(f"{fn} failed on rank {r}:\n{e}" for r, e in failed))
+        if max(a["threads"] for a in answers) > MAX_THREADS:
+            self.close()
         return [a["result"] for a in answers]
-
-    def proc_code(self) -> int | None:
-        return None if self.proc is None else self.proc.returncode
 
     def close(self, ask: bool = True) -> None:
         """Stop the ranks: ask them to (``ask``), then SIGTERM, then SIGKILL."""
@@ -212,6 +218,8 @@ def serve(folder: str) -> None:
             answer = {"ok": True, "result": _run_case(case)}
         except BaseException:  # noqa: BLE001 - the test side reports it, naming the rank
             answer = {"ok": False, "error": traceback.format_exc()}
+        answer["threads"] = threading.active_count() if not TASKS.exists() else \
+            len(os.listdir(TASKS))  # native ones (gloo's) too, where Linux shows them
         _write_atomic(here / f"case-{index:04d}.rank{rank}.json", answer)
         if not answer["ok"]:
             sys.exit(1)  # perhaps out of step with the others: the test side starts anew
