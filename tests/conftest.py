@@ -18,16 +18,19 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist groups the items
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Where the tests of `make test`'s first part run (pytest-xdist, ``--dist loadgroup``,
+    which reads the groups before any ``collection_modifyitems`` here): a file's tests in
+    one test process, so that its module fixtures and shared worlds start once; the
+    emulated cluster's tests one after another in one process (their namespaces and
+    clean-up checks never meet), beside the rest."""
+    if not any(m.name == "xdist_group" for m in item.iter_markers()):
+        group = "emulated" if "root" in item.keywords else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Where the tests of `make test`'s first part run (pytest-xdist, --dist loadgroup): a
-    # file's tests in one test process, so that its module fixtures and shared worlds
-    # start once; the emulated cluster's tests that are not `serial` one after another in
-    # one process (their namespaces and clean-up checks never meet), beside the rest.
-    for item in items:
-        if not any(m.name == "xdist_group" for m in item.iter_markers()):
-            group = "emulated" if "root" in item.keywords else str(item.path)
-            item.add_marker(pytest.mark.xdist_group(group))
     # files with slow tests first, so that the test processes end together rather than
     # one finishing a long file alone; the same order in every process
     slow_files = {item.path for item in items if "slow" in item.keywords}
@@ -81,3 +84,4 @@ def world(tmp_path_factory):
     worlds = Worlds(tmp_path_factory.mktemp("worlds"))
     yield worlds
     worlds.close()
+
