@@ -50,14 +50,14 @@ PYTEST := $(BIN)/python -m pytest -q
 COMPILE := $(BIN)/python -m compileall -q autotune tests examples >/dev/null
 test: $(STAMP) postgres chromium
 	$(COMPILE)
-	$(PYTEST) -n 2 --dist loadgroup -m "not serial" --durations=20
+	$(PYTEST) -n 2 --dist loadgroup --no-loadscope-reorder -m "not serial" --durations=20
 	$(PYTEST) -m serial --durations=10
 
 # The quick tier, while working: unit tests and one real-process smoke per package,
 # in parallel (under 3 minutes). Not a replacement for `make test` before a commit.
 check: $(STAMP)
 	$(COMPILE)
-	$(PYTEST) -n 2 --dist loadgroup -m "not slow and not serial"
+	$(PYTEST) -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow and not serial"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

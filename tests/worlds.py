@@ -37,6 +37,7 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 TESTS = Path(__file__).resolve().parent
 TASKS = Path("/proc/self/task")
@@ -181,16 +182,8 @@ def _owner_alive(pid: int) -> bool:
 def _run_case(case: dict) -> Any:
     module, name = case["fn"].split(":")
     fn = getattr(importlib.import_module(module), name)
-    saved = {k: os.environ.get(k) for k in case["env"]}
-    os.environ.update(case["env"])
-    try:
+    with mock.patch.dict(os.environ, case["env"]):  # the case's env, restored after it
         return fn(**case["kwargs"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def serve(folder: str) -> None:
