@@ -22,23 +22,24 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m autotune.demo
 
-# The store's tests run on a throwaway PostgreSQL server too (tests/postgres_server.py):
-# Debian's package, installed here when missing and we may (root with apt-get); otherwise
-# those tests skip and say why.
-postgres:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+# $(call apt_install,CHECK,PACKAGE,WHAT SKIPS WITHOUT IT): Debian's PACKAGE, installed
+# unless the shell CHECK finds it, where we may (root with apt-get); otherwise it says so.
+define apt_install
+	@$(1) || \
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null || \
-	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null; }; } || \
-	  echo "no PostgreSQL server installed: the store's PostgreSQL tests will skip"; }
+	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(2) >/dev/null || \
+	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(2) >/dev/null; }; } || \
+	  echo "no $(2) installed: $(3) will skip"; }
+endef
 
-# Headless Chromium for the HTML report's browser test, as PostgreSQL above.
+# The store's tests run on a throwaway PostgreSQL server too (tests/postgres_server.py):
+# Debian's package (apt_install above).
+postgres:
+	$(call apt_install,ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null,postgresql,the store's PostgreSQL tests)
+
+# Headless Chromium for the HTML report's browser test.
 chromium:
-	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
-	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null || \
-	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null; }; } || \
-	  echo "no chromium installed: the HTML report's browser test will skip"; }
+	$(call apt_install,command -v chromium >/dev/null || command -v chromium-browser >/dev/null,chromium,the HTML report's browser test)
 
 # The whole suite (docs/testing.md), in two parts: everything that may share the machine,
 # two test processes at once (pytest-xdist, a file's tests together so its shared world

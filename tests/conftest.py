@@ -84,4 +84,3 @@ def world(tmp_path_factory):
     worlds = Worlds(tmp_path_factory.mktemp("worlds"))
     yield worlds
     worlds.close()
-
