@@ -53,6 +53,7 @@ def session(
     model: torch.nn.Module,
     *,
     budget: int = 100,
+    total_steps: int | None = None,
     db: str | os.PathLike[str] | None = None,
     allow_lossy: bool = False,
     lossy_score: str = "goodput",
@@ -93,7 +94,12 @@ def session(
     Args:
         budget: training iterations spent on trials (0: no tuning; the best stored
             configuration of a similar job, whose run the output and the store name,
-            or the default).
+            or the default). The most: a job spends only what it can pay back
+            (``total_steps``; docs/tuner.md, "What tuning may cost").
+        total_steps: the job's length in training iterations (optimizer steps), so that
+            the search is sized to it: none where nothing can be won, a short one for a
+            short job, codecs kept out of its first 15%. The framework callbacks fill
+            it in; None: unknown (a cautious search, as for 1,000 iterations).
         db: the results store (default ``./autotune.db``, or ``$AUTOTUNE_DB``).
         allow_lossy: let compression codecs into the space.
         lossy_score: with ``allow_lossy``, how trials are scored: ``"goodput"``
@@ -126,7 +132,8 @@ def session(
     from autotune.sessions.options import SessionOptions
 
     options = SessionOptions(
-        budget=budget, db=db, allow_lossy=allow_lossy, lossy_score=lossy_score,
+        budget=budget, total_steps=total_steps, db=db, allow_lossy=allow_lossy,
+        lossy_score=lossy_score,
         samples_per_step=samples_per_step,
         techniques=techniques, seed=seed, verbose=verbose, retune_on_drift=retune_on_drift,
         drift_window=drift_window, timeout=timeout, trial_iterations=trial_iterations,

@@ -17,6 +17,7 @@ Framework-free: the framework modules (:mod:`autotune.integrations.lightning`,
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 import weakref
 from typing import Any
@@ -53,6 +54,16 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
     return dict(options)
 
 
+def known_steps(steps: Any) -> int | None:
+    """A framework's count of training steps, as ``total_steps``: a positive whole number
+    (``inf``, ``-1`` or anything else: unknown, None)."""
+    try:
+        value = float(steps)
+    except (TypeError, ValueError):
+        return None
+    return int(value) if math.isfinite(value) and value >= 1 else None
+
+
 class CallbackSession:
     """One framework run's autotune session, driven from the framework's hooks (module
     docstring). ``framework`` names the framework in messages; ``options`` are
@@ -72,9 +83,12 @@ class CallbackSession:
     def is_open(self) -> bool:
         return self._open
 
-    def start(self, model: torch.nn.Module | None, where: str) -> None:
+    def start(self, model: torch.nn.Module | None, where: str,
+              total_steps: Any = None) -> None:
         """Open the session of ``model``, the framework's outermost module (``where``: the
-        attribute it was read from, for the messages). Without a process group, or with
+        attribute it was read from, for the messages); ``total_steps``: the training's
+        optimizer steps as the framework knows them (the session's ``total_steps`` unless
+        the user gave one; not a positive whole number: unknown). Without a process group, or with
         one process and no DDP, there is nothing to tune: a warning, and training goes on
         untouched. A distributed model that is not DDP (FSDP, DeepSpeed) is a
         ``TypeError``."""
@@ -99,7 +113,10 @@ class CallbackSession:
                 "earlier session and DDP keeps one comm hook for its life: tune one "
                 "training run per DDP module (a new Trainer, or a new DDP wrap, for another)")
         self.inactive = None
-        tuner = autotune.session(model, **self.options)
+        options = dict(self.options)
+        if options.get("total_steps") is None:
+            options["total_steps"] = known_steps(total_steps)
+        tuner = autotune.session(model, **options)
         tuner.__enter__()  # registers the comm hook: before the first backward
         _TUNED.add(model)
         self.tuner, self._open = tuner, True

@@ -53,7 +53,8 @@ class AutotuneCallback(SessionResults, pl.Callback):
 
     # ------------------------------------------------------------- Lightning's hooks
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.session.start(trainer.strategy.model, "trainer.strategy.model")
+        self.session.start(trainer.strategy.model, "trainer.strategy.model",
+                           total_steps=trainer.estimated_stepping_batches)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -91,7 +91,8 @@ class AutotuneCallback(SessionResults, TrainerCallback):
                 "    with AutotuneCallback(trainer, ...):\n        trainer.train()\n"
                 "so that an error closes the tuning run as failed instead of leaving it "
                 "running")
-        self.session.start(self.trainer.model_wrapped, "trainer.model_wrapped")
+        self.session.start(self.trainer.model_wrapped, "trainer.model_wrapped",
+                           total_steps=state.max_steps)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, **kwargs: Any) -> None:

@@ -80,6 +80,7 @@ error-naming steps (start a collective, wait for it, wait for a staged copy) bot
 # No ``from __future__ import annotations`` here: DDP inspects the hook's annotations
 # (``_check_comm_hook``) and compares them with the real classes.
 
+import time
 import warnings
 from dataclasses import replace
 from datetime import timedelta
@@ -154,6 +155,9 @@ class BucketTransport:
         self._staging: Dict[str, HostStaging] = {}
         self._ops = ChunkOps(self.rank, self.timeout)
         self.averaged = 0  # buckets handed to the hook so far (none under DDP's no_sync)
+        # when the last bucket reached the hook: backward's compute ended about then, so
+        # what backward takes after it is communication left exposed
+        self.last_bucket_at = 0.0
         # set by a session that measures statistical efficiency: each bucket is sampled
         # before and after averaging (autotune.runtime.gradstats)
         self.sample: Optional[GradientSample] = None
@@ -348,6 +352,7 @@ class BucketTransport:
                              "configuration: use BucketTransport.install (or set_config)")
         buf = bucket.buffer()
         self.averaged += 1
+        self.last_bucket_at = time.perf_counter()
         rnd = self._rounds.get(idx, 0)
         self._rounds[idx] = rnd + 1
         self._sizes[idx] = buf.numel()

@@ -63,7 +63,8 @@ class TuningSession(SessionResults, abc.ABC):
         self._drift = (Drift(options.retune_on_drift, options.drift_window,
                              max(10, options.budget // 5))
                        if options.retune_on_drift else None)
-        self._run = SessionRun(options.db, options.job)
+        self._run = SessionRun(options.db, options.job,
+                               model.module if isinstance(model, DDP) else model)
         self.display = SessionDisplay(options.verbose, self.unit, lambda: self.best_score)
         self.info: Any = None                       # the world (runtime.world.WorldInfo)
         self.space: SearchSpace | None = None
@@ -286,7 +287,7 @@ class TuningSession(SessionResults, abc.ABC):
             cut_short=o.cut_short, samples_per_step=o.samples_per_step, drift=self._drift,
             seed=o.seed, probe=self.info.n_machines > 1, capped=tuners.capped,
             listener=self.display, gradient_bytes=sum(tuners.sizes),
-            goodput=self._goodput is not None)
+            goodput=self._goodput is not None, total_steps=o.total_steps)
         warm = self._run.warm_start(self.space)
         # torchrun --max-restarts brought the job back: no tuning again
         restarted = self._run.restarted_best(self.space)

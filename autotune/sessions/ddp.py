@@ -28,6 +28,7 @@ cause instead.
 from __future__ import annotations
 
 import contextlib
+import time
 from datetime import timedelta
 from typing import Any, Mapping
 
@@ -139,9 +140,11 @@ class DDPSession(Session):
                                  "iteration, after loss.backward()")
             return None
         self._averaged = averaged
+        # the exposed communication: from the last bucket's hook call to backward's end
+        waited = time.perf_counter() - self.transport.last_bucket_at
         failure = self.transport.buckets.take_failure()
         if failure is None:
-            return None, None
+            return None, waited
         if isinstance(failure, ServerLost):
             self._lose_servers(failure)
         self._apply(self.schedule.fallback() if self.is_leader else None, retrying=True)

@@ -30,6 +30,7 @@ class SessionOptions:
     """The keywords of :func:`autotune.session`, checked (module docstring)."""
 
     budget: int = 100
+    total_steps: int | None = None
     db: str | os.PathLike | None = None
     allow_lossy: bool = False
     lossy_score: str = "goodput"
@@ -53,6 +54,10 @@ class SessionOptions:
         _check(_is_int(self.budget) and self.budget >= 0,
                f"budget must be a whole number of iterations >= 0 (0: no tuning), "
                f"got {self.budget!r}")
+        _check(self.total_steps is None
+               or (_is_int(self.total_steps) and self.total_steps >= 1),
+               f"total_steps is the job's length in training iterations (optimizer steps), "
+               f">= 1, or None when unknown; got {self.total_steps!r}")
         _check(self.samples_per_step is None
                or (_is_int(self.samples_per_step) and self.samples_per_step > 0),
                f"samples_per_step must be a positive batch size, got {self.samples_per_step!r}")

@@ -16,6 +16,7 @@ autotune's, an SQLite file on a network file system) warns and the run is not re
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,19 +24,24 @@ from typing import Any
 from autotune.tuning.space import Config, ConfigError, SearchSpace
 
 
-def job_name(job: str | None) -> str:
-    """The job's name in the store: ``job``, else ``AUTOTUNE_JOB``'s file name, else
-    ``session``."""
-    return job or Path(os.environ.get("AUTOTUNE_JOB", "session")).name
+def job_name(job: str | None, model: Any = None) -> str:
+    """The job's name in the store: ``job``, else the script and the model's class,
+    ``train.py:GPT`` (the script: ``AUTOTUNE_JOB``'s file name, which ``autotune launch``
+    sets, else the program's), so that two scripts, or two models of one script, are two
+    jobs."""
+    if job:
+        return job
+    script = Path(os.environ.get("AUTOTUNE_JOB") or sys.argv[0] or "session").name or "session"
+    return script if model is None else f"{script}:{type(model).__name__}"
 
 
 class SessionRun:
     """The leader's run in the store at ``db`` (``None``: ``$AUTOTUNE_DB``, else
     ``./autotune.db``)."""
 
-    def __init__(self, db: str | os.PathLike | None, job: str | None):
+    def __init__(self, db: str | os.PathLike | None, job: str | None, model: Any = None):
         self.db = db
-        self.job = job_name(job)
+        self.job = job_name(job, model)
         self.store: Any = None
         self.reads_store = True  # False: the store was unreachable, the run is kept locally
         self.run_id: int | None = None
@@ -149,7 +155,7 @@ class SessionRun:
                 from autotune.store.warmstart import warm_start_sources
 
                 sources = warm_start_sources(self.store, self._model_graph, self._cluster_graph,
-                                             space, **self._alike)
+                                             space, job=self.job, **self._alike)
             except Exception as exc:
                 warnings.warn(f"warm start from {self.store.name} failed: {exc}")
         self.origins += sources

@@ -13,7 +13,9 @@ Only alike jobs count (docs/store.md, "Warm start"): a stored run warm-starts a 
   workers per machine: what decides the transport and the intra-machine strategy);
 * it ran on one machine if the job does, across machines if the job does (loopback
   versus a network);
-* its job distance (model + cluster graph edit distance) is at most :data:`MAX_DISTANCE`.
+* its job distance (model + cluster graph edit distance) is at most :data:`MAX_DISTANCE`,
+  and at most :data:`OTHER_JOB_DISTANCE` when it is another job (another name: the default
+  name is the script and the model's class, so two scripts on one machine differ).
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ if TYPE_CHECKING:  # pragma: no cover
 #: of half or twice the machines (0.44-0.47) stay at or below 0.5; another model family
 #: (0.71-1.03) or a cluster four times the size (0.71-0.72) is beyond it.
 MAX_DISTANCE = 0.5
+
+#: The largest distance at which *another* job's run warm-starts: small models of unrelated
+#: families are only 0.5 apart (measured: a 3-layer MLP, a 2-convolution CNN and a 2-layer
+#: transformer LM, pairwise, on one machine), so a run of another name must be as close as
+#: variants of one family (0.10-0.30 above).
+OTHER_JOB_DISTANCE = 0.3
 
 #: Space facts a stored run must share with the job (``SearchSpace.facts``).
 SAME_FACTS = ("k_max", "workers_per_machine")
@@ -64,12 +72,13 @@ def _projected(pairs: Iterable[tuple[Any, Any]], space: "SearchSpace") -> list[t
 def warm_start_sources(store: "NearestRuns", model_graph: "nx.Graph | None",
                        topology_graph: "nx.Graph | None", space: "SearchSpace",
                        k: int = 3, *, unit: str, machines: int,
-                       max_distance: float = MAX_DISTANCE,
+                       max_distance: float = MAX_DISTANCE, job: str | None = None,
                        **nearest_kw: Any) -> list[tuple["Config", dict[str, Any]]]:
     """The best configs of the ``k`` nearest finished runs of jobs alike this one (the
     module docstring: scores in ``unit``, the same :data:`SAME_FACTS` as ``space``, the
     same machine class as a job on ``machines`` machines, at most ``max_distance``
-    away), projected into ``space``, nearest first (see :func:`project_configs`), each
+    away; a run of a job named other than ``job`` at most :data:`OTHER_JOB_DISTANCE`,
+    when ``job`` is given), projected into ``space``, nearest first (see :func:`project_configs`), each
     with its origin (:func:`autotune.store.origin.origin_of`: the run, its job, when;
     how: ``warm start``; and its ``distance``)."""
     from autotune.store.origin import WARM_START, origin_of
@@ -79,6 +88,9 @@ def warm_start_sources(store: "NearestRuns", model_graph: "nx.Graph | None",
                          space_facts={f: facts[f] for f in SAME_FACTS if f in facts},
                          across_machines=machines > 1, max_distance=max_distance,
                          **nearest_kw)
+    if job is not None:
+        near = [(run, d) for run, d in near
+                if run.get("job") == job or d <= min(max_distance, OTHER_JOB_DISTANCE)]
     return _projected(((run["best_config"], {**origin_of(run, WARM_START),
                                                "distance": round(float(d), 4)})
                        for run, d in near), space)

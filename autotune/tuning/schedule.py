@@ -82,6 +82,7 @@ from autotune.tuning.kept import KeptPhase
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import Goodput
 from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.stakes import MIN_SEARCH, SENSITIVE, SPEND, Stakes
 from autotune.tuning.trial_phase import TrialPhase
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.trial_run import SWITCH_MARGIN, trial_seconds
@@ -129,9 +130,16 @@ class TrialSchedule:
         listener: Listener | None = None,
         gradient_bytes: int | None = None,
         goodput: bool = False,
+        total_steps: int | None = None,
     ) -> None:
         _check(budget, warmup, cut_short)
         self.driver = driver
+        # what the job can win and what the trials cost it (autotune.tuning.stakes)
+        self.stakes = Stakes(total_steps)
+        self._warm_configs: list[Config] = []  # the warm start, tried once tuning begins
+        self._full: SearchSpace = space  # the space with its codecs (while they wait)
+        self._codecs_at: int | None = None  # the iteration the codec search starts at
+        self._codec_budget = 0  # ... and its budget
         self.budget = budget
         self.samples_per_step = samples_per_step
         self.seed = seed
@@ -153,7 +161,7 @@ class TrialSchedule:
         self.guards = Goodput(goodput)  # the trial's efficiencies, and the kept codec's
         # the current Tuner, the trial under way, the best so far
         self.trials = TrialPhase(driver, self.listener, self.guards, new_tuner,
-                                 self.throughput, cut_short, space)
+                                 self.throughput, cut_short, space, stop=self._spent)
         # after tuning: the kept configuration's settled figure and its watches
         self.after = KeptPhase(driver, self.listener, drift, self.guards, budget,
                                self.throughput, self.unit)
@@ -168,11 +176,10 @@ class TrialSchedule:
             kept = keep if keep is not None else (warm[0] if warm else self.space.default())
             self.after.keep(kept)
             return kept
-        self.trials.tune(self.budget, self.seed, list(warm))
+        self._warm_configs = list(warm)
         if self.warm.left:
             return self.space.default()
-        self.phase = TRIAL
-        return self._next_trial()
+        return self._begin()
 
     # ------------------------------------------------------------ each iteration
     def next(self, config: Config, seconds: float, failed: str | None = None,
@@ -191,6 +198,8 @@ class TrialSchedule:
         if self._replan:
             return self._start_over(failed, config)
         if self.phase == LOCKED:
+            if self._codecs_at is not None and self.iteration >= self._codecs_at:
+                return self._codecs(config)
             if self.warm.left > 0:  # kept untuned from the start: a warm-up, unscored
                 self.warm.left -= 1
             elif not switched and failed is None and seconds != float("inf"):
@@ -200,7 +209,8 @@ class TrialSchedule:
                                        None if self.best is None else self.best[0])
             return kept if retune is None else self._retune(*retune)
         if self.phase == WARMUP:
-            return self._warmed(config, seconds)
+            return self._warmed(config, seconds, comm_s)
+        self.stakes.charge(float("inf") if failed is not None else seconds)
         return self._measured(seconds, failed, switched, gain)
 
     def rejected(self, config: Config, error: str, retrying: bool = False) -> Config:
@@ -217,11 +227,12 @@ class TrialSchedule:
                      config: Config | None) -> None:
         """Servers stopped and ``space`` is what is left: reported and recorded now; the
         tuning starts over at the next iteration."""
-        self.trials.space = space
+        self._full = space
+        self.trials.space = space.lossless() if self._codecs_at is not None else space
         self._replan = True
         self.listener.say(f"[red]lost server(s)[/] {list(servers)}: {error}. Training goes "
                           "on with all-reduce among the workers.")
-        self.driver.space = space
+        self.driver.space = self.trials.space
         self.driver.record(TrialRecord(self.trials.index + 1, "fault", dict(config or {}), 0,
                                        None, f"lost server(s) {list(servers)}: {error}"))
 
@@ -299,16 +310,64 @@ class TrialSchedule:
         return "samples/s" if self.samples_per_step else "it/s"
 
     # --------------------------------------------------------------- phases
-    def _warmed(self, config: Config, seconds: float) -> Config:
-        """A warm-up iteration ran: trains, but is not a trial. At its end, if it showed
-        a per-flow cap, the seeds with the probe's streams are tried first."""
-        warming = self.warm.ran(config, seconds, self.allowed)
+    def _warmed(self, config: Config, seconds: float, comm_s: float | None) -> Config:
+        """A warm-up iteration ran: trains, but is not a trial. At its end the tuning
+        begins (:meth:`_begin`)."""
+        warming = self.warm.ran(config, seconds, self.allowed, comm_s)
         if warming is not None:
             return warming
-        if self.tuner is not None:
+        if self.tuner is not None:  # started over after a server loss during the warm-up
             self.tuner.try_first(self.warm.seeds(self.space, self._capped), technique=SEED)
+            self.phase = TRIAL
+            return self._next_trial()
+        return self._begin()
+
+    def _begin(self) -> Config:
+        """The warm-up is over: as much search as the job can pay back
+        (:meth:`Stakes.plan`), none where nothing is to be won; codecs wait out the
+        sensitive phase (a lossless search first). If the warm-up showed a per-flow cap,
+        the seeds with the probe's streams are tried first."""
+        plan = self.stakes.plan(self.budget, self.iteration, self.warm.times,
+                                self.warm.comm)
+        if plan.reason is not None:
+            self.listener.say(plan.reason)
+        if plan.budget == 0:
+            self.phase = LOCKED
+            kept = self.space.default()
+            self.after.keep(kept)
+            return kept
+        codecs_at = self.stakes.sensitive_until()
+        if self.space.lossy and codecs_at > self.iteration:
+            self._codecs_at, self._codec_budget = codecs_at, max(MIN_SEARCH, plan.budget // 2)
+            self.trials.space = self.driver.space = self._full.lossless()
+            self.listener.say(f"codecs wait for the first {SENSITIVE:.0%} of training "
+                              f"(iteration {codecs_at}); tuning lossless until then")
+        self.trials.tune(plan.budget, self.seed, self._warm_configs)
+        self.tuner.try_first(self.warm.seeds(self.space, self._capped), technique=SEED)
         self.phase = TRIAL
         return self._next_trial()
+
+    def _codecs(self, config: Config) -> Config:
+        """The sensitive phase is over: a short search over the whole space (codecs in),
+        from the kept lossless configuration."""
+        self._codecs_at = None
+        self.trials.space = self.driver.space = self._full
+        kept = self.best[0] if self.best else config
+        self.listener.say(f"iteration {self.iteration}: past the sensitive phase, trying "
+                          f"codecs for {self._codec_budget} iterations")
+        return self._retune(self._codec_budget, kept)
+
+    def _spent(self) -> bool:
+        """Whether the trials have lost all they may of the job's time."""
+        return self.stakes.lost_s >= self.stakes.cap_s
+
+    def cost(self) -> dict:
+        """What tuning cost and saved so far (:meth:`Stakes.summary`), with the kept
+        configuration's measured step."""
+        kept = self.kept if self.kept is not None else self.fallback()
+        m = self.driver.measured(kept)
+        kept_s = None if not m or not m[0] else (self.samples_per_step or 1) / m[0]
+        return self.stakes.summary(kept_s, self.iteration)
 
     def _measured(self, seconds: float, failed: str | None, switched: bool = True,
                   gain: float | None = 1.0) -> Config:
@@ -323,6 +382,11 @@ class TrialSchedule:
     def _lock(self) -> Config:
         """The budget is spent: keep the best configuration from now on."""
         self.phase = LOCKED
+        if self._spent():
+            from autotune.units import fmt_seconds
+
+            self.listener.say(f"tuning stopped: the trials lost {fmt_seconds(self.stakes.lost_s)}"
+                              f", the {SPEND:.0%} of the job's predicted time they may")
         kept = self.best[0] if self.best else self.fallback()
         self.after.lock(kept, self.tuner)
         self.listener.locked(self.kept)
@@ -345,6 +409,8 @@ class TrialSchedule:
         failed, and a new Tuner over the smaller space gets the budget left, warm-started
         from the best so far if that can still run."""
         self._replan = False
+        if self.phase == WARMUP and self.tuner is None:
+            return self.fallback()  # the tuning begins over the smaller space after it
         best = self.best[0] if self.best and self.allowed(self.best[0]) else None
         if self.phase == LOCKED:
             kept = self.best[0] if self.best else config

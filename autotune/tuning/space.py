@@ -27,7 +27,7 @@ import itertools
 import json
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping, Sequence
 
 # The knobs, their domains and defaults are the runtime's (its table KNOBS); the space is
@@ -182,6 +182,20 @@ class SearchSpace:
             out.append(self.validate({**default, "transport": "pushpull", "servers": k_max,
                                       "chunk_bytes": chunk}))
         return out
+
+    @property
+    def lossy(self) -> bool:
+        """Whether a lossy codec is in the space."""
+        return "compression" in self.names and self["compression"].values != ("none",)
+
+    def lossless(self) -> "SearchSpace":
+        """This space with ``compression`` narrowed to ``none`` (the codec parameters stay,
+        inactive: a configuration of one space is one of the other, with the same key)."""
+        if not self.lossy:
+            return self
+        params = tuple(replace(p, values=("none",), default="none") if p.name == "compression"
+                       else p for p in self.params)
+        return SearchSpace(params, self.facts)
 
     def signature(self) -> int:
         """A 63-bit integer identifying the domains, so ranks can check they agree."""

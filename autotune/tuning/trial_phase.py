@@ -28,12 +28,13 @@ class TrialPhase:
 
     ``new_tuner(budget, seed, warm)`` makes a Tuner; ``throughput(seconds)`` turns an
     iteration's seconds into the score's unit; ``cut_short``: the fraction of the best
-    score under which a trial ends early (None: never)."""
+    score under which a trial ends early (None: never); ``stop()``: whether to start no
+    further trial (the trials have cost the job all they may)."""
 
     def __init__(self, driver: TrialDriver, listener: Listener, guards: Goodput,
                  new_tuner: Callable[[int, int, list[Config]], Tuner],
                  throughput: Callable[[float], float], cut_short: float | None,
-                 space: SearchSpace) -> None:
+                 space: SearchSpace, stop: Callable[[], bool] = lambda: False) -> None:
         self.driver = driver
         self.listener = listener
         self.guards = guards
@@ -41,6 +42,7 @@ class TrialPhase:
         self.throughput = throughput
         self.cut_short = cut_short
         self.space = space
+        self.stop = stop  # whether to start no further trial (the trials cost enough)
         self.tuner: Tuner | None = None
         self.run: TrialRun | None = None  # the trial under way (or the last one)
         self.index = -1                   # the last trial's index
@@ -66,6 +68,8 @@ class TrialPhase:
 
     def next_trial(self) -> Config | None:
         """The next trial's configuration; None when the Tuner has none left."""
+        if self.stop():
+            return None
         trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
         if trial is None:
             return None

@@ -26,7 +26,9 @@ and by offline callers alike::
   for long trials pays for them.
 - **The kept configuration is not luck** (:attr:`best`): the configuration with the
   highest lower confidence bound of the noise model (:mod:`autotune.tuning.noise`);
-  once the confirm phase has begun, of the confirmed ones only.
+  once the confirm phase has begun, of the confirmed ones only. Once the ``reference``
+  (the default) is measured, nothing replaces it unless its lower bound is above the
+  reference's upper bound: proven faster by more than the noise.
 - **Confirming** (:mod:`autotune.tuning.confirm`): the last ``confirm`` fraction of the
   budget (and any budget left once every technique has run out of configurations)
   re-measures the leader, the ``reference`` and the strongest challengers (LUCB), and
@@ -266,7 +268,13 @@ class Tuner:
         ranked = self.noise_model.by_bound()
         if not ranked:
             return self.obs.best()  # scores that are not positive: no log model, the mean
-        st = self.obs.stats[self.confirming.kept_from(ranked)[0]]
+        key = self.confirming.kept_from(ranked)[0]
+        ref = None if self.reference is None else self.space.key(self.reference)
+        if ref is not None and key != ref and self.noise_model.get(ref) is not None:
+            # proven faster than the default, or the default stays
+            if self.noise_model.bounds(key)[0] <= self.noise_model.bounds(ref)[2]:
+                key = ref
+        st = self.obs.stats[key]
         return dict(st.config), float(st.mean)
 
     def noise(self) -> float:

@@ -66,16 +66,20 @@ class WarmUp:
         self.left = iterations
         self.times: list[float] = []  # the default's warm-up times (the prior's rate)
         self.probe_times: list[float] = []  # the several-stream probe's
+        self.comm: list[float] = []  # the default's exposed communication (the stakes)
         self.probe = flow_probe(space, gradient_bytes) if probe and iterations >= 2 else None
 
-    def ran(self, config: Config, seconds: float,
-            allowed: Callable[[Config], bool]) -> Config | None:
-        """A warm-up iteration of ``config`` ran in ``seconds``: the next configuration
-        of the warm-up (the probe last, if ``allowed``), or None once it is over."""
+    def ran(self, config: Config, seconds: float, allowed: Callable[[Config], bool],
+            comm_s: float | None = None) -> Config | None:
+        """A warm-up iteration of ``config`` ran in ``seconds``, ``comm_s`` of them
+        waiting for the averaged gradients: the next configuration of the warm-up (the
+        probe last, if ``allowed``), or None once it is over."""
         self.left -= 1
         if seconds != float("inf"):
             probing = self.probe is not None and config == self.probe
             (self.probe_times if probing else self.times).append(seconds)
+            if comm_s is not None and not probing:
+                self.comm.append(comm_s)
         if self.left == 0:
             return None
         if self.left == 1 and self.probe is not None and allowed(self.probe):

@@ -329,3 +329,62 @@ def test_big_clusters_are_compared_coarsened():
     t0 = time.perf_counter()
     assert job_distance(model(CNN), big(60, 2), model(CNN), big(200, 2)) > 0
     assert time.perf_counter() - t0 < 30
+
+
+class _TinyLM(nn.Module):
+    """A 2-layer transformer LM, width 128: the kind of small job issue 48 ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 128)
+        self.body = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(128, 4, 256, batch_first=True), 2)
+        self.head = nn.Linear(128, 100)
+
+    def forward(self, x):
+        return self.head(self.body(self.emb(x)))
+
+
+def test_an_unrelated_job_on_the_same_machine_does_not_warm_start(tmp_path, monkeypatch):
+    """Issue 48: three small framework jobs on one store, all named ``session``: the third
+    warm-started from an unrelated one. Small models of unrelated families are only 0.5
+    apart; another job's run must be as close as a variant of one family, and the default
+    name (script and model class) tells two scripts apart. The same job (same name) at
+    that distance still warm-starts."""
+    from types import SimpleNamespace
+
+    from autotune.offline.simulated import cluster_graph
+    from autotune.sessions.record import SessionRun, job_name
+    from autotune.store import Store
+    from autotune.store.similarity import job_distance
+
+    cnn = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 32, 3), nn.ReLU(),
+                        nn.Flatten(), nn.Linear(32 * 28 * 28, 10))
+    lm = _TinyLM()
+    topo = cluster_graph(1, 2, 0)
+    assert job_distance(model_graph(cnn), topo, model_graph(lm), topo) <= 0.5  # close enough today
+    monkeypatch.setenv("AUTOTUNE_JOB", "/jobs/train_cnn.py")
+    cnn_job = job_name(None, cnn)
+    monkeypatch.setenv("AUTOTUNE_JOB", "/jobs/train_lm.py")
+    lm_job = job_name(None, lm)
+    assert (cnn_job, lm_job) == ("train_cnn.py:Sequential", "train_lm.py:_TinyLM")
+    assert job_name("mine", lm) == "mine"
+
+    space = SearchSpace.build()
+    db = tmp_path / "w.db"
+    with Store(db) as store:
+        rid = store.start_run(job=cnn_job, world={"machines": 1}, backend="gloo",
+                              model_graph=model_graph(cnn), topology_graph=topo,
+                              space_facts=dict(space.facts), unit="it/s")
+        store.finish_run(rid, status="finished", best_config={"streams": 5}, best_score=5.0)
+    info = SimpleNamespace(workers=[0, 1], servers=[], n_machines=1, workers_per_machine=2)
+    run = SessionRun(db, None, lm)
+    assert run.job == lm_job
+    run.open(lm, info, "gloo", space, "it/s")
+    assert run.warm_start(space) == space.seeds()  # nothing from the CNN's run
+    run.store.close()
+    # the same name at the same distance (a renamed model, say) does warm-start
+    run = SessionRun(db, cnn_job, lm)
+    run.open(lm, info, "gloo", space, "it/s")
+    assert run.warm_start(space)[0] == space.validate({"streams": 5})
+    run.store.close()

@@ -1,0 +1,175 @@
+"""What a search can win, what it may cost, and what it did: the user's clock.
+
+A user judges autotune by one figure: the job's wall time against plain DDP, the search
+included. The trial schedule (:mod:`autotune.tuning.schedule`) therefore asks this module,
+once the warm-up has measured the default, how much to search, and tells it every trial
+iteration, so that the trials never lose more than a small share of the job's time:
+
+**What is at stake** (:meth:`Stakes.plan`, at the end of the warm-up). The default's
+step ``step_s`` and its *exposed communication* ``exposed_s`` (the least any worker waited
+for the averaged gradients after its backward: what no configuration can take away from
+compute, and the most any configuration can save per iteration) are medians of the
+warm-up. With ``total_steps`` known:
+
+* ``exposed_s`` below :data:`NOISE_FLOOR` of the step: nothing a trial could measure is to
+  be won: no search;
+* the most the rest of the job can win, ``WIN_SHARE x exposed_s x steps left``, does not
+  pay for the shortest search (:data:`MIN_SEARCH` iterations, each expected to lose
+  :data:`TRIAL_LOSS` of a step): no search;
+* else the budget is the user's, capped twice: by what that win pays for, and by
+  :data:`SPEND` of the job's predicted time (``total_steps x step_s``) at
+  :data:`TRIAL_LOSS` a trial iteration.
+
+A job of unknown length (no ``total_steps``, and no framework that knows it) is assumed to
+be :data:`UNKNOWN_STEPS` long for both caps, and gets no verdict of "nothing to win":
+that needs the length.
+
+**What the trials cost** (:meth:`Stakes.charge`): each trial iteration's seconds beyond
+the default's step, net (a trial faster than the default pays back). Once the trials have
+lost :data:`SPEND` of the job's predicted time, the schedule keeps the best configuration
+so far (the conservative bandits' rule: the cumulative reward never falls far below the
+baseline's; Wu et al., "Conservative Bandits", ICML 2016).
+
+**What it saved** (:meth:`Stakes.summary`): the trial iterations, the seconds they lost,
+and the iteration at which the kept configuration's saving per iteration pays that back.
+
+**Codec trials wait** (:meth:`Stakes.sensitive_until`): no lossy trial runs in the first
+:data:`SENSITIVE` of ``total_steps`` (PyTorch's PowerSGD hook is started after a share of
+training, DeepSpeed's 1-bit Adam after a warm-up of 15-25%: early, adaptive optimisers
+are sensitive to inexact gradients, and error feedback's delay is correlated).
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+__all__ = ["MIN_SEARCH", "NOISE_FLOOR", "SENSITIVE", "SPEND", "TRIAL_LOSS", "UNKNOWN_STEPS",
+           "WIN_SHARE", "Plan", "Stakes"]
+
+#: The most of the job's predicted time the trials may lose against the default.
+SPEND = 0.05
+#: What one trial iteration is expected to lose before any is measured, as a share of the
+#: default's step: a trial is cut at ``cut_short`` (0.5) of the best throughput, so one
+#: cut on its first scored iteration runs at most about twice the step.
+TRIAL_LOSS = 0.5
+#: The share of the exposed communication a search is expected to win.
+WIN_SHARE = 0.5
+#: Trial iterations of the shortest search worth running (the default's reference trial
+#: and two or three others).
+MIN_SEARCH = 8
+#: Exposed communication below this share of the step: nothing measurable to win.
+NOISE_FLOOR = 0.02
+#: The job length assumed when nobody says it.
+UNKNOWN_STEPS = 1000
+#: No codec trial in this first share of ``total_steps``.
+SENSITIVE = 0.15
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The search a job can afford: ``budget`` trial iterations (0: none) and the one line
+    that says why (``None`` when the user's budget stands as it is)."""
+
+    budget: int
+    reason: str | None = None
+
+
+class Stakes:
+    """One job's stakes (module docstring): ``total_steps`` (None: unknown)."""
+
+    def __init__(self, total_steps: int | None) -> None:
+        self.total_steps = total_steps
+        self.step_s: float | None = None     # the default's step, measured in the warm-up
+        self.exposed_s: float | None = None  # its exposed communication
+        self.lost_s = 0.0                    # trial seconds beyond the default's step, net
+        self.trial_iterations = 0            # iterations charged
+        self.cap_s = math.inf                # what the trials may lose
+
+    @property
+    def known(self) -> bool:
+        return self.total_steps is not None
+
+    @property
+    def steps(self) -> int:
+        """The job's length in iterations, as known or assumed."""
+        return self.total_steps if self.total_steps is not None else UNKNOWN_STEPS
+
+    def plan(self, requested: int, done: int, steps_s: list[float],
+             exposed_s: list[float]) -> Plan:
+        """At the end of the warm-up (``done`` iterations ran; ``steps_s`` and
+        ``exposed_s``: the default's warm-up steps and exposed communication, the first,
+        which pays for allocations, dropped when there are more): the search to run, at
+        most ``requested`` iterations."""
+        if not steps_s:
+            return Plan(requested)
+        step = self.step_s = _median(steps_s)
+        exposed = self.exposed_s = _median(exposed_s) if exposed_s else None
+        self.cap_s = SPEND * self.steps * step
+        left = max(0, self.steps - done)
+        caps = [requested, int(SPEND * self.steps / TRIAL_LOSS)]
+        if exposed is not None and self.known:
+            if exposed < NOISE_FLOOR * step:
+                return Plan(0, f"nothing to win: communication adds {_ms(exposed)} to a "
+                               f"{_ms(step)} step (under {NOISE_FLOOR:.0%}); keeping the "
+                               "default untuned")
+            pays = int(WIN_SHARE * exposed * left / (TRIAL_LOSS * step))
+            if pays < MIN_SEARCH:
+                return Plan(0, f"a search cannot pay for itself: at most {_ms(exposed)} an "
+                               f"iteration to win over the {left} iterations left; keeping "
+                               "the default untuned")
+            caps.append(pays)
+        budget = max(0, min(caps))
+        if budget >= requested:
+            return Plan(requested)
+        if budget < MIN_SEARCH:
+            return Plan(0, f"a job of {self.steps} iterations affords no search; keeping "
+                           "the default untuned")
+        length = f"{self.steps} iterations" + ("" if self.known else " (assumed: pass "
+                                                "total_steps)")
+        return Plan(budget, f"tuning budget {budget} iterations (of {requested}): what a "
+                            f"job of {length} can pay back")
+
+    def charge(self, seconds: float) -> bool:
+        """A trial iteration ran in ``seconds``: whether the trials have now lost all they
+        may (:data:`SPEND` of the job's predicted time)."""
+        if self.step_s is None or not math.isfinite(seconds):
+            seconds = 2 * (self.step_s or 0.0)  # a failed iteration: as a slow one
+        self.trial_iterations += 1
+        self.lost_s += seconds - (self.step_s or seconds)
+        return self.lost_s >= self.cap_s
+
+    def sensitive_until(self) -> int:
+        """The first iteration at which a codec trial may run (0: any; needs the
+        job's length)."""
+        return 0 if self.total_steps is None else math.ceil(SENSITIVE * self.total_steps)
+
+    def summary(self, kept_s: float | None, at: int) -> dict[str, float | int | None]:
+        """What tuning cost and saved, with the kept configuration's step ``kept_s``
+        (None: not measured) and ``at`` iterations done: trial ``iterations``, the
+        ``lost_s`` seconds they lost against the default, the kept configuration's
+        ``saved_s`` per iteration, and the iteration ``payback_at`` which that pays the
+        loss back (None: never; ``at`` when nothing was lost)."""
+        saved = None if kept_s is None or self.step_s is None else self.step_s - kept_s
+        if self.lost_s <= 0:
+            payback = at
+        elif saved is None or saved <= 0:
+            payback = None
+        else:
+            payback = at + math.ceil(self.lost_s / saved - 1e-9)
+        return {"iterations": self.trial_iterations, "lost_s": round(self.lost_s, 4),
+                "saved_s": None if saved is None else round(saved, 6),
+                "payback_at": payback}
+
+
+def _median(values: list[float]) -> float:
+    """The median of ``values``, the first dropped when there are more (it pays for
+    allocations and connections)."""
+    return statistics.median(values[1:] if len(values) > 1 else values)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"

@@ -1,0 +1,209 @@
+"""The user's clock (issue 48): the search sized to what the job can win, its cost bounded,
+codecs out of the sensitive phase, and nothing kept that is not proven faster than the
+default. Real Tuners over real spaces; iteration times from a function of the
+configuration (no processes)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from autotune.errors import ArgumentError
+from autotune.sessions.options import SessionOptions
+from autotune.tuning.schedule import LOCKED, TRIAL, Listener, TrialSchedule
+from autotune.tuning.space import SearchSpace
+from autotune.tuning.stakes import MIN_SEARCH, SENSITIVE, SPEND, TRIAL_LOSS, Stakes
+from autotune.tuning.trials import TrialDriver
+from autotune.tuning.tuner import Tuner
+
+STEP = 0.066  # the default's step, seconds
+
+
+class Said(Listener):
+    def __init__(self):
+        self.lines = []
+
+    def say(self, text):
+        self.lines.append(text)
+
+
+def make(space, budget=100, total_steps=None, warmup=3):
+    driver = TrialDriver(space, None)
+    said = Said()
+
+    def new_tuner(b, seed, warm):
+        return Tuner(driver.space, budget=b, seed=seed, warm_start=warm,
+                     techniques=("grid", "pbt"), reference=driver.space.default())
+
+    schedule = TrialSchedule(space, driver, new_tuner, budget=budget, warmup=warmup,
+                             total_steps=total_steps, listener=said)
+    return schedule, said
+
+
+def run(schedule, n, step_of, comm_of):
+    """``n`` iterations from the start; the configurations run."""
+    config = schedule.start(schedule.space.seeds())
+    ran = []
+    for _ in range(n):
+        ran.append(dict(config))
+        config = schedule.next(config, step_of(config), comm_s=comm_of(config))
+    return ran
+
+
+def faster_with_streams(config):
+    return STEP / (1 + 0.1 * (config["streams"] - 1))
+
+
+def test_a_short_job_with_no_headroom_does_not_search():
+    """300 steps whose communication adds 0.5 ms to a 66 ms step: no trial at all, the
+    default kept, one line saying why."""
+    space = SearchSpace.build(k_max=0)
+    s, said = make(space, total_steps=300)
+    ran = run(s, 40, faster_with_streams, lambda c: 0.0005)
+    assert s.phase == LOCKED and s.tuner is None and s.driver.history == []
+    assert all(c == space.default() for c in ran)
+    assert s.best is None and s.kept is None
+    assert any("nothing to win" in line for line in said.lines), said.lines
+
+
+def test_headroom_too_small_for_the_steps_left_does_not_search():
+    """Communication is 10% of the step, but 60 steps cannot pay back even the shortest
+    search."""
+    s, said = make(SearchSpace.build(k_max=0), total_steps=60)
+    run(s, 20, faster_with_streams, lambda c: 0.1 * STEP)
+    assert s.phase == LOCKED and s.driver.history == []
+    assert any("cannot pay for itself" in line for line in said.lines), said.lines
+
+
+def test_the_budget_is_what_the_job_can_pay_back():
+    """Much exposed communication: the user's budget, capped by the share of the job's time
+    the trials may lose (SPEND at TRIAL_LOSS an iteration)."""
+    s, said = make(SearchSpace.build(k_max=0), budget=100, total_steps=300)
+    run(s, 10, faster_with_streams, lambda c: 0.5 * STEP)
+    assert s.phase == TRIAL
+    assert s.tuner.budget == int(SPEND * 300 / TRIAL_LOSS) == 30
+    assert any("tuning budget 30" in line for line in said.lines), said.lines
+    # a long job keeps the budget it was given, and says nothing about it
+    s, said = make(SearchSpace.build(k_max=0), budget=100, total_steps=100_000)
+    run(s, 10, faster_with_streams, lambda c: 0.5 * STEP)
+    assert s.tuner.budget == 100 and said.lines == []
+
+
+def test_an_unknown_length_is_searched_cautiously_not_skipped():
+    """No total_steps: no verdict of "nothing to win" (it needs the length), the budget as
+    for the assumed length."""
+    s, _ = make(SearchSpace.build(k_max=0), budget=300)
+    run(s, 10, faster_with_streams, lambda c: 0.0005)
+    assert s.phase == TRIAL and s.tuner.budget == 100
+
+
+def test_trials_stop_once_they_lost_their_share_of_the_job():
+    """Every configuration but the default is three times slower: the trials stop once
+    they have lost SPEND of the job's predicted time, well before the budget."""
+    space = SearchSpace.build(k_max=0)
+    total = 2000
+
+    def slow(config):
+        return STEP if config == space.default() else 3 * STEP
+
+    s, said = make(space, budget=100, total_steps=total)
+    run(s, 120, slow, lambda c: 0.5 * STEP)
+    assert s.phase == LOCKED and s.kept == space.default()
+    cap = SPEND * total * STEP
+    assert cap <= s.stakes.lost_s <= cap + 6 * 2 * STEP  # at most the trial under way more
+    assert s.tuning_iterations < 100
+    assert any("tuning stopped" in line for line in said.lines), said.lines
+    cost = s.cost()
+    assert cost["iterations"] == s.stakes.trial_iterations and cost["lost_s"] > 0
+    assert cost["payback_at"] is None  # the default kept: nothing pays the loss back
+
+
+def test_no_codec_trial_in_the_sensitive_phase():
+    """A lossy space and a known length: the trials before SENSITIVE of it are lossless;
+    codec trials come after, from the kept lossless configuration."""
+    space = SearchSpace.build(k_max=0, allow_lossy=True)
+    total = 1000
+    s, said = make(space, budget=40, total_steps=total)
+    ran = run(s, 400, faster_with_streams, lambda c: 0.5 * STEP)
+    until = math.ceil(SENSITIVE * total)
+    assert all(c["compression"] == "none" for c in ran[:until])
+    assert any(c["compression"] != "none" for c in ran[until:])
+    assert any("codecs wait" in line for line in said.lines), said.lines
+    assert s.space == space  # the whole space again
+
+
+def test_codecs_may_be_tried_at_once_when_the_length_is_unknown():
+    """Without total_steps there is no sensitive phase to wait for (and no codec search
+    deferred): the space is the whole one from the first trial."""
+    space = SearchSpace.build(k_max=0, allow_lossy=True)
+    s, _ = make(space, budget=40)
+    run(s, 5, faster_with_streams, lambda c: 0.5 * STEP)
+    assert s.space == space and s.stakes.sensitive_until() == 0
+
+
+def test_a_noisy_candidate_that_is_not_faster_is_not_kept():
+    """The default, and a candidate with the same true speed measured once in a lucky
+    moment: the candidate's lower bound beats the default's lower bound (today's rule
+    would keep it), but not the default's upper bound, so the default stays; a candidate
+    faster by far more than the noise replaces it."""
+    space = SearchSpace.build(k_max=0)
+    default = space.default()
+    other = {**default, "streams": 4}
+    tuner = Tuner(space, budget=40, techniques=("grid",), reference=default,
+                  warm_start=[default, other])
+    rng = random.Random(1)
+    while (trial := tuner.ask()) is not None:
+        if trial.config == default:
+            score = 100 * (1 + 0.03 * rng.gauss(0, 1))
+        elif trial.config == other:
+            score = 104.0  # one lucky measurement of an equal configuration
+        else:
+            score = 50.0
+        tuner.tell(trial, score)
+        if trial.config == other:
+            break
+    lo_other = tuner.bounds(other)[0]
+    lo_def, _, hi_def = tuner.bounds(default)
+    assert lo_def < lo_other <= hi_def  # the case that matters: ahead, but within the noise
+    assert tuner.best[0] == default
+
+    fast = Tuner(space, budget=40, techniques=("grid",), reference=default,
+                 warm_start=[default, other])
+    for _ in range(2):
+        trial = fast.ask()
+        fast.tell(trial, 100.0 if trial.config == default else 150.0)
+    assert fast.best[0] == other
+
+
+def test_stakes_summary_says_when_the_kept_pays_back():
+    stakes = Stakes(1000)
+    stakes.plan(100, 3, [STEP] * 3, [0.5 * STEP] * 3)
+    for _ in range(10):
+        stakes.charge(2 * STEP)
+    summary = stakes.summary(kept_s=STEP / 2, at=50)
+    assert summary["iterations"] == 10
+    assert summary["lost_s"] == pytest.approx(10 * STEP, rel=1e-3)
+    assert summary["payback_at"] == 70
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, "300", True])
+def test_total_steps_is_checked(bad):
+    with pytest.raises(ArgumentError, match="total_steps"):
+        SessionOptions(total_steps=bad)
+
+
+def test_a_framework_count_of_steps_becomes_total_steps():
+    from autotune.integrations.callback import known_steps
+
+    assert known_steps(300) == 300 and known_steps(300.0) == 300
+    assert known_steps(float("inf")) is None and known_steps(-1) is None
+    assert known_steps(None) is None and known_steps("many") is None
+
+
+def test_the_shortest_search_is_run_or_none():
+    """A cap below MIN_SEARCH is no search, not a search too short to judge anything."""
+    stakes = Stakes(total_steps=int(MIN_SEARCH * TRIAL_LOSS / SPEND) - 20)
+    plan = stakes.plan(100, 3, [STEP] * 3, [0.9 * STEP] * 3)
+    assert plan.budget == 0 and "affords no search" in plan.reason
