@@ -29,6 +29,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=200,
                    help="optimizer steps, each over --accum micro-batches")
     p.add_argument("--budget", type=int, default=60, help="iterations spent on trials")
+    p.add_argument("--total-steps", type=int, default=None,
+                   help="the job's length autotune sizes its search to (default: --steps)")
     p.add_argument("--db", default=None, help="results store (default ./autotune.db)")
     p.add_argument("--batch", type=int, default=16, help="micro-batch size per process")
     p.add_argument("--accum", type=int, default=4, help="micro-batches per optimizer step")
@@ -50,6 +52,7 @@ def main() -> None:
     micro = synced = 0
     # new line 1: DDP's communication is tuned while it trains
     with autotune.session(ddp, budget=args.budget, db=args.db, job="train_accelerate",
+                          total_steps=args.total_steps or args.steps,
                           samples_per_step=args.batch * args.accum) as tuner:
         while synced < args.steps:
             for x, y in loader:

@@ -34,6 +34,8 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200, help="optimizer steps")
     p.add_argument("--budget", type=int, default=60, help="iterations spent on trials")
+    p.add_argument("--total-steps", type=int, default=None,
+                   help="the job's length autotune sizes its search to (default: the Trainer's max_steps, --steps)")
     p.add_argument("--db", default=None, help="results store (default ./autotune.db)")
     p.add_argument("--batch", type=int, default=8, help="sequences per process and micro-batch")
     p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
@@ -96,7 +98,7 @@ def main() -> None:
                           callbacks=[FailAt(args.fail_at)] if args.fail_at is not None else None)
         # new lines: the callback that tunes DDP's communication, around train()
         with AutotuneCallback(trainer, budget=args.budget, db=args.db,
-                              job="train_hf_trainer") as tuning:
+                              job="train_hf_trainer", total_steps=args.total_steps) as tuning:
             result = trainer.train()
 
     if trainer.is_world_process_zero():

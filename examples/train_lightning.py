@@ -29,6 +29,8 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200, help="optimizer steps")
     p.add_argument("--budget", type=int, default=60, help="iterations spent on trials")
+    p.add_argument("--total-steps", type=int, default=None,
+                   help="the job's length autotune sizes its search to (default: Lightning's count, --steps)")
     p.add_argument("--db", default=None, help="results store (default ./autotune.db)")
     p.add_argument("--batch", type=int, default=32, help="batch size per process")
     p.add_argument("--accum", type=int, default=1, help="batches per optimizer step")
@@ -65,6 +67,7 @@ def main() -> None:
     local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     # the one new line: the callback that tunes DDP's communication
     tuning = AutotuneCallback(budget=args.budget, db=args.db, job="train_lightning",
+                              total_steps=args.total_steps,
                               samples_per_step=args.batch * args.accum)
     trainer = pl.Trainer(
         accelerator="cpu", devices=local, num_nodes=int(os.environ.get("WORLD_SIZE", 1)) // local,

@@ -42,7 +42,9 @@ class AutotuneCallback(SessionResults, pl.Callback):
     """Tune the DDP communication of the ``Trainer`` this callback is given to (module
     docstring). ``budget``, ``db`` and ``options`` are :func:`autotune.session`'s keywords
     (``samples_per_step``: the per-process batch size times ``accumulate_grad_batches``,
-    for a score in samples/s), checked here. One process without DDP: a warning and no
+    for a score in samples/s), checked here; ``total_steps`` is
+    ``trainer.estimated_stepping_batches`` unless given (docs/tuner.md, "What tuning may
+    cost"). One process without DDP: a warning and no
     tuning; a strategy other than DDP (FSDP, DeepSpeed): ``TypeError`` when training
     starts."""
 

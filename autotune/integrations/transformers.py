@@ -42,7 +42,9 @@ class AutotuneCallback(SessionResults, TrainerCallback):
     the trainer's callbacks. ``budget``, ``db`` and ``options`` are
     :func:`autotune.session`'s keywords, checked here; ``samples_per_step`` defaults to
     ``per_device_train_batch_size * gradient_accumulation_steps`` (the samples one process
-    trains per optimizer step), so scores are in samples/s. One process without DDP: a
+    trains per optimizer step), so scores are in samples/s; ``total_steps`` is the
+    Trainer's ``state.max_steps`` unless given (docs/tuner.md, "What tuning may cost").
+    One process without DDP: a
     warning and no tuning; FSDP or DeepSpeed: ``TypeError`` when training starts."""
 
     def __init__(self, trainer: Trainer, *, budget: int = 100,

@@ -43,6 +43,7 @@ from autotune.reports.tables import Column, console, show
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin
 from autotune.store.summary import summarize
+from autotune.tuning.stakes import fmt_cost
 from autotune.units import (BYTE_PARAMS, fmt_config, fmt_efficiency, fmt_number, fmt_score,
                             fmt_seconds, fmt_value, ordered, shown_params, unit_of)
 
@@ -78,6 +79,7 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
         "default_iterations": run.get("default_iterations"),
         "speedup_over_default": Speedup.of_run(run).as_json(),
         "kept_config": run.get("best_config"), "kept_from": run.get("kept_from"),
+        "tuning_cost": run.get("tuning_cost"),
         "kept_at": [trials[i].get("number") for i in s["kept_at"]],
         "best_trial_score": s["best"],
         "techniques": {k: {"trials": s["trials"][k], "share": s["trials"][k] / len(trials),
@@ -147,7 +149,8 @@ def show_summary(run: dict, trials: list[dict], out: Any = None) -> None:
                      + iterations(run, "default")) or "not measured"),
         ("speed-up", Speedup.of_run(run).shown() or "unknown"),
         ("kept configuration", fmt_config(run.get("best_config")) or "none"),
-    ] + ([("kept from", fmt_origin(run["kept_from"]))] if run.get("kept_from") else []):
+    ] + ([("kept from", fmt_origin(run["kept_from"]))] if run.get("kept_from") else []) + (
+            [("tuning cost", fmt_cost(run["tuning_cost"]))] if run.get("tuning_cost") else []):
         facts.add_row(Text(f"  {label}"), Text(value))
     out.print(facts)
 

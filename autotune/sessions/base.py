@@ -66,6 +66,7 @@ class TuningSession(SessionResults, abc.ABC):
         self._run = SessionRun(options.db, options.job,
                                model.module if isinstance(model, DDP) else model)
         self.display = SessionDisplay(options.verbose, self.unit, lambda: self.best_score)
+        self.display.cost = lambda: self.tuning_cost
         self.info: Any = None                       # the world (runtime.world.WorldInfo)
         self.space: SearchSpace | None = None
         self.trials: TrialDriver | None = None      # the leader's
@@ -310,7 +311,7 @@ class TuningSession(SessionResults, abc.ABC):
         with shielded(status == "aborted"):
             self.display.settled(self.best if ok else None, status)
             if self.trials is not None:
-                self.trials.close(status, kept=self.best)
+                self.trials.close(status, kept=self.best, cost=self.tuning_cost)
             if self._tuners is not None and self._tuners.model is not None:
                 self._run.save_calibration(self._tuners.model)
         if ok and self.options.verbose and self.trials is not None:

@@ -35,6 +35,7 @@ class SessionDisplay(Listener):
         self._top: float | None = None  # the best trial's score of this tuning
         self._measured: Callable[[Config | None], Side | None] | None = None
         self._kept: Config | None = None  # kept, its figure still growing
+        self.cost: Callable[[], dict | None] = lambda: None  # what tuning cost (the session's)
 
     def measured_by(self, measured: Callable[[Config | None], Side | None]) -> None:
         self._measured = measured
@@ -113,8 +114,12 @@ class SessionDisplay(Listener):
         """Stop the display with what was kept and its figure."""
         from autotune.progress import kept_summary
 
+        from autotune.tuning.stakes import fmt_cost
+
         mean, spread, n = self.kept_figure(kept)
-        self._progress.stop(kept_summary(kept, mean, self.unit, spread, n))
+        summary = kept_summary(kept, mean, self.unit, spread, n)
+        cost = fmt_cost(self.cost()) if summary else ""
+        self._progress.stop(summary + (f"; {cost}" if cost else ""))
         self._progress, self._kept = None, None
 
     def say(self, text: str) -> None:
@@ -169,6 +174,11 @@ def report(session: Any) -> None:
 
         t.add_row("from the store", fmt_origin(came))
     tuner = s.tuner
+    from autotune.tuning.stakes import fmt_cost
+
+    cost = fmt_cost(s.tuning_cost)
+    if cost:
+        t.add_row("tuning cost", cost)
     t.add_row("trials", f"{len(s.history)} ({len(s.failures)} failed"
               + (f", {tuner.screened} screened out by the prior" if tuner and tuner.screened
                  else "") + ")")

@@ -42,6 +42,16 @@ class SessionResults:
         return dict(self.config) if self.config is not None else None
 
     @property
+    def tuning_cost(self) -> dict | None:
+        """What tuning cost the job so far (leader; None elsewhere): ``iterations`` of
+        trials, the ``lost_s`` seconds they lost against the default, what the kept
+        configuration saves an iteration (``saved_s``) and the iteration by which that pays
+        the loss back (``payback_at``; :mod:`autotune.tuning.stakes`), and ``total_steps``."""
+        if self.schedule is None:
+            return None
+        return {**self.schedule.cost(), "total_steps": self.options.total_steps}
+
+    @property
     def history(self) -> list[TrialRecord]:
         """Every trial so far (leader)."""
         return self.trials.history if self.trials is not None else []

@@ -19,7 +19,7 @@ STATUSES = ("running", "finished", "failed", "aborted")
 #: what a ``running`` run whose owner process is gone reads as (never stored)
 ABANDONED = "abandoned"
 SHOWN_STATUSES = STATUSES + (ABANDONED,)
-JSON_COLUMNS = {"runs": ("world", "space_facts", "best_config", "kept_from"),
+JSON_COLUMNS = {"runs": ("world", "space_facts", "best_config", "kept_from", "tuning_cost"),
                 "trials": ("config",)}
 
 

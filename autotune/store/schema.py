@@ -13,7 +13,8 @@ database, with five tables:
   ``default_iterations``: a speed-up needs them, see :mod:`autotune.speedup`), its
   owner (``owner_host``, ``owner_pid``: who started it), and where the kept
   configuration came from when it came from the store (``kept_from``, JSON: run, job,
-  created, how; :mod:`autotune.store.origin`).
+  created, how; :mod:`autotune.store.origin`), and what tuning cost the job
+  (``tuning_cost``, JSON: :func:`_v9_to_v10`).
 * ``trials``: one measured configuration of a run: number (0, 1, ... in the order
   tried, like Optuna's ``trial.number``), technique, configuration (JSON), iterations,
   score (``NULL`` when it failed, with ``error``), wall time (its duration, s) and
@@ -44,7 +45,7 @@ import sqlalchemy as sa
 from autotune.store.sqltext import sql
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 #: the advisory lock PostgreSQL writers take while they create or migrate the schema
 LOCK_KEY = 0x6175746F74756E  # "autotun"
 #: the advisory lock a PostgreSQL prune takes alone and a run start shares
@@ -187,6 +188,15 @@ def _v8_to_v9(c: sa.Connection) -> None:
            "fit_error float)")
 
 
+def _v9_to_v10(c: sa.Connection) -> None:
+    """What tuning cost the job (issue 48): ``runs.tuning_cost``, JSON ``{"iterations",
+    "lost_s", "saved_s", "payback_at", "total_steps"}``: the trial iterations, the seconds
+    they lost against the default, what the kept configuration saves an iteration and the
+    iteration by which that pays the loss back (:mod:`autotune.tuning.stakes`). ``NULL``
+    for older runs and runs that did not tune."""
+    _add(c, "runs", "tuning_cost", "text")
+
+
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
@@ -197,6 +207,7 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     6: _v6_to_v7,
     7: _v7_to_v8,
     8: _v8_to_v9,
+    9: _v9_to_v10,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

@@ -171,13 +171,15 @@ class RunWriter:
         best_iterations: int | None = None,
         default_iterations: int | None = None,
         kept_from: Mapping[str, Any] | None = None,
+        tuning_cost: Mapping[str, Any] | None = None,
     ) -> None:
         """Record how a run ended and what it found; the spreads are the standard
         deviations of the per-iteration scores of the kept and of the default
         configuration (in the run's unit), the iterations how many scored iterations
         their means are over (``None``: not known; its speed-up is then refused, see
         :mod:`autotune.speedup`); ``kept_from``: the stored run the kept configuration
-        came from, if it did (:mod:`autotune.store.origin`)."""
+        came from, if it did (:mod:`autotune.store.origin`); ``tuning_cost``: what the
+        trials cost the job (:meth:`autotune.tuning.stakes.Stakes.summary`)."""
         if status not in STATUSES:
             raise StoreError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
         values = {
@@ -190,6 +192,7 @@ class RunWriter:
             "best_score": None if best_score is None else float(best_score),
             "default_score": None if default_score is None else float(default_score),
             "kept_from": dumps(dict(kept_from)) if kept_from else None,
+            "tuning_cost": dumps(dict(tuning_cost)) if tuning_cost else None,
         }
 
         def write(c: sa.Connection) -> None:

@@ -173,3 +173,18 @@ def _median(values: list[float]) -> float:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
+
+
+def fmt_cost(cost: dict | None) -> str:
+    """What tuning cost, in words (:meth:`Stakes.summary`): ``30 trial iterations lost
+    0.41 s against the default, paid back by iteration 180``; ``""`` when unknown."""
+    if not cost:
+        return ""
+    n, lost, payback = cost.get("iterations") or 0, cost.get("lost_s") or 0.0, cost.get("payback_at")
+    if n == 0:
+        return "no trial ran: tuning cost nothing"
+    head = f"{n} trial iterations {'lost' if lost > 0 else 'gained'} {abs(lost):.2f} s against the default"
+    if lost <= 0:
+        return head
+    return head + (f", paid back by iteration {payback}" if payback is not None
+                   else ", not paid back (the kept configuration is no faster)")

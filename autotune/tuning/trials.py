@@ -126,12 +126,14 @@ class TrialDriver:
                 "default_iterations": default[2] if default else None,
                 "kept_from": self.origin(self._kept)}
 
-    def close(self, status: str = "finished", kept: Config | None = None) -> None:
+    def close(self, status: str = "finished", kept: Config | None = None,
+              cost: dict[str, Any] | None = None) -> None:
         """Record how the run ended (``kept``: the configuration kept, if not the Tuner's
-        best) with its measured numbers."""
+        best) with its measured numbers and what tuning ``cost`` the job."""
         if kept is not None:
             self.keep(kept)
-        self._store("finish_run", self.run_id, status=status, **self.results())
+        self._store("finish_run", self.run_id, status=status, tuning_cost=cost,
+                    **self.results())
 
     def _store(self, name: str, *args: Any, **kwargs: Any) -> None:
         if self.store is None:

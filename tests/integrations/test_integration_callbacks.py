@@ -37,7 +37,7 @@ def test_session_options_are_checked_when_the_callback_is_made():
     from autotune.errors import ArgumentError
     from autotune.integrations.callback import check_options
 
-    with pytest.raises(TypeError, match="'budgett'.*the options are: budget, db"):
+    with pytest.raises(TypeError, match="'budgett'.*the options are: budget, total_steps, db"):
         check_options({"budgett": 5})
     with pytest.raises(ArgumentError, match="budget must be"):
         check_options({"budget": -1})

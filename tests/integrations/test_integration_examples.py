@@ -14,6 +14,7 @@ from __future__ import annotations
 # own world: the examples run as a user runs them, launcher included
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,9 +81,12 @@ FRAMEWORKS = {"train_lightning": ("lightning.pytorch", "sklearn"),
 @pytest.mark.parametrize("example", sorted(FRAMEWORKS))
 def test_example_tunes_ddp_and_records_a_finished_run(tmp_path, example):
     needs(*FRAMEWORKS[example])
+    # a 16-step job affords no search (the next test): told it is long, it searches
     rc, out, run, trials = run_example(example, tmp_path, "--steps", "16",
-                                       "--budget", "40", "--accum", "2")
+                                       "--budget", "40", "--accum", "2",
+                                       "--total-steps", "100000")
     assert_tuned(example, rc, out, run, trials, steps=16)
+    assert run["tuning_cost"]["total_steps"] == 100000  # the user's value wins
     assert "iterations counted: 16 (optimizer steps 16)" in out, out[-3000:]
 
 
@@ -94,11 +98,15 @@ def test_an_error_in_training_closes_the_run_as_failed(tmp_path, example):
     assert rc != 0 and "--fail-at 8: an error inside training" in out, out[-4000:]
     # closed by Lightning's on_exception / the Trainer's with block, not left running
     assert run["status"] == "failed" and run["finished"] is not None, run
+    # the framework told the session the job's length: 16 steps afford no search
+    assert run["tuning_cost"]["total_steps"] == 16 and trials == [], run
+    assert re.search(r"nothing to win|cannot pay for itself|affords no search", out), out[-3000:]
 
 
 def test_accelerate_counts_the_synchronising_steps_not_the_micro_steps(tmp_path):
     needs("accelerate", "sklearn")
     rc, out, run, trials = run_example("train_accelerate", tmp_path, "--steps", "12",
-                                       "--budget", "40", "--accum", "4")
+                                       "--budget", "40", "--accum", "4",
+                                       "--total-steps", "100000")
     assert_tuned("train_accelerate", rc, out, run, trials, steps=12)
     assert "iterations counted: 12 (synchronising steps 12, micro-steps 48)" in out, out[-3000:]

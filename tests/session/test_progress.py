@@ -92,7 +92,9 @@ def test_plain_trial_lines_come_while_training_goes_on_through_a_pipe(tmp_path):
     assert any("[w0] tuning: done, 12/12 iterations" in t for t in text), log
     # one kept figure: the done line's is the table's (mean ± spread, iterations)
     done = next(t for t in text if "[w0] tuning: done, " in t)
-    figure = re.search(r"; kept .* at ([\d.,]+ ± [\d.,]+ it/s \(\d+ iterations\))$", done)
+    # ... and what tuning cost the job (docs/tuner.md, "What tuning may cost")
+    figure = re.search(r"; kept .* at ([\d.,]+ ± [\d.,]+ it/s \(\d+ iterations\)); "
+                       r"\d+ trial iterations (lost|gained) [\d.]+ s against the default", done)
     row = next((t for t in text if re.match(r"\[w0\] .*throughput\s", t)), "")
     assert figure and figure.group(1) in row, (done, row)
     assert not any("[w1] tuning:" in t for t in text), "only rank 0 shows progress"

@@ -1,0 +1,211 @@
+"""The user's clock: a whole job's wall time with autotune against plain DDP (root only).
+
+Issue 48's "nothing to win" job: the small GPT of ``tta_bench`` (the zoo's GPT-2, 2 layers,
+d = 128, on the bytes of the Python standard library's sources, AdamW, real compute, one
+CPU thread a rank) trained for a fixed number of steps (``--steps``, 300) by ``--workers``
+(2) emulated hosts on a fast link (``--rate``, 1gbit), where communication is a small part
+of a step and tuning has little to win. Variants, each as a user would write it:
+
+* ``ddp``: ``DistributedDataParallel(model)``;
+* ``native``: ``autotune.session(model, total_steps=steps)``, its defaults otherwise
+  (budget 100, the default store off so that runs do not warm-start each other);
+* ``hook``: ``autotune.session(DistributedDataParallel(model), total_steps=steps)``.
+
+The clock starts when every rank is at the start line, before DDP wraps the model or the
+session opens, and stops after the last step: the session's start, its warm-up, its trials
+and its close are all on it. Each variant runs ``--runs`` times (3), interleaved (run 1 of
+every variant, then run 2, ...; run i uses seed ``--seed`` + i in every variant). The
+table gives medians with their min-max spread, the ratio to DDP's median (the target: at
+most 1.03), the trial iterations, what the session said tuning cost, and the training
+loss of the last 20 steps (the same data and start in every variant). JSON goes to
+benchmarks/results/clock/clock.json:
+
+    sudo .venv/bin/python benchmarks/clock_bench.py                 # ~5 min
+    sudo .venv/bin/python benchmarks/clock_bench.py --steps 1000 --runs 1
+    sudo .venv/bin/python benchmarks/clock_bench.py --rate 50mbit   # much to win
+
+Each rank is this file again (``--job train``); a rank that fails stops the benchmark
+with its name and output; every wait is bounded (``--rank-timeout``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from benchlib import (MARK, RESULTS, add_cluster_args, emit, machine, median,  # noqa: E402
+                      report, require_emulator)
+
+OUT_DIR = RESULTS / "clock"
+VARIANTS = ("ddp", "native", "hook")
+LABELS = {"ddp": "DDP", "native": "autotune.session(model)",
+          "hook": "autotune.session(ddp_model)"}
+TAIL = 20  # steps whose mean training loss is reported
+
+
+def train_main(a: argparse.Namespace) -> None:
+    """One rank: ``--steps`` steps of the GPT under ``--variant``; rank 0 emits the times."""
+    import contextlib
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from tta_bench import GPTTask
+
+    torch.set_num_threads(1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", timeout=timedelta(seconds=a.rank_timeout))
+    task = GPTTask(a.seed, rank, world, a.batch)
+    model, opt = task.model, task.optimizer()
+    batches = [task.next_batch() for _ in range(a.steps)]  # data off the clock
+    dist.barrier()  # every rank at the start line
+    t0 = time.perf_counter()
+    kw = dict(total_steps=a.steps, samples_per_step=a.batch, store=False,
+              verbose=a.verbose, timeout=a.rank_timeout, seed=a.seed)
+    tuner: Any = None
+    if a.variant == "ddp":
+        net, ctx = DDP(model), contextlib.nullcontext()
+    else:
+        import autotune
+
+        net = model if a.variant == "native" else DDP(model)
+        ctx = autotune.session(net, **kw)
+    losses = []
+    with ctx as tuner:
+        started = time.perf_counter() - t0
+        for x, y in batches:
+            loss = task.loss(net, x, y)
+            loss.backward()
+            if tuner is not None:
+                tuner.step()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            losses.append(float(loss))
+    wall = time.perf_counter() - t0
+    if rank == 0:
+        out: dict[str, Any] = {"variant": a.variant, "seed": a.seed, "steps": a.steps,
+                               "wall_s": wall, "start_s": started,
+                               "loss_tail": sum(losses[-TAIL:]) / len(losses[-TAIL:])}
+        if tuner is not None:
+            out.update(best=tuner.best, trials=len(tuner.history),
+                       tuning_iterations=tuner.tuning_iterations,
+                       tuning_cost=tuner.tuning_cost)
+        emit(out)
+    dist.destroy_process_group()
+
+
+def launch_run(c: Any, a: argparse.Namespace, variant: str, seed: int) -> dict:
+    from autotune.emulate import EmulatorError
+
+    argv = [sys.executable, os.path.abspath(__file__), "--job", "train", "--variant", variant,
+            "--seed", str(seed), "--steps", str(a.steps), "--batch", str(a.batch),
+            "--rank-timeout", str(a.rank_timeout)] + (["--verbose"] if a.verbose else [])
+    job = c.launch(argv, workers=a.workers, timeout_s=a.rank_timeout + 600,
+                   echo=sys.stderr if a.verbose else None)
+    try:
+        job.check()
+        return job.last_json(MARK)
+    except EmulatorError as e:
+        raise SystemExit(f"clock_bench: {variant}, seed {seed} failed:\n{e}") from None
+
+
+def run(a: argparse.Namespace) -> dict:
+    from rich.console import Console
+
+    from autotune.emulate import Cluster
+    from autotune.tuning.stakes import fmt_cost
+
+    con = Console(stderr=True)
+    started = time.time()
+    runs: dict[str, list] = {v: [] for v in a.variant_list}
+    with Cluster(hosts=a.workers, rate=a.rate, flow_cap=a.flow_cap,
+                 congestion=a.congestion) as c:
+        con.print(f"cluster {c.describe()}")
+        for i in range(a.runs):
+            for v in a.variant_list:
+                with con.status(f"{LABELS[v]}, run {i + 1}/{a.runs} ({a.steps} steps)"):
+                    r = launch_run(c, a, v, a.seed + i)
+                con.print(f"{LABELS[v]} run {i + 1}: {r['wall_s']:.2f} s (start "
+                          f"{r['start_s']:.2f} s), loss {r['loss_tail']:.3f}"
+                          + (f"; {fmt_cost(r['tuning_cost'])}" if r.get("tuning_cost") else ""))
+                runs[v].append(r)
+    rows = {}
+    for v, rs in runs.items():
+        walls = [r["wall_s"] for r in rs]
+        rows[v] = {"label": LABELS[v], "wall_s": _spread(walls),
+                   "start_s": _spread([r["start_s"] for r in rs]),
+                   "loss_tail": _spread([r["loss_tail"] for r in rs]),
+                   "tuning_iterations": [r.get("tuning_iterations", 0) for r in rs],
+                   "kept": [r.get("best") for r in rs], "runs": rs}
+    if "ddp" in rows:
+        ref = rows["ddp"]["wall_s"]["median"]
+        for row in rows.values():  # > 1: slower than DDP
+            row["vs_ddp"] = row["wall_s"]["median"] / ref
+    return {"benchmark": "clock_bench", "workers": a.workers, "rate": a.rate,
+            "steps": a.steps, "runs": a.runs, "variants": rows, "target_vs_ddp": 1.03,
+            "wall_s": time.time() - started,
+            "command": "benchmarks/clock_bench.py " + " ".join(sys.argv[1:]),
+            "machine": machine()}
+
+
+def _spread(xs: list[float]) -> dict[str, float]:
+    return {"median": median(xs), "min": min(xs), "max": max(xs)}
+
+
+def print_table(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"the user's clock: {res['steps']} steps, {res['workers']} hosts at "
+                    f"{res['rate']} (medians of {res['runs']}, min-max)")
+    for col in ("variant", "wall time", "x DDP", "session start", "trial iterations",
+                "loss (last 20 steps)"):
+        t.add_column(col)
+    for v, row in res["variants"].items():
+        w, s, loss = row["wall_s"], row["start_s"], row["loss_tail"]
+        t.add_row(row["label"], f"{w['median']:.2f} s ({w['min']:.2f}-{w['max']:.2f})",
+                  f"{row.get('vs_ddp', float('nan')):.3f}",
+                  f"{s['median']:.2f} s", ",".join(map(str, row["tuning_iterations"])),
+                  f"{loss['median']:.3f}")
+    Console(stderr=True).print(t)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="of " + ",".join(VARIANTS))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--workers", type=int, default=2)
+    add_cluster_args(ap)
+    ap.set_defaults(rate="1gbit")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rank-timeout", type=float, default=120.0)
+    ap.add_argument("--verbose", action="store_true", help="echo every rank's output")
+    ap.add_argument("--json", type=Path, default=OUT_DIR / "clock.json")
+    ap.add_argument("--job", choices=("train",), help=argparse.SUPPRESS)
+    ap.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.job == "train":
+        train_main(a)
+        return
+    a.variant_list = [v.strip() for v in a.variants.split(",") if v.strip()]
+    bad = [v for v in a.variant_list if v not in VARIANTS]
+    if bad or not a.variant_list or a.runs < 1 or a.steps < 1 or a.workers < 2:
+        ap.error(f"variants of {', '.join(VARIANTS)} (got {bad}); --runs, --steps >= 1; "
+                 "--workers >= 2")
+    require_emulator("clock_bench")
+    report(run(a), print_table, a.json)
+
+
+if __name__ == "__main__":
+    main()
