@@ -23,6 +23,7 @@ benchmarks/results/clock/clock.json:
     sudo .venv/bin/python benchmarks/clock_bench.py                 # ~5 min
     sudo .venv/bin/python benchmarks/clock_bench.py --steps 1000 --runs 1
     sudo .venv/bin/python benchmarks/clock_bench.py --rate 50mbit   # much to win
+    sudo .venv/bin/python benchmarks/clock_bench.py --budget 0      # the runtime alone
 
 Each rank is this file again (``--job train``); a rank that fails stops the benchmark
 with its name and output; every wait is bounded (``--rank-timeout``).
@@ -71,6 +72,8 @@ def train_main(a: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     kw = dict(total_steps=a.steps, samples_per_step=a.batch, store=False,
               verbose=a.verbose, timeout=a.rank_timeout, seed=a.seed)
+    if a.budget is not None:
+        kw["budget"] = a.budget
     tuner: Any = None
     if a.variant == "ddp":
         net, ctx = DDP(model), contextlib.nullcontext()
@@ -108,7 +111,8 @@ def launch_run(c: Any, a: argparse.Namespace, variant: str, seed: int) -> dict:
 
     argv = [sys.executable, os.path.abspath(__file__), "--job", "train", "--variant", variant,
             "--seed", str(seed), "--steps", str(a.steps), "--batch", str(a.batch),
-            "--rank-timeout", str(a.rank_timeout)] + (["--verbose"] if a.verbose else [])
+            "--rank-timeout", str(a.rank_timeout)] + (["--verbose"] if a.verbose else []) + (
+                [] if a.budget is None else ["--budget", str(a.budget)])
     job = c.launch(argv, workers=a.workers, timeout_s=a.rank_timeout + 600,
                    echo=sys.stderr if a.verbose else None)
     try:
@@ -151,6 +155,7 @@ def run(a: argparse.Namespace) -> dict:
         for row in rows.values():  # > 1: slower than DDP
             row["vs_ddp"] = row["wall_s"]["median"] / ref
     return {"benchmark": "clock_bench", "workers": a.workers, "rate": a.rate,
+            "budget": a.budget,
             "steps": a.steps, "runs": a.runs, "variants": rows, "target_vs_ddp": 1.03,
             "wall_s": time.time() - started,
             "command": "benchmarks/clock_bench.py " + " ".join(sys.argv[1:]),
@@ -188,6 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     add_cluster_args(ap)
     ap.set_defaults(rate="1gbit")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=int, default=None,
+                    help="the sessions' budget (default: the session's, 100); 0: the "
+                         "runtime's cost alone, untuned")
     ap.add_argument("--rank-timeout", type=float, default=120.0)
     ap.add_argument("--verbose", action="store_true", help="echo every rank's output")
     ap.add_argument("--json", type=Path, default=OUT_DIR / "clock.json")

@@ -9,6 +9,9 @@ best configuration. :class:`KeptPhase` then
   for being high (the winner's curse); only the first ones, taken soon after the trials,
   while the default's figure was measured (later ones may meet a slower compute step
   that the default never met);
+- then checks them: a kept configuration whose settled iterations do not beat the
+  default's scored iterations by more than their noise (:data:`Z_KEPT` standard errors
+  of the difference of the means) gives way to the default (:meth:`KeptPhase.settled`);
 - watches a kept codec's efficiency (:mod:`autotune.tuning.lossy`) and the
   communication time (:mod:`autotune.tuning.drift`), and says when either calls for a
   re-tune, and from which configuration.
@@ -18,6 +21,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from autotune.tuning.drift import Drift, DriftWatch
@@ -25,7 +29,12 @@ from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import EFFICIENCY_WINDOW, Goodput, best_lossless
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trials import TrialDriver
+from autotune.speedup import measure
 from autotune.tuning.tuner import Tuner
+
+#: Standard errors of the difference of the means by which a kept configuration's
+#: settled iterations must beat the default's scored ones.
+Z_KEPT = 1.0
 
 
 class KeptPhase:
@@ -45,10 +54,11 @@ class KeptPhase:
         self.unit = unit
         self.settled_left = 0  # settled iterations still to score
         self.keeping: Config | None = None  # the configuration they are scored for
+        self.scores: list[float] = []  # its settled iterations' scores
 
     def keep(self, config: Config) -> None:
         """``config`` is kept from now on: its settled iterations are scored."""
-        self.settled_left, self.keeping = SETTLED_SAMPLES, dict(config)
+        self.settled_left, self.keeping, self.scores = SETTLED_SAMPLES, dict(config), []
 
     def lock(self, config: Config, tuner: Tuner | None) -> None:
         """The budget is spent (or ``tuner`` found the leader separated): ``config`` is
@@ -63,18 +73,46 @@ class KeptPhase:
                               f"the budget are not needed")
 
     def settled(self, space: SearchSpace, config: Config, seconds: float,
-                gain: float | None = 1.0) -> None:
+                gain: float | None = 1.0) -> str | None:
         """A settled iteration of ``config`` (no switch, no failure) ran in ``seconds``
         with efficiency ``gain``: scored while it is one of the kept configuration's
-        first :data:`SETTLED_SAMPLES`."""
+        first :data:`SETTLED_SAMPLES`. After the last of them, why the default is kept
+        instead (it is then: the kept one is not proven faster), else None."""
         if (self.keeping is not None and self.settled_left > 0
                 and space.key(config) == space.key(self.keeping)):
             if gain is None:  # a kept codec's efficiency unknown: not scored
-                return
+                return None
             self.settled_left -= 1
-            self.driver.sample(config, self.throughput(seconds) * gain)
+            score = self.throughput(seconds) * gain
+            self.driver.sample(config, score)
+            self.scores.append(score)
             if self.settled_left == 0:
+                why = self.not_proven(space)
+                if why is not None:
+                    self.keeping = space.default()
                 self.listener.kept_measured(dict(self.keeping))
+                return why
+        return None
+
+    def not_proven(self, space: SearchSpace) -> str | None:
+        """Why the kept configuration's settled iterations do not show it faster than the
+        default's scored iterations (module docstring), or None where they do (or where
+        it is the default, or the default has fewer than two scored iterations)."""
+        from autotune.units import fmt_config, fmt_score
+
+        default = space.default()
+        if self.keeping is None or space.key(self.keeping) == space.key(default):
+            return None
+        base = self.driver.samples.get(space.key(default)) or []
+        if len(base) < 2 or len(self.scores) < 2:
+            return None
+        (k, k_sd, k_n), (d, d_sd, d_n) = measure(self.scores), measure(base)
+        if k - d > Z_KEPT * math.sqrt(k_sd ** 2 / k_n + d_sd ** 2 / d_n):
+            return None
+        return (f"kept {fmt_config(self.keeping)} ran {fmt_score(k, self.unit, k_sd)} over its "
+                f"first {k_n} iterations, not faster than the default's "
+                f"{fmt_score(d, self.unit, d_sd)} ({d_n} iterations) by more than the noise: "
+                "back to the default")
 
     def end_settling(self) -> None:
         """A re-tune starts while the settled iterations are still being scored: the

@@ -72,6 +72,7 @@ What a person sees goes through a :class:`Listener` (a progress bar, or nothing)
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Sequence
 
 from autotune.errors import ArgumentError
@@ -189,7 +190,17 @@ class TrialSchedule:
         ``comm_s``: its communication time, what the drift watch judges (the least any
         worker waited for the averaged gradients: a straggler's compute is not in it).
         ``efficiency``: its statistical efficiency, when scored by goodput (module
-        docstring; None: unknown)."""
+        docstring; None: unknown). The time this call takes (the searchers' and the
+        prior's, while every rank waits for the answer) is on the job's clock too: it is
+        charged to the trials' cost."""
+        started = time.perf_counter()
+        try:
+            return self._next(config, seconds, failed, comm_s, efficiency)
+        finally:
+            self.stakes.overhead(time.perf_counter() - started)
+
+    def _next(self, config: Config, seconds: float, failed: str | None,
+              comm_s: float | None, efficiency: float | None) -> Config:
         self.iteration += 1
         gain = self.guards.gain(config, efficiency)
         switched, self._ran = config != self._ran, dict(config)
@@ -203,7 +214,14 @@ class TrialSchedule:
             if self.warm.left > 0:  # kept untuned from the start: a warm-up, unscored
                 self.warm.left -= 1
             elif not switched and failed is None and seconds != float("inf"):
-                self.after.settled(self.space, config, seconds, gain)
+                why = self.after.settled(self.space, config, seconds, gain)
+                if why is not None:  # not proven faster once it trained: the default
+                    self.listener.say(why)
+                    default = self.space.default()
+                    score = self.tuner.score_of(default) if self.tuner is not None else None
+                    self.trials.best = (default, score or 0.0)
+                    if self.after.watch is not None:
+                        self.after.watch.reset()
             kept = self.best[0] if self.best else config
             retune = self.after.retune(self.space, config, seconds, comm_s, efficiency,
                                        None if self.best is None else self.best[0])

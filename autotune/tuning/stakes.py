@@ -25,7 +25,9 @@ be :data:`UNKNOWN_STEPS` long for both caps, and gets no verdict of "nothing to 
 that needs the length.
 
 **What the trials cost** (:meth:`Stakes.charge`): each trial iteration's seconds beyond
-the default's step, net (a trial faster than the default pays back). Once the trials have
+the default's step, net (a trial faster than the default pays back), and the schedule's
+own time (:meth:`Stakes.overhead`: making the Tuner, the searchers' and the prior's
+decisions; every rank waits for them, and no iteration's time holds them). Once the trials have
 lost :data:`SPEND` of the job's predicted time, the schedule keeps the best configuration
 so far (the conservative bandits' rule: the cumulative reward never falls far below the
 baseline's; Wu et al., "Conservative Bandits", ICML 2016).
@@ -87,6 +89,7 @@ class Stakes:
         self.exposed_s: float | None = None  # its exposed communication
         self.lost_s = 0.0                    # trial seconds beyond the default's step, net
         self.trial_iterations = 0            # iterations charged
+        self.overhead_s = 0.0                # the schedule's own time, charged too
         self.cap_s = math.inf                # what the trials may lose
 
     @property
@@ -142,6 +145,11 @@ class Stakes:
         self.lost_s += seconds - (self.step_s or seconds)
         return self.lost_s >= self.cap_s
 
+    def overhead(self, seconds: float) -> None:
+        """The schedule spent ``seconds`` deciding (every rank waits for it): charged."""
+        self.lost_s += seconds
+        self.overhead_s += seconds
+
     def sensitive_until(self) -> int:
         """The first iteration at which a codec trial may run (0: any; needs the
         job's length)."""
@@ -150,7 +158,8 @@ class Stakes:
     def summary(self, kept_s: float | None, at: int) -> dict[str, float | int | None]:
         """What tuning cost and saved, with the kept configuration's step ``kept_s``
         (None: not measured) and ``at`` iterations done: trial ``iterations``, the
-        ``lost_s`` seconds they lost against the default, the kept configuration's
+        ``lost_s`` seconds they lost against the default (``overhead_s`` of them the
+        schedule's own), the kept configuration's
         ``saved_s`` per iteration, and the iteration ``payback_at`` which that pays the
         loss back (None: never; ``at`` when nothing was lost)."""
         saved = None if kept_s is None or self.step_s is None else self.step_s - kept_s
@@ -161,6 +170,7 @@ class Stakes:
         else:
             payback = at + math.ceil(self.lost_s / saved - 1e-9)
         return {"iterations": self.trial_iterations, "lost_s": round(self.lost_s, 4),
+                "overhead_s": round(self.overhead_s, 4),
                 "saved_s": None if saved is None else round(saved, 6),
                 "payback_at": payback}
 
@@ -184,6 +194,8 @@ def fmt_cost(cost: dict | None) -> str:
     if n == 0:
         return "no trial ran: tuning cost nothing"
     head = f"{n} trial iterations {'lost' if lost > 0 else 'gained'} {abs(lost):.2f} s against the default"
+    if (cost.get("overhead_s") or 0.0) >= 0.01:
+        head += f" ({cost['overhead_s']:.2f} s of it the tuner's own)"
     if lost <= 0:
         return head
     return head + (f", paid back by iteration {payback}" if payback is not None

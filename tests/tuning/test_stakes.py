@@ -207,3 +207,38 @@ def test_the_shortest_search_is_run_or_none():
     stakes = Stakes(total_steps=int(MIN_SEARCH * TRIAL_LOSS / SPEND) - 20)
     plan = stakes.plan(100, 3, [STEP] * 3, [0.9 * STEP] * 3)
     assert plan.budget == 0 and "affords no search" in plan.reason
+
+
+def test_a_kept_configuration_slower_once_it_trains_gives_way_to_the_default():
+    """Trials find 4 streams twice as fast; once kept, it runs no faster than the default
+    did (its trials were lucky, or more threads slow the compute). After its settled
+    iterations the default is kept again, with a line that says why."""
+    space = SearchSpace.build(k_max=0)
+    default = space.default()
+    s, said = make(space, budget=30, total_steps=100_000)
+    rng = random.Random(3)
+
+    def step(config):
+        noisy = STEP * (1 + 0.02 * rng.gauss(0, 1))
+        if s.phase != LOCKED and config["streams"] > 1:
+            return noisy / 2  # in its trials
+        return noisy
+
+    ran = run(s, 120, step, lambda c: 0.5 * STEP)
+    assert s.phase == LOCKED and s.kept == default, s.kept
+    assert ran[-1] == default and any(c != default for c in ran[40:80])
+    assert any("back to the default" in line for line in said.lines), said.lines
+
+
+def test_a_kept_configuration_that_is_faster_stays():
+    space = SearchSpace.build(k_max=0)
+    s, said = make(space, budget=30, total_steps=100_000)
+    rng = random.Random(3)
+
+    def step(config):
+        return STEP * (1 + 0.02 * rng.gauss(0, 1)) / (2 if config["streams"] > 1 else 1)
+
+    run(s, 120, step, lambda c: 0.5 * STEP)
+    assert s.phase == LOCKED and s.kept["streams"] > 1
+    assert not any("back to the default" in line for line in said.lines)
+    assert s.cost()["payback_at"] is not None
