@@ -38,8 +38,6 @@ class BayesianSearch(Searcher):
                  max_candidates: int = 2000, xi: float = 0.01, gp_restarts: int = 0,
                  refit_every: int = 5, categorical: str = "onehot") -> None:
         super().__init__(space, seed)
-        from skopt.space import Categorical, Integer
-
         self.n_initial_points = max(2, n_initial_points)
         self.max_candidates = max_candidates
         self.xi = xi
@@ -47,11 +45,8 @@ class BayesianSearch(Searcher):
         self._vary = [i for i, p in enumerate(space.params) if len(p.values) > 1]
         if categorical not in ("onehot", "ordinal"):
             raise ValueError(f"categorical must be 'onehot' or 'ordinal', got {categorical!r}")
-        self._dims = [
-            Integer(0, len(p.values) - 1, name=p.name) if p.ordinal or categorical == "ordinal"
-            else Categorical(list(range(len(p.values))), name=p.name)
-            for p in (space.params[i] for i in self._vary)
-        ]
+        self.categorical = categorical
+        self._dims_made: list[Any] | None = None  # skopt's dimensions, at the first fit
         self._radix = np.cumprod([1] + [len(p.values) for p in space.params[:-1]]).astype(np.int64)
         self.refit_every = refit_every
         self._opt: Any = None  # the skopt Optimizer fitted on the current data
@@ -59,6 +54,23 @@ class BayesianSearch(Searcher):
         self._kernel_n = 0
         self._dirty = True
         self._best_ei: float | None = None  # the judge's best EI, until the next tell
+
+    @property
+    def _dims(self) -> list[Any]:
+        """skopt's dimensions of the varying parameters, made at the first fit: skopt (and
+        scikit-learn under it) is imported only once the GP is needed, so a Tuner that is
+        made but never fits (a short search, its first trials) does not pay ~1 s for it
+        while every rank waits."""
+        if self._dims_made is None:
+            from skopt.space import Categorical, Integer
+
+            self._dims_made = [
+                Integer(0, len(p.values) - 1, name=p.name)
+                if p.ordinal or self.categorical == "ordinal"
+                else Categorical(list(range(len(p.values))), name=p.name)
+                for p in (self.space.params[i] for i in self._vary)
+            ]
+        return self._dims_made
 
     def _told(self, key: Key, config: Mapping, score: float | None) -> None:
         self._dirty = True
@@ -253,6 +265,23 @@ class OptunaSearch(Searcher):
             c = self._suggest(trial)
             self._trials.setdefault(self.space.key(c), []).append(trial)
             return self._propose(c)
+
+    @property
+    def _dims(self) -> list[Any]:
+        """skopt's dimensions of the varying parameters, made at the first fit: skopt (and
+        scikit-learn under it) is imported only once the GP is needed, so a Tuner that is
+        made but never fits (a short search, its first trials) does not pay ~1 s for it
+        while every rank waits."""
+        if self._dims_made is None:
+            from skopt.space import Categorical, Integer
+
+            self._dims_made = [
+                Integer(0, len(p.values) - 1, name=p.name)
+                if p.ordinal or self.categorical == "ordinal"
+                else Categorical(list(range(len(p.values))), name=p.name)
+                for p in (self.space.params[i] for i in self._vary)
+            ]
+        return self._dims_made
 
     def _told(self, key: Key, config: Mapping, score: float | None) -> None:
         """The score (or note) goes into the Optuna study too: the sampler learns from it."""
