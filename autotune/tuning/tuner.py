@@ -59,6 +59,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from autotune.tuning.bandit import AUCBandit
 from autotune.tuning.confirm import CONFIRM, MIN_CONFIRMED, ConfirmPhase, ConfirmSettings
 from autotune.tuning.noise import NoiseModel
+from autotune.tuning.preload import preload
 from autotune.tuning.prior import Prior, PriorSearch, Surrogate
 from autotune.tuning.screen import JUDGE, PRIOR, Screen, ScreenSettings
 from autotune.tuning.search import TECHNIQUES, make_searcher
@@ -197,6 +198,9 @@ class Tuner:
         self.min_iterations = int(lengths.min_iterations)
         self.credit_quantile = float(bandit.credit_quantile)
         self.surrogate = None if prior is None else Surrogate(space, prior, seed)
+        if prior is not None or "bayes" in self.techniques:  # their GPs, while trials run
+            preload(*(["sklearn.gaussian_process"] if prior is not None else [])
+                    + (["skopt", "skopt.learning"] if "bayes" in self.techniques else []))
         self.reference = None if reference is None else space.validate(reference)
         self._lengthened: set[int] = set()  # trials lengthened for the reference
         self.obs = Observations(space)  # the one history every searcher reads

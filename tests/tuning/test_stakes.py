@@ -242,3 +242,23 @@ def test_a_kept_configuration_that_is_faster_stays():
     assert s.phase == LOCKED and s.kept["streams"] > 1
     assert not any("back to the default" in line for line in said.lines)
     assert s.cost()["payback_at"] is not None
+
+
+def test_the_searchers_libraries_are_imported_in_the_background():
+    """preload imports in a daemon thread, once per module, and a failing module fails
+    quietly there (it fails again, with its error, where it is used)."""
+    import sys
+    import threading
+
+    from autotune.tuning.preload import preload
+
+    name = "xml.dom.minidom"
+    sys.modules.pop(name, None)
+    preload(name, "no_such_module_for_autotune")
+    for t in threading.enumerate():
+        if t.name == "autotune-preload":
+            t.join(timeout=30)
+    assert name in sys.modules
+    before = threading.active_count()
+    preload(name)  # already started once: no new thread
+    assert threading.active_count() <= before
