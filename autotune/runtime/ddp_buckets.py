@@ -121,11 +121,11 @@ class RuntimeBuckets:
                 try:
                     fut.set_result(fallback(buf, idx).wait())
                 except BaseException as again:
-                    fut.set_exception(again)
+                    fut.set_exception(_as_exception(again))
             return
         except BaseException as e:  # the futures must complete, or DDP waits forever
             for fut, _, _ in pending:
-                fut.set_exception(e)
+                fut.set_exception(_as_exception(e))
             raise
         for fut, _, buf in pending:
             fut.set_result(buf)
@@ -139,3 +139,10 @@ class RuntimeBuckets:
 def _signature(t: torch.Tensor) -> tuple[int, torch.dtype, str]:
     """What a bucket and its proxy share: size, dtype, device."""
     return (t.numel(), t.dtype, str(t.device))
+
+
+def _as_exception(e: BaseException) -> Exception:
+    """``e`` as a future takes it: an ``Exception`` (a stop signal, ``Terminated`` or
+    ``KeyboardInterrupt``, is a ``BaseException``: wrapped, naming it; the signal itself
+    goes on being raised where it arrived)."""
+    return e if isinstance(e, Exception) else RuntimeError(f"stopped: {e!r}")

@@ -30,7 +30,8 @@ own time (:meth:`Stakes.overhead`: making the Tuner, the searchers' and the prio
 decisions; every rank waits for them, and no iteration's time holds them). Once the trials have
 lost :data:`SPEND` of the job's predicted time, the schedule keeps the best configuration
 so far (the conservative bandits' rule: the cumulative reward never falls far below the
-baseline's; Wu et al., "Conservative Bandits", ICML 2016).
+baseline's; Wu et al., "Conservative Bandits", ICML 2016). This stop needs the job's
+length: a job of unknown length might run for days, and its loss is only reported.
 
 **What it saved** (:meth:`Stakes.summary`): the trial iterations, the seconds they lost,
 and the iteration at which the kept configuration's saving per iteration pays that back.
@@ -111,7 +112,8 @@ class Stakes:
             return Plan(requested)
         step = self.step_s = _median(steps_s)
         exposed = self.exposed_s = _median(exposed_s) if exposed_s else None
-        self.cap_s = SPEND * self.steps * step
+        if self.known:  # unknown length: no stop (a long job would be cut short)
+            self.cap_s = SPEND * self.steps * step
         left = max(0, self.steps - done)
         caps = [requested, int(SPEND * self.steps / TRIAL_LOSS)]
         if exposed is not None and self.known:
