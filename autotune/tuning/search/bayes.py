@@ -266,23 +266,6 @@ class OptunaSearch(Searcher):
             self._trials.setdefault(self.space.key(c), []).append(trial)
             return self._propose(c)
 
-    @property
-    def _dims(self) -> list[Any]:
-        """skopt's dimensions of the varying parameters, made at the first fit: skopt (and
-        scikit-learn under it) is imported only once the GP is needed, so a Tuner that is
-        made but never fits (a short search, its first trials) does not pay ~1 s for it
-        while every rank waits."""
-        if self._dims_made is None:
-            from skopt.space import Categorical, Integer
-
-            self._dims_made = [
-                Integer(0, len(p.values) - 1, name=p.name)
-                if p.ordinal or self.categorical == "ordinal"
-                else Categorical(list(range(len(p.values))), name=p.name)
-                for p in (self.space.params[i] for i in self._vary)
-            ]
-        return self._dims_made
-
     def _told(self, key: Key, config: Mapping, score: float | None) -> None:
         """The score (or note) goes into the Optuna study too: the sampler learns from it."""
         c = self.space.validate(config)
