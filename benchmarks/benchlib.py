@@ -108,6 +108,22 @@ def report(res: dict, table: Callable[[dict], None], json_path: Path,
     print("wrote " + " and ".join(str(w) for w in written))
 
 
+def launch_json(cluster: Any, argv: list[str], *, workers: int, timeout_s: float,
+                verbose: bool, failed: str) -> dict:
+    """Run ``argv`` on ``workers`` hosts of ``cluster`` (each rank's output echoed when
+    ``verbose``) and return the ``MARK`` JSON rank 0 emitted; a failed job ends the
+    benchmark with ``failed`` (who failed) and the job's error."""
+    from autotune.emulate import EmulatorError
+
+    job = cluster.launch(argv, workers=workers, timeout_s=timeout_s,
+                         echo=sys.stderr if verbose else None)
+    try:
+        job.check()
+        return job.last_json(MARK)
+    except EmulatorError as e:
+        raise SystemExit(f"{failed} failed:\n{e}") from None
+
+
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 

@@ -41,8 +41,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from benchlib import (MARK, RESULTS, add_cluster_args, emit, machine, median,  # noqa: E402
-                      report, require_emulator)
+from benchlib import (RESULTS, add_cluster_args, emit, launch_json,  # noqa: E402
+                      machine, median, report, require_emulator)
 
 OUT_DIR = RESULTS / "clock"
 VARIANTS = ("ddp", "native", "hook")
@@ -107,19 +107,12 @@ def train_main(a: argparse.Namespace) -> None:
 
 
 def launch_run(c: Any, a: argparse.Namespace, variant: str, seed: int) -> dict:
-    from autotune.emulate import EmulatorError
-
     argv = [sys.executable, os.path.abspath(__file__), "--job", "train", "--variant", variant,
             "--seed", str(seed), "--steps", str(a.steps), "--batch", str(a.batch),
             "--rank-timeout", str(a.rank_timeout)] + (["--verbose"] if a.verbose else []) + (
                 [] if a.budget is None else ["--budget", str(a.budget)])
-    job = c.launch(argv, workers=a.workers, timeout_s=a.rank_timeout + 600,
-                   echo=sys.stderr if a.verbose else None)
-    try:
-        job.check()
-        return job.last_json(MARK)
-    except EmulatorError as e:
-        raise SystemExit(f"clock_bench: {variant}, seed {seed} failed:\n{e}") from None
+    return launch_json(c, argv, workers=a.workers, timeout_s=a.rank_timeout + 600,
+                       verbose=a.verbose, failed=f"clock_bench: {variant}, seed {seed}")
 
 
 def run(a: argparse.Namespace) -> dict:

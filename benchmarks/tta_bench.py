@@ -72,9 +72,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from benchlib import (MARK, RESULTS, add_cluster_args, describe_link, emit,  # noqa: E402
-                      machine, measure_B, median, pyplot, report, require_emulator,
-                      save_figure)
+from benchlib import (RESULTS, add_cluster_args, describe_link, emit,  # noqa: E402
+                      launch_json, machine, measure_B, median, pyplot, report,
+                      require_emulator, save_figure)
 
 OUT_DIR = RESULTS / "tta"
 VARIANTS = ("ddp", "lossless", "goodput", "throughput")
@@ -367,8 +367,6 @@ def spread(xs: list[float]) -> dict[str, float]:
 
 def launch_run(c: Any, a: argparse.Namespace, model: str, variant: str, seed: int,
                duration: float) -> dict:
-    from autotune.emulate import EmulatorError
-
     spec = MODELS[model]
     argv = [sys.executable, os.path.abspath(__file__), "--job", "train", "--model", model,
             "--variant", variant, "--seed", str(seed), "--duration", str(duration),
@@ -376,13 +374,8 @@ def launch_run(c: Any, a: argparse.Namespace, model: str, variant: str, seed: in
             "--rank-timeout", str(a.rank_timeout)]
     if a.verbose:
         argv.append("--verbose")
-    job = c.launch(argv, workers=a.workers, timeout_s=duration + a.rank_timeout + 120,
-                   echo=sys.stderr if a.verbose else None)
-    try:
-        job.check()
-        return job.last_json(MARK)
-    except EmulatorError as e:
-        raise SystemExit(f"tta_bench: {model}, {variant}, seed {seed} failed:\n{e}") from None
+    return launch_json(c, argv, workers=a.workers, timeout_s=duration + a.rank_timeout + 120,
+                       verbose=a.verbose, failed=f"tta_bench: {model}, {variant}, seed {seed}")
 
 
 def run(a: argparse.Namespace) -> dict:

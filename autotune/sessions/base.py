@@ -65,8 +65,8 @@ class TuningSession(SessionResults, abc.ABC):
                        if options.retune_on_drift else None)
         self._run = SessionRun(options.db, options.job,
                                model.module if isinstance(model, DDP) else model)
-        self.display = SessionDisplay(options.verbose, self.unit, lambda: self.best_score)
-        self.display.cost = lambda: self.tuning_cost
+        self.display = SessionDisplay(options.verbose, self.unit, lambda: self.best_score,
+                                      lambda: self.tuning_cost)
         self.info: Any = None                       # the world (runtime.world.WorldInfo)
         self.space: SearchSpace | None = None
         self.trials: TrialDriver | None = None      # the leader's

@@ -27,7 +27,8 @@ class SessionDisplay(Listener):
     (:meth:`kept_measured`) or when the session ends first (:meth:`settled`): the same
     mean, spread and count as the session's table, the store and the report."""
 
-    def __init__(self, verbose: bool, unit: str, best_score: Callable[[], float | None]):
+    def __init__(self, verbose: bool, unit: str, best_score: Callable[[], float | None],
+                 cost: Callable[[], dict | None] = lambda: None):
         self.verbose = verbose
         self.unit = unit
         self._best_score = best_score
@@ -35,7 +36,7 @@ class SessionDisplay(Listener):
         self._top: float | None = None  # the best trial's score of this tuning
         self._measured: Callable[[Config | None], Side | None] | None = None
         self._kept: Config | None = None  # kept, its figure still growing
-        self.cost: Callable[[], dict | None] = lambda: None  # what tuning cost (the session's)
+        self.cost = cost  # what tuning cost (the session's tuning_cost)
 
     def measured_by(self, measured: Callable[[Config | None], Side | None]) -> None:
         self._measured = measured

@@ -162,7 +162,8 @@ class TrialSchedule:
         self.guards = Goodput(goodput)  # the trial's efficiencies, and the kept codec's
         # the current Tuner, the trial under way, the best so far
         self.trials = TrialPhase(driver, self.listener, self.guards, new_tuner,
-                                 self.throughput, cut_short, space, stop=self._spent)
+                                 self.throughput, cut_short, space,
+                                 stop=lambda: self.stakes.spent)
         # after tuning: the kept configuration's settled figure and its watches
         self.after = KeptPhase(driver, self.listener, drift, self.guards, budget,
                                self.throughput, self.unit)
@@ -215,13 +216,8 @@ class TrialSchedule:
                 self.warm.left -= 1
             elif not switched and failed is None and seconds != float("inf"):
                 why = self.after.settled(self.space, config, seconds, gain)
-                if why is not None:  # not proven faster once it trained: the default
-                    self.listener.say(why)
-                    default = self.space.default()
-                    score = self.tuner.score_of(default) if self.tuner is not None else None
-                    self.trials.best = (default, score or 0.0)
-                    if self.after.watch is not None:
-                        self.after.watch.reset()
+                if why is not None:
+                    self._back_to_default(why)
             kept = self.best[0] if self.best else config
             retune = self.after.retune(self.space, config, seconds, comm_s, efficiency,
                                        None if self.best is None else self.best[0])
@@ -375,9 +371,15 @@ class TrialSchedule:
                           f"codecs for {self._codec_budget} iterations")
         return self._retune(self._codec_budget, kept)
 
-    def _spent(self) -> bool:
-        """Whether the trials have lost all they may of the job's time."""
-        return self.stakes.lost_s >= self.stakes.cap_s
+    def _back_to_default(self, why: str) -> None:
+        """The kept configuration was not faster than the default once it trained
+        (``why``): the default is kept from now on."""
+        self.listener.say(why)
+        default = self.space.default()
+        score = self.tuner.score_of(default) if self.tuner is not None else None
+        self.trials.best = (default, score or 0.0)
+        if self.after.watch is not None:
+            self.after.watch.reset()
 
     def cost(self) -> dict:
         """What tuning cost and saved so far (:meth:`Stakes.summary`), with the kept
@@ -400,7 +402,7 @@ class TrialSchedule:
     def _lock(self) -> Config:
         """The budget is spent: keep the best configuration from now on."""
         self.phase = LOCKED
-        if self._spent():
+        if self.stakes.spent:
             from autotune.units import fmt_seconds
 
             self.listener.say(f"tuning stopped: the trials lost {fmt_seconds(self.stakes.lost_s)}"

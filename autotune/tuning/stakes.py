@@ -87,7 +87,6 @@ class Stakes:
     def __init__(self, total_steps: int | None) -> None:
         self.total_steps = total_steps
         self.step_s: float | None = None     # the default's step, measured in the warm-up
-        self.exposed_s: float | None = None  # its exposed communication
         self.lost_s = 0.0                    # trial seconds beyond the default's step, net
         self.trial_iterations = 0            # iterations charged
         self.overhead_s = 0.0                # the schedule's own time, charged too
@@ -111,7 +110,7 @@ class Stakes:
         if not steps_s:
             return Plan(requested)
         step = self.step_s = _median(steps_s)
-        exposed = self.exposed_s = _median(exposed_s) if exposed_s else None
+        exposed = _median(exposed_s) if exposed_s else None
         if self.known:  # unknown length: no stop (a long job would be cut short)
             self.cap_s = SPEND * self.steps * step
         left = max(0, self.steps - done)
@@ -138,13 +137,18 @@ class Stakes:
         return Plan(budget, f"tuning budget {budget} iterations (of {requested}): what a "
                             f"job of {length} can pay back")
 
-    def charge(self, seconds: float) -> bool:
-        """A trial iteration ran in ``seconds``: whether the trials have now lost all they
-        may (:data:`SPEND` of the job's predicted time)."""
+    def charge(self, seconds: float) -> None:
+        """A trial iteration ran in ``seconds`` (``inf``: it failed, charged as a slow
+        one): charged."""
         if self.step_s is None or not math.isfinite(seconds):
-            seconds = 2 * (self.step_s or 0.0)  # a failed iteration: as a slow one
+            seconds = 2 * (self.step_s or 0.0)
         self.trial_iterations += 1
         self.lost_s += seconds - (self.step_s or seconds)
+
+    @property
+    def spent(self) -> bool:
+        """Whether the trials have lost all they may (:data:`SPEND` of the job's predicted
+        time; never for a job of unknown length)."""
         return self.lost_s >= self.cap_s
 
     def overhead(self, seconds: float) -> None:
