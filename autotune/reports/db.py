@@ -164,14 +164,25 @@ def trials_cmd(run_id: str, db_path: str | None, as_json: bool) -> None:
     if as_json:
         emit_json([{**t, "unit": run.get("unit")} for t in trials])
         return
-    show(f"trials of run {run['id']} (score in {unit})",
+    # the prior's weight when each trial was proposed, where the run had a prior
+    trusted = any(t.get("trust") is not None for t in trials)
+    show(f"trials of run {run['id']} (score in {unit}"
+         + ("; prior: the physics prior's weight when the trial was proposed" if trusted else "")
+         + ")",
          [Column("#", "num"), Column("technique"), Column("iters", "num", 2),
-          Column("score", "num"), Column("eff.", "num", 2), Column("wall", "num", 3),
-          Column("error", "fold", 1), Column("config", "fold")],
+          Column("score", "num"), Column("eff.", "num", 2)]
+         + ([Column("prior", "num", 2)] if trusted else [])
+         + [Column("wall", "num", 3), Column("error", "fold", 1), Column("config", "fold")],
          ([t["number"], t["technique"], t["iterations"],
            "failed" if t["score"] is None else fmt_number(t["score"]),
-           fmt_efficiency(t.get("efficiency")), fmt_seconds(t["wall_time"]), t["error"],
-           fmt_config(t["config"])] for t in trials))
+           fmt_efficiency(t.get("efficiency"))]
+          + ([fmt_trust(t.get("trust"))] if trusted else [])
+          + [fmt_seconds(t["wall_time"]), t["error"], fmt_config(t["config"])] for t in trials))
+
+
+def fmt_trust(trust: float | None) -> str:
+    """The prior's weight in a table cell (``–`` where the trial had none)."""
+    return "–" if trust is None else f"{trust:.2f}"
 
 
 @db.command("best")
@@ -286,7 +297,7 @@ def similar_cmd(run_id: str, k: int, all_runs: bool, db_path: str | None, as_jso
 
 
 CSV_BASE = ["run", "number", "technique", "iterations", "score", "unit", "error", "wall_time",
-            "created", "throughput", "efficiency"]
+            "created", "throughput", "efficiency", "trust"]
 
 
 def trials_csv(trials: list[dict], unit: str | None = None) -> str:

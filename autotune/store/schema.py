@@ -20,7 +20,8 @@ database, with five tables:
   score (``NULL`` when it failed, with ``error``), wall time (its duration, s) and
   ``created`` (when it was recorded, i.e. when it finished; it started ``wall_time``
   earlier); for a lossy trial scored by goodput, its ``throughput`` and statistical
-  ``efficiency`` (``score`` = throughput x efficiency; docs/compression.md).
+  ``efficiency`` (``score`` = throughput x efficiency; docs/compression.md); with a
+  physics prior, its ``trust`` (the prior's weight when the trial was proposed).
 * ``graphs``: fingerprint -> model or topology graph as node-link JSON, with node and
   edge counts.
 * ``calibrations``: per cluster key, the tuner's model of those machines (the
@@ -45,7 +46,7 @@ import sqlalchemy as sa
 from autotune.store.sqltext import sql
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 #: the advisory lock PostgreSQL writers take while they create or migrate the schema
 LOCK_KEY = 0x6175746F74756E  # "autotun"
 #: the advisory lock a PostgreSQL prune takes alone and a run start shares
@@ -197,6 +198,13 @@ def _v9_to_v10(c: sa.Connection) -> None:
     _add(c, "runs", "tuning_cost", "text")
 
 
+def _v10_to_v11(c: sa.Connection) -> None:
+    """How far the physics prior was trusted when each trial was proposed (issue 51):
+    ``trials.trust``, its weight in [0, 1] (:mod:`autotune.tuning.trust`); ``NULL`` for
+    older trials and for runs tuned without a prior."""
+    _add(c, "trials", "trust", "float")
+
+
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
@@ -208,6 +216,7 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     7: _v7_to_v8,
     8: _v8_to_v9,
     9: _v9_to_v10,
+    10: _v10_to_v11,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

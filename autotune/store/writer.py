@@ -131,10 +131,12 @@ class RunWriter:
         index: int | None = None,
         throughput: float | None = None,
         efficiency: float | None = None,
+        trust: float | None = None,
     ) -> int:
         """Record one measured configuration (``score`` None and ``error`` set when it
         failed); returns the trial's id. ``throughput`` and ``efficiency``: a lossy trial
-        scored by goodput (``score`` is their product). ``number`` is the trial's place in the run
+        scored by goodput (``score`` is their product). ``trust``: the physics prior's
+        weight when the trial was proposed (None without a prior). ``number`` is the trial's place in the run
         (0, 1, ...); ``index`` is its old name, still accepted (deprecated)."""
         if number is None and index is None:
             raise StoreError("add_trial needs the trial's number")
@@ -150,6 +152,7 @@ class RunWriter:
             "score": None if score is None else float(score), "error": error,
             "wall_time": None if wall_time is None else float(wall_time), "created": now(),
             "throughput": _finite(throughput), "efficiency": _finite(efficiency),
+            "trust": _finite(trust),
         }
 
         def write(c: sa.Connection) -> int:

@@ -6,20 +6,23 @@ predict the throughput of every configuration from that. The prediction is never
 so :class:`Surrogate` uses it as the *prior mean* of a Gaussian process (scikit-learn)
 fitted to the trials' residuals ``log(score) - log(prior)``:
 
-    log score(c) ~ log prior(c) + a + GP(features(c))
+    log score(c) ~ weight * log prior(c) + a + GP(features(c))
 
-With no trial the surrogate is the prior (up to scale); each trial corrects it near the
-configurations measured. It answers two questions for the Tuner:
+With no trial the surrogate is the prior (up to scale, and its differences shrunk by its
+weight, below); each trial corrects it near the configurations measured. It answers two questions for the Tuner:
 
 * **ordering**: the :class:`PriorSearch` technique proposes the untried configuration with
   the best upper confidence bound, so the first trials go where the physics says;
 * **screening**: a proposal of any technique whose *optimistic* prediction is far below
   the incumbent is not run (safe exploration, see :meth:`Surrogate.clearly_worse`).
   Data overrules the prior: the predictions widen as their measured errors grow
-  (:attr:`Surrogate.inflation`), and once :data:`AGREEMENT_AFTER` configurations are
-  measured, a prior whose ranking of them disagrees with the measurements (Kendall's tau
-  below :data:`TRUSTED`, :meth:`Surrogate.agreement`) screens nothing more, and the Tuner
-  asks its ``prior`` technique for nothing more.
+  (:attr:`Surrogate.inflation`), and the prior weighs in the surrogate only as far as it
+  has ranked the trials rightly (:class:`autotune.tuning.trust.Trust`,
+  :attr:`Surrogate.weight`): the predicted differences are scaled by that weight, the
+  prior screens only once it has earned :data:`~autotune.tuning.trust.SCREEN`, and the
+  Tuner asks its ``prior`` technique for nothing once the weight is under
+  :data:`~autotune.tuning.trust.PROPOSE`. A prior that ranks the trials backwards so
+  leaves a plain Gaussian process within three or four configurations.
 
 A prior is any callable ``prior(configs) -> predicted scores`` (same direction as the
 scores: higher is better; the unit does not matter, the calibration absorbs a constant
@@ -38,6 +41,7 @@ import numpy as np
 
 from autotune.tuning.search.base import Key, Observations, Searcher, canonical_table
 from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.trust import PROPOSE, SCREEN, Trust, log_score
 
 Prior = Callable[[Sequence[Config]], Sequence[float]]
 
@@ -47,8 +51,6 @@ BATCH = 25           # configurations per call of the prior (the CPU budgets are
 REFIT_AT = (4, 8, 16, 32)  # measured configurations at which a fittable prior is refitted
 REPREDICT = 400      # after a refit, the pool's best this many are predicted anew
 NEIGHBOURS_OF = 5    # large spaces: the pool also holds the neighbours of the best few
-AGREEMENT_AFTER = 6  # configurations measured before the prior's ranking is judged
-TRUSTED = 0.3        # Kendall's tau of the prior's ranking with the measured one: below, no screen
 
 
 class Surrogate:
@@ -70,8 +72,7 @@ class Surrogate:
         self._offset = 0.0
         self._fitted = 0
         self._z: list[float] = []  # standardised errors of the predictions of told scores
-        self._agreement: tuple[int, float | None] | None = None  # (scores told, tau)
-        self._before: dict[Key, float] = {}  # each told configuration's prior before it was told
+        self.trust = Trust()  # the votes on the prior's ranking of the trials
         self._refitted = 0
         self._tuned_at = 0  # configurations measured when the GP's kernel was last optimised
         self._kernel = None
@@ -156,11 +157,15 @@ class Surrogate:
         surrogate proves overconfident (a prior far from this job's physics). A prior
         that can learn (one with a ``fit`` method, :class:`autotune.sim.predict.
         ModelPrior`) is refitted to the measurements when :data:`REFIT_AT` of them are in."""
+        i = self._locate(config)
         if score is not None and score > 0:
             mean, std = self.predict_config(config)
             self._z.append((math.log(score) - mean) / max(std, 1e-6))
-        i = self._locate(config)
-        self._before.setdefault(self.keys[i], float(self.log_prior[i]))
+            if self.failed is None and self.obs.mean(self.keys[i]) is None:  # a first score
+                self.trust.vote(float(self.log_prior[i]), log_score(score),
+                                [(float(self.log_prior[self._locate(st.config)]),
+                                  log_score(st.mean)) for _, st in self.obs.scored()
+                                 if st.mean > 0])
         self.obs.add(config, score, weight)
         self._gp = None
         scored = self.obs.scored()
@@ -217,7 +222,8 @@ class Surrogate:
         if self._gp is not None or not scored:
             return
         idx = np.array([self._locate(s.config) for _, s in scored])
-        y = np.log(np.array([max(s.mean, 1e-12) for _, s in scored])) - self.log_prior[idx]
+        logm = np.log(np.array([max(s.mean, 1e-12) for _, s in scored]))
+        y = logm - self.weight * self.log_prior[idx]
         self._offset = float(np.median(y))
         self._fitted = len(idx)
         if len(idx) < 3:
@@ -249,7 +255,7 @@ class Surrogate:
         self._build()
         self._fit()
         idx = np.arange(len(self.keys)) if indices is None else np.asarray(indices)
-        mean = self.log_prior[idx] + self._offset
+        mean = self.weight * self.log_prior[idx] + self._offset
         std = np.full(len(idx), 0.3 if self._fitted else 1.0)
         if self._gp is not None:
             m, s = self._gp.predict(self.features[idx], return_std=True)
@@ -262,37 +268,26 @@ class Surrogate:
         m, s = self.predict(np.array([i]))
         return float(m[0]), float(s[0])
 
-    def agreement(self) -> float | None:
-        """Kendall's tau between the prior's predictions (uncalibrated) and the measured
-        means of the configurations measured so far; ``None`` before
-        :data:`AGREEMENT_AFTER` of them (or with no prior left)."""
-        scored = self.obs.scored()
-        if len(scored) < AGREEMENT_AFTER or self.failed is not None:
-            return None
-        told = sum(st.count + st.failures for _, st in scored)
-        if self._agreement is not None and self._agreement[0] == told:
-            return self._agreement[1]  # asked once per proposal: judged once per score told
-        from scipy.stats import kendalltau
+    @property
+    def weight(self) -> float:
+        """The prior's weight in the surrogate (:class:`autotune.tuning.trust.Trust`);
+        0 once the prior failed (a plain GP)."""
+        return 0.0 if self.failed is not None else self.trust.weight
 
-        predicted = [self._before.get(k, self.log_prior[self._locate(st.config)])
-                     for k, st in scored]
-        measured = [st.mean for _, st in scored]
-        tau = kendalltau(predicted, measured).statistic
-        value = None if tau is None or math.isnan(tau) else float(tau)
-        self._agreement = (told, value)
-        return value
+    def may_screen(self) -> bool:
+        """Whether the prior has earned the right to keep nominees from running."""
+        return self.weight >= SCREEN
 
-    def trusted(self) -> bool:
-        """Whether the prior may screen: not (yet) shown to rank wrongly."""
-        tau = self.agreement()
-        return tau is None or tau >= TRUSTED
+    def may_propose(self) -> bool:
+        """Whether the prior still proposes trials of its own."""
+        return self.weight >= PROPOSE
 
     def clearly_worse(self, config: Mapping, margin: float) -> bool:
         """Whether even an optimistic prediction (mean + 2 std) of ``config`` is more
-        than ``margin`` (a fraction) below the incumbent's measured mean; never when the
-        prior is not :meth:`trusted`."""
+        than ``margin`` (a fraction) below the incumbent's measured mean; never while
+        the prior has not earned its weight (:meth:`may_screen`)."""
         best = self.obs.best()
-        if best is None or self._fitted_after_tell() < 3 or not self.trusted():
+        if best is None or self._fitted_after_tell() < 3 or not self.may_screen():
             return False
         m, s = self.predict_config(config)
         return m + 2 * s < math.log(best[1] * (1 - margin))

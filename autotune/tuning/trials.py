@@ -74,7 +74,7 @@ class TrialDriver:
         rec = TrialRecord(trial.index if index is None else index, trial.technique,
                           dict(trial.config), used, score, error, wall_time,
                           new_best=told.new_best, throughput=throughput,
-                          efficiency=efficiency)
+                          efficiency=efficiency, trust=trial.trust)
         self.history.append(rec)
         if error is not None:
             self.failures.append(rec)
@@ -89,7 +89,7 @@ class TrialDriver:
         self._store("add_trial", self.run_id, number=rec.index, technique=rec.technique,
                     config=rec.config, iterations=rec.iterations, score=rec.score,
                     error=rec.error, wall_time=rec.wall_time, throughput=rec.throughput,
-                    efficiency=rec.efficiency)
+                    efficiency=rec.efficiency, trust=rec.trust)
 
     def keep(self, config: Config | None) -> None:
         """Name the kept configuration (default: the Tuner's best)."""

@@ -78,12 +78,15 @@ SEED = "seed"  # a queued configuration that is one of the space's other seeds
 
 @dataclass(frozen=True)
 class Trial:
-    """One configuration to run for ``iterations`` training iterations."""
+    """One configuration to run for ``iterations`` training iterations; ``trust``: the
+    physics prior's weight when it was asked (:mod:`autotune.tuning.trust`; ``None``
+    without a prior)."""
 
     index: int
     config: Config
     iterations: int
     technique: str
+    trust: float | None = None
 
 
 @dataclass
@@ -104,6 +107,7 @@ class TrialRecord:
     new_best: bool = False         # the Tuner: it made its configuration the best so far
     throughput: float | None = None  # scored by goodput: the speed alone (score = x eff.)
     efficiency: float | None = None  # scored by goodput: its statistical efficiency
+    trust: float | None = None     # the prior's weight when the trial was asked
 
 
 @dataclass
@@ -334,7 +338,8 @@ class Tuner:
                            and all(p.key != key for p in self._pending.values()))
         if first_reference:
             wanted = max(wanted or self.trial_iterations, longer)
-        trial = Trial(self._next_index, dict(config), self._length(wanted), technique)
+        trust = None if self.surrogate is None else round(self.surrogate.weight, 3)
+        trial = Trial(self._next_index, dict(config), self._length(wanted), technique, trust)
         if first_reference and trial.iterations > max(self.min_iterations, self.trial_iterations):
             self._lengthened.add(trial.index)
         self._next_index += 1
@@ -379,7 +384,7 @@ class Tuner:
         ``None`` once every technique has run out of configurations."""
         while True:
             available = [t for t in self.techniques if t not in self._exhausted
-                         and (t != PRIOR or self.surrogate.trusted())]
+                         and (t != PRIOR or self.surrogate.may_propose())]
             if not available:
                 return None
             name = self.bandit.select(available)
@@ -443,7 +448,8 @@ class Tuner:
             for _ in range(used):
                 self.bandit.credit(trial.technique, success)
         record = TrialRecord(trial.index, trial.technique, dict(trial.config), used,
-                             None if score is None else float(score), new_best=new_best)
+                             None if score is None else float(score), new_best=new_best,
+                             trust=trial.trust)
         self.history.append(record)
         return record
 
