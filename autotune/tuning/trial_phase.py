@@ -20,6 +20,7 @@ from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, Goodput
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial_run import TrialRun, trial_seconds
 from autotune.tuning.trials import TrialDriver
+from autotune.tuning.trust import PROPOSE
 from autotune.tuning.tuner import Trial, Tuner
 
 
@@ -132,6 +133,12 @@ class TrialPhase:
         if error is not None:
             self.listener.say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, "
                               f"{rec.config}): {error}")
+        surrogate = self.tuner.surrogate
+        if (surrogate is not None and rec.trust is not None
+                and rec.trust >= PROPOSE > surrogate.weight):
+            self.listener.say(f"the physics prior ranks the trials wrongly ("
+                              f"{surrogate.trust.describe()}): it proposes and screens "
+                              "nothing more")
         best = self.tuner.best
         self.best = (dict(best[0]), best[1]) if best else self.best
         run.left = 0

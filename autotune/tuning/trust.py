@@ -61,7 +61,7 @@ class Trust:
                 self.discordant += 1
 
     @property
-    def votes(self) -> int:
+    def votes(self) -> float:
         return self.concordant + self.discordant
 
     @property
@@ -73,9 +73,10 @@ class Trust:
     def describe(self) -> str:
         """One line: the weight and the votes behind it."""
         if not self.votes:
-            return f"weight {self.weight:.2f} (no vote yet)"
-        return (f"weight {self.weight:.2f}: it ordered {self.concordant} of {self.votes} "
-                f"measured pairs rightly")
+            return f"weight {self.weight:.2f}, no vote yet"
+        share = self.concordant / self.votes
+        return (f"weight {self.weight:.2f}; it ordered {share:.0%} of the measured pairs "
+                "rightly, recent ones counting most")
 
 
 def log_score(score: float) -> float:

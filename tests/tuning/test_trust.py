@@ -133,3 +133,39 @@ def test_the_wrong_prior_inverts_what_the_truth_prefers():
     for space in (LOSSY, LOSSLESS):
         assert math.isfinite(truth(space.default()))
         assert truth(space.default()) < 0.5 * optimum(space)
+
+
+# ------------------------------------------------------------ the decision, visible
+def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_it(tmp_path):
+    from autotune.store import Store
+    from autotune.tuning.schedule import REFERENCE_ITERATIONS, Listener, TrialSchedule
+    from autotune.tuning.trials import TrialDriver
+
+    said = []
+
+    class Heard(Listener):
+        def say(self, text):
+            said.append(text)
+
+    store = Store(tmp_path / "t.db")
+    run = store.start_run(job="trust", world={"machines": 4, "workers": 4}, backend="gloo",
+                          model_graph=None, topology_graph=None,
+                          space_facts={"k_max": 1, "workers_per_machine": 1})
+    driver = TrialDriver(LOSSLESS, None, store, run)
+
+    def new_tuner(budget, seed, warm):
+        return Tuner(driver.space, budget=budget, seed=seed, warm_start=warm,
+                     prior=cap_inverted, reference=driver.space.default(),
+                     reference_iterations=REFERENCE_ITERATIONS)
+
+    s = TrialSchedule(LOSSLESS, driver, new_tuner, budget=60, warmup=2, listener=Heard())
+    config = s.start(LOSSLESS.seeds())
+    for _ in range(70):
+        config = s.next(config, step_time(config))
+    lost = [t for t in said if "physics prior ranks the trials wrongly" in t]
+    assert len(lost) == 1 and "it proposes and screens nothing more" in lost[0], said
+    stored = store.trials(run)
+    assert stored and all(t["trust"] is not None and 0 <= t["trust"] <= 1 for t in stored)
+    assert stored[0]["trust"] == pytest.approx(START, abs=1e-3)
+    assert min(t["trust"] for t in stored) < PROPOSE
+    store.close()
