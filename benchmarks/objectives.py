@@ -131,12 +131,14 @@ class Scenario:
                                  allow_lossy=self.lossy, **self.space_kw)
 
     # ---------------------------------------------------------------- the model
+    def facts(self) -> tuple[int, int, float, float, float]:
+        """``(machines, workers per machine, gradient bytes, NIC bytes/s, latency s)``."""
+        return (self.machines, self.workers, self.model_mb * MiB, self.nic_gbps * GBIT,
+                self.alpha_us * 1e-6)
+
     def step_times(self, cols: Columns) -> np.ndarray:
         """Step time (s) of each configuration given as value arrays (see module doc)."""
-        n, w = self.machines, self.workers
-        M = self.model_mb * MiB
-        B = self.nic_gbps * GBIT
-        alpha = self.alpha_us * 1e-6
+        n, w, M, B, alpha = self.facts()
         s = cols["streams"].astype(float)
         chunk = cols["chunk_bytes"].astype(float)
         transport = cols["transport"]

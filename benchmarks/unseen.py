@@ -59,10 +59,7 @@ class UnseenJob(Scenario):
     straggler: float = 1.0          # the slowest machine's NIC, as a share of the others'
 
     def step_times(self, cols: Columns) -> np.ndarray:
-        n, w = self.machines, self.workers
-        M = self.model_mb * MiB
-        B = self.nic_gbps * GBIT
-        alpha = self.alpha_us * 1e-6
+        n, w, M, B, alpha = self.facts()
         s = cols["streams"].astype(float)
         chunk = cols["chunk_bytes"].astype(float)
         push = cols["transport"] == "pushpull"
