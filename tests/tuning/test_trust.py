@@ -97,6 +97,7 @@ def test_the_weight_starts_unproven_grows_with_right_votes_and_falls_with_wrong_
 
 
 # --------------------------------------------------------- wrong priors lose weight
+@pytest.mark.slow  # 3 tuning runs each
 @pytest.mark.parametrize("space,wrong", [(LOSSY, codecs_inverted), (LOSSLESS, cap_inverted)],
                          ids=["codecs", "cap"])
 def test_a_wrong_prior_loses_its_weight_within_a_few_trials_and_the_optimum_is_reached(
