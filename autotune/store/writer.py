@@ -136,8 +136,9 @@ class RunWriter:
         """Record one measured configuration (``score`` None and ``error`` set when it
         failed); returns the trial's id. ``throughput`` and ``efficiency``: a lossy trial
         scored by goodput (``score`` is their product). ``trust``: the physics prior's
-        weight when the trial was proposed (None without a prior). ``number`` is the trial's place in the run
-        (0, 1, ...); ``index`` is its old name, still accepted (deprecated)."""
+        weight when the trial was proposed (None without a prior). ``number`` is the
+        trial's place in the run (0, 1, ...); ``index`` is its old name, still accepted
+        (deprecated)."""
         if number is None and index is None:
             raise StoreError("add_trial needs the trial's number")
         if number is not None and index is not None and int(number) != int(index):

@@ -9,7 +9,8 @@ fitted to the trials' residuals ``log(score) - log(prior)``:
     log score(c) ~ weight * log prior(c) + a + GP(features(c))
 
 With no trial the surrogate is the prior (up to scale, and its differences shrunk by its
-weight, below); each trial corrects it near the configurations measured. It answers two questions for the Tuner:
+weight, below); each trial corrects it near the configurations measured. It answers two
+questions for the Tuner:
 
 * **ordering**: the :class:`PriorSearch` technique proposes the untried configuration with
   the best upper confidence bound, so the first trials go where the physics says;
@@ -222,8 +223,8 @@ class Surrogate:
         if self._gp is not None or not scored:
             return
         idx = np.array([self._locate(s.config) for _, s in scored])
-        logm = np.log(np.array([max(s.mean, 1e-12) for _, s in scored]))
-        y = logm - self.weight * self.log_prior[idx]
+        y = (np.log(np.array([max(s.mean, 1e-12) for _, s in scored]))
+             - self.weight * self.log_prior[idx])
         self._offset = float(np.median(y))
         self._fitted = len(idx)
         if len(idx) < 3:

@@ -15,12 +15,12 @@ weight is how much better than a coin that is:
 
     weight = clip(2 p - 1, 0, 1)
 
-It starts at :data:`START` (1/3) and falls under :data:`PROPOSE` within three or four
-configurations when the prior ranks them backwards; a prior that ranks four
-configurations rightly reaches 0.6. The surrogate scales the prior's predicted differences by it (a weight of
-0 leaves a plain Gaussian process), and the Tuner lets the prior screen nominees only
-at :data:`SCREEN` or more, and propose trials only at :data:`PROPOSE` or more: trust is
-earned by ranking, and lost by ranking wrongly, not by being off in scale.
+It starts at :data:`START` (1/3); the first pair ranked backwards takes it to 0, and a
+prior that ranks four configurations rightly reaches about 0.75. The surrogate scales
+the prior's predicted differences by it (a weight of 0 leaves a plain Gaussian
+process), and the Tuner lets the prior screen nominees only at :data:`SCREEN` or more,
+and propose trials only at :data:`PROPOSE` or more: trust is earned by ranking, and lost
+by ranking wrongly, not by being off in scale.
 
 Nothing here imports torch.
 """

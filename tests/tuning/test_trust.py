@@ -177,7 +177,7 @@ def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_i
     from autotune.cli import cli
 
     out = CliRunner().invoke(cli, ["db", "trials", str(run), "--db", str(tmp_path / "t.db")],
-                             catch_exceptions=False, terminal_width=200).output
-    assert "prior: the physics prior's weight when the trial was proposed" in out
+                             catch_exceptions=False, env={"COLUMNS": "200"}).output
+    assert "prior: the physics prior's weight when the trial was proposed" in " ".join(out.split())
     first = next(line for line in out.splitlines() if line.strip("│ ").startswith("0 "))
     assert "default" in first and f"{START:.2f}" in first, first
