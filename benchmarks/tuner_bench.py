@@ -31,9 +31,10 @@ found by evaluating every configuration. The table shows per objective the media
 seeds; the summary the median over all runs (objectives x seeds), the share of runs within
 1 % of the optimum, the median iterations until the held best reaches 95 % of the optimum,
 the tuning cost (mean relative slowdown of the trials' configurations against the
-optimum), ratios against the better of Optuna's TPE and GP and the best single
-technique, and a paired Wilcoxon test of the tuner against each method. Results go to
-``benchmarks/results/tuner_bench.json``.
+optimum), the CPU per run, a paired Wilcoxon test of the tuner against each method, and
+issue 51's targets: ratios against the best stock method (Bayes, TPE, GP), the worst
+objective, the tuning cost against TPE's, and the prior's CPU (tuner - ensemble). Each
+suite gets its own table. Results go to ``benchmarks/results/tuner_bench.json``.
 
     python benchmarks/tuner_bench.py            # full: 10 seeds, every suite
     python benchmarks/tuner_bench.py --suite unseen --seeds 8 --methods tuner,bayes,tpe,gp
@@ -79,21 +80,15 @@ METHODS: dict[str, tuple[str, ...]] = {
 }
 WITH_PRIOR = ("tuner", "prior")
 ENSEMBLES = ("tuner", "ensemble")  # what --tuner-options changes
-ANCHORS = ("tpe", "gp")
 RESULTS = Path(__file__).resolve().parent / "results" / "tuner_bench.json"
 STOCK = ("bayes", "tpe", "gp")  # the stock methods the Tuner is held against
-# every objective, analytic, unseen, then measured; worker processes index into it
-_MEASURED = load_all()
-OBJECTIVES = [*SCENARIOS, *UNSEEN, *_MEASURED]
-SUITES = {"analytic": list(range(len(SCENARIOS))),
-          "unseen": list(range(len(SCENARIOS), len(SCENARIOS) + len(UNSEEN))),
-          "measured": list(range(len(SCENARIOS) + len(UNSEEN), len(OBJECTIVES)))}
+# every objective, by suite; worker processes index into OBJECTIVES
+PARTS = {"analytic": list(SCENARIOS), "unseen": list(UNSEEN), "measured": load_all()}
+OBJECTIVES = [o for part in PARTS.values() for o in part]
+SUITE_OF = [name for name, part in PARTS.items() for _ in part]  # by index into OBJECTIVES
+SUITES = {name: [i for i, s in enumerate(SUITE_OF) if s == name] for name in PARTS}
 SUITES["all"] = SUITES["measured"] + SUITES["unseen"] + SUITES["analytic"]
 SUITES["both"] = SUITES["measured"] + SUITES["analytic"]  # the suites before issue 51
-
-
-def suite_of(si: int) -> str:
-    return next(name for name in ("analytic", "unseen", "measured") if si in SUITES[name])
 
 
 def _optimum(si: int) -> tuple[int, dict, float]:
@@ -356,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summaries = {}
     for suite in ("measured", "unseen", "analytic"):
-        part = [r for r in runs if suite_of(r["si"]) == suite]
+        part = [r for r in runs if SUITE_OF[r["si"]] == suite]
         if part:
             summaries[suite] = _report(suite, part, methods, seeds, console)
     if warm:
