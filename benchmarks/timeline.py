@@ -106,7 +106,12 @@ def analyse(ranks: dict[int, dict], label: str | None = None, index: int = -1,
              "send sum to": sends}[m.group(3)].append(o)
     if not pushes:
         raise SystemExit(f"iteration {label!r} {i}: no push/pull operations (allreduce?)")
-    part_in = {(o["chunk"], o["peer"]): o["done"] for o in recvs}       # (chunk, worker)
+    # (chunk, worker) -> this iteration's part in: the first, as a receive the server posts
+    # for the next iteration may end inside the window's tolerance
+    part_in: dict[tuple[int, int], float] = {}
+    for o in recvs:
+        key = (o["chunk"], o["peer"])
+        part_in[key] = min(part_in.get(key, o["done"]), o["done"])
     all_in: dict[int, float] = defaultdict(float)
     for (c, _), t in part_in.items():
         all_in[c] = max(all_in[c], t)
