@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import autotune
 from autotune.runtime.errors import UsageError
 from autotune.sessions.base import TuningSession
+from autotune.sessions.core import launcher_hint
 from autotune.sessions.options import SessionOptions
 from autotune.tuning.space import Config
 from autotune.tuning.tuner import TrialRecord
@@ -99,7 +100,8 @@ class CallbackSession:
         if not isinstance(model, DDP):
             if not distributed or dist.get_world_size() == 1:
                 self.inactive = (f"{where} is not DistributedDataParallel and this is one "
-                                 "process: no gradient crosses the wire, nothing to tune")
+                                 "process: no gradient crosses the wire, nothing to tune"
+                                 + launcher_hint())
                 warnings.warn(f"autotune ({self.framework}): {self.inactive}; training "
                               "goes on untuned", RuntimeWarning, stacklevel=2)
                 return

@@ -39,12 +39,25 @@ def init_world(timeout: float) -> None:
     missing = [k for k in needed if k not in os.environ]
     if missing:
         raise UsageError(
-            "autotune.session() needs a torch.distributed world: start the script with "
-            "`autotune launch --workers N script.py` or `torchrun`, or call "
-            f"torch.distributed.init_process_group() first (missing env: {', '.join(missing)})")
+            "autotune.session() needs a torch.distributed world"
+            + (launcher_hint() or ": start the script with `autotune launch --workers N "
+               "script.py` or `torchrun`, or call torch.distributed.init_process_group() "
+               f"first (missing env: {', '.join(missing)})"))
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
     atexit.register(_destroy_world)  # the session made the world, so it ends it at exit
+
+
+def launcher_hint() -> str:
+    """What to add when a framework's launcher started this script as one process (else
+    ""): ``accelerate launch --num_processes 2`` on a machine without GPUs runs one plain
+    process (its simple launcher, which sets ``ACCELERATE_USE_CPU`` and no ``RANK``)
+    unless told ``--multi_gpu``, which on CPU starts the processes on gloo."""
+    if "ACCELERATE_USE_CPU" in os.environ and "WORLD_SIZE" not in os.environ:
+        return (", and `accelerate launch` started one process: without GPUs add "
+                "`--multi_gpu` (`accelerate launch --multi_gpu --num_processes 2 script.py` "
+                "runs gloo on CPU)")
+    return ""
 
 
 def _destroy_world() -> None:

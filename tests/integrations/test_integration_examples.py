@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -33,21 +34,32 @@ def needs(*modules: str) -> None:
                                            "'.[lightning,transformers,accelerate]')")
 
 
-def run_example(name: str, tmp_path: Path, *args: str) -> tuple[int, str, Any, list[dict]]:
-    """Run ``examples/<name>.py`` on 2 processes under torchrun with a fresh store; its exit
-    code, output, the one run stored and its trials."""
-    torchrun = Path(sys.executable).with_name("torchrun")
-    if not torchrun.exists():
-        pytest.skip("torchrun is not installed beside this Python")
-    db = tmp_path / f"{name}.db"
+#: the launch lines of docs/integrations.md ("Launching"), for 2 processes on CPU
+LAUNCHERS = {"torchrun": ["torchrun", "--standalone", "--nproc-per-node", "2"],
+             "accelerate": ["accelerate", "launch", "--multi_gpu", "--num_processes", "2"]}
+
+
+def launch(launcher: list[str], name: str, tmp_path: Path, *args: str,
+           timeout: float = 240) -> subprocess.CompletedProcess:
+    """``launcher examples/<name>.py args`` in ``tmp_path``, as a user runs it."""
+    exe = Path(sys.executable).with_name(launcher[0])
+    if not exe.exists():
+        pytest.skip(f"{launcher[0]} is not installed beside this Python")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("AUTOTUNE_DB", None)
-    proc = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2",
-         str(ROOT / "examples" / f"{name}.py"), "--db", str(db), *args],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
+    return subprocess.run([str(exe), *launcher[1:], str(ROOT / "examples" / f"{name}.py"),
+                           *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=tmp_path, env=env)
+
+
+def run_example(name: str, tmp_path: Path, *args: str, launcher: str = "torchrun",
+                ) -> tuple[int, str, Any, list[dict]]:
+    """Run ``examples/<name>.py`` on 2 processes under ``launcher`` with a fresh store; its
+    exit code, output, the one run stored and its trials."""
+    db = tmp_path / f"{name}.db"
+    proc = launch(LAUNCHERS[launcher], name, tmp_path, "--db", str(db), *args)
     out = proc.stdout + proc.stderr
     assert db.exists(), f"{name} stored nothing in {db}:\n{out[-4000:]}"
     from autotune.store import Store
@@ -78,16 +90,38 @@ FRAMEWORKS = {"train_lightning": ("lightning.pytorch", "sklearn"),
               "train_hf_trainer": ("transformers", "accelerate")}
 
 
-@pytest.mark.parametrize("example", sorted(FRAMEWORKS))
-def test_example_tunes_ddp_and_records_a_finished_run(tmp_path, example):
-    needs(*FRAMEWORKS[example])
-    # a 16-step job affords no search (the next test): told it is long, it searches
-    rc, out, run, trials = run_example(example, tmp_path, "--steps", "16",
-                                       "--budget", "40", "--accum", "2",
-                                       "--total-steps", "100000")
-    assert_tuned(example, rc, out, run, trials, steps=16)
-    assert run["tuning_cost"]["total_steps"] == 100000  # the user's value wins
-    assert "iterations counted: 16 (optimizer steps 16)" in out, out[-3000:]
+def docs_launch_lines() -> list[str]:
+    """The launch lines of docs/integrations.md's "The examples and their tests"."""
+    text = (ROOT / "docs" / "integrations.md").read_text()
+    block = text.split("## The examples and their tests", 1)[1].split("```", 2)[1]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("line", docs_launch_lines(), ids=lambda x: x.split()[0])
+def test_the_docs_launch_lines_run_as_written(tmp_path, line):
+    """Each line as the docs write it, in a folder with the examples: a finished run of
+    200 optimizer steps, tuned, in ./autotune.db."""
+    name = re.search(r"examples/(\w+)\.py", line).group(1)
+    needs(*FRAMEWORKS.get(name, ("accelerate", "sklearn")))
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    argv = shlex.split(line)
+    proc = launch([argv[0], *argv[1:argv.index(f"examples/{name}.py")]], name, tmp_path,
+                  *argv[argv.index(f"examples/{name}.py") + 1:])
+    out = proc.stdout + proc.stderr
+    db = tmp_path / "autotune.db"
+    assert db.exists(), f"{line}: stored nothing in ./autotune.db\n{out[-4000:]}"
+    from autotune.store import Store
+
+    with Store(db, create=False) as store:
+        (run,) = store.runs()
+        trials = store.trials(run["id"])
+    assert proc.returncode == 0, out[-4000:]
+    assert run["job"] == name and run["status"] == "finished" and run["best_config"], run
+    # a 200-step job affords a short search: at least one scored trial, in samples/s
+    assert run["unit"] == "samples/s" and trials and all(t["score"] > 0 for t in trials)
+    assert run["tuning_cost"]["total_steps"] == 200, run  # the framework's, or the user's
+    assert re.search(r"iterations counted: 200 \((optimizer|synchronising) steps 200", out), \
+        out[-3000:]
 
 
 @pytest.mark.parametrize("example", sorted(FRAMEWORKS))
@@ -105,8 +139,22 @@ def test_an_error_in_training_closes_the_run_as_failed(tmp_path, example):
 
 def test_accelerate_counts_the_synchronising_steps_not_the_micro_steps(tmp_path):
     needs("accelerate", "sklearn")
+    # under Accelerate's own launcher, as docs/integrations.md starts it on CPU
     rc, out, run, trials = run_example("train_accelerate", tmp_path, "--steps", "12",
                                        "--budget", "40", "--accum", "4",
-                                       "--total-steps", "100000")
+                                       "--total-steps", "100000", launcher="accelerate")
     assert_tuned("train_accelerate", rc, out, run, trials, steps=12)
     assert "iterations counted: 12 (synchronising steps 12, micro-steps 48)" in out, out[-3000:]
+
+
+def test_accelerate_launch_without_multi_gpu_says_what_to_add(tmp_path):
+    """On a machine without GPUs ``accelerate launch --num_processes 2`` starts one plain
+    process; autotune says in one line to add ``--multi_gpu``, before any training."""
+    needs("accelerate", "sklearn")
+    proc = launch(["accelerate", "launch", "--num_processes", "2"], "train_accelerate",
+                  tmp_path, "--steps", "4", "--db", str(tmp_path / "a.db"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    line = next((x for x in out.splitlines() if "UsageError: " in x), "")
+    assert "`accelerate launch` started one process" in line, out[-3000:]
+    assert "add `--multi_gpu`" in line and "--num_processes 2" in line, line
