@@ -3,11 +3,20 @@
 Each concept has its own subclass, next to the code that raises it, and keeps a builtin
 base too (``ValueError`` for bad input, ``RuntimeError`` for failures), so existing
 ``except ValueError`` / ``except RuntimeError`` clauses still work. Import-light: no torch.
+
+Uncaught, two kinds are printed differently (:func:`install_excepthook`): an error whose
+class says ``one_line`` (another rank failed: the message is the whole story) as
+``autotune: <message>``, and an error every rank raises alike for the same cause (a bad
+argument, checked before anything starts; :func:`shown_by_rank_0`) by rank 0 alone.
 """
 
 from __future__ import annotations
 
-__all__ = ["AutotuneError", "ArgumentError"]
+import os
+import sys
+import time
+
+__all__ = ["AutotuneError", "ArgumentError", "install_excepthook", "shown_by_rank_0"]
 
 
 class AutotuneError(Exception):
@@ -17,3 +26,47 @@ class AutotuneError(Exception):
 class ArgumentError(AutotuneError, ValueError):
     """An argument of a public call is out of its range; the message names the argument,
     what was given and what is allowed."""
+
+
+#: how long another rank waits, uncaught, for rank 0 to print the same error and the
+#: launcher to stop the job (torchrun stops the others at once; ``autotune launch`` after
+#: its 10 s grace), before it prints the error itself
+QUIET_WAIT_S = 30.0
+
+
+def shown_by_rank_0(exc: BaseException) -> BaseException:
+    """``exc``, raised alike on every rank of a job for one cause (a misspelled option,
+    checked when the session or callback is made), marked so that it is printed once: on
+    a rank other than 0 (``$RANK`` set by the launcher), uncaught, it waits up to
+    :data:`QUIET_WAIT_S` for the launcher to stop the job after rank 0 printed it and
+    exited, and prints it as one line only if that did not come (rank 0 did not fail).
+    The process exits 1 as for any uncaught error. Caught, it is the same exception."""
+    if os.environ.get("RANK", "0") != "0":
+        exc.autotune_quiet = True  # type: ignore[attr-defined]
+        install_excepthook()
+    return exc
+
+
+def install_excepthook() -> None:
+    """Print an uncaught error whose class says ``one_line`` as ``autotune: <message>`` on
+    stderr, and one :func:`shown_by_rank_0` marked here only if the job goes on; the
+    process exits 1 as for any uncaught error. Every other error goes to the hook there
+    was (torch.distributed's, which prefixes ``[rank<r>]:``, or Python's). Idempotent."""
+    previous = sys.excepthook
+    if getattr(previous, "autotune", False):
+        return
+
+    def hook(kind: type, value: BaseException, tb: object) -> None:
+        if getattr(value, "autotune_quiet", False):
+            time.sleep(QUIET_WAIT_S)  # stopped here by the launcher, as a rule
+            sys.stderr.write(f"autotune (rank {os.environ.get('RANK')}): "
+                             f"{kind.__name__}: {value}\n")
+        elif getattr(value, "one_line", False):
+            sys.stderr.write(f"autotune: {value}\n")
+        else:
+            previous(kind, value, tb)
+            return
+        sys.stderr.flush()
+
+    hook.autotune = True  # type: ignore[attr-defined]
+    sys.excepthook = hook

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from autotune.runtime import Runtime, trace
-    from autotune.runtime.errors import install_excepthook
+    from autotune.errors import install_excepthook
 
     dist.init_process_group("gloo")
     install_excepthook()  # a worker's failure ends the server with one line naming it

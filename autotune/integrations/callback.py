@@ -27,11 +27,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import autotune
+from autotune.errors import shown_by_rank_0
 from autotune.runtime.errors import UsageError
 from autotune.sessions.base import TuningSession
 from autotune.sessions.core import launcher_hint
 from autotune.sessions.options import SessionOptions
-from autotune.tuning.space import Config
+from autotune.tuning.space import Config, did_you_mean
 from autotune.tuning.tuner import TrialRecord
 
 __all__ = ["CallbackSession", "SessionResults", "check_options"]
@@ -48,8 +49,10 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
     known = [name for name in inspect.signature(autotune.session).parameters if name != "model"]
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise TypeError(f"unknown autotune.session option(s) {', '.join(map(repr, unknown))}; "
-                        f"the options are: {', '.join(known)}")
+        hint = did_you_mean(unknown[0], known)
+        raise shown_by_rank_0(TypeError(
+            f"unknown autotune.session option(s) {', '.join(map(repr, unknown))}{hint}; "
+            f"the options are: {', '.join(known)}"))
     values = {k: v for k, v in options.items() if not (k == "fixed" and v is None)}
     SessionOptions(**values)
     return dict(options)

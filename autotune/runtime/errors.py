@@ -5,18 +5,15 @@ wrong: it is raised identically on every rank, the previous configuration stays 
 :class:`RuntimeFault` means communication failed: a peer died, an operation timed out, or
 an injected fault fired (see :mod:`autotune.runtime.faults`). :class:`PeerFailed`, one of
 them, means another rank failed and names it; uncaught, it is printed as one line
-(:func:`install_excepthook`).
+(:func:`autotune.errors.install_excepthook`).
 """
 
 from __future__ import annotations
 
-import sys
-
 from autotune.errors import AutotuneError
 from .config import ConfigError
 
-__all__ = ["ConfigError", "RuntimeFault", "PeerFailed", "ServerLost", "UsageError",
-           "install_excepthook"]
+__all__ = ["ConfigError", "RuntimeFault", "PeerFailed", "ServerLost", "UsageError"]
 
 
 class RuntimeFault(AutotuneError, RuntimeError):
@@ -43,30 +40,12 @@ class PeerFailed(RuntimeFault):
     :meth:`~autotune.runtime.faults.Liveness.fail`), it died, or it stopped answering (the
     message says what was seen, and during which operation). Not recoverable. Nothing went
     wrong on this rank: the whole story is the message, so uncaught it is printed as that
-    one line, without a traceback (:func:`install_excepthook`)."""
+    one line, without a traceback (:func:`autotune.errors.install_excepthook`)."""
+
+    one_line = True  # printed as ``autotune: <message>`` (autotune.errors.install_excepthook)
 
     def __init__(self, message: str, *, rank: int):
         super().__init__(message, rank=rank, recoverable=False)
-
-
-def install_excepthook() -> None:
-    """Make this process print an uncaught :class:`PeerFailed` as one line on stderr,
-    ``autotune: <message>``, and exit 1 as for any uncaught error; every other error goes
-    to the hook there was (torch.distributed's, which prefixes ``[rank<r>]:``, or
-    Python's). Sessions call it when they start, after the world exists; idempotent."""
-    previous = sys.excepthook
-    if getattr(previous, "autotune", False):
-        return
-
-    def hook(kind: type, value: BaseException, tb: object) -> None:
-        if isinstance(value, PeerFailed):
-            sys.stderr.write(f"autotune: {value}\n")
-            sys.stderr.flush()
-        else:
-            previous(kind, value, tb)
-
-    hook.autotune = True  # type: ignore[attr-defined]
-    sys.excepthook = hook
 
 
 class ServerLost(RuntimeFault):

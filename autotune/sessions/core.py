@@ -22,7 +22,8 @@ from typing import Any, Iterator, Mapping
 import torch
 import torch.distributed as dist
 
-from autotune.runtime.errors import RuntimeFault, ServerLost, UsageError, install_excepthook
+from autotune.errors import install_excepthook
+from autotune.runtime.errors import RuntimeFault, ServerLost, UsageError
 from autotune.sessions.base import DDP, TuningSession
 from autotune.sessions.facts import job_space
 from autotune.sessions.options import SessionOptions

@@ -13,8 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from autotune.errors import ArgumentError
+from autotune.errors import ArgumentError, AutotuneError, shown_by_rank_0
 from autotune.tuning.search import TECHNIQUES
+from autotune.tuning.space import check_fixed
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, PRIOR
 
 __all__ = ["LOSSY_SCORES", "SessionOptions"]
@@ -51,6 +52,13 @@ class SessionOptions:
     fixed: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        try:
+            self._validate()
+        except AutotuneError as e:  # alike on every rank: printed by rank 0 alone
+            shown_by_rank_0(e)
+            raise
+
+    def _validate(self) -> None:
         _check(_is_int(self.budget) and self.budget >= 0,
                f"budget must be a whole number of iterations >= 0 (0: no tuning), "
                f"got {self.budget!r}")
@@ -100,6 +108,7 @@ class SessionOptions:
                             f"choose from {', '.join(TECHNIQUES)}")
         object.__setattr__(self, "techniques", tuple(self.techniques))
         object.__setattr__(self, "fixed", dict(self.fixed))
+        check_fixed(self.fixed, self.allow_lossy)  # the names now; the values at the start
 
     @property
     def goodput(self) -> bool:

@@ -22,6 +22,7 @@ Nothing here imports torch: searchers use this module and know nothing of torch.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -485,29 +486,51 @@ def _job_params(k_max: int, workers_per_machine: int, root_candidates: Sequence[
     return params, facts
 
 
+def did_you_mean(name: object, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the name in ``known`` closest to ``name``, or ""."""
+    close = difflib.get_close_matches(str(name), known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_fixed(fixed: Mapping[str, Any], allow_lossy: bool) -> None:
+    """What can be known of ``fixed`` before the job is: each name is a knob (a
+    :class:`ConfigError` with "did you mean" otherwise), and nothing lossy is pinned
+    without ``allow_lossy``. Values are checked against the job's world when it starts
+    (:func:`_pins`)."""
+    for name, wanted in fixed.items():
+        if name not in NAMES:
+            raise ConfigError(f"cannot fix {name!r}: not a tunable knob{did_you_mean(name, NAMES)}"
+                              f"; the knobs are {', '.join(NAMES)}")
+        if allow_lossy:
+            continue
+        if name in {p.name for p in codec_params()}:
+            raise ConfigError(f"cannot fix {name}: it is a codec parameter, and codecs are "
+                              "lossy (pass allow_lossy=True)")
+        many = isinstance(wanted, (list, tuple, set, frozenset, range))
+        lossy = [v for v in (wanted if many else (wanted,)) if name == "compression"
+                 and v != "none"]
+        if lossy:
+            raise ConfigError(f"cannot fix compression={lossy[0]!r}: the codec is lossy "
+                              "(pass allow_lossy=True)")
+
+
 def _pins(params: Sequence[Param], fixed: Mapping[str, Any], limits: Limits,
           allow_lossy: bool) -> dict[str, Param]:
     """The parameters ``fixed`` pins or narrows, each as its new :class:`Param`; every
     value is checked against what the runtime runs in a job with ``limits``."""
+    check_fixed(fixed, allow_lossy)
     by_name = {p.name: p for p in params}
     out: dict[str, Param] = {}
     for name, wanted in fixed.items():
         if name not in by_name:
-            if name in NAMES and not allow_lossy:
-                raise ConfigError(f"cannot fix {name}: it is a codec parameter, and codecs "
-                                  "are lossy (pass allow_lossy=True)")
-            import difflib
-
-            close = difflib.get_close_matches(str(name), by_name, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"cannot fix {name!r}: not a tunable knob{hint}; the knobs are "
+            raise ConfigError(f"cannot fix {name!r}: not a knob of this job; its knobs are "
                               f"{', '.join(by_name)}")
         p = by_name[name]
         many = isinstance(wanted, (list, tuple, set, frozenset, range))
         values = tuple(dict.fromkeys(wanted if many else (wanted,)))
         if not values:
             raise ConfigError(f"cannot fix {name}: no value given")
-        values = tuple(dict.fromkeys(_runnable(p, v, limits, allow_lossy, by_name)
+        values = tuple(dict.fromkeys(_runnable(p, v, limits, by_name)
                                      for v in values))
         if p.ordinal:
             values = tuple(sorted(values))
@@ -517,14 +540,10 @@ def _pins(params: Sequence[Param], fixed: Mapping[str, Any], limits: Limits,
     return out
 
 
-def _runnable(p: Param, value: Any, limits: Limits, allow_lossy: bool,
-              by_name: Mapping[str, Param]) -> Any:
+def _runnable(p: Param, value: Any, limits: Limits, by_name: Mapping[str, Param]) -> Any:
     """``value`` as the runtime holds it (``4194304.0`` -> ``4194304``); a
     :class:`ConfigError` naming ``p`` if the runtime cannot run it in a job with ``limits``
     (with ``p`` active: its conditions met)."""
-    if p.name == "compression" and value != "none" and not allow_lossy:
-        raise ConfigError(f"cannot fix compression={value!r}: the codec is lossy "
-                          "(pass allow_lossy=True)")
     if not p.ordinal and value not in p.values:
         raise ConfigError(f"cannot fix {p.name}={value!r}: this job allows {p.describe()}")
     config = {parent: allowed[0] for parent, allowed in p.when}

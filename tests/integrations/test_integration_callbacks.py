@@ -36,12 +36,53 @@ def test_importing_the_integrations_package_imports_no_framework():
 def test_session_options_are_checked_when_the_callback_is_made():
     from autotune.errors import ArgumentError
     from autotune.integrations.callback import check_options
+    from autotune.runtime.config import ConfigError
 
-    with pytest.raises(TypeError, match="'budgett'.*the options are: budget, total_steps, db"):
+    with pytest.raises(TypeError, match="'budgett' \\(did you mean 'budget'\\?\\); the "
+                                        "options are: budget, total_steps, db"):
         check_options({"budgett": 5})
     with pytest.raises(ArgumentError, match="budget must be"):
         check_options({"budget": -1})
+    # a knob's name is checked now, not once training starts (its value needs the job)
+    with pytest.raises(ConfigError, match="cannot fix 'chunk': .*did you mean 'chunk_bytes'"):
+        check_options({"fixed": {"chunk": 1 << 20}})
+    with pytest.raises(ConfigError, match="compression='topk'.*allow_lossy=True"):
+        check_options({"fixed": {"compression": ["none", "topk"]}})
+    assert check_options({"fixed": {"compression": "topk"}, "allow_lossy": True})
     assert check_options({"budget": 5, "fixed": None}) == {"budget": 5, "fixed": None}
+
+
+MISTAKES = {
+    "session": "import torch, autotune\n"
+               "autotune.session(torch.nn.Linear(2, 2), fixed={'chunk': 1 << 20})\n",
+    "lightning": "from autotune.integrations.lightning import AutotuneCallback\n"
+                 "AutotuneCallback(budgett=5)\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", sorted(MISTAKES))
+def test_a_mistake_made_alike_on_every_rank_is_printed_once(tmp_path, where):
+    """Under torchrun with 2 processes, a misspelled knob (``autotune.session``) or
+    callback option (Lightning's callback) fails on both ranks before anything starts;
+    rank 0 prints it, with its "did you mean", and rank 1 prints nothing of it."""
+    if where == "lightning":
+        pytest.importorskip("lightning.pytorch", reason="lightning is not installed")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    script = tmp_path / "mistake.py"
+    # rank 0 makes its mistake last: had rank 1 printed its own, it would have by then
+    script.write_text("import os, time\nif os.environ['RANK'] == '0':\n    time.sleep(2)\n"
+                      + MISTAKES[where])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
+                           "--tee", "3", str(script)], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    said = "did you mean 'chunk_bytes'" if where == "session" else "did you mean 'budget'"
+    assert out.count(said) == 1, out[-4000:]
+    # torchrun's --tee prefixes each line with the rank that wrote it
+    assert [line for line in out.splitlines() if said in line][0].startswith("[default0]"), out
 
 
 @pytest.mark.slow
