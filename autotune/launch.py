@@ -14,8 +14,11 @@ this output is a terminal (plain lines per trial otherwise; :mod:`autotune.progr
 their own, then are stopped; the launcher exits with the failing worker's code and
 repeats its last lines: the worker whose own code failed (it posted its exception in the
 store, :meth:`~autotune.runtime.faults.Liveness.fail`; its peers fail after it, naming
-it), else the first worker to exit non-zero. A server that fails is reported and the job goes on: the workers
-drop lost servers (see ``ServerLost``); the exit code is the workers'.
+it), else the first worker to exit non-zero. A worker that a signal stopped (it posted
+the signal's name, whatever its exit code) is no failure: one line names it, nothing is
+repeated, and the launcher exits 128 + the signal. A server that fails is reported and
+the job goes on: the workers drop lost servers (see ``ServerLost``); the exit code is the
+workers'.
 
 A bad job shape (no workers, negative servers, machines that do not divide the workers,
 more processes than :func:`process_limit` allows here) is a usage error (exit code 2)
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import sys
 from dataclasses import dataclass
 from typing import IO, Sequence
@@ -190,10 +194,17 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
         job = ranks.run([p.as_rank() for p in procs], grace=grace, emit=emit,
                         keep=TAIL_LINES, on_lost=lost)
         failed = _to_blame(job, store)
+        stopped = _stopped(job, store) if failed is not None else None
     finally:
         if terminal is not None:
             terminal.close()
         del store
+    if stopped is not None:  # a signal, not a failure: one line, no replayed output
+        rank, name = stopped
+        err.write(f"autotune launch: rank {rank} was stopped by {name}; the ranks stopped "
+                  "and the run is aborted\n")
+        err.flush()
+        return 128 + int(signal.Signals[name])
     if failed is None:
         for e in job.lost:
             err.write(f"autotune launch: rank {e.rank.rank} (server) failed, "
@@ -209,6 +220,25 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
         err.write(f"  {tag} (no output)\n")
     err.flush()
     return code if code > 0 else 1
+
+
+def _stopped(job: ranks.Outcome, store: object) -> tuple[int, str] | None:
+    """``(rank, signal name)`` of the first worker that exited after a stop signal, as it
+    posted in the rendezvous ``store`` (:meth:`~autotune.runtime.faults.Liveness.fail`),
+    whatever its exit code (a framework may turn Ctrl-C into exit code 1); None if none
+    did."""
+    from autotune.runtime.faults import Liveness
+
+    for e in job.exits:
+        key = f"{Liveness.STOPPED}{e.rank.rank}"
+        try:
+            if e.rank.role == "worker" and store.check([key]):  # type: ignore[attr-defined]
+                name = store.get(key).decode()  # type: ignore[attr-defined]
+                if name in signal.Signals.__members__:
+                    return e.rank.rank, name
+        except Exception:  # noqa: BLE001 - the store is ours; unreadable: not stopped
+            return None
+    return None
 
 
 def _to_blame(job: ranks.Outcome, store: object) -> ranks.Exit | None:

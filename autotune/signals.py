@@ -47,10 +47,12 @@ def exit_code(exc: BaseException) -> int:
 
 def status_of(exc: BaseException | None) -> str:
     """The status a run closes with after ``exc``: ``finished`` (none), ``aborted``
-    (KeyboardInterrupt, SIGTERM included, or anything once a stop signal was
-    :func:`received`: what broke was broken by the stop, and the watcher thread has
-    already closed the run as ``aborted``), else ``failed``."""
-    if isinstance(exc, KeyboardInterrupt) or received() is not None:
+    (KeyboardInterrupt, SIGTERM included; an error that says it ``aborts``: another rank
+    was stopped by a signal; or anything once a stop signal was :func:`received`: what
+    broke was broken by the stop, and the watcher thread has already closed the run as
+    ``aborted``), else ``failed``."""
+    if (isinstance(exc, KeyboardInterrupt) or getattr(exc, "aborts", False)
+            or received() is not None):
         return "aborted"
     return "finished" if exc is None else "failed"
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ConfigError, PeerFailed, RuntimeFault, ServerLost, UsageError
+from .errors import ConfigError, PeerFailed, PeerStopped, RuntimeFault, ServerLost, UsageError
 from .plan import Chunk, make_plan, summation_shares
 from .world import WorldInfo
 
-__all__ = ["BucketTransport", "Chunk", "ConfigError", "PeerFailed", "Runtime", "RuntimeFault",
-           "ServerLost", "UsageError", "WorldInfo", "make_plan", "summation_shares"]
+__all__ = ["BucketTransport", "Chunk", "ConfigError", "PeerFailed", "PeerStopped", "Runtime",
+           "RuntimeFault", "ServerLost", "UsageError", "WorldInfo", "make_plan", "summation_shares"]
 
 
 def __getattr__(name: str) -> Any:

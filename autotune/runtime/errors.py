@@ -13,7 +13,8 @@ from __future__ import annotations
 from autotune.errors import AutotuneError
 from .config import ConfigError
 
-__all__ = ["ConfigError", "RuntimeFault", "PeerFailed", "ServerLost", "UsageError"]
+__all__ = ["ConfigError", "RuntimeFault", "PeerFailed", "PeerStopped", "ServerLost",
+           "UsageError"]
 
 
 class RuntimeFault(AutotuneError, RuntimeError):
@@ -46,6 +47,14 @@ class PeerFailed(RuntimeFault):
 
     def __init__(self, message: str, *, rank: int):
         super().__init__(message, rank=rank, recoverable=False)
+
+
+class PeerStopped(PeerFailed):
+    """Another rank (``rank``) was stopped by a signal (Ctrl-C, SIGTERM: a pre-empted
+    node), so this one cannot go on: the job was stopped, not broken, and the run closes
+    as ``aborted`` (:func:`autotune.signals.status_of` reads :attr:`aborts`)."""
+
+    aborts = True
 
 
 class ServerLost(RuntimeFault):

@@ -39,12 +39,13 @@ A rank whose own code failed posts its exception there before it leaves
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import PeerFailed, RuntimeFault
+from .errors import PeerFailed, PeerStopped, RuntimeFault
 
 MODES = ("fail", "configure", "stall", "delay")
 ENV = "AUTOTUNE_FAULT"
@@ -142,6 +143,7 @@ class Liveness:
     LEFT = "autotune/left/"
     LOST = "autotune/lost/"
     FAILED = "autotune/failed/"
+    STOPPED = "autotune/stopped/"
     CAUSE_CHARS = 300  # a posted cause is cut to this length (it is shown in one line)
 
     def __init__(self, store: Any, rank: int, interval: float = 0.5):
@@ -185,43 +187,57 @@ class Liveness:
             pass
 
     def fail(self, exc: BaseException) -> None:
-        """Post ``exc`` as the reason this rank fails, before it leaves, when it is this
-        rank's own failure: any exception but a :class:`RuntimeFault` (communication
-        failed; one that a peer caused names that peer). Stop signals and ``SystemExit``
-        are no failure to post."""
-        if self.store is None or not isinstance(exc, Exception) or isinstance(exc, RuntimeFault):
+        """Post why this rank stops, before it leaves: a stop signal (``KeyboardInterrupt``,
+        SIGTERM's :class:`~autotune.signals.Terminated`) as the signal's name under
+        :attr:`STOPPED`, so that the peers and the launcher know a stopped job from a
+        failed one; this rank's own failure (any exception but a :class:`RuntimeFault`:
+        communication failed, and one that a peer caused names that peer) under
+        :attr:`FAILED`. ``SystemExit`` is neither."""
+        if self.store is None:
+            return
+        if isinstance(exc, KeyboardInterrupt):
+            self._post(self.STOPPED, signal.Signals(getattr(exc, "signum", signal.SIGINT)).name)
+            return
+        if not isinstance(exc, Exception) or isinstance(exc, RuntimeFault):
             return
         cause = " ".join(f"{type(exc).__name__}: {exc}".split())
         if len(cause) > self.CAUSE_CHARS:
             cause = cause[:self.CAUSE_CHARS - 3] + "..."
+        self._post(self.FAILED, cause)
+
+    def _post(self, prefix: str, value: str) -> None:
+        """``prefix<rank> = value`` in the store, and at its root (torch prefixes the default
+        store's keys), where the process that hosts it, e.g. ``autotune launch``, reads it."""
         try:
-            self.store.set(f"{self.FAILED}{self.rank}", cause)
-            # also at the root of the store (torch prefixes the default store's keys), where
-            # the process that hosts it, e.g. ``autotune launch``, reads which rank failed
+            self.store.set(f"{prefix}{self.rank}", value)
             root = self.store
             while getattr(root, "underlying_store", None) is not None:
                 root = root.underlying_store
             if root is not self.store:
-                root.set(f"{self.FAILED}{self.rank}", cause)
+                root.set(f"{prefix}{self.rank}", value)
         except Exception:  # the store is gone: the peers name this rank without a cause
             pass
 
     def failure(self, ranks: Sequence[int],
                 describe: Callable[[int], str]) -> PeerFailed | None:
-        """The first of ``ranks`` (not this one) that posted its failure (:meth:`fail`),
-        as the :class:`PeerFailed` that names it (``describe(rank)``) and its cause;
-        ``None`` if none did or the store cannot be read."""
+        """The first of ``ranks`` (not this one) that posted why it stopped (:meth:`fail`):
+        a signal, as the :class:`PeerStopped` that names it (``describe(rank)``), else its
+        own failure, as the :class:`PeerFailed` with its cause; ``None`` if none did or the
+        store cannot be read."""
         if self.store is None:
             return None
-        for r in ranks:
-            key = f"{self.FAILED}{r}"
-            try:
-                if r == self.rank or not self.store.check([key]):
-                    continue
-                cause = self.store.get(key).decode(errors="replace")
-            except Exception:
-                return None
-            return PeerFailed(f"{describe(r)} failed: {cause}", rank=r)
+        for prefix in (self.STOPPED, self.FAILED):
+            for r in ranks:
+                key = f"{prefix}{r}"
+                try:
+                    if r == self.rank or not self.store.check([key]):
+                        continue
+                    posted = self.store.get(key).decode(errors="replace")
+                except Exception:
+                    return None
+                if prefix == self.STOPPED:
+                    return PeerStopped(f"{describe(r)} was stopped by {posted}", rank=r)
+                return PeerFailed(f"{describe(r)} failed: {posted}", rank=r)
         return None
 
     def dead(self, ranks: Sequence[int], wait: float | None = None) -> list[int] | None:

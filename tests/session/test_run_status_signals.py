@@ -99,6 +99,55 @@ def test_a_ddp_job_stopped_by_sigterm_closes_the_run_as_aborted(tmp_path):
     assert run["trials"] >= before["trials"]
 
 
+def _rank_pid(launcher: int, rank: int) -> int:
+    """The pid of ``rank``'s process among the launcher's children."""
+    for child in Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split():
+        env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        if f"RANK={rank}".encode() in env:
+            return int(child)
+    pytest.fail(f"no rank {rank} among the children of {launcher}")
+
+
+def test_a_group_sigint_to_a_background_launch_is_one_line_and_exit_130(tmp_path):
+    """Started from a script in the background (SIGINT ignored by the launcher, as shells
+    do), a SIGINT to the whole process group stops the ranks; Lightning turns it into
+    exit code 1, yet the launcher knows a stopped job from what the ranks posted: one
+    line, no replayed output, exit 130, the run aborted."""
+    pytest.importorskip("lightning.pytorch", reason="lightning is not installed")
+    db = tmp_path / "x.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
+         str(ROOT / "examples" / "train_lightning.py"), "--steps", "100000", "--budget",
+         "100000", "--db", str(db)], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    _wait_for_trials(proc, db, timeout=120)
+    os.killpg(proc.pid, signal.SIGINT)
+    rc, out = _ended(proc, timeout=60)
+    assert rc == 130, out[-3000:]
+    assert "autotune launch: rank 0 was stopped by SIGINT" in out or \
+        "autotune launch: rank 1 was stopped by SIGINT" in out, out[-3000:]
+    assert "its last output" not in out, out[-3000:]
+    (run,) = _store_runs(db)
+    assert run["status"] == "aborted" and run["finished"], out[-3000:]
+
+
+@pytest.mark.parametrize("script", ["train_mlp.py", "train_ddp.py"])
+def test_sigterm_to_one_rank_aborts_the_run_naming_it(tmp_path, script):
+    """A pre-empted node: SIGTERM reaches rank 1 alone (the native runtime, and DDP's comm
+    hook). The leader closes the run ``aborted`` (not ``failed``), naming rank 1; the
+    launcher says so in one line and exits 143."""
+    proc, db = _launch(tmp_path, script)
+    _wait_for_trials(proc, db)
+    os.kill(_rank_pid(proc.pid, 1), signal.SIGTERM)
+    rc, out = _ended(proc, timeout=60)
+    (run,) = _store_runs(db)
+    assert run["status"] == "aborted" and run["finished"], out[-3000:]
+    assert "rank 1 was stopped by SIGTERM" in out, out[-3000:]
+    assert rc == 143 and "its last output" not in out, out[-3000:]
+
+
 def test_a_leader_killed_leaves_an_abandoned_run(tmp_path):
     from click.testing import CliRunner
 
