@@ -22,7 +22,9 @@ the report show. The two differ: the best trial was picked for being high, and t
 configuration's mean also counts its confirm trials and its first iterations of training.
 
 ``AUTOTUNE_PROGRESS`` (:data:`ENV`) chooses one; unset, it is ``bar`` where the output is
-a terminal and ``lines`` elsewhere. ``autotune launch`` sets ``events`` when its own output
+a terminal and ``lines`` elsewhere, and ``lines`` beside a framework's own tqdm bar (the
+HF Trainer's, Lightning's; :func:`host_bars`), each line written so that it is never glued
+onto that bar (:func:`write_line`). ``autotune launch`` sets ``events`` when its own output
 is a terminal (a child's output is a pipe, so the child cannot tell); ``autotune tune``
 always does, and shows the events as a bar or lines by its own stderr.
 
@@ -55,15 +57,49 @@ TUNING, TRIALS = "tuning", "of trials"
 
 def mode(stream: TextIO | None = None) -> str:
     """The display to use: :data:`ENV` if set to one of :data:`MODES`, else ``bar`` where
-    ``stream`` (default stdout) is a terminal and ``lines`` elsewhere."""
+    ``stream`` (default stdout) is a terminal and no host's tqdm bar is open
+    (:func:`host_bars`: no second bar beside the framework's), ``lines`` elsewhere."""
     chosen = os.environ.get(ENV, "").strip().lower()
     if chosen in MODES:
         return chosen
-    stream = sys.stdout if stream is None else stream
+    return "bar" if _is_tty(sys.stdout if stream is None else stream) and not host_bars() \
+        else "lines"
+
+
+def host_bars() -> list[Any]:
+    """The tqdm progress bars open in this process (the HF Trainer's, Lightning's
+    ``TQDMProgressBar``), where the host imported tqdm; tqdm keeps them per class, so its
+    subclasses are searched too."""
+    tqdm = sys.modules.get("tqdm")
+    if tqdm is None:
+        return []
+    bars: list[Any] = []
+    classes = [tqdm.tqdm]
+    while classes:
+        cls = classes.pop()
+        bars += [b for b in cls.__dict__.get("_instances", ()) if b not in bars]
+        classes += cls.__subclasses__()
+    return bars
+
+
+def write_line(text: str, out: TextIO) -> None:
+    """``text`` as a line of its own on ``out``, beside the host's tqdm bars (:func:`host_bars`):
+    in a terminal through ``tqdm.write`` (the bars are cleared, the line printed, the bars
+    drawn again below it); elsewhere (a pipe, a log) after a line end, since a bar there
+    leaves its last state without one and the line would be glued onto it."""
+    bars = host_bars()
+    if bars and _is_tty(out):
+        type(bars[0]).write(text, file=out)
+        return
+    out.write(("\n" if bars else "") + text + "\n")
+    out.flush()
+
+
+def _is_tty(stream: TextIO) -> bool:
     try:
-        return "bar" if stream.isatty() else "lines"
+        return stream.isatty()
     except (AttributeError, ValueError):
-        return "lines"
+        return False
 
 
 def parse(line: str) -> tuple[str, dict] | None:
@@ -268,9 +304,7 @@ class Lines(TuningDisplay):
         self._write(f"{label}: {total} iterations" + (f" {about}" if about else ""))
 
     def _write(self, text: str) -> None:
-        out = self._out or sys.stderr
-        out.write(text + "\n")
-        out.flush()
+        write_line(text, self._out or sys.stderr)
 
     def trial(self, index: int, technique: str, config: Mapping[str, Any] | None,
               score: float | None, best: float | None, unit: str,
@@ -331,6 +365,9 @@ def markup(text: str) -> Any:
 
 def message(text: str, out: TextIO | None = None) -> None:
     """A message (rich markup) on ``out`` (default stderr) as one line, unwrapped."""
+    if host_bars():
+        write_line(markup(text).plain, out or sys.stderr)
+        return
     from rich.console import Console
 
     Console(file=out, stderr=out is None, highlight=False).print(markup(text), soft_wrap=True)

@@ -93,7 +93,7 @@ def main() -> None:
             gradient_accumulation_steps=args.accum, learning_rate=1e-3, warmup_steps=0,
             logging_steps=max(1, args.steps // 4), save_strategy="no", report_to="none",
             use_cpu=True, ddp_find_unused_parameters=False,
-            disable_tqdm=True, seed=args.seed, dataloader_num_workers=0)
+            seed=args.seed, dataloader_num_workers=0)  # its progress bar stays
         trainer = Trainer(model=model, args=targs, train_dataset=data,
                           callbacks=[FailAt(args.fail_at)] if args.fail_at is not None else None)
         # new lines: the callback that tunes DDP's communication, around train()

@@ -73,7 +73,7 @@ def main() -> None:
         accelerator="cpu", devices=local, num_nodes=int(os.environ.get("WORLD_SIZE", 1)) // local,
         strategy="ddp", max_steps=args.steps, accumulate_grad_batches=args.accum,
         callbacks=[tuning], logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False)
+        enable_model_summary=False)  # its progress bar stays
     model = DigitClassifier(args.fail_at)
     trainer.fit(model, DataLoader(dataset, batch_size=args.batch, shuffle=True, drop_last=True))
 

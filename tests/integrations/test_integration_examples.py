@@ -122,6 +122,10 @@ def test_the_docs_launch_lines_run_as_written(tmp_path, line):
     assert run["tuning_cost"]["total_steps"] == 200, run  # the framework's, or the user's
     assert re.search(r"iterations counted: 200 \((optimizer|synchronising) steps 200", out), \
         out[-3000:]
+    # in a pipe, beside the framework's own tqdm bar (the Trainer's), each of autotune's
+    # lines is a line of its own, not glued onto the bar's last state
+    glued = [x for x in out.split("\n") if "tuning: " in x and not x.startswith("tuning: ")]
+    assert not glued, glued[:3]
 
 
 @pytest.mark.parametrize("example", sorted(FRAMEWORKS))

@@ -396,3 +396,45 @@ def test_scores_on_a_bar_always_have_a_unit():
     lines = progress.Lines(4, out=out)
     lines.trial(1, "bayes", {"streams": 2}, 22700.0, 22700.0, "")
     assert ": 22,700 ?; best trial 22,700 ? [" in out.getvalue()
+
+
+def test_lines_beside_a_host_tqdm_bar_take_a_line_of_their_own():
+    """The HF Trainer's and Lightning's progress bars are tqdm's. Beside an open one, the
+    display is plain lines (no second bar), and a line is never glued onto the bar: in a
+    pipe it starts after a line end, in a terminal (a real pty) tqdm clears the bar,
+    prints the line and draws the bar again below it."""
+    from tqdm import tqdm
+
+    from autotune.progress import host_bars, mode, write_line
+
+    class FrameworkBar(tqdm):  # as Lightning subclasses it
+        pass
+
+    pipe = io.StringIO()
+    bar = FrameworkBar(total=10, file=pipe, mininterval=0)
+    try:
+        bar.update(3)
+        assert bar in host_bars()
+        master, slave = pty.openpty()
+        with os.fdopen(slave, "w") as tty:
+            assert mode(tty) == "lines"  # a terminal, but the host's bar is there
+            write_line("tuning: trial 1", pipe)
+            assert "\ntuning: trial 1\n" in pipe.getvalue()
+            assert pipe.getvalue().index("3/10") < pipe.getvalue().index("tuning: trial 1")
+            shown = FrameworkBar(total=10, file=tty, mininterval=0)
+            shown.update(3)
+            write_line("tuning: trial 2", tty)
+            tty.flush()
+            time.sleep(0.2)
+            seen = b""
+            while select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 65536)
+            shown.close()
+        os.close(master)
+        text = seen.decode(errors="replace")
+        cleared = text.index("tuning: trial 2")
+        assert "\r" in text[:cleared] and "3/10" in text[:cleared], text
+        assert "3/10" in text[cleared:], text  # the bar again, below the line
+    finally:
+        bar.close()
+    assert bar not in host_bars()
