@@ -22,8 +22,9 @@ from autotune.units import fmt_score, unit_of
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.store.db import Store
 
-__all__ = ["db_path_option", "emit_json", "guard", "iterations", "open_store", "run_fields",
-           "speedup_text", "when"]
+__all__ = ["db_path_option", "emit_json", "figure", "guard", "iterations", "open_store",
+           "partial", "run_fields", "speedup_text", "spread", "sums_on_workers", "when",
+           "WORKERS_SUM"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -63,14 +64,50 @@ def emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
+#: the statuses of a run whose figures are all there is: it ran to its end
+COMPLETE = ("finished",)
+
+
+def partial(run: dict) -> bool:
+    """Whether the run's figures are partial: it did not finish (aborted, failed,
+    abandoned, or still running), so they cover the iterations until then."""
+    return run.get("status") not in COMPLETE
+
+
 def iterations(run: dict, side: str) -> str:
-    """``" (12 iterations)"`` after a measured score of ``side`` (``best``/``default``);
-    nothing for a simulated run (its iterations are draws of the simulator, not
-    measurements), an unknown count or no score."""
+    """``" (12 iterations)"`` after a measured score of ``side`` (``best``/``default``),
+    with ``; partial: the run was aborted`` where the run did not finish; nothing for a
+    simulated run (its iterations are draws of the simulator, not measurements), an
+    unknown count or no score."""
     n = run.get(f"{side}_iterations")
     if run.get("simulated") or n is None or run.get(f"{side}_score") is None:
         return ""
-    return f" ({n} iterations)"
+    said = f"{n} iteration{'' if n == 1 else 's'}"
+    return f" ({said}; partial: the run is {run['status']})" if partial(run) else f" ({said})"
+
+
+def figure(run: dict, side: str, unit: str) -> str:
+    """The run's figure for ``side`` (``best``: the kept configuration, or ``default``)
+    as every table shows it: mean ± spread (none under 2 iterations), its count, and
+    whether it is partial (:func:`iterations`)."""
+    return fmt_score(run.get(f"{side}_score"), unit, spread(run, side)) + iterations(run, side)
+
+
+#: what ``transport=pushpull servers=0`` means, under a table that shows one
+WORKERS_SUM = ("transport=pushpull servers=0: push/pull through Summation Services on the "
+               "workers themselves (no server process)")
+
+
+def sums_on_workers(config: dict | None) -> bool:
+    """Whether ``config`` is push/pull with no server process (:data:`WORKERS_SUM`)."""
+    return bool(config) and config.get("transport") == "pushpull" and not config.get("servers")
+
+
+def spread(run: dict, side: str) -> float | None:
+    """The spread of the run's figure for ``side``, where it has one: 2 scored iterations
+    or more (or an unknown count); one iteration has none, not ``± 0``."""
+    n = run.get(f"{side}_iterations")
+    return run.get(f"{side}_spread") if n is None or n >= 2 else None
 
 
 def speedup_text(run: dict, *, counts: bool = False) -> str:
@@ -88,10 +125,7 @@ def run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
         ("id", run["id"]), ("job", run["job"]), ("status", run["status"]),
         ("created", run.get("created")), ("finished", run.get("finished")),
         ("unit", unit),
-        ("kept", fmt_score(run.get("best_score"), unit, run.get("best_spread"))
-         + iterations(run, "best")),
-        ("default", fmt_score(run.get("default_score"), unit, run.get("default_spread"))
-         + iterations(run, "default")),
+        ("kept", figure(run, "best", unit)), ("default", figure(run, "default", unit)),
         ("speed-up", speedup_text(run, counts=True)), ("trials", n_trials),
         ("world", " ".join(f"{k}={v}" for k, v in (run.get("world") or {}).items())),
         ("backend", run.get("backend")), ("simulated", "yes" if run.get("simulated") else "no"),

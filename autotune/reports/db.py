@@ -28,8 +28,9 @@ from typing import Any, Callable
 import click
 
 from autotune.outpath import OutFile
-from autotune.reports.common import (db_path_option, emit_json, guard, open_store, run_fields,
-                                     speedup_text, when)
+from autotune.reports.common import (db_path_option, emit_json, figure, guard, open_store,
+                                     partial, run_fields, speedup_text, spread,
+                                     sums_on_workers, when, WORKERS_SUM)
 from autotune.reports.tables import Column, show
 from autotune.store.location import shown
 from autotune.speedup import Speedup
@@ -55,8 +56,23 @@ def _speedup_json(run: dict) -> dict[str, Any]:
     return {"speedup_over_default": Speedup.of_run(run).as_json()}
 
 
+#: what ``db runs``' world column says, in its --help and under its table
+WORLD_HELP = ("world: workers/servers/machines, e.g. 2w/1s/1m = 2 worker processes, 1 "
+              "Summation Service server process, 1 machine")
+#: the mark after a partial figure, and what it says under a table
+PARTIAL_MARK = "*"
+PARTIAL_HELP = (f"{PARTIAL_MARK}: partial, the run did not finish (aborted, failed, "
+                "abandoned or running): its figures cover the iterations until then")
+
+
 def _world(run: dict) -> str:
     return f"{run.get('workers') or 0}w/{run.get('servers') or 0}s/{run.get('machines') or 0}m"
+
+
+def _marked(run: dict, value: Any) -> str:
+    """A figure of ``run`` in a table cell, marked where it is partial."""
+    text = fmt_number(value)
+    return text + PARTIAL_MARK if text and partial(run) else text
 
 
 def _suggesting_group() -> type[click.Group]:
@@ -93,9 +109,12 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: str | Non
     Scores are throughput (higher is better) in the run's unit: samples/s, it/s, or
     their simulated counterparts. kept: the kept configuration's mean over its scored
     iterations (the figure the session's table and autotune report show; "autotune db
-    show RUN" gives its spread and count); speed-up is the kept configuration over the
-    default, "– (n<4)" where either has fewer than 4 scored iterations (or an unknown
-    count).
+    show RUN" gives its spread and count), and default the default configuration's, the
+    same figures in every table; speed-up is the kept configuration over the default,
+    "– (n<4)" where either has fewer than 4 scored iterations (or an unknown count).
+    A figure marked * is partial: the run did not finish (aborted, failed, abandoned or
+    running). world: workers/servers/machines, e.g. 2w/1s/1m = 2 worker processes, 1
+    Summation Service server process, 1 machine.
 
     \b
     Examples:
@@ -117,9 +136,11 @@ def runs_cmd(status: str | None, job: str | None, limit: int, db_path: str | Non
     show(f"runs in {store.name}", cols,
          ([r["id"], when(r["created"]), r["job"], r["status"], _world(r), r["backend"],
            r["model_fp"][:FP_SHORT], r["topology_fp"][:FP_SHORT], counts.get(r["id"], 0),
-           fmt_number(r["best_score"]), fmt_number(r.get("best_spread")),
-           fmt_number(r["default_score"]), unit_of(r.get("unit")), speedup_text(r)]
-          for r in rows))
+           _marked(r, r["best_score"]), fmt_number(spread(r, "best")),
+           _marked(r, r["default_score"]), unit_of(r.get("unit")), speedup_text(r)]
+          for r in rows),
+         caption=WORLD_HELP + (f"; {PARTIAL_HELP}" if any(partial(r) for r in rows) else ""))
+
 
 
 @db.command("show")
@@ -143,7 +164,8 @@ def show_cmd(run_id: str, db_path: str | None, as_json: bool) -> None:
     if run.get("best_config"):
         show("kept configuration (the parameters that matter)",
              [Column("parameter"), Column("value", "fold")],
-             ((k, fmt_value(k, v)) for k, v in shown_params(run["best_config"]).items()))
+             ((k, fmt_value(k, v)) for k, v in shown_params(run["best_config"]).items()),
+             caption=WORKERS_SUM if sums_on_workers(run["best_config"]) else None)
 
 
 @db.command("trials")
@@ -177,7 +199,13 @@ def trials_cmd(run_id: str, db_path: str | None, as_json: bool) -> None:
            "failed" if t["score"] is None else fmt_number(t["score"]),
            fmt_efficiency(t.get("efficiency"))]
           + ([fmt_trust(t.get("trust"))] if trusted else [])
-          + [fmt_seconds(t["wall_time"]), t["error"], fmt_config(t["config"])] for t in trials))
+          + [fmt_seconds(t["wall_time"]), t["error"], fmt_config(t["config"])] for t in trials),
+         caption=(f"the run's figures, as db runs and db show give them: kept "
+                  f"{figure(run, 'best', unit) or '–'}, default "
+                  f"{figure(run, 'default', unit) or '–'}; a trial's score is over its "
+                  "own iterations only"
+                  + ("; " + WORKERS_SUM if any(sums_on_workers(t["config"]) for t in trials)
+                     else "")))
 
 
 def fmt_trust(trust: float | None) -> str:
