@@ -76,7 +76,7 @@ def partial(run: dict) -> bool:
 
 def iterations(run: dict, side: str) -> str:
     """``" (12 iterations)"`` after a measured score of ``side`` (``best``/``default``),
-    with ``; partial: the run was aborted`` where the run did not finish; nothing for a
+    with ``; partial: the run is aborted`` where the run did not finish; nothing for a
     simulated run (its iterations are draws of the simulator, not measurements), an
     unknown count or no score."""
     n = run.get(f"{side}_iterations")
