@@ -17,8 +17,14 @@ from typing import Any, Mapping
 
 from autotune.runtime.config import KNOBS
 
-#: the units a score (throughput, higher is better) can be in; a run has one
-UNITS = ("samples/s", "it/s", "simulated samples/s", "simulated it/s")
+#: the units a score (higher is better) can be in; a run has one. Throughput is samples/s
+#: (or it/s without a batch size); a run scored by goodput (lossy codecs judged by their
+#: statistical efficiency: goodput = throughput x efficiency, docs/compression.md) has
+#: its own units, so that no table, ``db best`` or warm start ranks one against the other
+UNITS = ("samples/s", "it/s", "goodput samples/s", "goodput it/s", "simulated samples/s",
+         "simulated it/s")
+#: the start of a goodput unit
+GOODPUT = "goodput "
 #: shown where a run's unit is unknown (runs stored before schema v4)
 UNKNOWN_UNIT = "?"
 

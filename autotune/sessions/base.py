@@ -271,7 +271,7 @@ class TuningSession(SessionResults, abc.ABC):
         configuration to run."""
         if self.options.store:  # fingerprinted as the module, with or without DDP around it
             module = self.model.module if isinstance(self.model, DDP) else self.model
-            self._run.open(module, self.info, backend, self.space, self.unit)
+            self._run.open(module, self.info, backend, self.space, self.score_unit)
         self.trials = TrialDriver(self.space, None, self._run.store, self._run.run_id)
         tuners = self._tuners = JobTuners(
             self.info, params, techniques=self.options.techniques,

@@ -105,6 +105,14 @@ class SessionResults:
         return "samples/s" if self.options.samples_per_step else "it/s"
 
     @property
+    def score_unit(self) -> str:
+        """The run's unit in the store: :attr:`unit`, as goodput (``goodput samples/s``)
+        where lossy codecs are scored by goodput (:data:`autotune.units.UNITS`)."""
+        from autotune.units import GOODPUT
+
+        return (GOODPUT if self.options.goodput else "") + self.unit
+
+    @property
     def tuning(self) -> bool:
         """True while trials are running (rank 0 only knows)."""
         return self.schedule.tuning if self.schedule is not None else False

@@ -46,7 +46,7 @@ import sqlalchemy as sa
 from autotune.store.sqltext import sql
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 #: the advisory lock PostgreSQL writers take while they create or migrate the schema
 LOCK_KEY = 0x6175746F74756E  # "autotun"
 #: the advisory lock a PostgreSQL prune takes alone and a run start shares
@@ -205,6 +205,15 @@ def _v10_to_v11(c: sa.Connection) -> None:
     _add(c, "trials", "trust", "float")
 
 
+def _v11_to_v12(c: sa.Connection) -> None:
+    """A run scored by goodput has its own unit (issue 49: ``goodput samples/s``,
+    ``goodput it/s``; :data:`autotune.units.UNITS`), so that it is never ranked against
+    throughput: older runs whose trials have an efficiency were scored by goodput."""
+    sql(c, "update runs set unit = 'goodput ' || unit where unit in ('samples/s', 'it/s') "
+           "and exists (select 1 from trials t where t.run = runs.id "
+           "and t.efficiency is not null)")
+
+
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
@@ -217,6 +226,7 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     8: _v8_to_v9,
     9: _v9_to_v10,
     10: _v10_to_v11,
+    11: _v11_to_v12,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

@@ -51,6 +51,9 @@ def test_a_codec_with_a_large_error_is_rejected(world, kind):
     stored = [r for r in rows if json.loads(r[0])["compression"] == "randomk"]
     assert len(stored) == len(lossy) and all(r[3] < COLLAPSED for r in stored)
     assert sum(r[1] is None and "statistical efficiency" in r[2] for r in stored) == len(failed)
+    # the run says its scores are goodput: never ranked against throughput (issue 49)
+    with sqlite3.connect(seen["db"]) as con:
+        assert con.execute("select unit from runs").fetchall() == [("goodput samples/s",)]
 
 
 @pytest.mark.slow
@@ -60,3 +63,5 @@ def test_scored_by_throughput_the_same_codec_is_not_rejected(world):
     assert lossy and any(t["score"] is not None for t in lossy), seen["trials"]
     assert all(t["efficiency"] is None for t in seen["trials"])
     assert seen["noise_scale"] is None  # nothing measured
+    with sqlite3.connect(seen["db"]) as con:
+        assert con.execute("select unit from runs").fetchall() == [("samples/s",)]

@@ -1,7 +1,8 @@
 """Rows a person reads without a manual (issue 49): ``db runs`` explains its world column,
 one figure for the default and one for the kept configuration in every table, an
-aborted run's figures shown as partial (no ``± 0`` from one iteration), and what
-``transport=pushpull servers=0`` means."""
+aborted run's figures shown as partial (no ``± 0`` from one iteration), what
+``transport=pushpull servers=0`` means, and a goodput score never ranked against a
+throughput one (``db best``, warm start)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,42 @@ def test_pushpull_without_servers_says_the_workers_sum(db):
     for command in (("db", "trials", "1"), ("db", "show", "1")):
         out = " ".join(run(*command, "--db", db).split())
         assert "push/pull through Summation Services on the workers themselves" in out
+
+
+def test_goodput_runs_have_their_own_unit_in_best_and_warm_start(tmp_path):
+    """A run scored by goodput is stored in ``goodput samples/s``: ``db best`` shows it in
+    a table of its own, and a throughput job never warm-starts from it. A store from
+    before (schema 11) gets the unit from its trials' efficiencies."""
+    import sqlite3
+
+    from autotune.store.warmstart import warm_start_configs
+    from autotune.tuning.space import SearchSpace
+
+    path = tmp_path / "kinds.db"
+    space = SearchSpace.build(allow_lossy=True)
+    lossless = {**ON_WORKERS, "transport": "allreduce", "streams": 3}
+    lossy = {**lossless, "compression": "fp16"}
+    with Store(path) as s:
+        for unit, config, score in (("samples/s", lossless, 1_000.0),
+                                    ("goodput samples/s", lossy, 9_000.0)):
+            rid = s.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),
+                              topology_graph=cluster(2), space_facts=dict(space.facts),
+                              unit=unit)
+            s.add_trial(rid, number=0, technique="grid", config=config, iterations=3,
+                        score=score, efficiency=0.9 if unit != "samples/s" else None,
+                        throughput=score / 0.9 if unit != "samples/s" else None)
+            s.finish_run(rid, best_config=config, best_score=score, default_score=score)
+        for unit, kept in (("samples/s", lossless), ("goodput samples/s", lossy)):
+            warm = warm_start_configs(s, model(CNN), cluster(2), space, unit=unit,
+                                      machines=WORLD["machines"])
+            assert [c["compression"] for c in warm] == [kept["compression"]], (unit, warm)
+    out = run("db", "best", "--db", path)
+    tables = out.split("best configurations")
+    assert len(tables) == 3, out  # one per unit
+    assert "9,000" in out and "goodput samples/s" in out
+    # schema 11: the unit was samples/s; the migration reads it from the efficiencies
+    with sqlite3.connect(path) as con:
+        con.execute("update runs set unit = 'samples/s'")
+        con.execute("update meta set value = '11' where key = 'schema_version'")
+    with Store(path) as s:
+        assert [r["unit"] for r in s.runs()] == ["goodput samples/s", "samples/s"]
