@@ -102,9 +102,22 @@ class PostgresServer:
         opts = (f"-c listen_addresses={self.host} -p {self.port} -k {self.dir} "
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
                 "-c max_connections=200")
-        self._run([str(self.bindir / "pg_ctl"), "-D", str(data), "-l",
-                   str(self.dir / "log"), "-w", "-t", "60", "-o", opts, "start"], timeout=90)
+        self._opts = opts
+        self.resume()
         return self
+
+    def resume(self) -> None:
+        """Start the server (again, after :meth:`halt`), on the same port and data."""
+        assert self.dir is not None and self.bindir is not None
+        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.dir / "data"), "-l",
+                   str(self.dir / "log"), "-w", "-t", "60", "-o", self._opts, "start"],
+                  timeout=90)
+
+    def halt(self) -> None:
+        """Stop the server at once, keeping its data: a database host lost mid-run."""
+        assert self.dir is not None and self.bindir is not None
+        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.dir / "data"), "-m",
+                   "immediate", "-w", "stop"], timeout=60)
 
     def url(self, database: str = "postgres", *, password: bool = True) -> str:
         auth = f"{USER}:{PASSWORD}" if password else USER

@@ -140,4 +140,9 @@ def run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
         from autotune.tuning.stakes import fmt_cost
 
         fields.insert(7, ("tuning cost", fmt_cost(run["tuning_cost"])))
+    if run.get("cause"):  # why it was closed as it was (abandoned: its store was lost)
+        fields.insert(3, ("cause", run["cause"]))
+    if run.get("continues"):  # it went on locally from a run whose store was lost
+        fields.insert(3, ("continues", f"run {run['continues'].get('run')} of "
+                                       f"{run['continues'].get('store')}"))
     return fields

@@ -495,7 +495,7 @@ def close_cmd(run_ids: tuple[str, ...], abandoned: bool, status: str, db_path: s
             was = guard(lambda: store.run(rid))["status"]
             now_status = guard(lambda: store.close_run(rid, status))
             out.append({"run": rid, "was": was, "status": now_status,
-                        "closed": was in ("running", "abandoned")})
+                        "closed": now_status != was})
     if as_json:
         emit_json(out)
         return
@@ -504,3 +504,39 @@ def close_cmd(run_ids: tuple[str, ...], abandoned: bool, status: str, db_path: s
                    else f"run {o['run']}: already {o['status']}, left as it is")
     if not out:
         click.echo("no runs to close")
+
+
+@db.command("import")
+@click.argument("source", metavar="SOURCE")
+@db_options
+def import_cmd(source: str, db_path: str | None, as_json: bool) -> None:
+    """Bring the runs of the store SOURCE (an SQLite file, e.g. the ./autotune.db a job
+    recorded in while its shared store was out of reach) into the store --db, with their
+    trials. Runs already there are left out, so importing twice copies nothing new. A run
+    that went on locally after its store was lost closes the run it continues there as
+    abandoned, saying why.
+
+    \b
+    Examples:
+      autotune db import autotune.db --db postgresql://autotune@db-host/autotune
+      autotune db import old-runs.db --json
+    """
+    from autotune.store.transfer import import_runs
+
+    with open_store(source) as src, open_store(db_path) as dst:
+        if src.name == dst.name:
+            raise click.UsageError(f"SOURCE and --db are the same store ({dst.name})")
+        done = guard(lambda: import_runs(src, dst))
+        name = dst.name
+    if as_json:
+        emit_json([vars(d) for d in done])
+        return
+    for d in done:
+        if d.run_id is None:
+            click.echo(f"run {d.source_id}: already in {name}, left out")
+        else:
+            click.echo(f"run {d.source_id} -> run {d.run_id} in {name}"
+                       + (f"; run {d.closed} there, whose store was lost, closed as abandoned"
+                          if d.closed is not None else ""))
+    if not done:
+        click.echo(f"no runs in {source}")

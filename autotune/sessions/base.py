@@ -272,7 +272,8 @@ class TuningSession(SessionResults, abc.ABC):
         if self.options.store:  # fingerprinted as the module, with or without DDP around it
             module = self.model.module if isinstance(self.model, DDP) else self.model
             self._run.open(module, self.info, backend, self.space, self.score_unit)
-        self.trials = TrialDriver(self.space, None, self._run.store, self._run.run_id)
+        self.trials = TrialDriver(self.space, None, self._run.store, self._run.run_id,
+                                  elsewhere=self._run.elsewhere)
         tuners = self._tuners = JobTuners(
             self.info, params, techniques=self.options.techniques,
             trial_iterations=self.options.trial_iterations,

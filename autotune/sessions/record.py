@@ -9,8 +9,10 @@ job, when, how: :mod:`autotune.store.origin`), said when the session starts
 that cannot be read or written warns; it never stops training. A database server that
 cannot be reached when the job starts (:class:`autotune.store.StoreUnreachable`) warns
 once: the job does not tune from the store (no warm start, no stored model or best) and
-records its run in ``./autotune.db`` instead. A store that cannot be used at all (not
-autotune's, an SQLite file on a network file system) warns and the run is not recorded.
+records its run in ``./autotune.db`` instead; one lost mid-run, the same from then on, as
+a run that continues the shared one (:meth:`SessionRun.elsewhere`; ``autotune db import``
+brings it back). A store that cannot be used at all (not autotune's, an SQLite file on a
+network file system) warns and the run is not recorded.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class SessionRun:
         self._cluster_graph: Any = None
         self._alike: dict[str, Any] = {}  # what a stored run must share to warm-start it
         self._cluster: dict[str, Any] = {}  # what a stored calibration must share (its key)
+        self._started: dict[str, Any] = {}  # what the run was started with
         # stored configurations this run may use, with their origins (autotune.store.origin)
         self.origins: list[tuple[Config, dict[str, Any]]] = []
 
@@ -68,14 +71,14 @@ class SessionRun:
         # large jobs stay cheap to compare
         self._cluster_graph = job_graph(info.n_machines, info.workers_per_machine,
                                         len(info.servers))
+        self._started = dict(
+            job=self.job,
+            world={"workers": len(info.workers), "servers": len(info.servers),
+                   "machines": info.n_machines, "workers_per_machine": info.workers_per_machine},
+            backend=backend, model_graph=self._model_graph, topology_graph=self._cluster_graph,
+            space_facts=dict(space.facts), unit=unit)
         try:
-            self.run_id = self.store.start_run(
-                job=self.job,
-                world={"workers": len(info.workers), "servers": len(info.servers),
-                       "machines": info.n_machines,
-                       "workers_per_machine": info.workers_per_machine},
-                backend=backend, model_graph=self._model_graph,
-                topology_graph=self._cluster_graph, space_facts=dict(space.facts), unit=unit)
+            self.run_id = self.store.start_run(**self._started)
         except Exception as exc:  # the store must never stop training
             warnings.warn(f"could not record this run in {self.store.name}: {exc}; training "
                           "goes on unrecorded", stacklevel=2)
@@ -111,6 +114,27 @@ class SessionRun:
             warnings.warn(f"{exc}; training goes on untuned from the store and this run is "
                           "not recorded", stacklevel=2)
             return None
+
+    def elsewhere(self, lost: BaseException) -> tuple[Any, int] | None:
+        """The store's server was lost mid-run (``lost``, a ``StoreUnreachable``): the run
+        goes on in ``./autotune.db`` as a new run that continues this one (its store and
+        id; ``autotune db import`` brings it back and closes this one there as
+        ``abandoned``). The local store and the new run's id; None where the run was
+        local already or the local store fails too."""
+        from autotune.store import Store
+        from autotune.store.location import DEFAULT_PATH
+
+        if self.store is None or self.run_id is None or not self.reads_store:
+            return None
+        continues = {"store": self.store.name, "run": self.run_id}
+        try:
+            local = Store(DEFAULT_PATH)
+            run_id = local.start_run(**self._started, continues=continues)
+        except Exception as exc:  # noqa: BLE001 - the store must never stop training
+            warnings.warn(f"the local store ./{DEFAULT_PATH} failed too: {exc}", stacklevel=2)
+            return None
+        self.store, self.run_id, self.reads_store = local, run_id, False
+        return local, run_id
 
     def stored_calibration(self) -> Any:
         """The tuner's model stored for alike machines (:mod:`autotune.store.calibrations`),

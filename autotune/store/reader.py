@@ -76,8 +76,10 @@ class RunReader:
         ``status`` is the shown one: ``running`` leaves out, and ``abandoned`` keeps
         only, the running runs whose owner is gone."""
         derived = status in ("running", ABANDONED)
-        where, params = _filters(status="running" if derived else status, job=job,
+        where, params = _filters(status=None if derived else status, job=job,
                                  model=model, topology=topology)
+        if derived:  # shown abandoned: running with its owner gone, or closed so
+            where += (" and" if where else " where") + " status in ('running', 'abandoned')"
         sql = "select * from runs" + where + " order by id desc"
         if limit is not None and not derived:
             sql += f" limit {int(limit)}"

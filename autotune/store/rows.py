@@ -19,7 +19,8 @@ STATUSES = ("running", "finished", "failed", "aborted")
 #: what a ``running`` run whose owner process is gone reads as (never stored)
 ABANDONED = "abandoned"
 SHOWN_STATUSES = STATUSES + (ABANDONED,)
-JSON_COLUMNS = {"runs": ("world", "space_facts", "best_config", "kept_from", "tuning_cost"),
+JSON_COLUMNS = {"runs": ("world", "space_facts", "best_config", "kept_from", "tuning_cost",
+                         "continues"),
                 "trials": ("config",)}
 
 

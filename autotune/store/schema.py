@@ -206,9 +206,14 @@ def _v10_to_v11(c: sa.Connection) -> None:
 
 
 def _v11_to_v12(c: sa.Connection) -> None:
-    """A run scored by goodput has its own unit (issue 49: ``goodput samples/s``,
+    """Issue 49. A run scored by goodput has its own unit (``goodput samples/s``,
     ``goodput it/s``; :data:`autotune.units.UNITS`), so that it is never ranked against
-    throughput: older runs whose trials have an efficiency were scored by goodput."""
+    throughput: older runs whose trials have an efficiency were scored by goodput. A run
+    whose store was lost mid-run: ``runs.continues`` (JSON: the store and run it went on
+    from, on the run it went on as in a local store) and ``runs.cause`` (why a run was
+    closed as it was: the shared run closed ``abandoned`` when the rest is imported)."""
+    _add(c, "runs", "continues", "text")
+    _add(c, "runs", "cause", "text")
     sql(c, "update runs set unit = 'goodput ' || unit where unit in ('samples/s', 'it/s') "
            "and exists (select 1 from trials t where t.run = runs.id "
            "and t.efficiency is not null)")

@@ -10,7 +10,7 @@ import os
 import re
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import sqlalchemy as sa
 
@@ -86,12 +86,15 @@ class RunWriter:
         space_facts: Mapping[str, Any],
         simulated: bool = False,
         unit: str = "samples/s",
+        continues: Mapping[str, Any] | None = None,
     ) -> int:
         """Record a new run (status ``running``) with its graphs; returns its id.
 
         ``unit``: what every score of the run is in, one of
         :data:`autotune.units.UNITS` (with ``simulated``, ``samples/s`` is recorded as
-        ``simulated samples/s``); runs in different units are never ranked together."""
+        ``simulated samples/s``); runs in different units are never ranked together.
+        ``continues``: ``{"store", "run"}``, the run this one goes on from, where that
+        run's store was lost mid-run (:mod:`autotune.store.transfer`)."""
         import autotune
 
         unit = check_unit(unit, bool(simulated))
@@ -107,6 +110,7 @@ class RunWriter:
             "backend": str(backend), "simulated": int(bool(simulated)), "unit": unit,
             "model_fp": mfp, "topology_fp": tfp, "space_facts": dumps(dict(space_facts)),
             "owner_host": host(), "owner_pid": os.getpid(),
+            "continues": dumps(dict(continues)) if continues else None,
         }
 
         def write(c: sa.Connection) -> int:
@@ -205,18 +209,20 @@ class RunWriter:
 
         self.connection.write(write)
 
-    def close_run(self, run_id: int, status: str = "aborted") -> str:
-        """Close a run left ``running`` (e.g. ``abandoned``: its owner is gone) as
-        ``status`` (default ``aborted``) with a finish time now; its trials and what it
-        recorded are kept. A run already closed is left as it is. Returns the run's
-        stored status afterwards."""
-        if status not in STATUSES or status == "running":
-            raise StoreError(f"a run is closed as finished, failed or aborted, got {status!r}")
+    def close_run(self, run_id: int, status: str = "aborted", cause: str | None = None) -> str:
+        """Close a run left ``running`` (e.g. shown ``abandoned``: its owner is gone) as
+        ``status`` (default ``aborted``; ``abandoned`` stored, with its ``cause``, where
+        the run went on elsewhere: :mod:`autotune.store.transfer`) with a finish time now;
+        its trials and what it recorded are kept. A run already closed is left as it is.
+        Returns the run's stored status afterwards."""
+        if status not in STATUSES + (ABANDONED,) or status == "running":
+            raise StoreError("a run is closed as finished, failed, aborted or abandoned, "
+                             f"got {status!r}")
 
         def write(c: sa.Connection) -> str:
             self._require_run(c, int(run_id))
-            sql(c, "update runs set status = ?, finished = ? where id = ? and status = 'running'",
-                [status, now(), int(run_id)])
+            sql(c, "update runs set status = ?, finished = ?, cause = ? where id = ? and "
+                   "status = 'running'", [status, now(), cause, int(run_id)])
             return sql(c, "select status from runs where id = ?", [int(run_id)]).fetchone()[0]
 
         return self.connection.write(write)
@@ -265,6 +271,25 @@ class RunWriter:
 
         return self.connection.write(write)
 
+    def import_run(self, run: Mapping[str, Any], trials: Sequence[Mapping[str, Any]],
+                   graphs: Sequence[Mapping[str, Any]]) -> int:
+        """Copy a run of another store, as its rows (``select *``, JSON as text) with its
+        trials and graphs, into this one in one transaction; returns its id here."""
+
+        def write(c: sa.Connection) -> int:
+            _graph_lock(c, exclusive=False)
+            table = self.connection.tables["graphs"]
+            for g in graphs:
+                c.execute(insert_ignoring(c, table, "fingerprint").values(
+                    {k: v for k, v in g.items() if k in table.c}))
+            rid = self._insert(c, "runs", _columns(self.connection.tables["runs"], run))
+            for t in trials:
+                self._insert(c, "trials", {**_columns(self.connection.tables["trials"], t),
+                                           "run": rid})
+            return rid
+
+        return self.connection.write(write)
+
     def _put_graph(self, c: sa.Connection, g: "nx.Graph", fp: str, kind: str) -> None:
         """Store graph ``g`` under its fingerprint, unless it is there already."""
         c.execute(insert_ignoring(c, self.connection.tables["graphs"], "fingerprint").values(
@@ -278,6 +303,11 @@ class RunWriter:
     def _require_run(self, c: sa.Connection, run_id: int) -> None:
         if sql(c, "select 1 from runs where id = ?", [run_id]).fetchone() is None:
             raise StoreError(f"no run {run_id} in {self.connection.name}")
+
+
+def _columns(table: sa.Table, row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row``'s values of ``table``'s columns, without its key (a new one is given)."""
+    return {k: v for k, v in row.items() if k in table.c and k != "id"}
 
 
 def _graph_lock(c: sa.Connection, *, exclusive: bool) -> None:

@@ -18,7 +18,7 @@ asks the simulator. Both go through :class:`TrialDriver`, which owns what they s
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from autotune.speedup import measure
 from autotune.tuning.space import Config, SearchSpace
@@ -27,14 +27,20 @@ from autotune.tuning.tuner import Trial, TrialRecord, Tuner
 
 class TrialDriver:
     """Trials of one :class:`Tuner`, measured, told and recorded (module docstring).
-    ``store``/``run_id``: where trials go (``None``: nowhere)."""
+    ``store``/``run_id``: where trials go (``None``: nowhere); ``elsewhere``: where they
+    go when the store's server is lost mid-run (:meth:`SessionRun.elsewhere
+    <autotune.sessions.record.SessionRun.elsewhere>`)."""
 
     def __init__(self, space: SearchSpace, tuner: Tuner | None, store: Any = None,
-                 run_id: int | None = None):
+                 run_id: int | None = None,
+                 elsewhere: Callable[[BaseException], tuple[Any, int] | None] | None = None):
         self.space = space
         self.tuner = tuner
         self.store = store
         self.run_id = run_id
+        #: where the run goes on when its store's server is lost mid-run: a local store
+        #: and a run there that continues this one (``None``: not recorded from then on)
+        self.elsewhere = elsewhere
         self.history: list[TrialRecord] = []
         self.failures: list[TrialRecord] = []
         self.samples: dict[tuple, list[float]] = {}  # per configuration: scored iterations
@@ -135,17 +141,31 @@ class TrialDriver:
         self._store("finish_run", self.run_id, status=status, tuning_cost=cost,
                     **self.results())
 
-    def _store(self, name: str, *args: Any, **kwargs: Any) -> None:
+    def _store(self, name: str, run_id: int | None, **kwargs: Any) -> None:
         if self.store is None:
             return
         try:
-            getattr(self.store, name)(*args, **kwargs)
+            getattr(self.store, name)(run_id, **kwargs)
         except Exception as exc:  # the store must never stop training
             from autotune.store import StoreUnreachable
 
-            if isinstance(exc, StoreUnreachable):  # once: each try would wait on the network
+            if not isinstance(exc, StoreUnreachable):
+                warnings.warn(f"could not record to the results store: {exc}")
+                return
+            # once: each try would wait on the network
+            lost = self.store.name
+            moved = self.elsewhere(exc) if self.elsewhere is not None else None
+            if moved is None:
                 warnings.warn(f"could not record to the results store: {exc}; the rest of "
                               "this run is not recorded (its results are in the report)")
                 self.store = None
-            else:
-                warnings.warn(f"could not record to the results store: {exc}")
+                return
+            self.store, self.run_id = moved
+            warnings.warn(
+                f"could not record to the results store: {exc}; this run goes on in "
+                f"{self.store.name} as run {self.run_id}, its trials so far included "
+                f"(`autotune db import {self.store.name} --db {lost}` brings it back)")
+            for rec in self.history:  # what the lost store had, then what failed
+                self.record(rec)
+            if name != "add_trial":
+                self._store(name, self.run_id, **kwargs)

@@ -114,6 +114,8 @@ def test_goodput_runs_have_their_own_unit_in_best_and_warm_start(tmp_path):
     assert "9,000" in out and "goodput samples/s" in out
     # schema 11: the unit was samples/s; the migration reads it from the efficiencies
     with sqlite3.connect(path) as con:
+        con.execute("alter table runs drop column continues")
+        con.execute("alter table runs drop column cause")
         con.execute("update runs set unit = 'samples/s'")
         con.execute("update meta set value = '11' where key = 'schema_version'")
     with Store(path) as s:
