@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +164,40 @@ def test_accelerate_launch_without_multi_gpu_says_what_to_add(tmp_path):
     line = next((x for x in out.splitlines() if "UsageError: " in x), "")
     assert "`accelerate launch` started one process" in line, out[-3000:]
     assert "add `--multi_gpu`" in line and "--num_processes 2" in line, line
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_ctrl_c_under_a_framework_launcher_aborts_the_run(tmp_path, launcher):
+    """Ctrl-C in a terminal (SIGINT to the whole foreground process group) under torchrun
+    or Accelerate's launcher: the ranks stop, the run is ``aborted`` and autotune says so
+    in one line. What follows is the launcher's own (docs/store.md, "Statuses")."""
+    needs("accelerate", "sklearn")
+    exe = Path(sys.executable).with_name(LAUNCHERS[launcher][0])
+    db = tmp_path / "c.db"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("AUTOTUNE_DB", None)
+    proc = subprocess.Popen(
+        [str(exe), *LAUNCHERS[launcher][1:], str(ROOT / "examples" / "train_accelerate.py"),
+         "--steps", "100000", "--budget", "100000", "--db", str(db)], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True)
+    from autotune.store import Store, StoreError
+
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "no trial recorded"
+        try:
+            with Store(db, create=False) as s:
+                runs = s.runs()
+                if runs and len(s.trials(runs[0]["id"])) >= 2:
+                    break
+        except StoreError:
+            pass
+        time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=90)
+    with Store(db, create=False) as s:
+        (run,) = s.runs()
+    assert run["status"] == "aborted" and run["finished"], out[-3000:]
+    assert len(re.findall(r"^tuning: aborted", out, re.M)) == 1, out[-3000:]
