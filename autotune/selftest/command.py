@@ -1,6 +1,7 @@
 """The ``autotune selftest`` command (registered in :mod:`autotune.cli`; also
 ``python -m autotune.selftest``): checks the options, then runs this rank's part inside a
-job (:func:`autotune.selftest.rank.run_rank`) or starts the job on this machine
+job (:func:`autotune.selftest.rank.run_rank`, or under ``--ddp``
+:func:`autotune.selftest.rank_ddp.run_ddp_rank`) or starts the job on this machine
 (``autotune launch``'s machinery). A :class:`~autotune.selftest.SelftestError` becomes one
 line on stderr and exit code 2."""
 
@@ -131,8 +132,10 @@ def _run(size: float, tensors: int, iterations: int, quick: bool, lossy: bool, d
         if workers is not None or servers is not None or machines is not None:
             raise SelftestError("--workers/--servers/--machines start a job; inside one "
                                 "(RANK and WORLD_SIZE are set) the job's own shape is used")
-        from autotune.selftest.rank import run_rank
-
+        if ddp:
+            from autotune.selftest.rank_ddp import run_ddp_rank as run_rank
+        else:
+            from autotune.selftest.rank import run_rank
         sys.exit(run_rank(opts))
     from autotune.launch import check_world, run_job
 

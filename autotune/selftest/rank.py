@@ -31,7 +31,7 @@ RUNTIME_DEVICE_NOTE = ("the runtime stages CUDA gradients through pinned host bu
                        "GPU codecs). Checked on one H100 and one H200 only (docs/gpu.md)")
 
 
-class _Broken(Exception):
+class Broken(Exception):
     """The runtime (or, under ``--ddp``, DDP) is unusable: the sweep ends."""
 
 
@@ -305,7 +305,7 @@ class Worker(Checker):
 
     # ------------------------------------------------------------------ one configuration
     def run_config(self, index: int, cfg: dict[str, Any]) -> dict[str, Any]:
-        """Check and time one configuration. Raises :class:`_Broken` when the runtime is
+        """Check and time one configuration. Raises :class:`Broken` when the runtime is
         unusable afterwards (every worker alike)."""
         from autotune.runtime import ConfigError, RuntimeFault
 
@@ -336,7 +336,7 @@ class Worker(Checker):
         except RuntimeFault as e:
             row["error"] = f"{type(e).__name__}: {e}"
             if not e.recoverable:
-                raise _Broken(row["error"]) from e
+                raise Broken(row["error"]) from e
         except RuntimeError as e:  # a flush that did not clear (all ranks: MAX above)
             row["error"] = str(e)
         # every worker reaches this point unless the runtime broke: combine their views
@@ -392,7 +392,7 @@ def pick_device(choice: str) -> Any:
 def run_sweep(w: Any, configs: Sequence[dict[str, Any]],
               say: Any) -> tuple[list[dict[str, Any]], str | None]:
     """Every configuration through ``w.run_config`` in turn, each announced with ``say``;
-    once one raised :class:`_Broken` the rest are ``SKIPPED``. (rows, what broke or
+    once one raised :class:`Broken` the rest are ``SKIPPED``. (rows, what broke or
     ``None``)."""
     rows: list[dict[str, Any]] = []
     broken = None
@@ -405,7 +405,7 @@ def run_sweep(w: Any, configs: Sequence[dict[str, Any]],
             continue
         try:
             row = w.run_config(i, cfg)
-        except _Broken as e:
+        except Broken as e:
             broken = str(e)
             row = {"index": i, "label": label(cfg), "config": cfg,
                    "lossy": cfg.get("compression", "none") != "none", "status": "FAILED",
@@ -490,12 +490,8 @@ def worker_runtime(opts: Mapping[str, Any], **options: Any) -> Any:
 
 def run_rank(opts: Mapping[str, Any]) -> int:
     """This rank's part (under ``torchrun`` or ``autotune launch``): servers serve, workers
-    sweep; returns the exit code. ``opts["ddp"]``: DDP's comm hook instead
-    (:func:`autotune.selftest.rank_ddp.run_ddp_rank`)."""
-    if opts.get("ddp"):
-        from autotune.selftest.rank_ddp import run_ddp_rank
-
-        return run_ddp_rank(opts)
+    sweep; returns the exit code. (DDP's comm hook, ``--ddp``, is
+    :func:`autotune.selftest.rank_ddp.run_ddp_rank`.)"""
     import torch.distributed as dist
 
     from autotune.workload import gradient_bytes

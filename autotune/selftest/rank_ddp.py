@@ -50,7 +50,7 @@ from datetime import timedelta
 from typing import Any, Mapping
 
 from autotune.selftest import SelftestError
-from autotune.selftest.rank import (FLUSH, Checker, _Broken, pick_device, report,
+from autotune.selftest.rank import (FLUSH, Checker, Broken, pick_device, report,
                                     run_sweep, say_to, worker_runtime)
 from autotune.selftest.sweep import MiB, label, sweep_of
 
@@ -211,7 +211,7 @@ class DDPWorker(Checker):
     def run_config(self, index: int, cfg: dict[str, Any]) -> dict[str, Any]:
         """Check and time one configuration of the hook against plain DDP. A configuration
         the hook rejects is ``FAILED`` (every rank alike); any other error ends the sweep
-        (:class:`_Broken`): DDP's state after a failed backward is not to be trusted."""
+        (:class:`Broken`): DDP's state after a failed backward is not to be trusted."""
         from autotune.runtime import ConfigError
 
         row = self.new_row(index, cfg)
@@ -249,7 +249,7 @@ class DDPWorker(Checker):
         except ConfigError as e:  # rejected by set_config, on every rank alike
             row["error"] = f"ConfigError: {e}"
         except Exception as e:
-            raise _Broken(f"{type(e).__name__}: {e}") from e
+            raise Broken(f"{type(e).__name__}: {e}") from e
         row = self.finish_row(row, checks, times)
         n = len(row["times_ms"])  # the same on every rank
         padded = plain[:n] + [math.inf] * (n - len(plain[:n]))
