@@ -12,11 +12,14 @@ argument, checked before anything starts; :func:`shown_by_rank_0`) by rank 0 alo
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import time
+from typing import Sequence
 
-__all__ = ["AutotuneError", "ArgumentError", "install_excepthook", "shown_by_rank_0"]
+__all__ = ["AutotuneError", "ArgumentError", "did_you_mean", "install_excepthook",
+           "shown_by_rank_0"]
 
 
 class AutotuneError(Exception):
@@ -26,6 +29,13 @@ class AutotuneError(Exception):
 class ArgumentError(AutotuneError, ValueError):
     """An argument of a public call is out of its range; the message names the argument,
     what was given and what is allowed."""
+
+
+def did_you_mean(name: object, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the name in ``known`` closest to ``name``, or "": the
+    end of an error message for a misspelled name."""
+    close = difflib.get_close_matches(str(name), known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 #: how long another rank waits, uncaught, for rank 0 to print the same error and the

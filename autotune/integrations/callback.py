@@ -27,12 +27,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import autotune
-from autotune.errors import shown_by_rank_0
+from autotune.errors import did_you_mean, shown_by_rank_0
 from autotune.runtime.errors import UsageError
 from autotune.sessions.base import TuningSession
 from autotune.sessions.core import launcher_hint
 from autotune.sessions.options import SessionOptions
-from autotune.tuning.space import Config, did_you_mean
+from autotune.tuning.space import Config
 from autotune.tuning.tuner import TrialRecord
 
 __all__ = ["CallbackSession", "SessionResults", "check_options"]

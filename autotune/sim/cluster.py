@@ -15,7 +15,6 @@ charged against.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import re
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, did_you_mean
 
 GBIT = 1e9 / 8
 """Bytes per second in one Gbit/s."""
@@ -121,8 +120,7 @@ class Cluster:
         known = [f.name for f in dataclasses.fields(cls) if f.init]
         for key in data:
             if key not in known:
-                hint = difflib.get_close_matches(str(key), known + ["gpus_per_machine"], n=1)
-                extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+                extra = did_you_mean(key, known + ["gpus_per_machine"])
                 raise ClusterError(
                     f"{source}: unknown field {key!r}{extra}; known fields: {', '.join(known)}")
         if "machines" not in data:

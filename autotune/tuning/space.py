@@ -22,7 +22,6 @@ Nothing here imports torch: searchers use this module and know nothing of torch.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import itertools
 import json
@@ -30,6 +29,8 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping, Sequence
+
+from autotune.errors import did_you_mean
 
 # The knobs, their domains and defaults are the runtime's (its table KNOBS); the space is
 # a grid of search points over them. (MiB is re-exported: tests and benchmarks import it
@@ -484,12 +485,6 @@ def _job_params(k_max: int, workers_per_machine: int, root_candidates: Sequence[
         ("max_streams", max_streams),
     ) + ((("fixed", tuple((n, pins[n].values) for n in sorted(pins))),) if pins else ())
     return params, facts
-
-
-def did_you_mean(name: object, known: Sequence[str]) -> str:
-    """`` (did you mean 'x'?)`` for the name in ``known`` closest to ``name``, or ""."""
-    close = difflib.get_close_matches(str(name), known, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def check_fixed(fixed: Mapping[str, Any], allow_lossy: bool) -> None:
