@@ -74,7 +74,8 @@ class RunReader:
              limit: int | None = None) -> list[dict]:
         """Runs, newest first; ``model``/``topology`` match a fingerprint or its prefix.
         ``status`` is the shown one: ``running`` leaves out, and ``abandoned`` keeps
-        only, the running runs whose owner is gone."""
+        only, the running runs whose owner is gone; ``abandoned`` also keeps the runs
+        stored so (their store was lost and the rest imported: :mod:`.transfer`)."""
         derived = status in ("running", ABANDONED)
         where, params = _filters(status=None if derived else status, job=job,
                                  model=model, topology=topology)

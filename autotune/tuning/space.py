@@ -492,21 +492,22 @@ def check_fixed(fixed: Mapping[str, Any], allow_lossy: bool) -> None:
     :class:`ConfigError` with "did you mean" otherwise), and nothing lossy is pinned
     without ``allow_lossy``. Values are checked against the job's world when it starts
     (:func:`_pins`)."""
+    codec_knobs = {p.name for p in codec_params()}
     for name, wanted in fixed.items():
         if name not in NAMES:
             raise ConfigError(f"cannot fix {name!r}: not a tunable knob{did_you_mean(name, NAMES)}"
                               f"; the knobs are {', '.join(NAMES)}")
         if allow_lossy:
             continue
-        if name in {p.name for p in codec_params()}:
+        if name in codec_knobs:
             raise ConfigError(f"cannot fix {name}: it is a codec parameter, and codecs are "
                               "lossy (pass allow_lossy=True)")
-        many = isinstance(wanted, (list, tuple, set, frozenset, range))
-        lossy = [v for v in (wanted if many else (wanted,)) if name == "compression"
-                 and v != "none"]
-        if lossy:
-            raise ConfigError(f"cannot fix compression={lossy[0]!r}: the codec is lossy "
-                              "(pass allow_lossy=True)")
+        if name == "compression":
+            many = isinstance(wanted, (list, tuple, set, frozenset, range))
+            for value in wanted if many else (wanted,):
+                if value != "none":
+                    raise ConfigError(f"cannot fix compression={value!r}: the codec is "
+                                      "lossy (pass allow_lossy=True)")
 
 
 def _pins(params: Sequence[Param], fixed: Mapping[str, Any], limits: Limits,
