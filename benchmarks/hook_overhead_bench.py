@@ -1,6 +1,7 @@
 """What autotune's DDP comm hook adds to a real training step: a zoo model (ResNet-50,
 batch 64) forward and backward under DDP with autotune's hook
-(:class:`autotune.runtime.ddp_hook.BucketTransport`), under plain DDP (its default hook),
+(:class:`autotune.runtime.ddp_hook.BucketTransport`, which hands the buckets to the
+native runtime), under plain DDP (its default hook),
 and alone (no DDP: the compute), in rotation, iteration by iteration; medians of the
 slowest rank.
 
@@ -76,10 +77,11 @@ def main() -> None:
     models = {"alone": build(),
               "plain DDP": DDP(build(), process_group=group, bucket_cap_mb=args.bucket_mb, **kw),
               "DDP + hook": DDP(build(), process_group=group, bucket_cap_mb=args.bucket_mb, **kw)}
-    transport = BucketTransport.install(models["DDP + hook"])
-    config = transport.set_config({"streams": args.streams,
-                                   "chunk_bytes": int(args.chunk_mib * (1 << 20)),
-                                   "compression": args.compression})
+    transport = BucketTransport.install(models["DDP + hook"])  # joins a runtime
+    leader = dist.get_rank() == 0
+    wanted = {"streams": args.streams, "chunk_bytes": int(args.chunk_mib * (1 << 20)),
+              "compression": args.compression}
+    config = transport.sync(wanted if leader else None)
     (x,) = zoo.example_inputs(args.model, batch_size=args.batch, device=device)
 
     def sync() -> float:
@@ -88,6 +90,8 @@ def main() -> None:
         return time.perf_counter()
 
     def step(m: nn.Module) -> tuple[float, float]:
+        if m is models["DDP + hook"]:
+            transport.sync()  # the buckets DDP made registered, as a session does
         m.zero_grad(set_to_none=False)
         dist.barrier(group=world)
         t0 = sync()
@@ -130,6 +134,8 @@ def main() -> None:
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(result, fh, indent=1)
+    transport.rt.sync(stop=True) if leader else transport.rt.sync()
+    transport.rt.shutdown()
     dist.destroy_process_group()
 
 

@@ -7,12 +7,12 @@ without :class:`~autotune.runtime.ddp_hook.BucketTransport`, as cases of the sha
 
 ``parity``: the same training (unseeded per-rank start, per-rank data, ``no_sync``
 micro-batches, ``find_unused_parameters=True`` with one unused layer, small DDP buckets)
-under plain DDP and under DDP + the hook, switching the configuration every iteration
-through lossless ones (streams 1..4, chunk_bytes 4 KiB..4 MiB); once more with host
-staging copying (``copy_cpu``). ``all`` adds: top-k with error feedback switching ratio
-mid-training and then to ``none``; a conservation check on the transport alone (every
-gradient produced is delivered once the residual is folded); the misuse cases. Each rank
-returns what it saw.
+under plain DDP and under DDP + the hook (the runtime of each case joined for it),
+switching the configuration every iteration through lossless ones (streams 1..4,
+chunk_bytes 4 KiB..4 MiB); once more with host staging copying (``copy_cpu``). ``all``
+adds: top-k with error feedback switching ratio mid-training and then to ``none``; a
+conservation check on the transport alone (every gradient produced is delivered once the
+residual is folded); the misuse cases. Each rank returns what it saw.
 """
 
 from __future__ import annotations
@@ -95,75 +95,97 @@ def state(ddp: DDP) -> dict[str, list[float]]:
             for k, v in ddp.module.state_dict().items()}
 
 
+def runtime(copy_cpu: bool = False) -> Any:
+    from autotune.runtime import Runtime
+
+    return Runtime.bootstrap(timeout=60, max_streams=4, copy_cpu=copy_cpu)
+
+
+def stop(rt: Any) -> None:
+    rt.sync(stop=True) if RANK == 0 else rt.sync()
+    rt.shutdown()
+
+
 def parity(copy_cpu: bool = False) -> dict:
     plain = make_ddp()
     train(plain, STEPS, 2)
     hooked = make_ddp()
-    t = BucketTransport.install(hooked, max_streams=4, timeout=60, copy_cpu=copy_cpu)
+    rt = runtime(copy_cpu)
+    t = BucketTransport.install(hooked, rt)
     seen = []
 
     def switch(it: int) -> None:
         s, c = LOSSLESS[it % len(LOSSLESS)]
-        seen.append(dict(t.set_config({"streams": s, "chunk_bytes": c})))
+        seen.append(dict(t.sync({"streams": s, "chunk_bytes": c} if RANK == 0 else None)))
 
     train(hooked, STEPS, 2, switch)
     d = t.describe()
-    return {"ddp": state(plain), "hook": state(hooked), "groups_made": t.groups_made,
+    stop(rt)
+    return {"ddp": state(plain), "hook": state(hooked),
             "configs": len({json.dumps(c, sort_keys=True) for c in seen}),
-            "buckets": d["buckets"], "rounds": d["rounds"]}
+            "buckets": d["buckets"], "rounds": d["rounds"], "handed": d["handed"],
+            "averaged_again": d["averaged_again"]}
 
 
 def lossy() -> dict:
     """top-k 1% with error feedback from the first step (DDP rebuilds its buckets after
     it), then top-k 10%, then none."""
     ddp = make_ddp(unused=False)
-    t = BucketTransport.install(ddp, max_streams=4, timeout=60)
+    rt = runtime()
+    t = BucketTransport.install(ddp, rt)
     topk = {"compression": "topk", "chunk_bytes": 64 * KiB, "streams": 2,
             "compress_min_bytes": 16 * KiB}
     out: dict[str, Any] = {}
 
+    def held() -> float:
+        return sum(rt.residual_norms.values())
+
     def switch(it: int) -> None:
+        cfg = None
         if it == 0:
-            t.set_config(dict(topk, topk_ratio=0.01))
+            cfg = dict(topk, topk_ratio=0.01)
         elif it == 15:
-            out["before"] = t.describe()["residual_norms"]
-            t.set_config(dict(topk, topk_ratio=0.1))
-            out["after_switch"] = t.describe()["residual_norms"]
-        elif it == 16:
-            out["after_one"] = t.describe()["residual_norms"]
+            out["before"] = held()
+            cfg = dict(topk, topk_ratio=0.1)
         elif it == 28:
-            out["before_none"] = t.describe()["residual_norms"]
-            t.set_config({"streams": 3, "chunk_bytes": 32 * KiB})
+            out["before_none"] = held()
+            cfg = {"streams": 3, "chunk_bytes": 32 * KiB}
+        t.sync(cfg if RANK == 0 else None)
+        if it == 15:
+            out["after_switch"] = held()
+        elif it == 16:
+            out["after_one"] = held()
         elif it == 29:
-            out["after_none"] = t.describe()["residual_norms"]
+            out["after_none"] = held()
 
     out["losses"] = train(ddp, 30, 1, switch)
-    out["resets"] = t.residual_resets
-    out["buckets"] = t.describe()["buckets"]
+    out["handed"] = t.describe()["handed"]
+    stop(rt)
     return out
 
 
 class FakeBucket:
-    """What the transport reads of a ``dist.GradBucket``."""
+    """What the transport reads of a ``dist.GradBucket``: one bucket, the last."""
 
-    def __init__(self, index: int, buffer: torch.Tensor, params: tuple = ()):
-        self._index, self._buffer, self._params = index, buffer, list(params)
+    def __init__(self, buffer: torch.Tensor):
+        self._buffer = buffer
 
     def index(self) -> int:
-        return self._index
+        return 0
 
     def buffer(self) -> torch.Tensor:
         return self._buffer
 
-    def parameters(self) -> list:
-        return self._params
+    def is_last(self) -> bool:
+        return True
 
 
 def conservation() -> dict:
     """Gradients of known size through the transport alone: with top-k (two ratios, two
     chunk sizes), then ``none``, the sum of the averages delivered equals the average of
     every gradient produced, once the residual is folded back."""
-    t = BucketTransport(dist.group.WORLD, max_streams=4, timeout=60)
+    rt = runtime()
+    t = BucketTransport(rt)
     g = torch.Generator().manual_seed(3 + RANK)
     n = 40_000
     produced = torch.zeros(n, dtype=torch.float64)
@@ -175,33 +197,18 @@ def conservation() -> dict:
                 "compress_min_bytes": 8 * KiB, "streams": 3}] * 3
             + [{"streams": 1, "chunk_bytes": 16 * KiB}] * 2)
     for cfg in plan:
-        t.set_config(cfg)
+        t.sync(cfg if RANK == 0 else None)
         grad = torch.randn(n, generator=g)
         produced += grad.double()
         buf = grad.clone()
-        delivered += t.hook(t, FakeBucket(0, buf)).wait().double()
-        norms.append(t.residual_norm(0))
+        delivered += t.hook(t, FakeBucket(buf)).wait().double()
+        norms.append(sum(rt.residual_norms.values()))
+    stop(rt)
     total = produced.clone()
     dist.all_reduce(total)
     want = total / dist.get_world_size()
     return {"max_err": float((delivered - want).abs().max()),
             "scale": float(want.abs().max()), "norms": norms}
-
-
-def rebuilt() -> dict:
-    """A bucket index that comes back with another size, or other parameters, starts its
-    residual afresh (DDP rebuilt its buckets); the same bucket keeps it."""
-    t = BucketTransport(dist.group.WORLD, max_streams=4, timeout=60)
-    t.set_config({"compression": "topk", "topk_ratio": 0.01, "compress_min_bytes": 4 * KiB,
-                  "chunk_bytes": 16 * KiB})
-    p, q = torch.zeros(3), torch.zeros(3)
-    steps = [(9000, (p,)), (9000, (p,)), (12000, (p,)), (12000, (q,))]
-    out = []
-    for n, params in steps:
-        buf = torch.randn(n, generator=torch.Generator().manual_seed(RANK + n))
-        t.hook(t, FakeBucket(5, buf, params)).wait()
-        out.append([t.residual_resets, t.residual_norm(5) > 0])
-    return {"steps": out}
 
 
 def misuse() -> dict:
@@ -214,21 +221,23 @@ def misuse() -> dict:
         except Exception as e:  # noqa: BLE001 - the message is what the test checks
             return f"{type(e).__name__}: {e}"
 
-    out = {"not_ddp": err(lambda: BucketTransport.install(Net()))}
+    rt = runtime()
+    out = {"not_ddp": err(lambda: BucketTransport.install(Net(), rt))}
     ddp = make_ddp()
     ddp.register_comm_hook(None, default_hooks.allreduce_hook)
-    out["second_hook"] = err(lambda: BucketTransport.install(ddp))
+    out["second_hook"] = err(lambda: BucketTransport.install(ddp, rt))
     ddp2 = make_ddp()
-    t = BucketTransport.install(ddp2, max_streams=4, timeout=60)
-    out["twice"] = err(lambda: BucketTransport.install(ddp2))
-    out["pushpull"] = err(lambda: t.set_config({"transport": "pushpull"}))
-    out["streams"] = err(lambda: t.set_config({"streams": 5}))
-    out["intra"] = err(lambda: t.set_config({"intra": "root"}))
+    t = BucketTransport.install(ddp2, rt)
+    t.sync()
+    out["twice"] = err(lambda: BucketTransport.install(ddp2, rt))
+    out["streams"] = err(lambda: t.sync({"streams": 5} if RANK == 0 else None))
+    out["servers"] = err(lambda: t.sync({"transport": "pushpull", "servers": 1}
+                                        if RANK == 0 else None))
     out["config_kept"] = dict(t.config)
-    out["limits"] = {"servers": t.limits.servers, "wpm": t.limits.workers_per_machine,
-                     "max_streams": t.limits.max_streams,
-                     "transports": list(t.limits.transports)}
-    train(ddp2, 2, 1)  # the hook still works after the refusals
+    out["limits"] = {"servers": t.limits.servers, "max_streams": t.limits.max_streams}
+    train(ddp2, 2, 1, lambda it: t.sync())  # the hook still works after the refusals
+    out["handed"] = t.describe()["handed"]
+    stop(rt)
     return out
 
 
@@ -238,6 +247,5 @@ def cases(mode: str, out: str) -> dict:
         result["staged"] = parity(copy_cpu=True)
         result["lossy"] = lossy()
         result["conservation"] = conservation()
-        result["rebuilt"] = rebuilt()
         result["misuse"] = misuse()
     return result

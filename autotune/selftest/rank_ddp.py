@@ -18,9 +18,9 @@ seeded per rank and configuration):
 * **check** — what DDP with the hook leaves in ``.grad`` against ``all_reduce`` (SUM, then
   ``/ n``) of the same gradients: ``exact`` when bit for bit equal (always with 2 ranks:
   DDP divides by 2 exactly, and ``a + b == b + a``), else ``close`` within
-  :func:`~autotune.selftest.bounds.lossless_bound` for another summation order (DDP and
-  the hook's all-reduce divide before they sum: ``divided_first``; the runtime sums, then
-  divides); lossy: the codec's bound on the
+  :func:`~autotune.selftest.bounds.lossless_bound` for another summation order (DDP's
+  all-reduce, which averages buckets the runtime does not run, divides before it sums:
+  ``divided_first``; the runtime sums, then divides); lossy: the codec's bound on the
   first iteration, error feedback cleared first (a lossless iteration of zero gradients
   folds every bucket's residual), as the native selftest does. Lossless configurations
   are checked on every timed iteration.
@@ -120,7 +120,6 @@ class DDPWorker(Checker):
     """One rank's part of ``autotune selftest --ddp`` (all ranks in lockstep): two copies
     of the model under DDP over ``ddp_group``, one with autotune's comm hook."""
 
-    DIVIDED_FIRST = True  # DDP and the hook divide by n, then sum
 
     def __init__(self, rt: Any, opts: Mapping[str, Any], device: Any, ddp_group: Any,
                  backend: str):
@@ -128,7 +127,6 @@ class DDPWorker(Checker):
         import torch
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        from autotune.runtime.ddp_buckets import RuntimeBuckets
         from autotune.runtime.ddp_hook import BucketTransport
 
         self.backend = backend
@@ -140,9 +138,7 @@ class DDPWorker(Checker):
         self.plain = DDP(self.plain_model, process_group=ddp_group, bucket_cap_mb=BUCKET_MB,
                          **kwargs)
         self.rt = rt
-        self._runtime_cfg: dict[str, Any] | None = None  # the last the runtime ran
-        self.transport = BucketTransport.install(self.hooked, timeout=float(opts["timeout"]),
-                                                 buckets=RuntimeBuckets(rt))
+        self.transport = BucketTransport.install(self.hooked, rt)
         self.ddp_group = ddp_group
         self.x = torch.ones(1, device=device)
         self.plain_checks: list[dict[str, float]] = []
@@ -158,10 +154,7 @@ class DDPWorker(Checker):
     def _sync(self, cfg: Mapping[str, Any] | None) -> Any:
         """Put ``cfg`` (the leader's; ``None``: keep) in force on every rank, servers too
         (:meth:`BucketTransport.sync`): once before each iteration of the hooked model."""
-        active = self.transport.sync(cfg if self.leader else None)
-        if self.transport.runtime_runs:
-            self._runtime_cfg = active.as_dict()
-        return active
+        return self.transport.sync(cfg if self.leader else None)
 
     def stop(self) -> None:
         """The leader's last sync: the servers leave their loop."""
@@ -190,18 +183,14 @@ class DDPWorker(Checker):
                                for p in model.ps])
 
     def _flush(self) -> float:
-        """Clear the error feedback of both sides of the hook (its own codecs' per
-        bucket, the runtime's): a lossless iteration of zero gradients on each side (the
-        hook's all-reduce; the last configuration the runtime ran, uncompressed) folds
-        every residual into its average and forgets it. What is left (0.0)."""
-        sides = [FLUSH] + ([{**self._runtime_cfg, **FLUSH}] if self._runtime_cfg else [])
+        """Clear the runtime's error feedback: a lossless iteration of zero gradients (the
+        last configuration, uncompressed) folds every residual into its average and
+        forgets it. What is left (0.0)."""
         left = 0.0
         for _ in range(3):
-            for flush in sides:
-                self._sync(flush)
-                self._step(self.hooked, zero=True)
-            left = max([*self.transport.describe()["residual_norms"].values(),
-                        *self.rt.residual_norms.values()], default=0.0)
+            self._sync({**(self.transport.config or {}), **FLUSH})
+            self._step(self.hooked, zero=True)
+            left = max(self.rt.residual_norms.values(), default=0.0)
             left = self._max([left])[0]
             if left == 0.0:
                 break
@@ -245,8 +234,8 @@ class DDPWorker(Checker):
                         if it == 0 or not lossy:  # lossy: the bound holds with no residual
                             checks.append(self._compare(
                                 refs, self._grads(self.hooked_model), cfg if lossy else None,
-                                divided_first=not self.transport.runtime_runs))
-        except ConfigError as e:  # rejected by set_config, on every rank alike
+                                divided_first=self.transport.buckets.by_ddp > 0))
+        except ConfigError as e:  # rejected by the sync, on every rank alike
             row["error"] = f"ConfigError: {e}"
         except Exception as e:
             raise Broken(f"{type(e).__name__}: {e}") from e

@@ -8,8 +8,8 @@ configuration. It is the native session's runtime (:class:`~autotune.sessions.co
 with DDP in front: the same ``Runtime`` joins the world (servers included), puts the
 leader's configuration in force at every ``step()`` (``Runtime.sync``, the configuration
 as int64s, nothing pickled), and runs push/pull through the Summation Services and the
-intra-machine step on DDP's buckets (:mod:`autotune.runtime.ddp_buckets`); the hook runs
-the all-reduce among the workers itself. ``step()`` only counts the iteration (DDP has
+intra-machine step and the all-reduce among the workers on DDP's buckets
+(:mod:`autotune.runtime.ddp_buckets`). ``step()`` only counts the iteration (DDP has
 averaged the gradients when backward returns), measures it and puts in force what runs
 next.
 
@@ -104,7 +104,6 @@ class DDPSession(Session):
     def _start(self) -> None:
         """Workers: DDP's group checked, the hook installed, the space built, the first
         configuration in force."""
-        from autotune.runtime.ddp_buckets import RuntimeBuckets
         from autotune.runtime.ddp_hook import BucketTransport
 
         self.info = info = self.rt.info
@@ -117,8 +116,7 @@ class DDPSession(Session):
                    "with process_group=autotune.workers_group()" if info.servers else
                    ": autotune inside DDP averages among every worker of the world"))
         self._liveness = Liveness(rendezvous_store(), info.rank)
-        self.transport = BucketTransport.install(self.model, timeout=self.rt.timeout,
-                                                 buckets=RuntimeBuckets(self.rt))
+        self.transport = BucketTransport.install(self.model, self.rt)
         self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
                                fixed=self.options.fixed)
         params = [p for p in self.model.module.parameters() if p.requires_grad]
