@@ -164,30 +164,26 @@ def lossy() -> dict:
     return out
 
 
-class FakeBucket:
-    """What the transport reads of a ``dist.GradBucket``: one bucket, the last."""
+class Flat(nn.Module):
+    """One parameter of ``n`` elements whose gradient is the forward's input."""
 
-    def __init__(self, buffer: torch.Tensor):
-        self._buffer = buffer
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(n))
 
-    def index(self) -> int:
-        return 0
-
-    def buffer(self) -> torch.Tensor:
-        return self._buffer
-
-    def is_last(self) -> bool:
-        return True
+    def forward(self, grad: torch.Tensor) -> torch.Tensor:
+        return (self.w * grad).sum()
 
 
 def conservation() -> dict:
-    """Gradients of known size through the transport alone: with top-k (two ratios, two
+    """Gradients of known size (one parameter under DDP): with top-k (two ratios, two
     chunk sizes), then ``none``, the sum of the averages delivered equals the average of
     every gradient produced, once the residual is folded back."""
     rt = runtime()
-    t = BucketTransport(rt)
-    g = torch.Generator().manual_seed(3 + RANK)
     n = 40_000
+    ddp = DDP(Flat(n))
+    t = BucketTransport.install(ddp, rt)
+    g = torch.Generator().manual_seed(3 + RANK)
     produced = torch.zeros(n, dtype=torch.float64)
     delivered = torch.zeros(n, dtype=torch.float64)
     norms = []
@@ -200,8 +196,9 @@ def conservation() -> dict:
         t.sync(cfg if RANK == 0 else None)
         grad = torch.randn(n, generator=g)
         produced += grad.double()
-        buf = grad.clone()
-        delivered += t.hook(t, FakeBucket(buf)).wait().double()
+        ddp.zero_grad()
+        ddp(grad).backward()
+        delivered += ddp.module.w.grad.double()
         norms.append(sum(rt.residual_norms.values()))
     stop(rt)
     total = produced.clone()

@@ -93,7 +93,7 @@ def train(group, family: str | None, kill: bool = False) -> dict:
     rec["lost_servers"] = list(tuner.rt.lost_servers)
     rec["handed"] = tuner.transport.buckets.handed
     rec["averaged_again"] = tuner.transport.buckets.averaged_again
-    rec["buckets"] = len(tuner.transport.buckets.proxies)
+    rec["buckets"] = len(tuner.transport.buckets.sizes)
     rec["state"] = state(model)
     return rec
 

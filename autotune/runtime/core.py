@@ -31,7 +31,7 @@ and workers call :meth:`Runtime.retry` to average the same gradients again.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -192,14 +192,18 @@ class Runtime:
             raise UsageError(f"{what} is for workers; this rank is a server")
 
     # ================================================================== registration
-    def register(self, params: Iterable[torch.nn.Parameter]) -> None:
+    def register(self, params: Iterable[torch.nn.Parameter],
+                 gate: Callable[[], bool] | None = None) -> None:
         """Workers: the parameters to average (``requires_grad``, each once), hooked. In
-        force at the next ``sync``; the first iteration teaches the leader the ready order."""
+        force at the next ``sync``; the first iteration teaches the leader the ready order.
+        ``gate``: the hooks send a gradient only while it returns true (DDP's ``no_sync``:
+        :mod:`autotune.runtime.ddp_buckets`); ``wait()`` sends the rest."""
         self._check_alive()
         self._need_worker("register")
         if self._averager.current is not None:
             raise UsageError("register() during an iteration (between backward and wait)")
-        self._averager.hook(self._layout.register(params), self._usable)
+        live = self._usable if gate is None else (lambda: self._usable() and gate())
+        self._averager.hook(self._layout.register(params), live)
 
     def _usable(self) -> bool:
         return not self._closed and self._blame.broken is None

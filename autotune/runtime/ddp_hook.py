@@ -35,7 +35,6 @@ is bounded by DDP's group's timeout. Every error names this rank and the bucket.
 # (``_check_comm_hook``) and compares them with the real classes.
 
 import time
-import warnings
 from typing import Any, Mapping, Optional, Union
 
 import torch
@@ -107,6 +106,8 @@ class BucketTransport:
             raise UsageError(f"rank {state.rank}: a comm hook is already registered on this "
                              "DDP model; autotune's hook tunes DDP's communication and "
                              f"replaces it: remove yours (DDP said: {e})") from None
+        ddp_model.register_forward_pre_hook(lambda m, _: state.buckets.forward(m))
+        state.buckets.register([p for p in ddp_model.module.parameters() if p.requires_grad])
         return state
 
     # ------------------------------------------------------------------ configuration
@@ -128,25 +129,19 @@ class BucketTransport:
 
     def sync(self, config: Union[RuntimeConfig, Mapping[str, Any], None] = None) -> RuntimeConfig:
         """Put the leader's ``config`` in force on every rank of the runtime's world
-        (servers too, in their serving loop), between iterations: the buckets DDP made
-        since the last call registered with the runtime if they changed, then
-        ``Runtime.sync`` (the leader passes ``config``, the others ``None``; one int64
-        message, nothing pickled). The one way a configuration reaches the hook; under
+        (servers too, in their serving loop), between iterations: ``Runtime.sync`` (the
+        leader passes ``config``, the others ``None``; one int64 message, nothing
+        pickled). The one way a configuration reaches the hook; under
         push/pull, once before every iteration (the servers serve one round per
         ``sync``). Raises :class:`ConfigError` alike on every rank, naming the parameter;
         the previous configuration stays."""
-        self.buckets.register()
-        with warnings.catch_warnings():
-            # a push/pull round that no bucket joined (DDP rebuilt its buckets, the hook
-            # averaged them itself) is closed by the sync, which says so: expected here
-            warnings.filterwarnings("ignore", "rt.sync", RuntimeWarning)
-            try:
-                active = self.rt.sync(config)
-            except ConfigError as e:
-                limits = self.limits
-                raise ConfigError(f"autotune inside DDP ({limits.servers} server(s), "
-                                  f"{limits.workers_per_machine} worker(s) per machine, at "
-                                  f"most {limits.max_streams} streams): {e}") from None
+        try:
+            active = self.rt.sync(config)
+        except ConfigError as e:
+            limits = self.limits
+            raise ConfigError(f"autotune inside DDP ({limits.servers} server(s), "
+                              f"{limits.workers_per_machine} worker(s) per machine, at "
+                              f"most {limits.max_streams} streams): {e}") from None
         self._config = RuntimeConfig.of(active)
         self.buckets.put_in_force(self._config)
         return self._config

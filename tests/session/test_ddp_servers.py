@@ -47,7 +47,7 @@ def launch(tmp: Path, workers: int, servers: int, machines: int | None, scenario
 def went_through_the_runtime(run: dict) -> None:
     buckets = run["buckets"]
     assert buckets >= 2, run  # DDP cut the model into several buckets
-    # all but the first iterations (DDP rebuilds its buckets once) handed every bucket
+    # the runtime averaged every bucket of (nearly) every iteration
     assert run["handed"] >= buckets * (w.STEPS - 4), run
 
 
@@ -83,6 +83,6 @@ def test_a_server_lost_mid_pushpull_is_survived_bit_for_bit(tmp_path):
         pushpull = [c for c in s["configs"] if c["transport"] == "pushpull"]
         assert pushpull and all(c["servers"] == 1 for c in pushpull)
         assert s["configs"][-1]["transport"] == "allreduce"  # what is left without servers
-        assert s["handed"] > 0 and s["averaged_again"] > s["buckets"]  # a round averaged again
+        assert s["handed"] > 0 and s["averaged_again"] >= s["buckets"]  # a round averaged again
     failed = [h for h in ranks[0]["session"]["history"] if h["error"]]
     assert failed and "rank 2 (server" in failed[0]["error"], failed
