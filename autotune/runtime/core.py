@@ -194,10 +194,9 @@ class Runtime:
     # ================================================================== registration
     def register(self, params: Iterable[torch.nn.Parameter],
                  gate: Callable[[], bool] | None = None) -> None:
-        """Workers: the parameters to average (``requires_grad``, each once), hooked. In
-        force at the next ``sync``; the first iteration teaches the leader the ready order.
-        ``gate``: the hooks send a gradient only while it returns true (DDP's ``no_sync``:
-        :mod:`autotune.runtime.ddp_buckets`); ``wait()`` sends the rest."""
+        """Workers: the parameters to average (``requires_grad``, each once), hooked (they
+        send only while ``gate()``, if given). In force at the next ``sync``; the first
+        iteration teaches the leader the ready order."""
         self._check_alive()
         self._need_worker("register")
         if self._averager.current is not None:
@@ -245,15 +244,6 @@ class Runtime:
     @property
     def layout_in_force(self) -> bool:  # workers: a sync put the registration in force
         return self._active.setup is not None and not self._layout.dirty
-
-    def ready(self, index: int) -> None:
-        """Workers: registered tensor ``index``'s ``.grad`` is final; hand it to the round
-        now, as its gradient hook would (DDP's buckets: :mod:`autotune.runtime.ddp_buckets`)."""
-        self._check_alive()
-        self._need_worker("ready")
-        if not self.layout_in_force:
-            raise UsageError("ready() before the registration is in force: sync() first")
-        self._averager.on_grad(index, self._layout.params[index])
 
     def gradients_arrived(self) -> bool:
         """Workers: whether a gradient arrived since the last iteration (outside no_sync)."""

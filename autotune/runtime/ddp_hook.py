@@ -5,10 +5,10 @@ DDP keeps everything it owns (its buckets and their order, ``no_sync``, buffers,
 parameters, checkpoints); :class:`BucketTransport` is the state of the comm hook it calls
 with each bucket (``register_comm_hook``). The runtime does the work, under every
 configuration, the default all-reduce among the workers included: its one chunk plan,
-engine of bounded operations, codec factory and error-feedback store, exactly as for a
-native model. What DDP adds stays here and in
-:class:`~autotune.runtime.ddp_buckets.RuntimeBuckets` (buckets as the runtime's tensors,
-the futures DDP waits on, DDP's rebuild of its buckets)::
+engine of bounded operations, codec factory and error-feedback store, on DDP's own
+parameters, whose gradients it takes as they are ready, exactly as for a native model.
+What DDP adds stays here and in :class:`~autotune.runtime.ddp_buckets.RuntimeBuckets`
+(its ``no_sync``, its buckets and the futures it waits on)::
 
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     transport = BucketTransport.install(ddp)       # collective: every rank (joins a runtime)
