@@ -47,3 +47,64 @@ def test_every_method_it_places_is_defined_there():
         if not defined:
             wrong.append(f"{cls}.{method} is not defined in {path}")
     assert not wrong, wrong
+
+
+# ---------------------------------------------------------------------- imports
+def _imports() -> dict[str, set[str]]:
+    """Module -> the ``autotune`` modules it imports (module level or in a function;
+    ``from pkg import name`` is the submodule ``pkg.name`` where that is one)."""
+    mods = {}
+    for f in (ROOT / "autotune").rglob("*.py"):
+        name = f.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+        mods[name.removesuffix(".__init__")] = f
+    out: dict[str, set[str]] = {}
+    for name, f in mods.items():
+        package = name.split(".") if f.name == "__init__.py" else name.split(".")[:-1]
+        found = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                mod = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    sub = f"{mod}.{alias.name}"
+                    found.add(sub if sub in mods else mod)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        out[name] = {m for m in found if m in mods and m != name}
+    return out
+
+
+IMPORTS = _imports()
+
+
+def _place(module: str, places: list[str]) -> str | None:
+    """The diagram's place (``tuning/tuner.py``, ``runtime/``) that holds ``module``."""
+    path = module.removeprefix("autotune.").replace(".", "/")
+    held = [p for p in places if path + ".py" == p or (path + "/").startswith(p)
+            or path == p.rstrip("/")]
+    return max(held, key=len) if held else None
+
+
+def test_the_arrows_it_draws_are_the_imports_the_code_has():
+    block = DOC[DOC.index("```", DOC.index("`A ─> B`")) + 3:]
+    block = block[:block.index("```")]
+    drawn = set()
+    for line in block.strip().splitlines():
+        source, _, targets = line.partition("─>")
+        drawn |= {(source.strip(), t.strip()) for t in targets.split(",")}
+    places = sorted({p for arrow in drawn for p in arrow})
+    assert len(drawn) > 10 and all(_place("autotune." + p.rstrip("/").removesuffix(".py")
+                                          .replace("/", "."), places) for p in places)
+    imported = {(a, b) for m, targets in IMPORTS.items() for t in targets
+                if (a := _place(m, places)) and (b := _place(t, places)) and a != b}
+    assert not drawn - imported, f"arrows with no import behind them: {sorted(drawn - imported)}"
+    assert not imported - drawn, f"imports the diagram omits: {sorted(imported - drawn)}"
+
+
+def test_no_module_imports_itself_back():
+    import networkx as nx
+
+    graph = nx.DiGraph((m, t) for m, targets in IMPORTS.items() for t in targets)
+    assert graph.number_of_edges() > 300
+    circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert not circles, f"import circles: {circles}"
