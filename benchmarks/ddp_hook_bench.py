@@ -11,14 +11,14 @@ width, ``resnet50/32``: 161 tensors, 26 MiB) and emulated compute (the forward s
    at least 1.3x DDP.
 2. ``servers``: uncapped at ``--rate``, with k = n server hosts (Summation Services:
    DDP is built on ``autotune.workers_group()``, the hook runs push/pull through them and
-   the workers' own, issue 41). Targets: DDP+hook at least 1.3x DDP, and at least 0.9 of
+   the workers' own, issue 41). Targets (issue 52): DDP+hook at least 1.4x DDP, and at least 0.85 of
    BytePS's analytic optimum.
 3. ``uncapped``: uncapped at ``--rate``, no servers. Nothing to gain; target: DDP+hook
    at least 0.97x DDP (the hook costs no more than that).
 4. ``intra``: uncapped at ``--rate``, ``--workers`` / 2 hosts with two workers each (the
    intra-machine step: root or scatter over loopback, the cross-machine step over the
    NIC). Also the native runtime's session on the same job (a second job, same hosts).
-   Target: DDP+hook no slower than the native runtime (native/hook at least 1.0).
+   Target (issue 52): DDP+hook at least 0.97 of the native runtime (hook/native).
 
 Each case runs ``--repeats`` times (a new job each time, new connections: under the cap
 the emulator's port-collision lottery is drawn again) on the same hosts, B measured once
@@ -70,9 +70,9 @@ from autotune.workload import check_average, gradient_bytes, optimum_s, time_ddp
 
 CASES = ("capped", "servers", "uncapped", "intra")
 #: per case: DDP+hook / DDP it/s must be at least this
-TARGETS = {"capped": 1.3, "servers": 1.3, "uncapped": 0.97, "intra": 0.0}
-BYTEPS_SHARE = 0.9  # servers: the hook reaches at least this share of BytePS's optimum
-NATIVE_SHARE = 1.0  # intra: the hook at least as fast as the native runtime (native/hook)
+TARGETS = {"capped": 1.3, "servers": 1.4, "uncapped": 0.97, "intra": 0.0}
+BYTEPS_SHARE = 0.85  # servers: the hook reaches at least this share of BytePS's optimum
+NATIVE_SHARE = 0.97  # intra: the hook at least this share of the native runtime's speed
 WARMUP = 3  # the session's warm-up iterations (its default), before the budget
 
 
@@ -277,7 +277,7 @@ def summarize_case(name: str, case: dict, n: int, fwd_s: float) -> dict:
                    intra_optimum_s=optimum_s(machines, 0, M, B, fwd_s))
         row["met"] = row["hook_vs_native"] >= NATIVE_SHARE
         row["note"] = (f"{machines} hosts x 2 workers; the hook against the native runtime "
-                       f"on the same job (target: native/hook at least {NATIVE_SHARE:g}); "
+                       f"on the same job (target: the hook at least {NATIVE_SHARE:g} of the native speed); "
                        "the optimum with the intra-machine step: the ring all-reduce among "
                        f"{machines} machines, {row['intra_optimum_s']:.3f} s")
     if not row["met"]:
@@ -376,7 +376,7 @@ def print_table(res: dict) -> None:
 
 def _target(r: dict) -> str:
     if r["case"] == "intra":
-        return f"native/hook >= {NATIVE_SHARE:g}"
+        return f"hook/native speed >= {NATIVE_SHARE:g}"
     return f">= {r['target']:g}x" + (f", >= {BYTEPS_SHARE:g} of BytePS" if r["servers"] else "")
 
 

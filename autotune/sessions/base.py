@@ -69,7 +69,7 @@ class TuningSession(SessionResults, abc.ABC):
                                       lambda: self.tuning_cost)
         self.info: Any = None                       # the world (runtime.world.WorldInfo)
         self.space: SearchSpace | None = None
-        self.trials: TrialDriver | None = None      # the leader's
+        self.driver: TrialDriver | None = None      # the leader's
         self.schedule: TrialSchedule | None = None  # the leader's
         self.config: Config | None = None
         self.iteration = 0  # iterations completed (step() calls that synchronised)
@@ -272,7 +272,7 @@ class TuningSession(SessionResults, abc.ABC):
         if self.options.store:  # fingerprinted as the module, with or without DDP around it
             module = self.model.module if isinstance(self.model, DDP) else self.model
             self._run.open(module, self.info, backend, self.space, self.score_unit)
-        self.trials = TrialDriver(self.space, None, self._run.store, self._run.run_id,
+        self.driver = TrialDriver(self.space, None, self._run.store, self._run.run_id,
                                   elsewhere=self._run.elsewhere)
         tuners = self._tuners = JobTuners(
             self.info, params, techniques=self.options.techniques,
@@ -284,8 +284,8 @@ class TuningSession(SessionResults, abc.ABC):
             self.display.say("one worker: no gradient crosses the wire, so tuning has nothing "
                              "to gain; keeping the default (or the stored best) untuned")
             budget = 0
-        self.schedule = tuners.schedule = TrialSchedule(
-            self.space, self.trials, tuners, budget=budget, warmup=o.warmup,
+        self.schedule = TrialSchedule(
+            self.space, self.driver, tuners, budget=budget, warmup=o.warmup,
             cut_short=o.cut_short, samples_per_step=o.samples_per_step, drift=self._drift,
             seed=o.seed, probe=self.info.n_machines > 1, capped=tuners.capped,
             listener=self.display, gradient_bytes=sum(tuners.sizes),
@@ -296,7 +296,7 @@ class TuningSession(SessionResults, abc.ABC):
         # what came from the store says which run: now, in the table and in the store
         stored, said = self._run.provenance(warm, restarted, budget)
         for config, origin in stored:
-            self.trials.came_from(config, origin)
+            self.driver.came_from(config, origin)
         first = self.schedule.start(warm, keep=restarted)
         if said is not None:  # through the tuning display, once it is there
             self.display.say(said)
@@ -311,11 +311,11 @@ class TuningSession(SessionResults, abc.ABC):
         ok = status == "finished"
         with shielded(status == "aborted"):
             self.display.settled(self.best if ok else None, status)
-            if self.trials is not None:
-                self.trials.close(status, kept=self.best, cost=self.tuning_cost)
+            if self.driver is not None:
+                self.driver.close(status, kept=self.best, cost=self.tuning_cost)
             if self._tuners is not None and self._tuners.model is not None:
                 self._run.save_calibration(self._tuners.model)
-        if ok and self.options.verbose and self.trials is not None:
+        if ok and self.options.verbose and self.driver is not None:
             report(self)
 
     def _close_now(self, signum: int) -> None:
@@ -323,8 +323,8 @@ class TuningSession(SessionResults, abc.ABC):
         even while this rank waits in a collective that a stopped peer never joins): close
         the run as ``aborted`` now; :meth:`_finish` closes it again when the main thread
         gets there (with the truth, if it carries on)."""
-        if self.trials is not None:
-            self.trials.close("aborted", kept=self.best)
+        if self.driver is not None:
+            self.driver.close("aborted", kept=self.best)
 
     def _restore_signals(self) -> None:
         if self._signals is not None:

@@ -151,7 +151,7 @@ def report(session: Any) -> None:
     t.add_column("value")
     for k, v in shown_params(s.best).items():
         t.add_row(k, fmt_value(k, v))
-    measured = s.trials.measured
+    measured = s.driver.measured
     n_best = (measured(s.best) or (0, 0, 0))[2]
     n_default = (measured(s.space.default()) or (0, 0, 0))[2]
     efficiency = s.best_efficiency
@@ -169,7 +169,7 @@ def report(session: Any) -> None:
         if s.best_score:  # refused ("– (n<4: ...)") under 4 scored iterations a side
             t.add_row("speed-up", Speedup.of((s.best_score, s.best_spread, n_best),
                                              (s.default_score, s.default_spread, n_default)).shown())
-    came = s.trials.origin(s.best)
+    came = s.driver.origin(s.best)
     if came:
         from autotune.store.origin import fmt_origin
 

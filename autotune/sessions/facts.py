@@ -46,8 +46,8 @@ def job_space(rt: Any, *, allow_lossy: bool, fixed: Mapping[str, Any] | None) ->
 
 class JobTuners:
     """Makes the Tuner of each (re-)tune of a live job in the world ``info`` (the
-    schedule's ``new_tuner``):
-    over the schedule's current space, the default as its reference (its first trial long
+    schedule's ``new_tuner``, which passes it what it needs as values; it holds nothing of
+    the schedule): over the space it is given, the default as its reference (its first trial long
     enough for a speed-up over it, :data:`~autotune.tuning.schedule.REFERENCE_ITERATIONS`;
     then measured as long as the kept configuration) and, with ``prior``, the simulator on what this job knows as
     its physics prior (:attr:`model`, one for every tune, so what it fits carries over):
@@ -67,31 +67,35 @@ class JobTuners:
         self.prior = prior
         self.measured_link = dict(link or {})  # autotune.sessions.calibrate.measure_link
         self.stored = stored  # a Calibration stored for alike machines, or None
-        self.schedule: Any = None
+        # what the latest tune was given: its space and the warm-up's times
+        self._space: Any = None
+        self._warmup: tuple[list, list] = ([], [])
         self._prior = _Lazy(self._make_model)  # one for every tune: what it fits carries over
 
-    def __call__(self, budget: int, seed: int, warm: list[Config]) -> Tuner:
-        space = self.schedule.space
+    def __call__(self, budget: int, seed: int, warm: list[Config], space: SearchSpace,
+                 warmup: tuple[list, list]) -> Tuner:
+        self._space, self._warmup = space, warmup
         extra = {"trial_iterations": self.trial_iterations} if self.trial_iterations else {}
         return Tuner(space, budget=budget, techniques=self.techniques, seed=seed,
                      warm_start=warm, reference=space.default(),
                      reference_iterations=REFERENCE_ITERATIONS,
                      prior=self._prior if self.prior and self.sizes else None, **extra)
 
-    def link(self) -> dict[str, float]:
-        """The link rates the warm-up iterations imply (:func:`autotune.sim.predict.
-        warmup_link`: the NIC rate and, if several streams ran much faster than one, the
-        per-flow cap); ``{}`` (the simulator's defaults) on one machine."""
+    def link(self, times: list, probe_times: list) -> dict[str, float]:
+        """The link rates the warm-up's ``times`` (the default's, the several-stream
+        probe's) imply (:func:`autotune.sim.predict.warmup_link`: the NIC rate and, if
+        several streams ran much faster than one, the per-flow cap); ``{}`` (the
+        simulator's defaults) on one machine."""
         from autotune.sim.predict import warmup_link
 
         if self.info.n_machines < 2:
             return {}
-        return warmup_link(list(self.schedule.warmup_times), list(self.schedule.probe_times),
-                           sum(self.sizes), len(self.info.workers))
+        return warmup_link(list(times), list(probe_times), sum(self.sizes),
+                           len(self.info.workers))
 
-    def capped(self) -> bool:
-        """Whether the warm-up showed a per-flow cap."""
-        return "per_flow_gbps" in self.link()
+    def capped(self, times: list, probe_times: list) -> bool:
+        """Whether the warm-up's times show a per-flow cap (the schedule's ``capped``)."""
+        return "per_flow_gbps" in self.link(times, probe_times)
 
     def starting_calibration(self) -> Any:
         """The constants the prior starts from: those stored for alike machines, then
@@ -104,9 +108,10 @@ class JobTuners:
         stored = self.stored.restamped("stored") if self.stored is not None else Calibration()
         host = Calibration()
         if "cpu_sum_gbps" not in stored.constants:
-            host = host_calibration(self.schedule.space, gradient_bytes=sum(self.sizes),
+            host = host_calibration(self._space, gradient_bytes=sum(self.sizes),
                                     device=self.device)
-        return merged(stored, host, link_calibration(self.measured_link, self.link()))
+        return merged(stored, host, link_calibration(self.measured_link,
+                                                     self.link(*self._warmup)))
 
     def _make_model(self) -> Any:
         """The job's :class:`~autotune.sim.predict.ModelPrior` (at its first use: after

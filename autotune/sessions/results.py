@@ -4,7 +4,7 @@
 answers "what did it settle on, and how fast": the kept configuration (``best``), every
 trial (``history``, ``failures``), the kept and default configurations' scores with their
 spread, the unit, whether it is still tuning. It only reads: the trials' numbers come from
-the leader's :class:`~autotune.tuning.trials.TrialDriver` (``trials``), the kept
+the leader's :class:`~autotune.tuning.trials.TrialDriver` (``driver``), the kept
 configuration and the current Tuner from its
 :class:`~autotune.tuning.schedule.TrialSchedule` (``schedule``); on other ranks these are
 None and the results fall back to the active configuration or nothing.
@@ -54,15 +54,15 @@ class SessionResults:
     @property
     def history(self) -> list[TrialRecord]:
         """Every trial so far (leader)."""
-        return self.trials.history if self.trials is not None else []
+        return self.driver.history if self.driver is not None else []
 
     @property
     def failures(self) -> list[TrialRecord]:
-        return self.trials.failures if self.trials is not None else []
+        return self.driver.failures if self.driver is not None else []
 
     def _numbers(self, config: Config | None) -> tuple[float | None, float | None]:
         """``config``'s mean and spread over its scored iterations (leader)."""
-        m = self.trials.measured(config) if self.trials is not None and config else None
+        m = self.driver.measured(config) if self.driver is not None and config else None
         return (m[0], m[1]) if m else (None, None)
 
     @property

@@ -22,14 +22,15 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import math
-from typing import Callable
+import statistics
 
+from autotune.speedup import measure
 from autotune.tuning.drift import Drift, DriftWatch
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
-from autotune.tuning.lossy import EFFICIENCY_WINDOW, Goodput, best_lossless
+from autotune.tuning.lossy import EFFICIENCY_WINDOW, best_lossless, dropped
 from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.trial_run import throughput, unit_of
 from autotune.tuning.trials import TrialDriver
-from autotune.speedup import measure
 from autotune.tuning.tuner import Tuner
 
 #: Standard errors of the difference of the means by which a kept configuration's
@@ -38,34 +39,40 @@ Z_KEPT = 1.0
 
 
 class KeptPhase:
-    """The kept configuration of one schedule (module docstring). ``throughput(seconds)``
-    and ``unit`` are the schedule's; ``budget`` its tuning budget."""
+    """The kept configuration of one schedule (module docstring). ``budget``: the
+    schedule's tuning budget; ``samples_per_step``: what a score counts
+    (:func:`~autotune.tuning.trial_run.throughput`). It owns the settled iterations'
+    scores, the drift watch and a kept codec's window of efficiencies."""
 
     def __init__(self, driver: TrialDriver, listener: Listener, drift: Drift | None,
-                 guards: Goodput, budget: int, throughput: Callable[[float], float],
-                 unit: str) -> None:
+                 budget: int, samples_per_step: int | None) -> None:
         self.driver = driver
         self.listener = listener
         self.drift = drift
         self.watch = None if drift is None else DriftWatch(drift)
-        self.guards = guards
         self.budget = budget
-        self.throughput = throughput
-        self.unit = unit
+        self.samples_per_step = samples_per_step
+        self.unit = unit_of(samples_per_step)
         self.settled_left = 0  # settled iterations still to score
         self.keeping: Config | None = None  # the configuration they are scored for
         self.scores: list[float] = []  # its settled iterations' scores
+        self.measured_efficiency = 1.0  # what the kept codec's trials measured
+        self._window: list[float] = []  # the kept codec's efficiencies since the last check
 
     def keep(self, config: Config) -> None:
         """``config`` is kept from now on: its settled iterations are scored."""
         self.settled_left, self.keeping, self.scores = SETTLED_SAMPLES, dict(config), []
 
-    def lock(self, config: Config, tuner: Tuner | None) -> None:
-        """The budget is spent (or ``tuner`` found the leader separated): ``config`` is
-        kept from now on; the watches start afresh."""
+    def restart_watch(self) -> None:
+        """The drift watch measures its baseline afresh (another configuration is kept)."""
         if self.watch is not None:
             self.watch.reset()
-        self.guards.reset_kept()
+
+    def lock(self, config: Config, tuner: Tuner | None, efficiency: float = 1.0) -> None:
+        """The budget is spent (or ``tuner`` found the leader separated): ``config``, whose
+        trials measured ``efficiency``, is kept from now on; the watches start afresh."""
+        self.restart_watch()
+        self.measured_efficiency, self._window = efficiency, []
         self.keep(config)
         if tuner is not None and tuner.separated and tuner.remaining > 0:
             self.listener.say(f"tuning: the kept configuration is separated from the runner-up "
@@ -83,7 +90,7 @@ class KeptPhase:
             if gain is None:  # a kept codec's efficiency unknown: not scored
                 return None
             self.settled_left -= 1
-            score = self.throughput(seconds) * gain
+            score = throughput(self.samples_per_step, seconds) * gain
             self.driver.sample(config, score)
             self.scores.append(score)
             if self.settled_left == 0:
@@ -124,15 +131,15 @@ class KeptPhase:
     def retune(self, space: SearchSpace, config: Config, seconds: float,
                comm_s: float | None, efficiency: float | None,
                best: Config | None) -> tuple[int, Config] | None:
-        """One iteration of ``config`` ran under the kept ``best``: ``(budget, first
-        configuration)`` of the re-tune it calls for (a kept codec's efficiency dropped,
-        or the communication time drifted), else None."""
+        """One iteration of ``config`` ran under the kept ``best`` (``efficiency``: a kept
+        codec's, judged by goodput; else None): ``(budget, first configuration)`` of the
+        re-tune it calls for (a kept codec's efficiency dropped, or the communication time
+        drifted), else None."""
         if best is None:
             return None
-        window = self.drift.window if self.drift is not None else EFFICIENCY_WINDOW
-        dropped = self.guards.kept_dropped(space, config, efficiency, window)
-        if dropped is not None:
-            measured, now = dropped
+        drop = self._dropped(efficiency)
+        if drop is not None:
+            measured, now = drop
             lossless = best_lossless(self.driver.history, space)
             self.listener.say(f"[yellow]statistical efficiency of the kept codec dropped[/] "
                               f"from {measured:.2f} to {now:.2f}: back to lossless "
@@ -149,8 +156,21 @@ class KeptPhase:
         (base_s, base_comm), (now_s, now_comm) = moved
         what = "iteration" if comm_s is None else "communication"
         self.listener.say(f"[yellow]{what} time drifted[/] from {fmt_seconds(base_comm)} to "
-                          f"{fmt_seconds(now_comm)} ({fmt_score(self.throughput(base_s), self.unit)}"
-                          f" to {fmt_score(self.throughput(now_s), self.unit)}): "
+                          f"{fmt_seconds(now_comm)} ("
+                          f"{fmt_score(throughput(self.samples_per_step, base_s), self.unit)} to "
+                          f"{fmt_score(throughput(self.samples_per_step, now_s), self.unit)}): "
                           f"re-tuning for {self.watch.drift.budget} iterations")
         # The old best is stale: measure it again first, alongside its neighbours.
         return self.watch.drift.budget, best
+
+    def _dropped(self, efficiency: float | None) -> tuple[float, float] | None:
+        """A kept codec's iteration of ``efficiency``: ``(what its trials measured, the
+        window's mean)`` once a full window shows it dropped, else None."""
+        if efficiency is None:
+            return None
+        self._window.append(efficiency)
+        window = self.drift.window if self.drift is not None else EFFICIENCY_WINDOW
+        if len(self._window) < window:
+            return None
+        now, self._window = statistics.fmean(self._window), []
+        return (self.measured_efficiency, now) if dropped(self.measured_efficiency, now) else None

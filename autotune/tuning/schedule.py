@@ -73,7 +73,7 @@ What a person sees goes through a :class:`Listener` (a progress bar, or nothing)
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 from autotune.errors import ArgumentError
 from autotune.speedup import MIN_ITERATIONS
@@ -81,14 +81,14 @@ from autotune.tuning.drift import Drift
 from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
-from autotune.tuning.lossy import Goodput
+from autotune.tuning.lossy import gain, judged_by_goodput
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.stakes import MIN_SEARCH, SENSITIVE, SPEND, Stakes
-from autotune.tuning.trial_phase import TrialPhase
+from autotune.tuning.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.trials import TrialDriver
-from autotune.tuning.trial_run import SWITCH_MARGIN, trial_seconds
+from autotune.tuning.trial_run import SWITCH_MARGIN, throughput, trial_seconds, unit_of
 from autotune.tuning.tuner import SEED, Trial, TrialRecord, Tuner
-from autotune.tuning.warmup import PROBE_STREAMS, WarmUp, flow_probe
+from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 
 # re-exported: the session, its display and the tests import them from here
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
@@ -106,19 +106,21 @@ REFERENCE_ITERATIONS = MIN_ITERATIONS + 1
 class TrialSchedule:
     """The leader's schedule of one job (module docstring).
 
-    ``driver`` measures, tells and records trials; ``new_tuner(budget, seed, warm)``
-    makes the Tuner for a (re-)tune; ``capped()`` says whether the warm-up showed a
-    per-flow cap (read :attr:`warmup_times` and :attr:`probe_times`). The phases are
-    parts of their own: the warm-up (:class:`WarmUp`), the trials of the current Tuner
-    (:class:`TrialPhase`) and the kept configuration after them (:class:`KeptPhase`);
-    this class says which runs when.
+    ``driver`` measures, tells and records trials; ``new_tuner(budget, seed, warm,
+    space, warmup)`` makes the Tuner for a (re-)tune (:data:`~autotune.tuning.trial_phase.
+    NewTuner`); ``capped(times, probe_times)`` says whether
+    the warm-up's times show a per-flow cap. The phases are parts of their own, each the
+    one owner of its state: the warm-up (:attr:`warmup_phase`, :class:`WarmUp`), the
+    trials of the current Tuner (:attr:`trial_phase`, :class:`TrialPhase`) and the kept
+    configuration after them (:attr:`kept_phase`, :class:`KeptPhase`); they get what they
+    need as values and say what follows. This class says which runs when.
     """
 
     def __init__(
         self,
         space: SearchSpace,
         driver: TrialDriver,
-        new_tuner: Callable[[int, int, list[Config]], Tuner],
+        new_tuner: NewTuner,
         *,
         budget: int,
         warmup: int = 3,
@@ -127,7 +129,7 @@ class TrialSchedule:
         drift: Drift | None = None,
         seed: int = 0,
         probe: bool = False,
-        capped: Callable[[], bool] | None = None,
+        capped: Capped | None = None,
         listener: Listener | None = None,
         gradient_bytes: int | None = None,
         goodput: bool = False,
@@ -137,7 +139,7 @@ class TrialSchedule:
         self.driver = driver
         # what the job can win and what the trials cost it (autotune.tuning.stakes)
         self.stakes = Stakes(total_steps)
-        self._warm_configs: list[Config] = []  # the warm start, tried once tuning begins
+        self._warm_start: list[Config] = []  # the warm start, tried once tuning begins
         self._full: SearchSpace = space  # the space with its codecs (while they wait)
         self._codecs_at: int | None = None  # the iteration the codec search starts at
         self._codec_budget = 0  # ... and its budget
@@ -149,24 +151,23 @@ class TrialSchedule:
         self.listener.measured_by(driver.measured)
         self.phase = WARMUP
         self.iteration = 0          # iterations measured (next() calls)
+        self.goodput = goodput
         # scored by goodput: the noise scale needs lossless iterations before any codec
-        self.warm = WarmUp(space, max(warmup, LOSSY_WARMUP) if goodput and budget > 0
-                           else warmup, probe, gradient_bytes)
+        self.warmup_phase = WarmUp(space, max(warmup, LOSSY_WARMUP) if goodput and budget > 0
+                                   else warmup, probe, gradient_bytes)
         # the warm-up's times (the same lists) and its probe, read by the session
-        self.warmup_times, self.probe_times = self.warm.times, self.warm.probe_times
-        self.probe = self.warm.probe
+        self.warmup_times = self.warmup_phase.times
+        self.probe_times = self.warmup_phase.probe_times
+        self.probe = self.warmup_phase.probe
         self.last_good: Config | None = None
         self.retunes: list[int] = []  # iterations at which drift started a re-tune
         self._replan = False
         self._ran: Config | None = None  # the configuration of the previous iteration
-        self.guards = Goodput(goodput)  # the trial's efficiencies, and the kept codec's
         # the current Tuner, the trial under way, the best so far
-        self.trials = TrialPhase(driver, self.listener, self.guards, new_tuner,
-                                 self.throughput, cut_short, space,
-                                 stop=lambda: self.stakes.spent)
+        self.trial_phase = TrialPhase(driver, self.listener, new_tuner, samples_per_step,
+                                      cut_short, space, goodput)
         # after tuning: the kept configuration's settled figure and its watches
-        self.after = KeptPhase(driver, self.listener, drift, self.guards, budget,
-                               self.throughput, self.unit)
+        self.kept_phase = KeptPhase(driver, self.listener, drift, budget, samples_per_step)
 
     # ---------------------------------------------------------------- start
     def start(self, warm: Sequence[Config], keep: Config | None = None) -> Config:
@@ -176,10 +177,10 @@ class TrialSchedule:
         if keep is not None or self.budget == 0:
             self.phase = LOCKED
             kept = keep if keep is not None else (warm[0] if warm else self.space.default())
-            self.after.keep(kept)
+            self.kept_phase.keep(kept)
             return kept
-        self._warm_configs = list(warm)
-        if self.warm.left:
+        self._warm_start = list(warm)
+        if self.warmup_phase.left:
             return self.space.default()
         return self._begin()
 
@@ -203,7 +204,7 @@ class TrialSchedule:
     def _next(self, config: Config, seconds: float, failed: str | None,
               comm_s: float | None, efficiency: float | None) -> Config:
         self.iteration += 1
-        gain = self.guards.gain(config, efficiency)
+        scored = gain(self.goodput, config, efficiency)
         switched, self._ran = config != self._ran, dict(config)
         if seconds != float("inf") and failed is None:
             self.last_good = dict(config)
@@ -212,20 +213,22 @@ class TrialSchedule:
         if self.phase == LOCKED:
             if self._codecs_at is not None and self.iteration >= self._codecs_at:
                 return self._codecs(config)
-            if self.warm.left > 0:  # kept untuned from the start: a warm-up, unscored
-                self.warm.left -= 1
+            if self.warmup_phase.left > 0:  # kept untuned from the start: a warm-up, unscored
+                self.warmup_phase.unscored()
             elif not switched and failed is None and seconds != float("inf"):
-                why = self.after.settled(self.space, config, seconds, gain)
+                why = self.kept_phase.settled(self.space, config, seconds, scored)
                 if why is not None:
                     self._back_to_default(why)
             kept = self.best[0] if self.best else config
-            retune = self.after.retune(self.space, config, seconds, comm_s, efficiency,
-                                       None if self.best is None else self.best[0])
+            retune = self.kept_phase.retune(
+                self.space, config, seconds, comm_s,
+                efficiency if self.lossy(config) else None,
+                None if self.best is None else self.best[0])
             return kept if retune is None else self._retune(*retune)
         if self.phase == WARMUP:
             return self._warmed(config, seconds, comm_s)
         self.stakes.charge(float("inf") if failed is not None else seconds)
-        return self._measured(seconds, failed, switched, gain)
+        return self._measured(seconds, failed, switched, scored)
 
     def rejected(self, config: Config, error: str, retrying: bool = False) -> Config:
         """The runtime could not apply ``config`` (identically on every rank): outside a
@@ -234,7 +237,7 @@ class TrialSchedule:
         if retrying or self.phase != TRIAL or self.trial is None:
             fallback = self.fallback()
             return fallback if config != fallback else self.space.default()
-        self.trials.finish(None, f"could not apply the configuration: {error}")
+        self.trial_phase.finish(None, f"could not apply the configuration: {error}")
         return self._next_trial()
 
     def servers_lost(self, space: SearchSpace, servers: Sequence[int], error: str,
@@ -242,12 +245,11 @@ class TrialSchedule:
         """Servers stopped and ``space`` is what is left: reported and recorded now; the
         tuning starts over at the next iteration."""
         self._full = space
-        self.trials.space = space.lossless() if self._codecs_at is not None else space
+        self.trial_phase.narrow(space.lossless() if self._codecs_at is not None else space)
         self._replan = True
         self.listener.say(f"[red]lost server(s)[/] {list(servers)}: {error}. Training goes "
                           "on with all-reduce among the workers.")
-        self.driver.space = self.trials.space
-        self.driver.record(TrialRecord(self.trials.index + 1, "fault", dict(config or {}), 0,
+        self.driver.record(TrialRecord(self.trial_phase.index + 1, "fault", dict(config or {}), 0,
                                        None, f"lost server(s) {list(servers)}: {error}"))
 
     def fallback(self) -> Config:
@@ -267,32 +269,32 @@ class TrialSchedule:
     @property
     def warmup_left(self) -> int:
         """Warm-up iterations still to run."""
-        return self.warm.left
+        return self.warmup_phase.left
 
     @property
     def space(self) -> SearchSpace:
         """The job's space (smaller once servers are lost)."""
-        return self.trials.space
+        return self.trial_phase.space
 
     @property
     def tuner(self) -> Tuner | None:
         """The current Tuner (a new one after a re-tune); None before tuning."""
-        return self.trials.tuner
+        return self.trial_phase.tuner
 
     @property
     def trial(self) -> Trial | None:
         """The trial under way (after it: the last one)."""
-        return self.trials.trial
+        return self.trial_phase.trial
 
     @property
     def best(self) -> tuple[Config, float] | None:
         """The best configuration so far and the Tuner's mean score of it."""
-        return self.trials.best
+        return self.trial_phase.best
 
     @property
     def tuning_iterations(self) -> int:
         """Iterations spent inside trials."""
-        return self.trials.iterations
+        return self.trial_phase.iterations
 
     @property
     def kept(self) -> Config | None:
@@ -300,38 +302,44 @@ class TrialSchedule:
         return dict(self.best[0]) if self.best is not None else None
 
     def throughput(self, seconds: float) -> float:
-        return (self.samples_per_step or 1) / max(seconds, 1e-9)
+        """An iteration's score (:func:`~autotune.tuning.trial_run.throughput`)."""
+        return throughput(self.samples_per_step, seconds)
 
     @property
     def baseline(self) -> tuple[float, float] | None:
         """The kept configuration's median (iteration s, communication s), once measured."""
-        watch = self.after.watch
+        watch = self.kept_phase.watch
         return None if watch is None else watch.baseline
 
     @property
     def trial_efficiency(self) -> dict[tuple, float]:
         """The mean efficiency of each lossy trial, by configuration key."""
-        return self.guards.trial_efficiency
+        return self.trial_phase.efficiency
 
     def lossy(self, config: Config) -> bool:
         """Whether ``config`` is judged by its efficiency: a codec, scored by goodput."""
-        return self.guards.lossy(config)
+        return judged_by_goodput(self.goodput, config)
 
     @property
     def unit(self) -> str:
         """What :meth:`throughput` counts (the session's unit): ``samples/s`` with
         ``samples_per_step``, else ``it/s``."""
-        return "samples/s" if self.samples_per_step else "it/s"
+        return unit_of(self.samples_per_step)
 
     # --------------------------------------------------------------- phases
+    def _warmup_times(self) -> tuple[list, list]:
+        """The warm-up's times as values: (the default's, the several-stream probe's)."""
+        return list(self.warmup_phase.times), list(self.warmup_phase.probe_times)
+
     def _warmed(self, config: Config, seconds: float, comm_s: float | None) -> Config:
         """A warm-up iteration ran: trains, but is not a trial. At its end the tuning
         begins (:meth:`_begin`)."""
-        warming = self.warm.ran(config, seconds, self.allowed, comm_s)
+        warming = self.warmup_phase.ran(config, seconds, self.allowed, comm_s)
         if warming is not None:
             return warming
         if self.tuner is not None:  # started over after a server loss during the warm-up
-            self.tuner.try_first(self.warm.seeds(self.space, self._capped), technique=SEED)
+            self.tuner.try_first(self.warmup_phase.seeds(self.space, self._capped),
+                                 technique=SEED)
             self.phase = TRIAL
             return self._next_trial()
         return self._begin()
@@ -341,23 +349,23 @@ class TrialSchedule:
         (:meth:`Stakes.plan`), none where nothing is to be won; codecs wait out the
         sensitive phase (a lossless search first). If the warm-up showed a per-flow cap,
         the seeds with the probe's streams are tried first."""
-        plan = self.stakes.plan(self.budget, self.iteration, self.warm.times,
-                                self.warm.comm)
+        plan = self.stakes.plan(self.budget, self.iteration, self.warmup_phase.times,
+                                self.warmup_phase.comm)
         if plan.reason is not None:
             self.listener.say(plan.reason)
         if plan.budget == 0:
             self.phase = LOCKED
             kept = self.space.default()
-            self.after.keep(kept)
+            self.kept_phase.keep(kept)
             return kept
         codecs_at = self.stakes.sensitive_until()
         if self.space.lossy and codecs_at > self.iteration:
             self._codecs_at, self._codec_budget = codecs_at, max(MIN_SEARCH, plan.budget // 2)
-            self.trials.space = self.driver.space = self._full.lossless()
+            self.trial_phase.narrow(self._full.lossless())
             self.listener.say(f"codecs wait for the first {SENSITIVE:.0%} of training "
                               f"(iteration {codecs_at}); tuning lossless until then")
-        self.trials.tune(plan.budget, self.seed, self._warm_configs)
-        self.tuner.try_first(self.warm.seeds(self.space, self._capped), technique=SEED)
+        self.trial_phase.tune(plan.budget, self.seed, self._warm_start, self._warmup_times())
+        self.tuner.try_first(self.warmup_phase.seeds(self.space, self._capped), technique=SEED)
         self.phase = TRIAL
         return self._next_trial()
 
@@ -365,7 +373,7 @@ class TrialSchedule:
         """The sensitive phase is over: a short search over the whole space (codecs in),
         from the kept lossless configuration."""
         self._codecs_at = None
-        self.trials.space = self.driver.space = self._full
+        self.trial_phase.narrow(self._full)
         kept = self.best[0] if self.best else config
         self.listener.say(f"iteration {self.iteration}: past the sensitive phase, trying "
                           f"codecs for {self._codec_budget} iterations")
@@ -377,9 +385,8 @@ class TrialSchedule:
         self.listener.say(why)
         default = self.space.default()
         score = self.tuner.score_of(default) if self.tuner is not None else None
-        self.trials.best = (default, score or 0.0)
-        if self.after.watch is not None:
-            self.after.watch.reset()
+        self.trial_phase.set_best((default, score or 0.0))
+        self.kept_phase.restart_watch()
 
     def cost(self) -> dict:
         """What tuning cost and saved so far (:meth:`Stakes.summary`), with the kept
@@ -390,13 +397,13 @@ class TrialSchedule:
         return self.stakes.summary(kept_s, self.iteration)
 
     def _measured(self, seconds: float, failed: str | None, switched: bool = True,
-                  gain: float | None = 1.0) -> Config:
+                  scored: float | None = 1.0) -> Config:
         """An iteration of the trial under way ran (:meth:`TrialPhase.measured`)."""
-        nxt = self.trials.measured(seconds, failed, switched, gain)
+        nxt = self.trial_phase.measured(seconds, failed, switched, scored, self.stakes.spent)
         return self._lock() if nxt is None else nxt
 
     def _next_trial(self) -> Config:
-        nxt = self.trials.next_trial()
+        nxt = self.trial_phase.next_trial(self.stakes.spent)
         return self._lock() if nxt is None else nxt
 
     def _lock(self) -> Config:
@@ -408,7 +415,8 @@ class TrialSchedule:
             self.listener.say(f"tuning stopped: the trials lost {fmt_seconds(self.stakes.lost_s)}"
                               f", the {SPEND:.0%} of the job's predicted time they may")
         kept = self.best[0] if self.best else self.fallback()
-        self.after.lock(kept, self.tuner)
+        self.kept_phase.lock(kept, self.tuner,
+                             self.trial_phase.efficiency.get(self.space.key(kept), 1.0))
         self.listener.locked(self.kept)
         return kept
 
@@ -416,11 +424,11 @@ class TrialSchedule:
         """A re-tune of ``budget`` iterations whose first trial is ``first``. What was
         measured describes the job before the change: the means start afresh."""
         self.retunes.append(self.iteration)
-        self.after.end_settling()
+        self.kept_phase.end_settling()
         self.driver.forget()
-        self.trials.best = None
+        self.trial_phase.set_best(None)
         self.phase = TRIAL
-        self.trials.tune(budget, self.seed + self.iteration, [first])
+        self.trial_phase.tune(budget, self.seed + self.iteration, [first], self._warmup_times())
         return self._next_trial()
 
     def _start_over(self, failed: str | None, config: Config) -> Config:
@@ -440,16 +448,17 @@ class TrialSchedule:
                 return self.fallback()
             budget = max(10, self.budget // 5)
         else:
-            if self.phase == TRIAL and self.trials.under_way:
-                self.trials.finish(None, failed or "servers lost")
+            if self.phase == TRIAL and self.trial_phase.under_way:
+                self.trial_phase.finish(None, failed or "servers lost")
             budget = self.tuner.remaining if self.tuner is not None else 0
-        self.trials.best = ((best, self.tuner.score_of(best) or 0.0)
-                            if best and self.tuner is not None else None)
-        self.after.end_settling()
+        self.trial_phase.set_best((best, self.tuner.score_of(best) or 0.0)
+                                  if best and self.tuner is not None else None)
+        self.kept_phase.end_settling()
         if budget <= 0:
             return self._lock()
-        self.trials.tune(budget, self.seed + self.iteration, [best] if best else [])
-        if self.warm.left > 0:
+        self.trial_phase.tune(budget, self.seed + self.iteration, [best] if best else [],
+                             self._warmup_times())
+        if self.warmup_phase.left > 0:
             self.phase = WARMUP
             return self.fallback()
         self.phase = TRIAL

@@ -16,39 +16,44 @@ import time
 from typing import Callable
 
 from autotune.tuning.listener import Listener
-from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, Goodput
+from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, judged_by_goodput
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.trial_run import TrialRun, trial_seconds
+from autotune.tuning.trial_run import TrialRun, throughput, trial_seconds
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.trust import PROPOSE
 from autotune.tuning.tuner import Trial, Tuner
+
+#: ``new_tuner(budget, seed, warm, space, warmup)``: the Tuner of a (re-)tune of
+#: ``budget`` iterations over ``space``, warm-started from ``warm``; ``warmup``: the
+#: warm-up's times, ``(the default's, the several-stream probe's)``
+NewTuner = Callable[[int, int, list[Config], SearchSpace, tuple[list, list]], Tuner]
 
 
 class TrialPhase:
     """The trials of the schedule's current Tuner (module docstring).
 
-    ``new_tuner(budget, seed, warm)`` makes a Tuner; ``throughput(seconds)`` turns an
-    iteration's seconds into the score's unit; ``cut_short``: the fraction of the best
-    score under which a trial ends early (None: never); ``stop()``: whether to start no
-    further trial (the trials have cost the job all they may)."""
+    ``new_tuner`` makes a Tuner (:data:`NewTuner`); ``samples_per_step``: what an
+    iteration's score counts (:func:`~autotune.tuning.trial_run.throughput`);
+    ``cut_short``: the fraction of the best score under which a trial ends early (None:
+    never); ``goodput``: lossy trials are scored by goodput. It owns the Tuner, the trial
+    under way, the best so far and each lossy trial's efficiency (:attr:`efficiency`)."""
 
-    def __init__(self, driver: TrialDriver, listener: Listener, guards: Goodput,
-                 new_tuner: Callable[[int, int, list[Config]], Tuner],
-                 throughput: Callable[[float], float], cut_short: float | None,
-                 space: SearchSpace, stop: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, driver: TrialDriver, listener: Listener, new_tuner: NewTuner,
+                 samples_per_step: int | None, cut_short: float | None, space: SearchSpace,
+                 goodput: bool = False) -> None:
         self.driver = driver
         self.listener = listener
-        self.guards = guards
         self._new_tuner = new_tuner
-        self.throughput = throughput
+        self.samples_per_step = samples_per_step
         self.cut_short = cut_short
         self.space = space
-        self.stop = stop  # whether to start no further trial (the trials cost enough)
+        self.goodput = goodput
         self.tuner: Tuner | None = None
         self.run: TrialRun | None = None  # the trial under way (or the last one)
         self.index = -1                   # the last trial's index
         self.best: tuple[Config, float] | None = None  # (config, the Tuner's mean score)
         self.iterations = 0               # iterations spent inside trials
+        self.efficiency: dict[tuple, float] = {}  # each scored lossy trial's mean, by key
 
     @property
     def trial(self) -> Trial | None:
@@ -60,57 +65,70 @@ class TrialPhase:
         """Whether a trial has iterations left."""
         return self.run is not None and self.run.left > 0
 
-    def tune(self, budget: int, seed: int, warm: list[Config]) -> None:
-        """A new Tuner over :attr:`space` with ``budget`` iterations, warm-started."""
-        self.tuner = self._new_tuner(budget, seed, warm)
+    def narrow(self, space: SearchSpace) -> None:
+        """The trials run over ``space`` from now on (servers lost; codecs waiting or
+        let in): the driver records against it too."""
+        self.space = self.driver.space = space
+
+    def set_best(self, best: tuple[Config, float] | None) -> None:
+        """The best so far is ``best`` (``None``: none yet, a re-tune starting afresh)."""
+        self.best = best
+
+    def tune(self, budget: int, seed: int, warm: list[Config],
+             warmup: tuple[list, list] = ([], [])) -> None:
+        """A new Tuner over :attr:`space` with ``budget`` iterations, warm-started;
+        ``warmup``: the warm-up's times (:data:`NewTuner`)."""
+        self.tuner = self._new_tuner(budget, seed, warm, self.space, warmup)
         self.driver.space, self.driver.tuner = self.space, self.tuner
         if budget > 0:
             self.listener.tuning(budget)
 
-    def next_trial(self) -> Config | None:
-        """The next trial's configuration; None when the Tuner has none left."""
-        if self.stop():
+    def next_trial(self, stop: bool = False) -> Config | None:
+        """The next trial's configuration; None when the Tuner has none left or ``stop``
+        (the trials have cost the job all they may)."""
+        if stop:
             return None
         trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
         if trial is None:
             return None
-        self.run = TrialRun(trial)
+        self.run = TrialRun(trial, judged_by_goodput(self.goodput, trial.config))
         self.index += 1
-        self.guards.start_trial()
         self.listener.trial_started(self.index, trial)
         return trial.config
 
     def measured(self, seconds: float, failed: str | None, switched: bool = True,
-                 gain: float | None = 1.0) -> Config | None:
+                 gain: float | None = 1.0, stop: bool = False) -> Config | None:
         """An iteration of the trial under way ran (``switched``: under another
-        configuration than the iteration before; ``gain``: :meth:`Goodput.gain`): the
-        configuration to run next, None when the Tuner has no trial left."""
+        configuration than the iteration before; ``gain``:
+        :func:`~autotune.tuning.lossy.gain`): the configuration to run next, None when
+        the Tuner has no trial left (or ``stop``, :meth:`next_trial`)."""
         run = self.run
         assert run is not None and self.tuner is not None
         trial = run.trial
         self.iterations += 1
         first = run.step(switched)
-        if failed is None and seconds != float("inf") and self.guards.lossy(trial.config):
-            failed = self.guards.judged(trial.config, gain, first)
+        if failed is None and seconds != float("inf") and run.lossy:
+            failed = run.judged(gain, first)
         if failed is not None or seconds == float("inf"):
             self.finish(None, failed or "a worker failed under this configuration")
-            return self.next_trial()
-        mean = self.guards.trial_gain(trial.config)  # so far (this iteration's judged above)
+            return self.next_trial(stop)
+        mean = run.gain  # so far (this iteration's judged above)
         run.record(seconds, first)
+        score = throughput(self.samples_per_step, seconds) * (mean or 1.0)
         if not first:
-            self.driver.sample(trial.config, self.throughput(seconds) * (mean or 1.0))
+            self.driver.sample(trial.config, score)
         self.listener.advanced(1)
         best = self.tuner.best
-        if (run.left > 0 and not run.clearly_slow(self.throughput(seconds) * (mean or 1.0), first,
-                                                  best and best[1], self.cut_short)
+        if (run.left > 0 and not run.clearly_slow(score, first, best and best[1], self.cut_short)
                 and not self.tuner.enough(trial, len(run.times))):
             return trial.config
         if mean is None:  # only its switch iteration was seen, with no efficiency
             self.finish(None, UNKNOWN_EFFICIENCY)
-            return self.next_trial()
-        speed = self.throughput(trial_seconds(run.times, seconds, cut=run.left > 0))
-        self.finish(speed * mean, None, speed if self.guards.lossy(trial.config) else None)
-        return self.next_trial()
+            return self.next_trial(stop)
+        speed = throughput(self.samples_per_step,
+                           trial_seconds(run.times, seconds, cut=run.left > 0))
+        self.finish(speed * mean, None, speed if run.lossy else None)
+        return self.next_trial(stop)
 
     def finish(self, score: float | None, error: str | None,
                throughput: float | None = None) -> None:
@@ -123,7 +141,9 @@ class TrialPhase:
         # one cut short gives the rest back to the budget.
         if score is None:
             self.listener.advanced(run.left)
-        efficiency = self.guards.finish_trial(self.space, trial.config, score)
+        efficiency = run.gain if run.lossy else None
+        if efficiency is not None and score is not None:
+            self.efficiency[self.space.key(trial.config)] = efficiency
         rec = self.driver.finish(trial, score, iterations=run.used,
                                  measured=len(run.times), error=error,
                                  wall_time=time.perf_counter() - run.started,

@@ -15,6 +15,7 @@ import statistics
 import time
 
 from autotune.tuning.confirm import CONFIRM
+from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, collapsed
 from autotune.tuning.tuner import Trial
 
 #: How much slower than the configuration's steady iterations its first one (the switch:
@@ -36,16 +37,53 @@ def trial_seconds(scored: list[float], switch_s: float, cut: bool) -> float:
     return switch_s / SWITCH_MARGIN if cut else switch_s
 
 
+def throughput(samples_per_step: int | None, seconds: float) -> float:
+    """An iteration's score: ``samples_per_step`` samples (1 when None) per ``seconds``."""
+    return (samples_per_step or 1) / max(seconds, 1e-9)
+
+
+def unit_of(samples_per_step: int | None) -> str:
+    """What :func:`throughput` counts: ``samples/s`` with ``samples_per_step``, else
+    ``it/s``."""
+    return "samples/s" if samples_per_step else "it/s"
+
+
 class TrialRun:
     """The trial under way: its iterations left, the seconds of those scored, its
-    unscored switch iteration's, and when it started."""
+    unscored switch iteration's, when it started and, judged by goodput
+    (``lossy``), its iterations' efficiencies."""
 
-    def __init__(self, trial: Trial) -> None:
+    def __init__(self, trial: Trial, lossy: bool = False) -> None:
         self.trial = trial
+        self.lossy = lossy
         self.left = trial.iterations
         self.times: list[float] = []  # its scored iterations' seconds
         self.switch_s: float | None = None  # its switch iteration's, unscored
         self.started = time.perf_counter()
+        self.gains: list[float] = []  # its scored iterations' efficiencies (lossy)
+        self.first_gain: float | None = None  # its switch iteration's
+
+    def judged(self, gain: float | None, first: bool) -> str | None:
+        """A lossy trial's iteration of efficiency ``gain``: why the trial fails (its
+        efficiency unknown, or collapsed), or None. The ``first`` iteration after a switch
+        also delivers what the previous codec's error feedback held back, which is not
+        this codec's error: it only scores a trial that ends before another is seen (cut
+        short for its speed), and never fails one."""
+        if first:
+            self.first_gain = gain
+            return None
+        if gain is None:
+            return UNKNOWN_EFFICIENCY
+        self.gains.append(gain)
+        return collapsed(self.gain)
+
+    @property
+    def gain(self) -> float | None:
+        """The trial's mean efficiency so far: 1 unless lossy; the switch iteration's when
+        no other was seen; None when unknown."""
+        if not self.lossy:
+            return 1.0
+        return statistics.fmean(self.gains) if self.gains else self.first_gain
 
     def step(self, switched: bool) -> bool:
         """One of its iterations ran (``switched``: under another configuration than the

@@ -56,6 +56,11 @@ def capped_seeds(space: SearchSpace, probe: Config) -> list[Config]:
     return seeds
 
 
+#: ``capped(times, probe_times)``: whether the warm-up's times (the default's, the
+#: several-stream probe's) show a per-flow cap
+Capped = Callable[[list, list], bool]
+
+
 class WarmUp:
     """The warm-up iterations of one schedule: ``iterations`` of the default, the last of
     two or more the flow-cap probe when ``probe`` (across machines). Their times give the
@@ -86,9 +91,14 @@ class WarmUp:
             return self.probe
         return config
 
-    def seeds(self, space: SearchSpace, capped: Callable[[], bool] | None) -> list[Config]:
-        """What to try first: the :func:`capped_seeds` if the probe ran and ``capped()``
-        says the warm-up showed a per-flow cap, else nothing."""
-        if self.probe is None or not self.probe_times or capped is None or not capped():
+    def unscored(self) -> None:
+        """A warm-up iteration of a configuration kept without tuning ran: not timed."""
+        self.left -= 1
+
+    def seeds(self, space: SearchSpace, capped: Capped | None) -> list[Config]:
+        """What to try first: the :func:`capped_seeds` if the probe ran and ``capped(times,
+        probe_times)`` says the warm-up showed a per-flow cap, else nothing."""
+        if (self.probe is None or not self.probe_times or capped is None
+                or not capped(list(self.times), list(self.probe_times))):
             return []
         return capped_seeds(space, self.probe)

@@ -32,9 +32,9 @@ def make(budget=60, goodput=True, warmup=3, **kw):
                               fixed={"streams": [1, 2], "chunk_bytes": 4 << 20})
     driver = TrialDriver(space, None)
 
-    def new_tuner(b, seed, warm):
-        return Tuner(driver.space, budget=b, seed=seed, warm_start=warm,
-                     techniques=("grid",), reference=driver.space.default(),
+    def new_tuner(b, seed, warm, space, warmup):
+        return Tuner(space, budget=b, seed=seed, warm_start=warm,
+                     techniques=("grid",), reference=space.default(),
                      trial_iterations=3)
 
     return TrialSchedule(space, driver, new_tuner, budget=budget, warmup=warmup,

@@ -51,9 +51,9 @@ def make(space=None, budget=20, trial_iterations=2, **kw):
     driver = TrialDriver(space, None)
     heard = Heard()
 
-    def new_tuner(b, seed, warm):
-        return Tuner(driver.space, budget=b, seed=seed, warm_start=warm,
-                     techniques=("grid", "pbt"), reference=driver.space.default(),
+    def new_tuner(b, seed, warm, space, warmup):
+        return Tuner(space, budget=b, seed=seed, warm_start=warm,
+                     techniques=("grid", "pbt"), reference=space.default(),
                      reference_iterations=REFERENCE_ITERATIONS,  # as a session's JobTuners
                      trial_iterations=trial_iterations)
 
@@ -83,7 +83,7 @@ def test_warmup_runs_the_default_and_is_no_trial():
 
 
 def test_flow_probe_is_the_last_warmup_and_seeds_the_capped_case():
-    s, _ = make(warmup=3, probe=True, capped=lambda: True)
+    s, _ = make(warmup=3, probe=True, capped=lambda times, probe: True)
     cfg = s.start([])
     ran, _ = drive(s, cfg, 3)
     assert ran[2] == {**s.space.default(), "streams": PROBE_STREAMS}
@@ -95,7 +95,7 @@ def test_flow_probe_is_the_last_warmup_and_seeds_the_capped_case():
 
 def test_no_probe_without_two_warmups_or_when_not_capped():
     assert make(warmup=1, probe=True)[0].probe is None
-    s, _ = make(warmup=3, probe=True, capped=lambda: False)
+    s, _ = make(warmup=3, probe=True, capped=lambda times, probe: False)
     drive(s, s.start([]), 3)
     assert s.trial.config == s.space.default()  # uncapped: the default first, as ever
 
@@ -390,7 +390,7 @@ def test_the_flow_probe_cuts_chunks_so_that_every_stream_carries_one():
     tiny = flow_probe(space, 1000)  # smaller than any chunk: the smallest
     assert tiny["chunk_bytes"] == min(space["chunk_bytes"].values)
     # the session's capped seeds take the probe's chunks when smaller than theirs
-    s, _ = make(space=space, warmup=3, probe=True, capped=lambda: True, gradient_bytes=2 * 2**20)
+    s, _ = make(space=space, warmup=3, probe=True, capped=lambda times, probe: True, gradient_bytes=2 * 2**20)
     ran, _ = drive(s, s.start([]), 3)
     assert ran[2] == small
     assert s.trial.config == {**space.seeds()[0], "streams": PROBE_STREAMS,

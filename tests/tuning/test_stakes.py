@@ -33,9 +33,9 @@ def make(space, budget=100, total_steps=None, warmup=3):
     driver = TrialDriver(space, None)
     said = Said()
 
-    def new_tuner(b, seed, warm):
-        return Tuner(driver.space, budget=b, seed=seed, warm_start=warm,
-                     techniques=("grid", "pbt"), reference=driver.space.default())
+    def new_tuner(b, seed, warm, space, warmup):
+        return Tuner(space, budget=b, seed=seed, warm_start=warm,
+                     techniques=("grid", "pbt"), reference=space.default())
 
     schedule = TrialSchedule(space, driver, new_tuner, budget=budget, warmup=warmup,
                              total_steps=total_steps, listener=said)

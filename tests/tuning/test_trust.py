@@ -154,9 +154,9 @@ def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_i
                           space_facts={"k_max": 1, "workers_per_machine": 1})
     driver = TrialDriver(LOSSLESS, None, store, run)
 
-    def new_tuner(budget, seed, warm):
-        return Tuner(driver.space, budget=budget, seed=seed, warm_start=warm,
-                     prior=cap_inverted, reference=driver.space.default(),
+    def new_tuner(budget, seed, warm, space, warmup):
+        return Tuner(space, budget=budget, seed=seed, warm_start=warm,
+                     prior=cap_inverted, reference=space.default(),
                      reference_iterations=REFERENCE_ITERATIONS)
 
     s = TrialSchedule(LOSSLESS, driver, new_tuner, budget=60, warmup=2, listener=Heard())
