@@ -9,7 +9,8 @@ without :class:`~autotune.runtime.ddp_hook.BucketTransport`, as cases of the sha
 micro-batches, ``find_unused_parameters=True`` with one unused layer, small DDP buckets)
 under plain DDP and under DDP + the hook (the runtime of each case joined for it),
 switching the configuration every iteration through lossless ones (streams 1..4,
-chunk_bytes 4 KiB..4 MiB); once more with host staging copying (``copy_cpu``). ``all``
+chunk_bytes 4 KiB..4 MiB); once more with host staging copying (``copy_cpu``), and once
+with DDP's ``gradient_as_bucket_view`` (``.grad`` is the bucket's memory). ``all``
 adds: top-k with error feedback switching ratio mid-training and then to ``none``; a
 conservation check on the transport alone (every gradient produced is delivered once the
 residual is folded); the misuse cases. Each rank returns what it saw.
@@ -64,11 +65,12 @@ def batches(steps: int, micro: int) -> list[list[tuple[torch.Tensor, torch.Tenso
     return out
 
 
-def make_ddp(unused: bool = True) -> DDP:
+def make_ddp(unused: bool = True, views: bool = False) -> DDP:
     """DDP over :class:`Net`; with its unused layer, ``find_unused_parameters`` (then DDP
     never rebuilds its buckets); without, DDP rebuilds them after the first step."""
     torch.manual_seed(1000 + RANK)  # unseeded across ranks: DDP's broadcast matters
-    return DDP(Net(unused), find_unused_parameters=unused, bucket_cap_mb=0.1)
+    return DDP(Net(unused), find_unused_parameters=unused, bucket_cap_mb=0.1,
+               gradient_as_bucket_view=views)
 
 
 def train(ddp: DDP, steps: int, micro: int, before_step: Any = None) -> list[float]:
@@ -106,10 +108,10 @@ def stop(rt: Any) -> None:
     rt.shutdown()
 
 
-def parity(copy_cpu: bool = False) -> dict:
-    plain = make_ddp()
+def parity(copy_cpu: bool = False, views: bool = False) -> dict:
+    plain = make_ddp(views=views)
     train(plain, STEPS, 2)
-    hooked = make_ddp()
+    hooked = make_ddp(views=views)
     rt = runtime(copy_cpu)
     t = BucketTransport.install(hooked, rt)
     seen = []
@@ -242,6 +244,7 @@ def cases(mode: str, out: str) -> dict:
     result: dict[str, Any] = {"parity": parity()}
     if mode == "all":
         result["staged"] = parity(copy_cpu=True)
+        result["views"] = parity(views=True)
         result["lossy"] = lossy()
         result["conservation"] = conservation()
         result["misuse"] = misuse()

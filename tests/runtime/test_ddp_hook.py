@@ -52,12 +52,13 @@ def _check_run(run: dict) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", ["parity", "staged"])
+@pytest.mark.parametrize("phase", ["parity", "staged", "views"])
 def test_two_ranks_bit_identical_to_ddp(two, phase):
     """Lossless configurations switched every step (streams 1..4, chunks 4 KiB..4 MiB),
     no_sync accumulation, an unused parameter, BatchNorm: every parameter and buffer
     equals plain DDP's bit for bit on every rank; also when chunks go through host
-    staging buffers and are copied back (what CUDA buckets under gloo do)."""
+    staging buffers and are copied back (what CUDA buckets under gloo do), and with
+    ``gradient_as_bucket_view`` (both models)."""
     for rank in two:
         run = rank[phase]
         _check_run(run)
