@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time, loaded on fir
     from autotune.sessions import DDPSession, Session, TuningSession
     from autotune.sessions.ddp import workers_group
     from autotune.tuning.schedule import TrialSchedule
-    from autotune.tuning.space import Config, ConfigError, SearchSpace
+    from autotune.runtime.config import ConfigError
+    from autotune.tuning.space import Config, SearchSpace
     from autotune.tuning.tuner import Trial, Tuner
 
 _EXPORTS = {
@@ -38,7 +39,7 @@ _EXPORTS = {
     "Trial": "autotune.tuning.tuner",
     "SearchSpace": "autotune.tuning.space",
     "Config": "autotune.tuning.space",
-    "ConfigError": "autotune.tuning.space",
+    "ConfigError": "autotune.runtime.config",
     "AutotuneError": "autotune.errors",
     "ArgumentError": "autotune.errors",
     "UsageError": "autotune.runtime.errors",

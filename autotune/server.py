@@ -20,7 +20,8 @@ import os
 import sys
 from typing import Any, Mapping
 
-from autotune.runtime.errors import ConfigError, RuntimeFault, ServerLost
+from autotune.runtime.config import ConfigError
+from autotune.runtime.errors import RuntimeFault, ServerLost
 
 
 def serve(rt: Any) -> int:

@@ -286,7 +286,8 @@ def _checked(o: TuneOptions) -> _Request:
 def _fixed(o: TuneOptions, cluster: Any) -> dict[str, Any]:
     """``--fix``: the pinned knobs, checked against this job's space (what its world can
     run) before anything starts."""
-    from autotune.tuning.space import ConfigError, SearchSpace
+    from autotune.runtime.config import ConfigError
+    from autotune.tuning.space import SearchSpace
     from autotune.units import parse_knob
 
     fixed: dict[str, Any] = {}

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ConfigError, PeerFailed, PeerStopped, RuntimeFault, ServerLost, UsageError
+from .config import ConfigError
+from .errors import PeerFailed, PeerStopped, RuntimeFault, ServerLost, UsageError
 from .plan import Chunk, make_plan, summation_shares
 from .world import WorldInfo
 

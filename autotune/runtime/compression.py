@@ -34,7 +34,7 @@ from .config import Intra, RuntimeConfig
 from .plan import Chunk
 from .world import WorldInfo
 
-SEED = 0x6175_746F
+CODEC_SEED = 0x6175_746F
 """The codecs' shared seed (random-k indices, PowerSGD's first basis): the same on every
 rank, so nothing random crosses the wire."""
 
@@ -54,7 +54,7 @@ class Compression:
         payloads = max(1, len(info.workers) if flat else info.n_machines)
         if config.compression == "none":
             return cls(None, compress_min_bytes(config), payloads)
-        codec = codec_from_config(config, world_size=payloads, seed=SEED)
+        codec = codec_from_config(config, world_size=payloads, seed=CODEC_SEED)
         return cls(codec, compress_min_bytes(config), payloads)
 
     @property

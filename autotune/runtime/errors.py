@@ -11,9 +11,8 @@ them, means another rank failed and names it; uncaught, it is printed as one lin
 from __future__ import annotations
 
 from autotune.errors import AutotuneError
-from .config import ConfigError
 
-__all__ = ["ConfigError", "RuntimeFault", "PeerFailed", "PeerStopped", "ServerLost",
+__all__ = ["RuntimeFault", "PeerFailed", "PeerStopped", "ServerLost",
            "UsageError"]
 
 

@@ -14,7 +14,8 @@ import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 from autotune.tuning.schedule import REFERENCE_ITERATIONS
-from autotune.tuning.space import Config, ConfigError, SearchSpace
+from autotune.runtime.config import ConfigError
+from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import Tuner
 
 

@@ -23,7 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from autotune.tuning.space import Config, ConfigError, SearchSpace
+from autotune.runtime.config import ConfigError
+from autotune.tuning.space import Config, SearchSpace
 
 
 def job_name(job: str | None, model: Any = None) -> str:

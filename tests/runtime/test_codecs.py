@@ -16,7 +16,8 @@ from autotune.runtime.codecs import (
 from autotune.runtime.codecs.selective import (
     break_even_bytes, sync_steps, t_sync_cpr, t_sync_orig, worth_compressing,
 )
-from autotune.tuning.space import ConfigError, MiB, SearchSpace, codec_params
+from autotune.runtime.config import ConfigError
+from autotune.tuning.space import MiB, SearchSpace, codec_params
 
 ALL = [
     ("none", {}), ("fp16", {}), ("bf16", {}), ("topk", {"ratio": 0.01}),

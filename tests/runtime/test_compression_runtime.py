@@ -242,7 +242,7 @@ class Expected:
     # ------------------------------------------------------------ switches
     def switch(self, cfg: dict, order: list[int]) -> None:
         from autotune.runtime.codecs import codec_from_config
-        from autotune.runtime.compression import SEED
+        from autotune.runtime.compression import CODEC_SEED
 
         if cfg == self.cfg and order == self.order:
             return
@@ -252,7 +252,7 @@ class Expected:
         payloads = len(info.workers) if flat else info.n_machines
         self.cfg, self.order = dict(cfg), list(order)
         self.codec = (None if cfg["compression"] == "none" else
-                      codec_from_config(cfg, world_size=payloads, seed=SEED))
+                      codec_from_config(cfg, world_size=payloads, seed=CODEC_SEED))
         keys = self._summation_keys()
         for r in range(info.world_size):
             holder = ("s", r)

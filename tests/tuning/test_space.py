@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.tuning.space import ConfigError, MiB, SearchSpace
+from autotune.runtime.config import ConfigError
+from autotune.tuning.space import MiB, SearchSpace
 
 spaces = st.builds(
     lambda k, w, lossy: SearchSpace.build(k_max=k, workers_per_machine=w, allow_lossy=lossy),
