@@ -235,7 +235,7 @@ def misuse() -> dict:
     out["config_kept"] = dict(t.config)
     out["limits"] = {"servers": t.limits.servers, "max_streams": t.limits.max_streams}
     train(ddp2, 2, 1, lambda it: t.sync())  # the hook still works after the refusals
-    out["handed"] = t.describe()["handed"]
+    out["averaged_again"] = t.describe()["averaged_again"]
     stop(rt)
     return out
 

@@ -26,9 +26,10 @@ So backward returns with DDP's gradients averaged, as under DDP's own hook.
 
 **DDP's own all-reduce** (:meth:`RuntimeBuckets.fallback`: divided by the group size,
 all-reduced on DDP's process group, bounded by its timeout) averages a bucket when the
-runtime does not run the iteration: before the first ``sync`` (no layout in force), for
-CUDA buckets on an NCCL group under a lossless all-reduce among the workers
-(:mod:`autotune.runtime.ddp_hook`), and after a recoverable fault.
+runtime does not run the iteration: before the first ``sync`` (no layout in force), under
+the default configuration, for CUDA buckets on an NCCL group under any lossless
+all-reduce among the workers (:mod:`autotune.runtime.ddp_hook`), and after a recoverable
+fault.
 
 **Faults.** A recoverable fault of the round (a server lost: the runtime drops it) leaves
 the buckets' and ``.grad``'s local values intact (the runtime writes only after every
@@ -45,7 +46,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from .config import Intra, Transport
+from .config import Intra, RuntimeConfig, Transport
 from .errors import RuntimeFault
 
 __all__ = ["RuntimeBuckets"]
@@ -93,14 +94,18 @@ class RuntimeBuckets:
         self.config = config
         self.by_ddp = 0
         self._ddp_allreduce = (
-            self.device_engine and self.cuda and not config.lossy
-            and config.transport == Transport.ALLREDUCE and config.intra == Intra.FLAT
+            not config.lossy and config.transport == Transport.ALLREDUCE
+            and config.intra == Intra.FLAT
+            # the default is DDP's own: where nothing is won it costs nothing; on a GPU
+            # under NCCL every lossless flat all-reduce is
+            and (config == RuntimeConfig() or (self.device_engine and self.cuda))
             # what error feedback still holds goes out with the runtime's next round
             and not any(self.rt.residual_norms.values()))
 
     def sends(self) -> bool:
         """Whether the runtime's gradient hooks send: a synchronising backward whose
-        buckets the runtime averages."""
+        buckets the runtime averages (not DDP's own all-reduce: the default
+        configuration, or a lossless flat all-reduce of CUDA buckets on NCCL)."""
         return self.syncs and not self._ddp_allreduce
 
     # ------------------------------------------------------------------ buckets

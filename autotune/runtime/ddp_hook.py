@@ -20,12 +20,13 @@ What DDP adds stays here and in :class:`~autotune.runtime.ddp_buckets.RuntimeBuc
 ``autotune.session(ddp_model)`` does this for the user, with the session's runtime
 (servers included).
 
-**The one exception, CUDA buckets on an NCCL group** (the runtime's engine is gloo, which
-stages device memory through the host): there a lossless all-reduce among the workers
-(intra ``flat``) is DDP's own all-reduce of the whole bucket on DDP's group
-(:meth:`RuntimeBuckets.fallback <autotune.runtime.ddp_buckets.RuntimeBuckets.fallback>`),
-which is what DDP runs; every other configuration is the runtime's. ``streams`` and
-``chunk_bytes`` change nothing there.
+**What stays DDP's own** (its all-reduce of the whole bucket on DDP's group,
+:meth:`RuntimeBuckets.fallback <autotune.runtime.ddp_buckets.RuntimeBuckets.fallback>`):
+the default configuration (``RuntimeConfig()``), so that where nothing can be won the
+hook costs what DDP costs; and, for CUDA buckets on an NCCL group, every lossless
+all-reduce among the workers (the runtime's engine is gloo, which stages device memory
+through the host; ``streams`` and ``chunk_bytes`` change nothing there). Every other
+configuration is the runtime's.
 
 **Bounds and errors.** The runtime bounds every wait by its ``timeout``; DDP's all-reduce
 is bounded by DDP's group's timeout. Every error names this rank and the bucket.

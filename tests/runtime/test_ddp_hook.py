@@ -120,7 +120,8 @@ def test_misuse_is_a_clear_error(two):
             assert (says if r == 0 else "the leader (rank 0)") in m[case], m[case]
         assert m["config_kept"]["streams"] == 1  # the refused configurations changed nothing
         assert m["limits"] == {"servers": 0, "max_streams": 4}
-        assert m["handed"] > 0  # the hook still works, through the runtime
+        # the hook still works; the default configuration is DDP's own all-reduce
+        assert m["averaged_again"] >= 2
 
 
 # ---------------------------------------------------------------------- in process
