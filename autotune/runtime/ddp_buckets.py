@@ -64,9 +64,7 @@ class RuntimeBuckets:
         self.device_engine = "nccl" in str(dist.get_backend(self.group))
         self.cuda = False          # the registered parameters are on a GPU
         self.syncs = True          # DDP prepared the coming backward for synchronisation
-        self.config: Any = None    # the configuration in force (put_in_force)
         self._ddp_allreduce = False  # put_in_force: DDP's all-reduce runs the buckets
-        self.by_ddp = 0            # buckets DDP's all-reduce averaged since the last sync
         self.sizes: dict[int, int] = {}   # bucket index -> elements, as last seen
         self.rounds: dict[int, int] = {}  # bucket index -> hook calls
         self.handed = 0            # buckets the runtime averaged
@@ -91,8 +89,6 @@ class RuntimeBuckets:
     def put_in_force(self, config: Any) -> None:
         """``config`` (a ``RuntimeConfig`` the runtime's ``sync`` put in force) is the one
         the next buckets use."""
-        self.config = config
-        self.by_ddp = 0
         self._ddp_allreduce = (
             not config.lossy and config.transport == Transport.ALLREDUCE
             and config.intra == Intra.FLAT
@@ -132,7 +128,6 @@ class RuntimeBuckets:
         group size, then all-reduced on DDP's group (bounded by its timeout); its failure
         names this rank and the bucket."""
         rank = dist.get_rank()
-        self.by_ddp += 1
         buf.div_(self.size)
         try:
             work = dist.all_reduce(buf, group=self.group, async_op=True)

@@ -221,6 +221,7 @@ class DDPWorker(Checker):
                         if hooked:
                             active = self._sync(cfg)
                             row["config"], row["label"] = active.as_dict(), label(active)
+                            by_ddp = self.transport.buckets.averaged_again
                         sec = self._step(self.hooked if hooked else self.plain)
                         if not hooked:
                             if it:
@@ -234,7 +235,8 @@ class DDPWorker(Checker):
                         if it == 0 or not lossy:  # lossy: the bound holds with no residual
                             checks.append(self._compare(
                                 refs, self._grads(self.hooked_model), cfg if lossy else None,
-                                divided_first=self.transport.buckets.by_ddp > 0))
+                                # DDP's own all-reduce (it divides first) ran a bucket
+                                divided_first=self.transport.buckets.averaged_again > by_ddp))
         except ConfigError as e:  # rejected by the sync, on every rank alike
             row["error"] = f"ConfigError: {e}"
         except Exception as e:
