@@ -16,14 +16,18 @@ session opens, and stops after the last step: the session's start, its warm-up, 
 and its close are all on it. Each variant runs ``--runs`` times (3), interleaved (run 1 of
 every variant, then run 2, ...; run i uses seed ``--seed`` + i in every variant). The
 table gives medians with their min-max spread, the ratio to DDP's median (the target: at
-most 1.03), the trial iterations, what the session said tuning cost, and the training
-loss of the last 20 steps (the same data and start in every variant). JSON goes to
+most 1.03), where rank 0's steps went (forward and backward, ``tuner.step()``, the
+optimizer: sums over the job; the JSON also has the first 20 steps' times), the trial
+iterations, what the session said tuning cost, and the training loss of the last 20
+steps (the same data and start in every variant). ``--fixed`` pins knobs in the sessions
+(with ``--budget 0``: one configuration's cost against DDP). JSON goes to
 benchmarks/results/clock/clock.json:
 
     sudo .venv/bin/python benchmarks/clock_bench.py                 # ~5 min
     sudo .venv/bin/python benchmarks/clock_bench.py --steps 1000 --runs 1
     sudo .venv/bin/python benchmarks/clock_bench.py --rate 50mbit   # much to win
     sudo .venv/bin/python benchmarks/clock_bench.py --budget 0      # the runtime alone
+    sudo .venv/bin/python benchmarks/clock_bench.py --budget 0 --fixed '{"transport": "pushpull"}'
 
 Each rank is this file again (``--job train``); a rank that fails stops the benchmark
 with its name and output; every wait is bounded (``--rank-timeout``).
@@ -32,6 +36,7 @@ with its name and output; every wait is bounded (``--rank-timeout``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -49,6 +54,10 @@ VARIANTS = ("ddp", "native", "hook")
 LABELS = {"ddp": "DDP", "native": "autotune.session(model)",
           "hook": "autotune.session(ddp_model)"}
 TAIL = 20  # steps whose mean training loss is reported
+# where a step's time goes, on rank 0: forward + backward (with DDP, its all-reduce up to
+# the last bucket), tuner.step() (the wait for the average and the session's own work),
+# the optimizer; their sums over the job are reported beside the wall time
+PARTS = ("backward", "step", "optimizer")
 
 
 def train_main(a: argparse.Namespace) -> None:
@@ -74,6 +83,8 @@ def train_main(a: argparse.Namespace) -> None:
               verbose=a.verbose, timeout=a.rank_timeout, seed=a.seed)
     if a.budget is not None:
         kw["budget"] = a.budget
+    if a.fixed:
+        kw["fixed"] = a.fixed
     tuner: Any = None
     if a.variant == "ddp":
         net, ctx = DDP(model), contextlib.nullcontext()
@@ -83,21 +94,31 @@ def train_main(a: argparse.Namespace) -> None:
         net = model if a.variant == "native" else DDP(model)
         ctx = autotune.session(net, **kw)
     losses = []
+    parts: dict[str, list[float]] = {p: [] for p in PARTS}  # each step's seconds, by part
     with ctx as tuner:
         started = time.perf_counter() - t0
         for x, y in batches:
+            t = [time.perf_counter()]
             loss = task.loss(net, x, y)
             loss.backward()
+            t.append(time.perf_counter())
             if tuner is not None:
                 tuner.step()
+            t.append(time.perf_counter())
             opt.step()
             opt.zero_grad(set_to_none=False)
             losses.append(float(loss))
+            t.append(time.perf_counter())
+            for p, t_a, t_b in zip(PARTS, t, t[1:]):
+                parts[p].append(t_b - t_a)
     wall = time.perf_counter() - t0
     if rank == 0:
         out: dict[str, Any] = {"variant": a.variant, "seed": a.seed, "steps": a.steps,
                                "wall_s": wall, "start_s": started,
-                               "loss_tail": sum(losses[-TAIL:]) / len(losses[-TAIL:])}
+                               "loss_tail": sum(losses[-TAIL:]) / len(losses[-TAIL:]),
+                               "parts_s": {p: sum(ts) for p, ts in parts.items()},
+                               "first_steps_s": [round(sum(ts), 4) for ts in
+                                                 zip(*parts.values())][:TAIL]}
         if tuner is not None:
             out.update(best=tuner.best, trials=len(tuner.history),
                        tuning_iterations=tuner.tuning_iterations,
@@ -110,7 +131,8 @@ def launch_run(c: Any, a: argparse.Namespace, variant: str, seed: int) -> dict:
     argv = [sys.executable, os.path.abspath(__file__), "--job", "train", "--variant", variant,
             "--seed", str(seed), "--steps", str(a.steps), "--batch", str(a.batch),
             "--rank-timeout", str(a.rank_timeout)] + (["--verbose"] if a.verbose else []) + (
-                [] if a.budget is None else ["--budget", str(a.budget)])
+                [] if a.budget is None else ["--budget", str(a.budget)]) + (
+                ["--fixed", json.dumps(a.fixed)] if a.fixed else [])
     return launch_json(c, argv, workers=a.workers, timeout_s=a.rank_timeout + 600,
                        verbose=a.verbose, failed=f"clock_bench: {variant}, seed {seed}")
 
@@ -141,6 +163,7 @@ def run(a: argparse.Namespace) -> dict:
         rows[v] = {"label": LABELS[v], "wall_s": _spread(walls),
                    "start_s": _spread([r["start_s"] for r in rs]),
                    "loss_tail": _spread([r["loss_tail"] for r in rs]),
+                   "parts_s": {p: _spread([r["parts_s"][p] for r in rs]) for p in PARTS},
                    "tuning_iterations": [r.get("tuning_iterations", 0) for r in rs],
                    "kept": [r.get("best") for r in rs], "runs": rs}
     if "ddp" in rows:
@@ -148,7 +171,7 @@ def run(a: argparse.Namespace) -> dict:
         for row in rows.values():  # > 1: slower than DDP
             row["vs_ddp"] = row["wall_s"]["median"] / ref
     return {"benchmark": "clock_bench", "workers": a.workers, "rate": a.rate,
-            "budget": a.budget,
+            "budget": a.budget, "fixed": a.fixed,
             "steps": a.steps, "runs": a.runs, "variants": rows, "target_vs_ddp": 1.03,
             "wall_s": time.time() - started,
             "command": "benchmarks/clock_bench.py " + " ".join(sys.argv[1:]),
@@ -165,14 +188,16 @@ def print_table(res: dict) -> None:
 
     t = Table(title=f"the user's clock: {res['steps']} steps, {res['workers']} hosts at "
                     f"{res['rate']} (medians of {res['runs']}, min-max)")
-    for col in ("variant", "wall time", "x DDP", "session start", "trial iterations",
-                "loss (last 20 steps)"):
+    for col in ("variant", "wall time", "x DDP", "session start", *PARTS,
+                "trial iterations", "loss (last 20 steps)"):
         t.add_column(col)
     for v, row in res["variants"].items():
         w, s, loss = row["wall_s"], row["start_s"], row["loss_tail"]
         t.add_row(row["label"], f"{w['median']:.2f} s ({w['min']:.2f}-{w['max']:.2f})",
                   f"{row.get('vs_ddp', float('nan')):.3f}",
-                  f"{s['median']:.2f} s", ",".join(map(str, row["tuning_iterations"])),
+                  f"{s['median']:.2f} s",
+                  *(f"{row['parts_s'][p]['median']:.2f} s" for p in PARTS),
+                  ",".join(map(str, row["tuning_iterations"])),
                   f"{loss['median']:.3f}")
     Console(stderr=True).print(t)
 
@@ -189,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=int, default=None,
                     help="the sessions' budget (default: the session's, 100); 0: the "
                          "runtime's cost alone, untuned")
+    ap.add_argument("--fixed", type=json.loads, default=None,
+                    help='the sessions\' fixed knobs, as JSON, e.g. \'{"transport": "pushpull"}\'')
     ap.add_argument("--rank-timeout", type=float, default=120.0)
     ap.add_argument("--verbose", action="store_true", help="echo every rank's output")
     ap.add_argument("--json", type=Path, default=OUT_DIR / "clock.json")

@@ -20,6 +20,7 @@ import sys
 from typing import Any, Callable
 
 import torch
+import tuner_libs  # noqa: F401,E402 - the first trial waits for no import (tests/tuner_libs.py)
 import torch.nn as nn
 
 RANK = int(os.environ.get("RANK", 0))

@@ -24,6 +24,7 @@ import sys
 import time
 
 import torch
+import tuner_libs  # noqa: F401,E402 - the first trial waits for no import (tests/tuner_libs.py)
 import torch.distributed as dist
 import torch.nn as nn
 

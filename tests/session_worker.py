@@ -12,6 +12,7 @@ import os
 import sys
 
 import torch
+import tuner_libs  # noqa: F401,E402 - the first trial waits for no import (tests/tuner_libs.py)
 import torch.distributed as dist
 import torch.nn as nn
 
@@ -51,13 +52,29 @@ def train_ddp(seed: int, steps: int) -> torch.Tensor:
     return flat(model)
 
 
-def train_session(data_seed: int, steps: int, **kw):
+def count_collectives(tuner) -> dict:
+    """Count the session's own collectives (its per-iteration reduce, and putting a
+    configuration in force), each still run as it is."""
+    calls = {"n": 0}
+    for name in ("_worker_sum", "_put_in_force"):
+        def counted(*a, _real=getattr(tuner, name), **k):
+            calls["n"] += 1
+            return _real(*a, **k)
+        setattr(tuner, name, counted)
+    return calls
+
+
+def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
+    """The session's training job; ``wrap_ddp``: inside DDP (``session(ddp_model)``)."""
     model = make_model(data_seed)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
-    losses, sums, configs = [], [], []
-    with autotune.session(model, **kw) as tuner:
+    net = nn.parallel.DistributedDataParallel(model) if wrap_ddp else model
+    losses, sums, configs, settled, collectives = [], [], [], [], []
+    with autotune.session(net, **kw) as tuner:
+        calls = count_collectives(tuner)
         for x, y in batches(data_seed, RANK, steps):
-            loss = nn.functional.mse_loss(model(x), y)
+            before = calls["n"]
+            loss = nn.functional.mse_loss(net(x), y)
             loss.backward()
             tuner.step()
             opt.step()
@@ -65,6 +82,8 @@ def train_session(data_seed: int, steps: int, **kw):
             losses.append(loss.item())
             sums.append(hashlib.sha256(flat(model).numpy().tobytes()).hexdigest())
             configs.append(dict(tuner.config))
+            settled.append(tuner.settled)
+            collectives.append(calls["n"] - before)
     hist = [dict(index=r.index, technique=r.technique, config=r.config, iterations=r.iterations,
                  score=r.score, error=r.error) for r in tuner.history]
     numbers = {}
@@ -77,13 +96,15 @@ def train_session(data_seed: int, steps: int, **kw):
     numbers["warmup_s"] = ((schedule.warmup_times, schedule.probe_times) if schedule  # the cap
                            else ([], []))                                             # probe's evidence
     return model, dict(losses=losses, sums=sums, configs=configs, history=hist,
+                       settled=settled, collectives=collectives,
                        best=tuner.best, tuning_iterations=tuner.tuning_iterations, **numbers)
 
 
 def case(out: str, steps: int = 60, budget: int = 40, ddp: bool = False,
-         fixed: dict | None = None) -> dict:
+         fixed: dict | None = None, wrap_ddp: bool = False) -> dict:
     """Plain DDP first (``ddp``), then the session, in this process's world (the session
-    makes one where there is none, and joins one as it is); ``fixed``: knobs the user pins."""
+    makes one where there is none, and joins one as it is); ``fixed``: knobs the user pins;
+    ``wrap_ddp``: the session inside DDP."""
     torch.set_num_threads(1)
     result: dict = {}
     if ddp:
@@ -93,7 +114,7 @@ def case(out: str, steps: int = 60, budget: int = 40, ddp: bool = False,
     model, result["session"] = train_session(1, steps, budget=budget, db=os.path.join(out, "t.db"),
                                              seed=3, verbose=RANK == 0, timeout=60,
                                              trial_iterations=4,  # long enough to cut short
-                                             fixed=fixed)
+                                             fixed=fixed, wrap_ddp=wrap_ddp)
     result["session"]["final"] = flat(model).tolist()
     return result
 

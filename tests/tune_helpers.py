@@ -9,6 +9,7 @@ import os
 import sys
 
 import torch
+import tuner_libs  # noqa: F401,E402 - the first trial waits for no import (tests/tuner_libs.py)
 from torch import nn
 
 

@@ -191,6 +191,8 @@ def serve(folder: str) -> None:
     import torch
     import torch.distributed as dist
 
+    import tuner_libs  # noqa: F401 - no case waits for the Tuner's imports
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()

@@ -142,6 +142,14 @@ class Runtime:
         return self._active.setup
 
     @property
+    def needs_sync(self) -> bool:
+        """Whether a :meth:`sync` must come before every iteration, not only before a
+        change: under push/pull (the Summation Services serve one round per sync) and
+        wherever server ranks wait in their serving loop's sync."""
+        setup = self._active.setup
+        return bool(self.info.servers) or (setup is not None and setup.pushpull)
+
+    @property
     def lost_servers(self) -> tuple[int, ...]:
         """Servers given up after they stopped; the workers go on alone."""
         return self._active.lost_servers

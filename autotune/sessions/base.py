@@ -76,6 +76,9 @@ class TuningSession(SessionResults, abc.ABC):
         self._state = "new"  # new -> open (inside ``with``) -> closed
         self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
         self._t_last = 0.0
+        # the leader's schedule is settled (tuning over, the kept figure final, nothing
+        # watching it): step() no longer measures, so it costs no collective of its own
+        self._settled = False
         # allow_lossy scored by goodput, with several workers: made by the kind's _open
         self._goodput: GoodputProbe | None = None
         self._link: dict[str, float] = {}  # the link as timed at the start (_measures)
@@ -138,14 +141,21 @@ class TuningSession(SessionResults, abc.ABC):
             if averaged is None:
                 return
             failed, waited = averaged
-            elapsed = time.perf_counter() - self._t_last
-            slowest, comm_s, efficiency = self._reduce(float("inf") if failed else elapsed,
-                                                       waited)
             self.iteration += 1
+            if self._settled and failed is None:
+                # nothing the leader measures can change the configuration any more: no
+                # collective of the session's own (push/pull still needs its sync)
+                if self._sync_each_iteration():
+                    self._apply(None)
+                return
+            elapsed = time.perf_counter() - self._t_last
+            slowest, comm_s, efficiency, settled = self._reduce(
+                float("inf") if failed else elapsed, waited)
             nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
                                       efficiency=efficiency)
                    if self.is_leader else None)
             self._apply(nxt)
+            self._settled = settled and failed is None
             if self._goodput is not None:  # coordinates only where a codec's error is
                 self._goodput.sample.begin(self.iteration, coordinates=self._lossy())
 
@@ -159,24 +169,27 @@ class TuningSession(SessionResults, abc.ABC):
             yield
 
     def _reduce(self, elapsed: float, waited: float | None
-                ) -> tuple[float, float | None, float | None]:
+                ) -> tuple[float, float | None, float | None, bool]:
         """Collective over the workers, one all-reduce (SUM) an iteration: the slowest
         worker's time (a failure anywhere is infinity), the least any worker waited for
         the averaged gradients (the communication the configuration leaves exposed;
-        None where the kind cannot tell) and, when scored by goodput, the iteration's
-        statistical efficiency (:mod:`autotune.sessions.goodput`; else None). Each
+        None where the kind cannot tell), when scored by goodput the iteration's
+        statistical efficiency (:mod:`autotune.sessions.goodput`; else None), and whether
+        the leader's schedule was settled before this iteration (:attr:`TrialSchedule.
+        settled`: from the next iteration on, :meth:`step` measures nothing). Each
         worker's times go in a slot of its own."""
         n = len(self.info.workers)
         me = self.info.workers.index(self.info.rank)
         probe = self._goodput
         extra = probe.payload() if probe is not None else torch.zeros(0, dtype=torch.float64)
-        t = torch.zeros(2 * n + len(extra), dtype=torch.float64)
+        t = torch.zeros(2 * n + 1 + len(extra), dtype=torch.float64)
         t[me], t[n + me] = elapsed, waited if waited is not None else math.nan
-        t[2 * n:] = extra
+        t[2 * n] = float(self.is_leader and self.schedule.settled)
+        t[2 * n + 1:] = extra
         self._worker_sum(t)
         slowest, least = float(t[:n].max()), float(t[n:2 * n].min())
-        efficiency = probe.finish(t[2 * n:], self._lossy()) if probe is not None else None
-        return slowest, None if math.isnan(least) else least, efficiency
+        efficiency = probe.finish(t[2 * n + 1:], self._lossy()) if probe is not None else None
+        return slowest, None if math.isnan(least) else least, efficiency, bool(t[2 * n] > 0)
 
     def _lossy(self) -> bool:
         """Whether the active configuration runs a codec (the same on every rank)."""
@@ -219,6 +232,11 @@ class TuningSession(SessionResults, abc.ABC):
         """Collective: the leader's ``config`` (None: keep the active one) in force on every
         rank; the active configuration. Raises :class:`ConfigError` alike on every rank
         when it cannot run."""
+
+    @abc.abstractmethod
+    def _sync_each_iteration(self) -> bool:
+        """Whether the active configuration must be put in force before every iteration
+        (:meth:`_put_in_force` with None), even once nothing changes it."""
 
     @abc.abstractmethod
     def _accumulate(self) -> contextlib.AbstractContextManager[None]:

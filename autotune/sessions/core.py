@@ -189,6 +189,9 @@ class Session(TuningSession):
     def _put_in_force(self, config: Config | None) -> Mapping[str, Any]:
         return self.rt.sync(config)
 
+    def _sync_each_iteration(self) -> bool:
+        return self.rt.needs_sync  # push/pull: the Summation Services serve a round a sync
+
     def _apply_fault(self, exc: RuntimeFault, config: Config | None,
                      retrying: bool) -> Config | None:
         if not exc.recoverable:

@@ -118,6 +118,13 @@ class SessionResults:
         return self.schedule.tuning if self.schedule is not None else False
 
     @property
+    def settled(self) -> bool:
+        """True once tuning is over for good (every rank knows): the kept configuration's
+        figure is final and nothing watches it (no ``retune_on_drift``, no kept codec), so
+        :meth:`step` measures nothing more and costs no collective of its own."""
+        return self._settled
+
+    @property
     def tuning_iterations(self) -> int:
         """Iterations spent inside trials (leader)."""
         return self.schedule.tuning_iterations if self.schedule is not None else 0

@@ -121,6 +121,11 @@ class KeptPhase:
                 f"{fmt_score(d, self.unit, d_sd)} ({d_n} iterations) by more than the noise: "
                 "back to the default")
 
+    def done(self, lossy: bool) -> bool:
+        """Whether the kept configuration's figure is final and nothing watches it (no
+        drift watch; ``lossy``: it is a codec whose efficiency is watched)."""
+        return self.settled_left <= 0 and self.watch is None and not lossy
+
     def end_settling(self) -> None:
         """A re-tune starts while the settled iterations are still being scored: the
         kept configuration's figure is final as it is."""

@@ -50,6 +50,7 @@ POOL = 6000          # configurations the surrogate ranks (all of them in smalle
 POOL_SECONDS = 1.0   # CPU the first prediction of the pool may take (a slow prior ranks fewer)
 BATCH = 25           # configurations per call of the prior (the CPU budgets are checked between)
 REFIT_AT = (4, 8, 16, 32)  # measured configurations at which a fittable prior is refitted
+GP_FIT_AT = 3        # scored configurations from which the residual GP is fitted
 REPREDICT = 400      # after a refit, the pool's best this many are predicted anew
 NEIGHBOURS_OF = 5    # large spaces: the pool also holds the neighbours of the best few
 
@@ -227,7 +228,7 @@ class Surrogate:
              - self.weight * self.log_prior[idx])
         self._offset = float(np.median(y))
         self._fitted = len(idx)
-        if len(idx) < 3:
+        if len(idx) < GP_FIT_AT:
             return
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel

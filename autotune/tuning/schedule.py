@@ -16,6 +16,11 @@ next. The phases:
     (one TCP flow held far below the NIC rate, as on cloud NICs) shows; if ``capped()``
     then says so, the seed configurations with that many streams (and chunks no larger
     than the probe's) are the first trials (AIACC-Training's remedy).
+``loading``
+    While the new Tuner's libraries are imported in the background
+    (:mod:`autotune.tuning.preload`, at most :data:`MAX_LOADING_S`), the default runs,
+    unscored: a trial timed beside the import, which takes the leader's CPU, would be
+    slower than its configuration makes it.
 ``trial``
     A trial lasts ``trial.iterations`` iterations. The first after a switch is not scored
     (it pays for the switch; a trial of the configuration that ran just before, as the
@@ -44,7 +49,9 @@ next. The phases:
     a short re-tune (``budget`` iterations) starts, measuring the old best again first
     (every configuration's scored iterations start afresh: they describe the job before
     the change). A slower compute step leaves the communication time alone, so it starts
-    no re-tune.
+    no re-tune. Once the kept figure is final and nothing watches it, the schedule is
+    :attr:`~TrialSchedule.settled`: nothing measured can change the configuration, and the
+    session stops measuring (and so stops paying for its per-iteration collectives).
 
 Two more events come from outside: a configuration the runtime refused to apply
 (:meth:`rejected`: its trial fails, the next is proposed) and lost servers
@@ -82,6 +89,7 @@ from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import gain, judged_by_goodput
+from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.stakes import MIN_SEARCH, SENSITIVE, SPEND, Stakes
 from autotune.tuning.trial_phase import NewTuner, TrialPhase
@@ -94,7 +102,11 @@ from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
            "SETTLED_SAMPLES", "SWITCH_MARGIN", "flow_probe", "trial_seconds"]
 
-WARMUP, TRIAL, LOCKED = "warmup", "trial", "locked"
+WARMUP, LOADING, TRIAL, LOCKED = "warmup", "loading", "trial", "locked"
+
+#: The longest the first trial waits for the Tuner's libraries to be imported
+#: (:func:`~autotune.tuning.preload.loading`), in seconds.
+MAX_LOADING_S = 30.0
 
 #: The length of the default's first trial (the Tuner's ``reference_iterations``): one
 #: switch iteration and :data:`~autotune.speedup.MIN_ITERATIONS` scored ones, the fewest a
@@ -163,6 +175,7 @@ class TrialSchedule:
         self.retunes: list[int] = []  # iterations at which drift started a re-tune
         self._replan = False
         self._ran: Config | None = None  # the configuration of the previous iteration
+        self._loading_until = 0.0  # perf_counter: the first trial waits for imports until
         # the current Tuner, the trial under way, the best so far
         self.trial_phase = TrialPhase(driver, self.listener, new_tuner, samples_per_step,
                                       cut_short, space, goodput)
@@ -227,6 +240,8 @@ class TrialSchedule:
             return kept if retune is None else self._retune(*retune)
         if self.phase == WARMUP:
             return self._warmed(config, seconds, comm_s)
+        if self.phase == LOADING:
+            return self._when_loaded()
         self.stakes.charge(float("inf") if failed is not None else seconds)
         return self._measured(seconds, failed, switched, scored)
 
@@ -265,6 +280,16 @@ class TrialSchedule:
     def tuning(self) -> bool:
         """Whether trials (or the warm-up before them) are still running."""
         return self.phase != LOCKED
+
+    @property
+    def settled(self) -> bool:
+        """Whether no measurement can change the configuration any more: tuning is over,
+        the kept configuration's figure is final and nothing watches it (no drift watch,
+        no kept codec judged by its efficiency, no codec search to come). The caller may
+        stop measuring; a failed iteration must still reach :meth:`next`."""
+        return (self.phase == LOCKED and not self._replan and self._codecs_at is None
+                and self.warmup_phase.left <= 0 and self._ran is not None
+                and self.kept_phase.done(self.lossy(self._ran)))
 
     @property
     def warmup_left(self) -> int:
@@ -366,6 +391,17 @@ class TrialSchedule:
                               f"(iteration {codecs_at}); tuning lossless until then")
         self.trial_phase.tune(plan.budget, self.seed, self._warm_start, self._warmup_times())
         self.tuner.try_first(self.warmup_phase.seeds(self.space, self._capped), technique=SEED)
+        self._loading_until = time.perf_counter() + MAX_LOADING_S
+        return self._when_loaded()
+
+    def _when_loaded(self) -> Config:
+        """The first trial once the Tuner's libraries are imported (:func:`~autotune.
+        tuning.preload.loading`, at most :data:`MAX_LOADING_S`); until then the default
+        runs, its iterations not scored (timed beside the import they are slower than
+        the default is)."""
+        if loading() and time.perf_counter() < self._loading_until:
+            self.phase = LOADING
+            return self.space.default()
         self.phase = TRIAL
         return self._next_trial()
 

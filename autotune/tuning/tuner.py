@@ -60,7 +60,7 @@ from autotune.tuning.bandit import AUCBandit
 from autotune.tuning.confirm import CONFIRM, MIN_CONFIRMED, ConfirmPhase, ConfirmSettings
 from autotune.tuning.noise import NoiseModel
 from autotune.tuning.preload import preload
-from autotune.tuning.prior import Prior, PriorSearch, Surrogate
+from autotune.tuning.prior import GP_FIT_AT, Prior, PriorSearch, Surrogate
 from autotune.tuning.screen import JUDGE, PRIOR, Screen, ScreenSettings
 from autotune.tuning.search import TECHNIQUES, make_searcher
 from autotune.tuning.search.base import Key, Observations, Searcher
@@ -202,13 +202,11 @@ class Tuner:
         self.min_iterations = int(lengths.min_iterations)
         self.credit_quantile = float(bandit.credit_quantile)
         self.surrogate = None if prior is None else Surrogate(space, prior, seed)
-        if prior is not None or "bayes" in self.techniques:  # their GPs, while trials run
-            preload(*(["sklearn.gaussian_process"] if prior is not None else [])
-                    + (["skopt", "skopt.learning"] if "bayes" in self.techniques else []))
         self.reference = None if reference is None else space.validate(reference)
         self._lengthened: set[int] = set()  # trials lengthened for the reference
         self.obs = Observations(space)  # the one history every searcher reads
         self.searchers = self._searchers(dict(options or {}))
+        self._preload()
         self.bandit = AUCBandit(self.techniques, window=bandit.window, C=bandit.C)
         self.noise_model = NoiseModel()  # positive scores, for the noise-aware choice
         self.screening = Screen(screen, self.searchers, self.bandit, self.surrogate)
@@ -241,6 +239,19 @@ class Tuner:
                 searchers[name] = make_searcher(name, self.space, sub_seed, **opts)
             searchers[name].share(self.obs)
         return searchers
+
+    def _preload(self) -> None:
+        """Import the GPs' libraries in the background (:mod:`autotune.tuning.preload`)
+        where this budget can reach a fit: the prior's residual GP at
+        :data:`~autotune.tuning.prior.GP_FIT_AT` scored trials, the Bayesian searcher's at
+        its ``n_initial_points``. A shorter search (the few trials of a job with little to
+        win) never fits one, and would pay the import's CPU for nothing."""
+        trials = self.budget // self.min_iterations  # at most, none cut short
+        bayes = self.searchers.get("bayes")
+        preload(*(["sklearn.gaussian_process"]
+                  if self.surrogate is not None and trials > GP_FIT_AT else [])
+                + (["skopt", "skopt.learning"]
+                   if bayes is not None and trials > bayes.n_initial_points else []))
 
     # ---------------------------------------------------------------- state
     @property

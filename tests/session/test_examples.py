@@ -1,7 +1,9 @@
 """The README's examples run as written under ``autotune launch``: the native runtime
 (examples/train_mlp.py) and DDP kept with autotune's comm hook (examples/train_ddp.py)
 train, tune, record the run and print the kept configuration in human units; DDP also
-with a Summation Service server (its group the workers', ``autotune.workers_group()``)."""
+with a Summation Service server (its group the workers', ``autotune.workers_group()``).
+A budget of 6 iterations (3 trials) reaches no GP fit, so its first trial waits for no
+background import (autotune.tuning.preload), as a 24-step job's should not."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def test_example_tunes_and_records_the_run(example, servers, tmp_path):
 
     db = tmp_path / "ex.db"
     cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2", "--servers",
-           str(servers), str(ROOT / "examples" / f"{example}.py"), "--steps", "24", "--budget", "10",
+           str(servers), str(ROOT / "examples" / f"{example}.py"), "--steps", "24", "--budget", "6",
            "--db", str(db)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -36,6 +36,7 @@ SCRIPT = textwrap.dedent(f"""
     import os, sys, time
     import torch
     import autotune
+    import sklearn.gaussian_process, skopt.learning  # as tests/tuner_libs.py: no import wait
 
     rank = int(os.environ["RANK"])
     torch.manual_seed(0)

@@ -231,3 +231,27 @@ def test_pinned_and_narrowed_knobs_hold_and_bad_pins_fail_at_start(world, tmp_pa
     bad = {**env, "SESSION_FIXED": json.dumps({"streams": 20})}
     out = launch(tmp_path / "bad", 2, 0, bad, check=False)
     assert "cannot fix streams=20" in out and "at most 16" in out
+
+
+@pytest.mark.parametrize("wrap_ddp", [False, True], ids=["native", "inside-ddp"])
+def test_once_settled_a_step_costs_no_collective_of_its_own(world, wrap_ddp):
+    """A short tuning, then 20 settled iterations of the kept configuration: from then on
+    nothing measured can change it, so step() stops measuring. Every rank learns it from
+    the leader at the same step; after that step no reduce and no sync of the session's
+    own runs (all-reduce keeps no per-iteration sync), and the job still ends as DDP's."""
+    steps = 40
+    ranks = world(2).run("session_worker:case", steps=steps, budget=4, ddp=True,
+                         fixed={"transport": "allreduce"}, wrap_ddp=wrap_ddp)
+    for r in ranks:
+        torch.testing.assert_close(torch.tensor(r["session"]["final"]), torch.tensor(r["ddp"]),
+                                   rtol=1e-5, atol=1e-6)
+    s0, s1 = ranks[0]["session"], ranks[1]["session"]
+    assert s0["settled"] == s1["settled"] and s0["sums"] == s1["sums"]
+    assert True in s0["settled"], "the schedule should settle within the job"
+    first = s0["settled"].index(True)
+    assert 3 + 4 <= first < steps - 5  # after the warm-up, the trials and the kept figure
+    assert all(s0["settled"][first:])
+    for s in (s0, s1):
+        assert all(n >= 2 for n in s["collectives"][:first + 1])  # the reduce and the sync
+        assert s["collectives"][first + 1:] == [0] * (steps - first - 1)
+        assert len({str(c) for c in s["configs"][first:]}) == 1

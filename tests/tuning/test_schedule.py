@@ -395,3 +395,66 @@ def test_the_flow_probe_cuts_chunks_so_that_every_stream_carries_one():
     assert ran[2] == small
     assert s.trial.config == {**space.seeds()[0], "streams": PROBE_STREAMS,
                               "chunk_bytes": small["chunk_bytes"]}
+
+
+def test_the_first_trial_waits_for_the_tuners_imports(tmp_path, monkeypatch):
+    """The Tuner's libraries import in a background thread (autotune.tuning.preload); an
+    iteration timed beside the import is slower than its configuration makes it, so no
+    trial runs until the import is done: the default runs meanwhile, unscored."""
+    import time
+
+    from autotune.tuning.preload import loading, preload
+    from autotune.tuning.schedule import LOADING
+
+    name = f"slow_import_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.5)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    space = SearchSpace.build(k_max=2)
+
+    def new_tuner(b, seed, warm, space, warmup):
+        preload(name)  # as a Tuner with a prior or a Bayesian searcher does
+        return Tuner(space, budget=b, seed=seed, warm_start=warm, techniques=("grid",),
+                     reference=space.default(), reference_iterations=REFERENCE_ITERATIONS)
+
+    s = TrialSchedule(space, TrialDriver(space, None), new_tuner, budget=20, warmup=2)
+    cfg = s.start([])
+    _, cfg = drive(s, cfg, 2)  # the warm-up; the Tuner is made at its end
+    assert s.phase == LOADING and cfg == space.default() and loading()
+    waited = 0
+    deadline = time.monotonic() + 30
+    while s.phase == LOADING and time.monotonic() < deadline:
+        assert cfg == space.default()
+        cfg = s.next(cfg, 10.0)  # slowed by the import: never scored
+        waited += 1
+        time.sleep(0.01)
+    assert not loading() and s.phase == TRIAL and waited >= 5
+    assert s.driver.history == [] and s.tuning_iterations == 0
+    assert s.driver.measured(space.default()) is None or \
+        s.driver.measured(space.default())[2] == 0
+    while s.phase != LOCKED:
+        cfg = s.next(cfg, seconds_of(cfg))
+    # the default's figure is its trial's (1 s), not the loading iterations' (10 s)
+    assert s.driver.measured(space.default())[0] == pytest.approx(1.0)
+
+
+def test_settled_once_the_kept_figure_is_final_and_nothing_watches_it():
+    s, _ = make(warmup=0, budget=10)
+    cfg = s.start(s.space.seeds())
+    while s.phase != LOCKED:
+        assert not s.settled
+        cfg = s.next(cfg, seconds_of(cfg))
+    for _ in range(SETTLED_SAMPLES):  # the kept configuration's figure (and a switch)
+        assert not s.settled
+        cfg = s.next(cfg, seconds_of(cfg))
+    cfg = s.next(cfg, seconds_of(cfg))
+    assert s.settled and s.next(cfg, seconds_of(cfg)) == cfg
+    # a lost server: the tuning may start over, so nothing is settled
+    small = SearchSpace.build(k_max=0, max_streams=16, transports=("allreduce",))
+    s.servers_lost(small, [2], "gone", cfg)
+    assert not s.settled
+    # a drift watch keeps watching: never settled
+    d, _ = make(warmup=0, budget=10, drift=Drift(0.2, 5, 8))
+    cfg = d.start(d.space.seeds())
+    for _ in range(200):
+        cfg = d.next(cfg, seconds_of(cfg))
+        assert not d.settled
