@@ -72,7 +72,7 @@ def main(progress: str, trigger: str, spec_json: str) -> None:
                 s = tuner.schedule
                 rows.append([time.time(), time.perf_counter() - t0, s.phase])
                 with open(progress, "a") as out:
-                    out.write(f"{i} {s.phase} {int(s.baseline is not None)}\n")
+                    out.write(f"{i} {s.phase} {int(s.kept_phase.watch.baseline is not None)}\n")
     if rank == 0:
         s = tuner.schedule
         print("RESULT " + json.dumps({
@@ -97,7 +97,7 @@ def _decide(tuner: Any, i: int, slower_at: int | None, selfslow: bool, window: i
     s = tuner.schedule
     if s is not None:
         if selfslow:
-            flags[0] = slower_at is not None or (s.phase == "locked" and s.baseline is not None)
+            flags[0] = slower_at is not None or (s.phase == "locked" and s.kept_phase.watch.baseline is not None)
         else:
             flags[0] = os.path.exists(trigger)
         flags[1] = bool((s.retunes and s.phase == "trial")

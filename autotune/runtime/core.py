@@ -143,11 +143,9 @@ class Runtime:
 
     @property
     def needs_sync(self) -> bool:
-        """Whether a :meth:`sync` must come before every iteration, not only before a
-        change: under push/pull (the Summation Services serve one round per sync) and
-        wherever server ranks wait in their serving loop's sync."""
-        setup = self._active.setup
-        return bool(self.info.servers) or (setup is not None and setup.pushpull)
+        """Whether every iteration needs a :meth:`sync`: push/pull (one round per sync),
+        or server ranks waiting in their loop's sync."""
+        return bool(self.info.servers) or (self.setup is not None and self.setup.pushpull)
 
     @property
     def lost_servers(self) -> tuple[int, ...]:

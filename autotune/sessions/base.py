@@ -76,9 +76,7 @@ class TuningSession(SessionResults, abc.ABC):
         self._state = "new"  # new -> open (inside ``with``) -> closed
         self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
         self._t_last = 0.0
-        # the leader's schedule is settled (tuning over, the kept figure final, nothing
-        # watching it): step() no longer measures, so it costs no collective of its own
-        self._settled = False
+        self._settled = False  # the leader's schedule is: step() measures nothing more
         # allow_lossy scored by goodput, with several workers: made by the kind's _open
         self._goodput: GoodputProbe | None = None
         self._link: dict[str, float] = {}  # the link as timed at the start (_measures)
@@ -142,10 +140,8 @@ class TuningSession(SessionResults, abc.ABC):
                 return
             failed, waited = averaged
             self.iteration += 1
-            if self._settled and failed is None:
-                # nothing the leader measures can change the configuration any more: no
-                # collective of the session's own (push/pull still needs its sync)
-                if self._sync_each_iteration():
+            if self._settled and failed is None:  # no collective of its own, but a sync
+                if self._sync_each_iteration():  # where push/pull or servers need one
                     self._apply(None)
                 return
             elapsed = time.perf_counter() - self._t_last
@@ -235,8 +231,7 @@ class TuningSession(SessionResults, abc.ABC):
 
     @abc.abstractmethod
     def _sync_each_iteration(self) -> bool:
-        """Whether the active configuration must be put in force before every iteration
-        (:meth:`_put_in_force` with None), even once nothing changes it."""
+        """Whether every iteration needs :meth:`_put_in_force`, even with nothing new."""
 
     @abc.abstractmethod
     def _accumulate(self) -> contextlib.AbstractContextManager[None]:

@@ -82,7 +82,7 @@ class SessionResults:
         sched, best = self.schedule, self.best
         if sched is None or best is None or not sched.lossy(best):
             return None
-        return sched.trial_efficiency.get(self.space.key(best))
+        return sched.trial_phase.efficiency.get(self.space.key(best))
 
     @property
     def best_spread(self) -> float | None:
@@ -127,4 +127,4 @@ class SessionResults:
     @property
     def tuning_iterations(self) -> int:
         """Iterations spent inside trials (leader)."""
-        return self.schedule.tuning_iterations if self.schedule is not None else 0
+        return self.schedule.trial_phase.iterations if self.schedule is not None else 0

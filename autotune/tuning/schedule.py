@@ -84,6 +84,7 @@ from typing import Sequence
 
 from autotune.errors import ArgumentError
 from autotune.speedup import MIN_ITERATIONS
+from autotune.tuning.codec_wait import CodecWait
 from autotune.tuning.drift import Drift
 from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase
@@ -91,11 +92,11 @@ from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import gain, judged_by_goodput
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.stakes import MIN_SEARCH, SENSITIVE, SPEND, Stakes
+from autotune.tuning.stakes import SENSITIVE, SPEND, Stakes
 from autotune.tuning.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.trials import TrialDriver
-from autotune.tuning.trial_run import SWITCH_MARGIN, throughput, trial_seconds, unit_of
-from autotune.tuning.tuner import SEED, Trial, TrialRecord, Tuner
+from autotune.tuning.trial_run import SWITCH_MARGIN, trial_seconds
+from autotune.tuning.tuner import SEED, TrialRecord, Tuner
 from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 
 # re-exported: the session, its display and the tests import them from here
@@ -152,9 +153,7 @@ class TrialSchedule:
         # what the job can win and what the trials cost it (autotune.tuning.stakes)
         self.stakes = Stakes(total_steps)
         self._warm_start: list[Config] = []  # the warm start, tried once tuning begins
-        self._full: SearchSpace = space  # the space with its codecs (while they wait)
-        self._codecs_at: int | None = None  # the iteration the codec search starts at
-        self._codec_budget = 0  # ... and its budget
+        self.codecs = CodecWait(space)  # codecs wait out the sensitive phase
         self.budget = budget
         self.samples_per_step = samples_per_step
         self.seed = seed
@@ -170,7 +169,6 @@ class TrialSchedule:
         # the warm-up's times (the same lists) and its probe, read by the session
         self.warmup_times = self.warmup_phase.times
         self.probe_times = self.warmup_phase.probe_times
-        self.probe = self.warmup_phase.probe
         self.last_good: Config | None = None
         self.retunes: list[int] = []  # iterations at which drift started a re-tune
         self._replan = False
@@ -224,7 +222,7 @@ class TrialSchedule:
         if self._replan:
             return self._start_over(failed, config)
         if self.phase == LOCKED:
-            if self._codecs_at is not None and self.iteration >= self._codecs_at:
+            if self.codecs.due(self.iteration):
                 return self._codecs(config)
             if self.warmup_phase.left > 0:  # kept untuned from the start: a warm-up, unscored
                 self.warmup_phase.unscored()
@@ -235,7 +233,7 @@ class TrialSchedule:
             kept = self.best[0] if self.best else config
             retune = self.kept_phase.retune(
                 self.space, config, seconds, comm_s,
-                efficiency if self.lossy(config) else None,
+                efficiency if judged_by_goodput(self.goodput, config) else None,
                 None if self.best is None else self.best[0])
             return kept if retune is None else self._retune(*retune)
         if self.phase == WARMUP:
@@ -249,7 +247,7 @@ class TrialSchedule:
         """The runtime could not apply ``config`` (identically on every rank): outside a
         trial (or ``retrying`` a failed iteration) the fallback, else the trial fails and
         the next one is proposed."""
-        if retrying or self.phase != TRIAL or self.trial is None:
+        if retrying or self.phase != TRIAL or self.trial_phase.trial is None:
             fallback = self.fallback()
             return fallback if config != fallback else self.space.default()
         self.trial_phase.finish(None, f"could not apply the configuration: {error}")
@@ -259,8 +257,7 @@ class TrialSchedule:
                      config: Config | None) -> None:
         """Servers stopped and ``space`` is what is left: reported and recorded now; the
         tuning starts over at the next iteration."""
-        self._full = space
-        self.trial_phase.narrow(space.lossless() if self._codecs_at is not None else space)
+        self.trial_phase.narrow(self.codecs.shrink(space))
         self._replan = True
         self.listener.say(f"[red]lost server(s)[/] {list(servers)}: {error}. Training goes "
                           "on with all-reduce among the workers.")
@@ -287,14 +284,9 @@ class TrialSchedule:
         the kept configuration's figure is final and nothing watches it (no drift watch,
         no kept codec judged by its efficiency, no codec search to come). The caller may
         stop measuring; a failed iteration must still reach :meth:`next`."""
-        return (self.phase == LOCKED and not self._replan and self._codecs_at is None
+        return (self.phase == LOCKED and not self._replan and not self.codecs.waiting
                 and self.warmup_phase.left <= 0 and self._ran is not None
-                and self.kept_phase.done(self.lossy(self._ran)))
-
-    @property
-    def warmup_left(self) -> int:
-        """Warm-up iterations still to run."""
-        return self.warmup_phase.left
+                and self.kept_phase.done(judged_by_goodput(self.goodput, self._ran)))
 
     @property
     def space(self) -> SearchSpace:
@@ -307,49 +299,14 @@ class TrialSchedule:
         return self.trial_phase.tuner
 
     @property
-    def trial(self) -> Trial | None:
-        """The trial under way (after it: the last one)."""
-        return self.trial_phase.trial
-
-    @property
     def best(self) -> tuple[Config, float] | None:
         """The best configuration so far and the Tuner's mean score of it."""
         return self.trial_phase.best
 
     @property
-    def tuning_iterations(self) -> int:
-        """Iterations spent inside trials."""
-        return self.trial_phase.iterations
-
-    @property
     def kept(self) -> Config | None:
         """The best configuration so far (after the budget: the one kept)."""
         return dict(self.best[0]) if self.best is not None else None
-
-    def throughput(self, seconds: float) -> float:
-        """An iteration's score (:func:`~autotune.tuning.trial_run.throughput`)."""
-        return throughput(self.samples_per_step, seconds)
-
-    @property
-    def baseline(self) -> tuple[float, float] | None:
-        """The kept configuration's median (iteration s, communication s), once measured."""
-        watch = self.kept_phase.watch
-        return None if watch is None else watch.baseline
-
-    @property
-    def trial_efficiency(self) -> dict[tuple, float]:
-        """The mean efficiency of each lossy trial, by configuration key."""
-        return self.trial_phase.efficiency
-
-    def lossy(self, config: Config) -> bool:
-        """Whether ``config`` is judged by its efficiency: a codec, scored by goodput."""
-        return judged_by_goodput(self.goodput, config)
-
-    @property
-    def unit(self) -> str:
-        """What :meth:`throughput` counts (the session's unit): ``samples/s`` with
-        ``samples_per_step``, else ``it/s``."""
-        return unit_of(self.samples_per_step)
 
     # --------------------------------------------------------------- phases
     def _warmup_times(self) -> tuple[list, list]:
@@ -383,12 +340,11 @@ class TrialSchedule:
             kept = self.space.default()
             self.kept_phase.keep(kept)
             return kept
-        codecs_at = self.stakes.sensitive_until()
-        if self.space.lossy and codecs_at > self.iteration:
-            self._codecs_at, self._codec_budget = codecs_at, max(MIN_SEARCH, plan.budget // 2)
-            self.trial_phase.narrow(self._full.lossless())
+        lossless = self.codecs.hold(self.iteration, self.stakes.sensitive_until(), plan.budget)
+        if lossless is not None:
+            self.trial_phase.narrow(lossless)
             self.listener.say(f"codecs wait for the first {SENSITIVE:.0%} of training "
-                              f"(iteration {codecs_at}); tuning lossless until then")
+                              f"(iteration {self.codecs.at}); tuning lossless until then")
         self.trial_phase.tune(plan.budget, self.seed, self._warm_start, self._warmup_times())
         self.tuner.try_first(self.warmup_phase.seeds(self.space, self._capped), technique=SEED)
         self._loading_until = time.perf_counter() + MAX_LOADING_S
@@ -408,12 +364,11 @@ class TrialSchedule:
     def _codecs(self, config: Config) -> Config:
         """The sensitive phase is over: a short search over the whole space (codecs in),
         from the kept lossless configuration."""
-        self._codecs_at = None
-        self.trial_phase.narrow(self._full)
-        kept = self.best[0] if self.best else config
+        full, budget = self.codecs.let_in()
+        self.trial_phase.narrow(full)
         self.listener.say(f"iteration {self.iteration}: past the sensitive phase, trying "
-                          f"codecs for {self._codec_budget} iterations")
-        return self._retune(self._codec_budget, kept)
+                          f"codecs for {budget} iterations")
+        return self._retune(budget, self.best[0] if self.best else config)
 
     def _back_to_default(self, why: str) -> None:
         """The kept configuration was not faster than the default once it trained

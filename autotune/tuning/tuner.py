@@ -168,6 +168,18 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(groups)
 
 
+def gp_libraries(trials: int, prior: bool, bayes_after: int | None) -> list[str]:
+    """The libraries of the GPs a search of at most ``trials`` trials can fit, imported in
+    the background (:mod:`autotune.tuning.preload`): the ``prior``'s residual GP fits from
+    :data:`~autotune.tuning.prior.GP_FIT_AT` scored trials, the Bayesian searcher's after
+    its ``bayes_after`` random ones (None: no Bayesian searcher). A shorter search (the few
+    trials of a job with little to win) fits none, and would pay the import's CPU for
+    nothing."""
+    return ((["sklearn.gaussian_process"] if prior and trials > GP_FIT_AT else [])
+            + (["skopt", "skopt.learning"]
+               if bayes_after is not None and trials > bayes_after else []))
+
+
 class Tuner:
     """The ensemble under the bandit, with a budget (module docstring).
 
@@ -206,7 +218,9 @@ class Tuner:
         self._lengthened: set[int] = set()  # trials lengthened for the reference
         self.obs = Observations(space)  # the one history every searcher reads
         self.searchers = self._searchers(dict(options or {}))
-        self._preload()
+        bayes = self.searchers.get("bayes")
+        preload(*gp_libraries(self.budget // self.min_iterations, self.surrogate is not None,
+                              None if bayes is None else bayes.n_initial_points))
         self.bandit = AUCBandit(self.techniques, window=bandit.window, C=bandit.C)
         self.noise_model = NoiseModel()  # positive scores, for the noise-aware choice
         self.screening = Screen(screen, self.searchers, self.bandit, self.surrogate)
@@ -239,19 +253,6 @@ class Tuner:
                 searchers[name] = make_searcher(name, self.space, sub_seed, **opts)
             searchers[name].share(self.obs)
         return searchers
-
-    def _preload(self) -> None:
-        """Import the GPs' libraries in the background (:mod:`autotune.tuning.preload`)
-        where this budget can reach a fit: the prior's residual GP at
-        :data:`~autotune.tuning.prior.GP_FIT_AT` scored trials, the Bayesian searcher's at
-        its ``n_initial_points``. A shorter search (the few trials of a job with little to
-        win) never fits one, and would pay the import's CPU for nothing."""
-        trials = self.budget // self.min_iterations  # at most, none cut short
-        bayes = self.searchers.get("bayes")
-        preload(*(["sklearn.gaussian_process"]
-                  if self.surrogate is not None and trials > GP_FIT_AT else [])
-                + (["skopt", "skopt.learning"]
-                   if bayes is not None and trials > bayes.n_initial_points else []))
 
     # ---------------------------------------------------------------- state
     @property

@@ -54,7 +54,7 @@ def test_the_warmup_is_lossless_until_the_noise_scale_can_be_stable():
     first = s.start([])
     ran, _ = drive(s, first, LOSSY_WARMUP)
     assert s.phase == TRIAL and all(c["compression"] == "none" for c in ran)
-    assert make(goodput=False, warmup=3).warmup_left == 3
+    assert make(goodput=False, warmup=3).warmup_phase.left == 3
 
 
 def test_a_lossy_trial_is_scored_by_throughput_times_efficiency():

@@ -77,8 +77,8 @@ def test_warmup_runs_the_default_and_is_no_trial():
     ran, nxt = drive(s, first, 3)
     assert ran == [s.space.default()] * 3
     assert s.warmup_times == [1.0] * 3 and s.probe_times == []
-    assert s.driver.history == [] and s.phase == TRIAL and s.tuning_iterations == 0
-    assert s.trial is not None and nxt == s.trial.config
+    assert s.driver.history == [] and s.phase == TRIAL and s.trial_phase.iterations == 0
+    assert s.trial_phase.trial is not None and nxt == s.trial_phase.trial.config
     assert ("tuning", 20) in heard.events and ("start", 0) in heard.events
 
 
@@ -89,21 +89,21 @@ def test_flow_probe_is_the_last_warmup_and_seeds_the_capped_case():
     assert ran[2] == {**s.space.default(), "streams": PROBE_STREAMS}
     assert len(s.probe_times) == 1 and len(s.warmup_times) == 2
     # the capped case: the seeds with the probe's streams are the first trials
-    assert s.trial.config == {**s.space.seeds()[0], "streams": PROBE_STREAMS}
-    assert s.trial.technique == "seed"  # what it is: a seed, not a warm start
+    assert s.trial_phase.trial.config == {**s.space.seeds()[0], "streams": PROBE_STREAMS}
+    assert s.trial_phase.trial.technique == "seed"  # what it is: a seed, not a warm start
 
 
 def test_no_probe_without_two_warmups_or_when_not_capped():
-    assert make(warmup=1, probe=True)[0].probe is None
+    assert make(warmup=1, probe=True)[0].warmup_phase.probe is None
     s, _ = make(warmup=3, probe=True, capped=lambda times, probe: False)
     drive(s, s.start([]), 3)
-    assert s.trial.config == s.space.default()  # uncapped: the default first, as ever
+    assert s.trial_phase.trial.config == s.space.default()  # uncapped: the default first, as ever
 
 
 def test_switch_iteration_is_not_scored():
     s, _ = make(warmup=0, trial_iterations=4, cut_short=None)
     cfg = s.start([])
-    trial = s.trial
+    trial = s.trial_phase.trial
     times = iter([10.0] + [0.5] * 20)
     for _ in range(trial.iterations):
         cfg = s.next(cfg, next(times))
@@ -130,11 +130,11 @@ def test_clearly_slow_trials_end_early_and_give_iterations_back():
 def test_failed_iteration_fails_the_trial_and_moves_on():
     s, heard = make(warmup=0)
     cfg = s.start([])
-    index = s.trial.index
+    index = s.trial_phase.trial.index
     nxt = s.next(cfg, math.inf, "rank 1 timed out")
     rec = s.driver.history[-1]
     assert rec.score is None and rec.error == "rank 1 timed out"
-    assert s.driver.failures == [rec] and s.trial.index == index + 1 and nxt == s.trial.config
+    assert s.driver.failures == [rec] and s.trial_phase.trial.index == index + 1 and nxt == s.trial_phase.trial.config
     assert ("finish", 0, "rank 1 timed out") in heard.events
 
 
@@ -144,10 +144,10 @@ def test_rejected_configuration():
     # outside a trial: the fallback (nothing ran yet: the default), or the default
     assert s.rejected({**cfg, "streams": 3}, "no") == s.space.default()
     drive(s, cfg, 2)
-    bad = s.trial.config
+    bad = s.trial_phase.trial.config
     nxt = s.rejected(bad, "no group for stream 3")
     assert s.driver.history[-1].error == "could not apply the configuration: no group for stream 3"
-    assert nxt == s.trial.config
+    assert nxt == s.trial_phase.trial.config
 
 
 def test_budget_spent_locks_the_best():
@@ -263,7 +263,7 @@ def test_drift_starts_a_short_retune_from_the_old_best():
     for _ in range(5):  # 3x slower
         cfg = s.next(cfg, 3 * seconds_of(cfg))
     assert s.phase == TRIAL and s.tuner.budget == 8 and s.best is None
-    assert s.trial.config == old and s.trial.technique == "warm"
+    assert s.trial_phase.trial.config == old and s.trial_phase.trial.technique == "warm"
     assert s.driver.samples == {}  # measured on the job before the change: forgotten
     # the kept figure was final before its 20 settled iterations: said before the re-tune
     events = heard.events
@@ -303,7 +303,7 @@ def test_a_change_of_the_communication_time_either_way_starts_a_retune(factor):
     kept = dict(cfg)
     start = s.iteration
     assert run_locked(s, cfg, 5, 0.1, lambda c: factor * seconds_of(c)) == [start + 5]
-    assert s.phase == TRIAL and s.trial.config == kept and s.tuner.budget == 8
+    assert s.phase == TRIAL and s.trial_phase.trial.config == kept and s.tuner.budget == 8
 
 
 def test_a_longer_compute_step_starts_no_retune():
@@ -393,7 +393,7 @@ def test_the_flow_probe_cuts_chunks_so_that_every_stream_carries_one():
     s, _ = make(space=space, warmup=3, probe=True, capped=lambda times, probe: True, gradient_bytes=2 * 2**20)
     ran, _ = drive(s, s.start([]), 3)
     assert ran[2] == small
-    assert s.trial.config == {**space.seeds()[0], "streams": PROBE_STREAMS,
+    assert s.trial_phase.trial.config == {**space.seeds()[0], "streams": PROBE_STREAMS,
                               "chunk_bytes": small["chunk_bytes"]}
 
 
@@ -428,7 +428,7 @@ def test_the_first_trial_waits_for_the_tuners_imports(tmp_path, monkeypatch):
         waited += 1
         time.sleep(0.01)
     assert not loading() and s.phase == TRIAL and waited >= 5
-    assert s.driver.history == [] and s.tuning_iterations == 0
+    assert s.driver.history == [] and s.trial_phase.iterations == 0
     assert s.driver.measured(space.default()) is None or \
         s.driver.measured(space.default())[2] == 0
     while s.phase != LOCKED:

@@ -113,7 +113,7 @@ def test_trials_stop_once_they_lost_their_share_of_the_job():
     assert s.phase == LOCKED and s.kept == space.default()
     cap = SPEND * total * STEP
     assert cap <= s.stakes.lost_s <= cap + 6 * 2 * STEP  # at most the trial under way more
-    assert s.tuning_iterations < 100
+    assert s.trial_phase.iterations < 100
     assert any("tuning stopped" in line for line in said.lines), said.lines
     cost = s.cost()
     assert cost["iterations"] == s.stakes.trial_iterations and cost["lost_s"] > 0
