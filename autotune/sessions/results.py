@@ -13,6 +13,7 @@ None and the results fall back to the active configuration or nothing.
 from __future__ import annotations
 
 from autotune.sessions.options import SessionOptions
+from autotune.tuning.lossy import judged_by_goodput
 from autotune.tuning.schedule import TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trials import TrialDriver
@@ -80,7 +81,7 @@ class SessionResults:
         """The kept configuration's statistical efficiency, when it is a codec scored by
         goodput (its trials' mean; :attr:`best_score` is then its goodput)."""
         sched, best = self.schedule, self.best
-        if sched is None or best is None or not sched.lossy(best):
+        if sched is None or best is None or not judged_by_goodput(sched.goodput, best):
             return None
         return sched.trial_phase.efficiency.get(self.space.key(best))
 
