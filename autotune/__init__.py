@@ -87,7 +87,7 @@ def session(
         print(tuner.best)
 
     ``model`` is an ``nn.Module`` (the native runtime averages its gradients and keeps DDP's
-    semantics: a :class:`~autotune.sessions.core.Session`) or a
+    semantics: a :class:`~autotune.sessions.native.Session`) or a
     ``DistributedDataParallel`` model (DDP keeps averaging them, through autotune's comm
     hook: a :class:`~autotune.sessions.ddp.DDPSession`). Every argument is checked here: a
     bad one is an :class:`ArgumentError` naming it.

@@ -17,7 +17,7 @@ from autotune import __version__
 #: every subcommand as (module, name): the click command ``name`` is the module's
 #: attribute ``name`` (sorted by name)
 COMMANDS: tuple[tuple[str, str], ...] = (
-    ("autotune.reports.db", "db"),
+    ("autotune.reports.db_command", "db"),
     ("autotune.emulate.command", "emulate"),
     ("autotune.launch", "launch"),
     ("autotune.probes.command", "probe"),

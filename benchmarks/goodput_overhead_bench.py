@@ -7,14 +7,14 @@ fixed={"compression": "none"})``: no tuning, the default lossless configuration,
 only difference between the two arms is the measurement:
 
 * ``measured``: ``lossy_score="goodput"``: every iteration samples the gradient before and
-  after averaging and runs the one small all-reduce (``autotune.sessions.goodput``);
+  after averaging and runs the one small all-reduce (``autotune.sessions.efficiency_probe``);
 * ``off``: ``lossy_score="throughput"``: nothing is measured (as a lossless job).
 
 Each launch trains ``--warmup`` iterations, then times ``--iterations`` (wall time of the
 whole step: forward, backward, ``tuner.step()``, optimizer), on the slower rank. The arms
 alternate, ``--repeats`` launches each, on the same hosts. Printed per model: the median
 iteration time of each arm (median of the launches' medians, with their min-max), their
-ratio, and the probe's own time per iteration (``GoodputProbe.seconds``: the sampling on
+ratio, and the probe's own time per iteration (``EfficiencyProbe.seconds``: the sampling on
 both sides and the all-reduce; the local sampling overlaps the communication under the
 native runtime, so this bounds what it adds) as a share of the iteration. Target: at most
 1 % (issue 39). JSON to benchmarks/results/goodput_overhead/:
@@ -70,9 +70,9 @@ def rank_main(a: argparse.Namespace) -> None:
             opt.zero_grad(set_to_none=False)
             if i >= a.warmup:
                 times.append(time.perf_counter() - t)
-            if i == a.warmup - 1 and tuner._goodput is not None:
-                tuner._goodput.seconds = 0.0  # the probe's time over the timed steps only
-        probe = tuner._goodput.seconds if tuner._goodput is not None else 0.0
+            if i == a.warmup - 1 and tuner._efficiency_probe is not None:
+                tuner._efficiency_probe.seconds = 0.0  # the probe's time over the timed steps only
+        probe = tuner._efficiency_probe.seconds if tuner._efficiency_probe is not None else 0.0
     mine = torch.tensor([median(times), probe / a.iterations], dtype=torch.float64)
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)  # the slower rank's
     if rank == 0:

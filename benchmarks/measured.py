@@ -18,7 +18,7 @@ measurement from the emulated cluster:
   iteration is one of its recorded step times, drawn with replacement, and the score is
   the mean throughput (it/s) over them, as a session scores a trial.
 - **The truth** a kept configuration is judged by is its median recorded throughput.
-- **The prior** is built as a session builds it (:class:`autotune.sessions.facts.
+- **The prior** is built as a session builds it (:class:`autotune.sessions.tuners.
   JobTuners`): the simulator on the job's gradient sizes, world and CPU device, with the
   link as recorded at the start (tables recorded after issue 40) and as the recorded
   warm-up implies it (:func:`autotune.sim.predict.warmup_link`), and this machine's
@@ -142,7 +142,7 @@ class MeasuredJob:
     @cached_property
     def host(self):
         """This machine's constants, as a session's leader measures them
-        (:meth:`autotune.sessions.facts.JobTuners.starting_calibration`)."""
+        (:meth:`autotune.sessions.tuners.JobTuners.starting_calibration`)."""
         from autotune.sessions.calibrate import host_calibration
 
         return host_calibration(self.space, gradient_bytes=sum(self.table["job"]["sizes"]),

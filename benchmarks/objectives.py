@@ -222,7 +222,7 @@ class Scenario:
         refits its constants to the trials (:class:`autotune.sim.predict.ModelPrior`)."""
         from dataclasses import replace
 
-        from autotune.sim.cluster import Cluster
+        from autotune.sim.cluster import ClusterSpec
         from autotune.sim.job import Job
         from autotune.sim.predict import ModelPrior
 
@@ -232,7 +232,7 @@ class Scenario:
                   backward_fraction=self.bwd_ms / (self.fwd_ms + self.bwd_ms),
                   batch_per_worker=self.batch)
         multi = self.workers > 1
-        cluster = Cluster(machines=self.machines, workers_per_machine=self.workers,
+        cluster = ClusterSpec(machines=self.machines, workers_per_machine=self.workers,
                           nic_gbps=self.nic_gbps, per_flow_gbps=self.flow_cap * self.nic_gbps,
                           latency_us=self.alpha_us, server_machines=self.k_max,
                           cpu_sum_gbps=self.sum_gbps, pcie_gbps=self.intra_gbps,

@@ -12,7 +12,7 @@ through every GPU (``autotune.offline.simulated.DDP_LIKE`` under
 figures: 1.10-1.84x all-reduce with k = n CPU machines, 1.09-1.53x without, ResNet-50
 97.5% vs 88% scaling efficiency (~1.11x); 32 machines of 8 V100 with NVLink, 100 Gbit/s.
 
-Cluster: 8 GPUs per machine (2 per PCIe switch, NVLink between pairs, the NIC under switch
+ClusterSpec: 8 GPUs per machine (2 per PCIe switch, NVLink between pairs, the NIC under switch
 0: BytePS's Fig. 6b machine), ``--nics`` Gbit/s NICs, servers k = n (as BytePS) or none,
 per-flow cap none or a quarter of the NIC. Compute per iteration (forward + backward on one
 V100, the backward 2/3 of it) is an assumption per model (``COMPUTE_MS``).
@@ -71,11 +71,11 @@ def describe(cfg: dict[str, Any]) -> str:
 def cell(model: str, gpus: int, nic: float, servers: bool, capped: bool, budget: int,
          seed: int, db: str) -> dict[str, Any]:
     from autotune.offline.simulated import DDP_LIKE, tune_simulated
-    from autotune.sim import Cluster, Job, simulate
+    from autotune.sim import ClusterSpec, Job, simulate
     from autotune.sim.nccl import ddp_nccl
 
     n = gpus // 8
-    cluster = Cluster(machines=n, workers_per_machine=8, nic_gbps=nic,
+    cluster = ClusterSpec(machines=n, workers_per_machine=8, nic_gbps=nic,
                       per_flow_gbps=nic / 4 if capped else None,
                       server_machines=n if servers else 0, gpus_per_switch=2, nic_switch=0,
                       nvlink_gbps=200.0, name=f"{n}x8 {nic:g}G")

@@ -158,9 +158,9 @@ def rank_main(a: argparse.Namespace) -> None:
 def predict(rows: list[dict], grad_bytes: list[int], workers: int, servers: int, B: float,
             constants: dict[str, Any]) -> list[float]:
     """Predicted step time of every row on the described cluster."""
-    from autotune.sim import GBIT, Cluster, Job, simulate
+    from autotune.sim import GBIT, ClusterSpec, Job, simulate
 
-    cluster = Cluster(machines=workers, workers_per_machine=1, server_machines=servers,
+    cluster = ClusterSpec(machines=workers, workers_per_machine=1, server_machines=servers,
                       nic_gbps=B / GBIT, worker_device="cpu", **constants)
     jobs: dict[float, Job] = {}
     out = []
@@ -232,12 +232,12 @@ def measure(a: argparse.Namespace) -> dict:
 
 def analyse(raw: dict) -> dict:
     """Predictions with the default and the fitted constants, errors and summaries."""
-    from autotune.sim import Cluster as SimCluster
+    from autotune.sim import ClusterSpec
 
     rows, grad_bytes, B = raw["rows"], raw["grad_bytes"], raw["B"]
     workers, servers = raw["workers"], raw["servers"]
     meas = [statistics.median(x["times_s"]) for x in rows]
-    defaults = {k: getattr(SimCluster(machines=1), k) for k in GRID}
+    defaults = {k: getattr(ClusterSpec(machines=1), k) for k in GRID}
     pred_default = predict(rows, grad_bytes, workers, servers, B, defaults)
     fit_idx = [i for i, r in enumerate(rows) if r["set"] == "fit"]
     held_idx = [i for i, r in enumerate(rows) if r["set"] != "fit"]

@@ -77,7 +77,7 @@ def main(progress: str, trigger: str, spec_json: str) -> None:
         s = tuner.schedule
         print("RESULT " + json.dumps({
             "rows": rows, "changed_at": changed_at, "retunes": s.retunes,
-            "warmup": int(spec["warmup"]), "unit": s.unit,
+            "warmup": int(spec["warmup"]), "unit": tuner.unit,
             "trials": [{"index": r.index, "technique": r.technique, "config": r.config,
                         "score": r.score} for r in tuner.history],
         }), flush=True)

@@ -1,6 +1,6 @@
 """docs/architecture.md matches the code where a test can tell (issue 52): every module
 it names by path exists, and every ``Class.method`` it places in a module
-(```Session._apply`` (``sessions/core.py``)``) is defined there."""
+(```Session._apply`` (``sessions/native.py``)``) is defined there."""
 
 from __future__ import annotations
 

@@ -313,7 +313,7 @@ def _fixed(o: TuneOptions, cluster: Any) -> dict[str, Any]:
 
 
 def _simulated_cluster(o: TuneOptions) -> Any:
-    """``--simulate``: the cluster file's :class:`~autotune.sim.Cluster` (the world comes
+    """``--simulate``: the cluster file's :class:`~autotune.sim.ClusterSpec` (the world comes
     from it, so no world options)."""
     given = [n for n, v in (("--workers", o.workers), ("--machines", o.machines),
                             ("--emulate", o.emulate)) if v is not None]
@@ -323,10 +323,10 @@ def _simulated_cluster(o: TuneOptions) -> Any:
         raise click.UsageError(f"--simulate takes the world from the cluster file; drop "
                                f"{', '.join(given)} (set machines, workers_per_machine and "
                                f"server_machines in the JSON)")
-    from autotune.sim import Cluster, ClusterError
+    from autotune.sim import ClusterSpec, ClusterError
 
     try:
-        return Cluster.from_json(o.simulate)
+        return ClusterSpec.from_json(o.simulate)
     except ClusterError as exc:
         raise click.BadParameter(str(exc), param_hint="--simulate") from None
 

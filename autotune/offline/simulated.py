@@ -56,14 +56,14 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                    allow_lossy: bool = False, job: str | None = None,
                    fixed: Mapping[str, Any] | None = None,
                    display: TuningDisplay | None = None) -> dict[str, Any]:
-    """Tune ``model`` on the simulated cluster ``cluster_src`` (a :class:`~autotune.sim.Cluster`,
+    """Tune ``model`` on the simulated cluster ``cluster_src`` (a :class:`~autotune.sim.ClusterSpec`,
     or a JSON path, text or dict); record the run (``simulated=True``) in ``db``; return a
     report (see ``docs/tune.md``). ``fixed``: knobs pinned or narrowed (see
     :meth:`~autotune.tuning.space.SearchSpace.build`). ``display`` (for ``budget`` iterations, e.g.
     :func:`autotune.progress.tuning_display`) shows the trials as they run, and is
     stopped at the end."""
     from autotune import zoo
-    from autotune.sim import Cluster, Job, SimulatedObjective, simulate
+    from autotune.sim import ClusterSpec, Job, SimulatedObjective, simulate
     from autotune.sim.predict import prior
     from autotune.store import Store
     from autotune.store.fingerprint import model_graph
@@ -72,7 +72,7 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     from autotune.tuning.trials import TrialDriver
     from autotune.tuning.tuner import Tuner
 
-    cluster = cluster_src if isinstance(cluster_src, Cluster) else Cluster.from_json(cluster_src)
+    cluster = cluster_src if isinstance(cluster_src, ClusterSpec) else ClusterSpec.from_json(cluster_src)
     module = zoo.build(model, device="meta")  # shapes only, no memory
     sim_job = Job.from_shapes(zoo.module_gradient_shapes(module), compute_s=compute_ms / 1e3,
                               backward_fraction=backward_fraction,

@@ -1,6 +1,6 @@
 """The commands that read the results store, and their display helpers.
 
-``autotune db ...`` (:mod:`autotune.reports.db`: runs, show, trials, best, similar,
+``autotune db ...`` (:mod:`autotune.reports.db_command`: runs, show, trials, best, similar,
 export, prune, close, calibrations) and ``autotune report`` (:mod:`autotune.reports.report`:
 the terminal summary, the PNG figure, the HTML page) live here, with what they share
 (:mod:`autotune.reports.common`: opening the store for a command, its errors as click's,

@@ -12,12 +12,12 @@ leader's buffers before each training forward, ``no_sync()`` for gradient accumu
 - :mod:`~autotune.sessions.options`: :class:`SessionOptions`, the settings, checked;
 - :mod:`~autotune.sessions.base`: :class:`TuningSession`, the type ``session()`` returns:
   the iteration, the apply-and-retry loop, the leader's tuning, the results;
-- :mod:`~autotune.sessions.core`: :class:`Session`, the native runtime: the world, the
+- :mod:`~autotune.sessions.native`: :class:`Session`, the native runtime: the world, the
   runtime, each step;
 - :mod:`~autotune.sessions.ddp`: :class:`DDPSession`, DDP kept, its buckets averaged by
   autotune's comm hook;
 - :mod:`~autotune.sessions.parity`: DDP's semantics for the native runtime;
-- :mod:`~autotune.sessions.facts`: the job's space and physics prior;
+- :mod:`~autotune.sessions.tuners`: the job's space and physics prior;
 - :mod:`~autotune.sessions.record`: the run in the results store;
 - :mod:`~autotune.sessions.display`: the progress and the final table.
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.sessions.base import DDP, TuningSession
-from autotune.sessions.core import Session
+from autotune.sessions.native import Session
 from autotune.sessions.ddp import DDPSession
 from autotune.sessions.options import SessionOptions
 from autotune.tuning.schedule import PROBE_STREAMS, SWITCH_MARGIN, trial_seconds

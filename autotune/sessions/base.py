@@ -1,7 +1,7 @@
 """What every tuning session shares: its arguments, the leader's tuning, its results.
 
 ``autotune.session(model, ...)`` makes a :class:`TuningSession`, of the kind the model asks
-for: a plain module gets the native runtime (:class:`~autotune.sessions.core.Session`,
+for: a plain module gets the native runtime (:class:`~autotune.sessions.native.Session`,
 which does DDP's work itself); a ``DistributedDataParallel`` model keeps DDP, whose
 communication is tuned through a comm hook (:class:`~autotune.sessions.ddp.DDPSession`).
 Both measure each iteration, and on the leader the same trial schedule
@@ -24,8 +24,8 @@ from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, UsageError
 from autotune.sessions.display import SessionDisplay, report
 from autotune.sessions.calibrate import measure_link
-from autotune.sessions.facts import JobTuners
-from autotune.sessions.goodput import GoodputProbe
+from autotune.sessions.tuners import JobTuners
+from autotune.sessions.efficiency_probe import EfficiencyProbe
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.sessions.results import SessionResults
@@ -47,7 +47,7 @@ class TuningSession(SessionResults, abc.ABC):
     """What :func:`autotune.session` returns: use it as a context manager around the
     training loop and call :meth:`step` after each iteration's backward (the settings:
     :class:`~autotune.sessions.options.SessionOptions`). The kinds:
-    :class:`~autotune.sessions.core.Session` (a plain module: the native runtime averages
+    :class:`~autotune.sessions.native.Session` (a plain module: the native runtime averages
     its gradients) and :class:`~autotune.sessions.ddp.DDPSession` (a
     ``DistributedDataParallel`` model: DDP keeps averaging them, through autotune's comm
     hook). They differ in how gradients are averaged and a configuration is put in force
@@ -78,7 +78,7 @@ class TuningSession(SessionResults, abc.ABC):
         self._t_last = 0.0
         self._settled = False  # the leader's schedule is: step() measures nothing more
         # allow_lossy scored by goodput, with several workers: made by the kind's _open
-        self._goodput: GoodputProbe | None = None
+        self._efficiency_probe: EfficiencyProbe | None = None
         self._link: dict[str, float] = {}  # the link as timed at the start (_measures)
         self._tuners: JobTuners | None = None  # the leader's
 
@@ -152,8 +152,8 @@ class TuningSession(SessionResults, abc.ABC):
                    if self.is_leader else None)
             self._apply(nxt)
             self._settled = settled and failed is None
-            if self._goodput is not None:  # coordinates only where a codec's error is
-                self._goodput.sample.begin(self.iteration, coordinates=self._lossy())
+            if self._efficiency_probe is not None:  # coordinates only where a codec's error is
+                self._efficiency_probe.sample.begin(self.iteration, coordinates=self._lossy())
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -170,13 +170,13 @@ class TuningSession(SessionResults, abc.ABC):
         worker's time (a failure anywhere is infinity), the least any worker waited for
         the averaged gradients (the communication the configuration leaves exposed;
         None where the kind cannot tell), when scored by goodput the iteration's
-        statistical efficiency (:mod:`autotune.sessions.goodput`; else None), and whether
+        statistical efficiency (:mod:`autotune.sessions.efficiency_probe`; else None), and whether
         the leader's schedule was settled before this iteration (:attr:`TrialSchedule.
         settled`: from the next iteration on, :meth:`step` measures nothing). Each
         worker's times go in a slot of its own."""
         n = len(self.info.workers)
         me = self.info.workers.index(self.info.rank)
-        probe = self._goodput
+        probe = self._efficiency_probe
         extra = probe.payload() if probe is not None else torch.zeros(0, dtype=torch.float64)
         t = torch.zeros(2 * n + 1 + len(extra), dtype=torch.float64)
         t[me], t[n + me] = elapsed, waited if waited is not None else math.nan
@@ -197,8 +197,8 @@ class TuningSession(SessionResults, abc.ABC):
         will tune with one (:func:`autotune.sessions.calibrate.measure_link`)."""
         o, workers = self.options, len(self.info.workers)
         if o.goodput and workers > 1:
-            self._goodput = GoodputProbe(params, workers, self.info.rank)
-            self._goodput.sample.begin(0)
+            self._efficiency_probe = EfficiencyProbe(params, workers, self.info.rank)
+            self._efficiency_probe.sample.begin(0)
         if o.prior and o.budget and workers > 1 and self.info.n_machines > 1:
             self._link = measure_link(self._worker_sum, workers=workers)
 
@@ -302,7 +302,7 @@ class TuningSession(SessionResults, abc.ABC):
             cut_short=o.cut_short, samples_per_step=o.samples_per_step, drift=self._drift,
             seed=o.seed, probe=self.info.n_machines > 1, capped=tuners.capped,
             listener=self.display, gradient_bytes=sum(tuners.sizes),
-            goodput=self._goodput is not None, total_steps=o.total_steps)
+            goodput=self._efficiency_probe is not None, total_steps=o.total_steps)
         warm = self._run.warm_start(self.space)
         # torchrun --max-restarts brought the job back: no tuning again
         restarted = self._run.restarted_best(self.space)

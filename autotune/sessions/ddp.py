@@ -4,7 +4,7 @@
 buffers, ``no_sync``, unused and static-graph handling, buckets and their CUDA streams,
 checkpoints) and tunes how each bucket crosses the wire: autotune's comm hook
 (:class:`~autotune.runtime.ddp_hook.BucketTransport`) averages it under the current
-configuration. It is the native session's runtime (:class:`~autotune.sessions.core.Session`)
+configuration. It is the native session's runtime (:class:`~autotune.sessions.native.Session`)
 with DDP in front: the same ``Runtime`` joins the world (servers included), puts the
 leader's configuration in force at every ``step()`` (``Runtime.sync``, the configuration
 as int64s, nothing pickled), and runs push/pull through the Summation Services and the
@@ -40,8 +40,8 @@ from autotune.runtime.config import Limits
 from autotune.runtime.errors import ServerLost, UsageError
 from autotune.runtime.faults import Liveness
 from autotune.sessions.base import DDP
-from autotune.sessions.core import Session, init_world
-from autotune.sessions.facts import job_space
+from autotune.sessions.native import Session, init_world
+from autotune.sessions.tuners import job_space
 from autotune.sessions.options import SessionOptions
 from autotune.tuning.space import Config
 
@@ -121,7 +121,7 @@ class DDPSession(Session):
                                fixed=self.options.fixed)
         params = [p for p in self.model.module.parameters() if p.requires_grad]
         self._measures(params)
-        self.transport.sample = self._goodput.sample if self._goodput is not None else None
+        self.transport.sample = self._efficiency_probe.sample if self._efficiency_probe is not None else None
         self._apply(self._lead(params, dist.get_backend(self.model.process_group))
                     if self.is_leader else None)
 

@@ -2,7 +2,7 @@
 
 ``simulate(job, cluster, config)`` predicts one training iteration (step time,
 communication time, exposed communication, bytes per NIC, a breakdown) for a runtime
-configuration of :mod:`autotune.tuning.space` on a described :class:`Cluster`;
+configuration of :mod:`autotune.tuning.space` on a described :class:`ClusterSpec`;
 :class:`SimulatedObjective` makes that a noisy throughput objective for the Tuner. The
 model is in :mod:`autotune.sim.model`; the BytePS paper's (OSDI 2020) closed forms in
 :mod:`autotune.sim.formulas`; codec costs (calibrated by timing the real codecs) in
@@ -13,7 +13,7 @@ Limits (what the model does not know; see ``docs/simulator.md``):
 
 - Full bisection bandwidth: no oversubscribed core, no congestion control, no incast
   loss; links are full duplex and fair; every machine has ONE NIC (a probe graph with
-  several NICs uses the first, or ``Cluster.nic``).
+  several NICs uses the first, or ``ClusterSpec.nic``).
 - Steady-state fluid pipeline: a chunk occupies the cluster's bottleneck resource for
   its bytes at the bottleneck rate; transients inside a chunk (TCP slow start, gloo's
   internal slicing) are folded into the per-message latency. The bottleneck is that of
@@ -47,7 +47,7 @@ Limits (what the model does not know; see ``docs/simulator.md``):
   modelled, only their speed.
 """
 
-from .cluster import GBIT, Cluster, ClusterError, MachineModel
+from .cluster import GBIT, ClusterSpec, ClusterError, MachineModel
 from .codecs import DEFAULT_CODECS, CodecCost, calibrate_codecs, codec_table, reset_calibration
 from .formulas import allreduce_time, byteps_shares, byteps_time
 from .job import Job
@@ -56,7 +56,7 @@ from .nccl import ddp_nccl, nccl_allreduce, nccl_allreduce_time
 from .objective import SimulatedObjective
 
 __all__ = [
-    "GBIT", "Cluster", "ClusterError", "MachineModel", "CodecCost", "DEFAULT_CODECS",
+    "GBIT", "ClusterSpec", "ClusterError", "MachineModel", "CodecCost", "DEFAULT_CODECS",
     "calibrate_codecs", "codec_table", "reset_calibration", "allreduce_time",
     "byteps_shares", "byteps_time", "Job", "DEFAULT_CONFIG", "IterationEstimate",
     "simulate", "SimulatedObjective", "ddp_nccl", "nccl_allreduce", "nccl_allreduce_time",

@@ -36,11 +36,11 @@ import numpy as np
 
 from autotune.errors import AutotuneError
 
-from .cluster import Cluster
+from .cluster import ClusterSpec
 from .codecs import codec_table
 from .job import Job
 
-#: constants a calibration may set: Cluster fields, the job's ``compute_s`` and
+#: constants a calibration may set: ClusterSpec fields, the job's ``compute_s`` and
 #: ``codec_scale`` (a factor on every codec's encode and decode rate)
 CONSTANTS = ("nic_gbps", "per_flow_gbps", "latency_us", "chunk_overhead_us",
              "iteration_overhead_us", "codec_call_us", "cpu_sum_gbps", "intra_gbps",
@@ -131,7 +131,7 @@ class Calibration:
                            {k: source for k in self.sources})
 
     # ------------------------------------------------------------------ applying
-    def apply(self, job: Job, cluster: Cluster) -> tuple[Job, Cluster]:
+    def apply(self, job: Job, cluster: ClusterSpec) -> tuple[Job, ClusterSpec]:
         """``job`` and ``cluster`` with these constants in force (the job's plan cache is
         kept: no constant changes the chunks)."""
         c = dict(self.constants)
@@ -180,7 +180,7 @@ class Calibration:
         return rows
 
 
-def starting_values(job: Job, cluster: Cluster, calibration: Calibration) -> dict[str, float]:
+def starting_values(job: Job, cluster: ClusterSpec, calibration: Calibration) -> dict[str, float]:
     """Every fittable constant's value as the simulator would use it now."""
     values = {k: float(getattr(cluster, k)) for k in CONSTANTS
               if hasattr(cluster, k) and getattr(cluster, k) is not None}
@@ -264,7 +264,7 @@ class Observation:
     count: int = 1
 
 
-def fit(job: Job, cluster: Cluster, calibration: Calibration,
+def fit(job: Job, cluster: ClusterSpec, calibration: Calibration,
         observations: Sequence[Observation], *, names: Sequence[str] = FITTED,
         evaluations: int = FIT_EVALUATIONS,
         seconds: float = FIT_SECONDS) -> tuple[Calibration, float]:
@@ -344,7 +344,7 @@ def fit(job: Job, cluster: Cluster, calibration: Calibration,
     return calibration.updated(fitted, source="fitted"), rms
 
 
-def _informed(name: str, job: Job, cluster: Cluster, obs: Sequence[Observation]) -> bool:
+def _informed(name: str, job: Job, cluster: ClusterSpec, obs: Sequence[Observation]) -> bool:
     """Whether ``observations`` can say anything of constant ``name`` on this cluster."""
     multi = cluster.machines > 1
     if name in ("nic_gbps", "latency_us", "stream_overhead"):

@@ -1,7 +1,7 @@
 """A described cluster for the simulator: machines, NICs, servers and each machine's insides.
 
-:class:`Cluster` is a plain, validated dataclass, loadable from JSON
-(:meth:`Cluster.from_json`). Bandwidths are in Gbit/s per direction (links are full
+:class:`ClusterSpec` is a plain, validated dataclass, loadable from JSON
+(:meth:`ClusterSpec.from_json`). Bandwidths are in Gbit/s per direction (links are full
 duplex), times in microseconds. A machine's insides come either from a few numbers
 (``pcie_gbps``, ``gpus_per_switch``, ``nic_switch``, ``nvlink_gbps``) or from a probe
 graph (``topology``: node-link JSON of one machine as written by ``autotune.probes``, in
@@ -47,7 +47,7 @@ HOST = "host"
 
 
 @dataclass(frozen=True)
-class Cluster:
+class ClusterSpec:
     """n worker machines with w workers each, k server machines, and their links.
 
     Network: every machine has one NIC of ``nic_gbps`` (server machines
@@ -107,7 +107,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "cluster") -> "Cluster":
+    def from_dict(cls, data: Mapping[str, Any], source: str = "cluster") -> "ClusterSpec":
         """A cluster from a dict of fields (``gpus_per_machine`` is an alias of
         ``workers_per_machine``); unknown or malformed fields raise :class:`ClusterError`."""
         if not isinstance(data, Mapping):
@@ -131,7 +131,7 @@ class Cluster:
             raise ClusterError(f"{source}: {exc}") from None
 
     @classmethod
-    def from_json(cls, src: str | Path | Mapping[str, Any]) -> "Cluster":
+    def from_json(cls, src: str | Path | Mapping[str, Any]) -> "ClusterSpec":
         """A cluster from a JSON file path, a JSON string, or an already parsed dict."""
         if isinstance(src, Mapping):
             return cls.from_dict(src)
@@ -186,7 +186,7 @@ class Cluster:
 
 
 # ------------------------------------------------------------------------ validation
-def _number(c: Cluster, name: str, *, positive: bool = True, optional: bool = False,
+def _number(c: ClusterSpec, name: str, *, positive: bool = True, optional: bool = False,
             integer: bool = False, minimum: float | None = None) -> None:
     value = getattr(c, name)
     if value is None and optional:
@@ -202,7 +202,7 @@ def _number(c: Cluster, name: str, *, positive: bool = True, optional: bool = Fa
         raise ClusterError(f"field {name!r} must be > 0, got {value!r}")
 
 
-def _validate(c: Cluster) -> None:
+def _validate(c: ClusterSpec) -> None:
     _number(c, "machines", integer=True, minimum=1)
     _number(c, "workers_per_machine", integer=True, minimum=1)
     _number(c, "server_machines", integer=True, minimum=0)
@@ -247,7 +247,7 @@ def _validate(c: Cluster) -> None:
                     raise ClusterError(f"field 'codecs.{codec}.{key}' must be a number > 0, got {value!r}")
 
 
-def _n_switches(c: Cluster) -> int | None:
+def _n_switches(c: ClusterSpec) -> int | None:
     if c.gpus_per_switch is None:
         return None
     return -(-c.workers_per_machine // c.gpus_per_switch)
@@ -272,7 +272,7 @@ class MachineModel:
     ports: frozenset[int] = frozenset()
 
     @classmethod
-    def from_cluster(cls, c: Cluster) -> "MachineModel":
+    def from_cluster(cls, c: ClusterSpec) -> "MachineModel":
         w = c.workers_per_machine
         if c.worker_device == "cpu":
             return cls(w, "cpu", [None] * w, None, {("mem",): c.intra_gbps * GBIT})
@@ -372,7 +372,7 @@ class MachineModel:
         return {res: (ud[0] + ud[1] if res == ("mem",) else max(ud)) for res, ud in load.items()}
 
 
-def _from_topology(c: Cluster) -> MachineModel:
+def _from_topology(c: ClusterSpec) -> MachineModel:
     """The machine model of a probe graph (schema: :mod:`autotune.probes.graph`): the
     first ``workers_per_machine`` GPUs, their PCIe links and switch uplinks, the NIC's
     switch, NVLinks and NVSwitch ports."""

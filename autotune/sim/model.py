@@ -51,7 +51,7 @@ from typing import Any, Mapping, NamedTuple
 from autotune.runtime.config import (DEFAULT_POWERSGD_RANK, DEFAULT_RANDOMK_RATIO,
                                      DEFAULT_TOPK_RATIO, NAMES, ConfigError, RuntimeConfig)
 
-from .cluster import GBIT, Cluster
+from .cluster import GBIT, ClusterSpec
 from .codecs import CodecCost, codec_table
 from .job import ChunkPlan, Job
 
@@ -105,7 +105,7 @@ class IterationEstimate:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def _check_config(config: Mapping[str, Any], cluster: Cluster,
+def _check_config(config: Mapping[str, Any], cluster: ClusterSpec,
                   table: Mapping[str, CodecCost]) -> dict[str, Any]:
     """The runtime's checks and canonical form (RuntimeConfig; unknown keys are ignored),
     then what this cluster allows."""
@@ -123,7 +123,7 @@ def _check_config(config: Mapping[str, Any], cluster: Cluster,
     return {k: rc[k] for k in DEFAULT_CONFIG}
 
 
-def simulate(job: Job, cluster: Cluster, config: Mapping[str, Any]) -> IterationEstimate:
+def simulate(job: Job, cluster: ClusterSpec, config: Mapping[str, Any]) -> IterationEstimate:
     """Predict one iteration of ``job`` on ``cluster`` under ``config`` (a Config dict
     of :mod:`autotune.tuning.space`; missing keys take their defaults, unknown keys are ignored)."""
     table = codec_table(cluster.codecs)
@@ -147,7 +147,7 @@ class _Setting:
     (the runtime's plan) and the rates (bytes/s; ``R_agg``/``R_one``: a worker machine's NIC rate with every
     stream's flows / with one stream's)."""
 
-    cluster: Cluster
+    cluster: ClusterSpec
     cfg: dict[str, Any]
     n: int
     w: int
@@ -175,7 +175,7 @@ class _Setting:
     R_one: float
 
     @classmethod
-    def of(cls, job: Job, cluster: Cluster, cfg: dict[str, Any],
+    def of(cls, job: Job, cluster: ClusterSpec, cfg: dict[str, Any],
            table: Mapping[str, CodecCost]) -> "_Setting":
         n, w = cluster.machines, cluster.workers_per_machine
         S = cfg["streams"]

@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .cluster import HOST, Cluster
+from .cluster import HOST, ClusterSpec
 from .formulas import allreduce_time
 from .job import Job
 from .model import IterationEstimate
@@ -93,7 +93,7 @@ class NcclCall:
     nic_bytes: float
 
 
-def bus_Bps(cluster: Cluster) -> float:
+def bus_Bps(cluster: ClusterSpec) -> float:
     """The bus bandwidth (bytes/s per rank per direction): the slowest resource of one
     ring through the machine's GPUs in index order (each neighbour pair over its path in
     :class:`~autotune.sim.cluster.MachineModel`: NVLink, an NVSwitch port or PCIe) that
@@ -131,12 +131,12 @@ def bus_Bps(cluster: Cluster) -> float:
     return rate
 
 
-def _intra_link(cluster: Cluster) -> str:
+def _intra_link(cluster: ClusterSpec) -> str:
     m = cluster.machine
     return "nvlink" if (m.nv or m.ports) else "pci"
 
 
-def nccl_latency_s(cluster: Cluster, algorithm: str, protocol: str) -> float:
+def nccl_latency_s(cluster: ClusterSpec, algorithm: str, protocol: str) -> float:
     """NCCL's latency of one all-reduce (seconds, before the size-dependent plateau)."""
     n, w = cluster.machines, cluster.workers_per_machine
     N = n * w
@@ -153,7 +153,7 @@ def nccl_latency_s(cluster: Cluster, algorithm: str, protocol: str) -> float:
     return lat * 1e-6
 
 
-def nccl_call(cluster: Cluster, nbytes: float, algorithm: str, protocol: str,
+def nccl_call(cluster: ClusterSpec, nbytes: float, algorithm: str, protocol: str,
               corrections: bool = True) -> NcclCall:
     """One all-reduce of ``nbytes`` per rank with a given algorithm and protocol."""
     if algorithm not in ALGORITHMS or protocol not in PROTOCOLS:
@@ -181,7 +181,7 @@ def nccl_call(cluster: Cluster, nbytes: float, algorithm: str, protocol: str,
     return NcclCall(algorithm, protocol, lat + wire * nbytes / bus, nic)
 
 
-def nccl_allreduce(cluster: Cluster, nbytes: float, *, algorithms: Iterable[str] = ALGORITHMS,
+def nccl_allreduce(cluster: ClusterSpec, nbytes: float, *, algorithms: Iterable[str] = ALGORITHMS,
                    protocols: Iterable[str] = PROTOCOLS, corrections: bool = True) -> NcclCall:
     """The all-reduce of ``nbytes`` per rank NCCL would run on ``cluster``: the fastest
     (algorithm, protocol) of NCCL's cost model among those allowed."""
@@ -194,12 +194,12 @@ def nccl_allreduce(cluster: Cluster, nbytes: float, *, algorithms: Iterable[str]
     return min(calls, key=lambda c: c.time_s)
 
 
-def nccl_allreduce_time(cluster: Cluster, nbytes: float, **kw: Any) -> float:
+def nccl_allreduce_time(cluster: ClusterSpec, nbytes: float, **kw: Any) -> float:
     """Seconds for one NCCL-like all-reduce of ``nbytes`` per rank (:func:`nccl_allreduce`)."""
     return nccl_allreduce(cluster, nbytes, **kw).time_s
 
 
-def bus_bandwidth(cluster: Cluster, nbytes: float, **kw: Any) -> float:
+def bus_bandwidth(cluster: ClusterSpec, nbytes: float, **kw: Any) -> float:
     """nccl-tests' bus bandwidth (bytes/s) of the NCCL-like all-reduce of ``nbytes``:
     ``algbw * 2(N-1)/N`` with ``algbw = nbytes / time``."""
     N = cluster.workers
@@ -207,7 +207,7 @@ def bus_bandwidth(cluster: Cluster, nbytes: float, **kw: Any) -> float:
     return nbytes / t * 2 * (N - 1) / N if t > 0 else math.inf
 
 
-def ddp_nccl(job: Job, cluster: Cluster, bucket_bytes: int = 25 * MiB, **kw: Any) -> IterationEstimate:
+def ddp_nccl(job: Job, cluster: ClusterSpec, bucket_bytes: int = 25 * MiB, **kw: Any) -> IterationEstimate:
     """One DDP iteration over NCCL: buckets of ``bucket_bytes`` (the runtime's cut of the
     gradients in ready order) each all-reduced by :func:`nccl_allreduce` as soon as
     backward has produced it, one at a time in order (DDP's one NCCL stream), overlapping

@@ -13,7 +13,7 @@ import math
 import random
 from typing import Any, Mapping
 
-from .cluster import Cluster
+from .cluster import ClusterSpec
 from .job import Job
 from .model import IterationEstimate, simulate
 
@@ -26,7 +26,7 @@ class SimulatedObjective:
     included when ``allow_lossy``); ``calls`` counts evaluations.
     """
 
-    def __init__(self, job: Job, cluster: Cluster, noise: float = 0.03, seed: int = 0,
+    def __init__(self, job: Job, cluster: ClusterSpec, noise: float = 0.03, seed: int = 0,
                  allow_lossy: bool = False, fixed: Mapping[str, Any] | None = None) -> None:
         if not 0.0 <= noise < 1.0:
             raise ValueError(f"noise must be in [0, 1), got {noise}")

@@ -1,11 +1,11 @@
 """The simulator as the Tuner's physics prior (:mod:`autotune.tuning.prior`).
 
-:func:`prior` turns a :class:`Job` on a :class:`Cluster` into ``predict(configs) ->
+:func:`prior` turns a :class:`Job` on a :class:`ClusterSpec` into ``predict(configs) ->
 throughputs``; a configuration the model cannot run predicts 0 (the surrogate treats it
 as very slow). :func:`job_prior` builds one from what a training session knows before
 its first trial: the gradients' sizes in ready order, the world (machines, workers per
 machine, servers) and whether the workers are CPU processes or GPUs. Link rates it has
-not measured are the :class:`Cluster` defaults; the Tuner's calibration absorbs a wrong
+not measured are the :class:`ClusterSpec` defaults; the Tuner's calibration absorbs a wrong
 scale, and its GP corrects the rest from the trials.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from autotune.errors import AutotuneError
 
 from .calibration import FIT_SECONDS, Calibration, Observation, fit
-from .cluster import Cluster
+from .cluster import ClusterSpec
 from .job import Job
 from .model import simulate
 
@@ -33,7 +33,7 @@ class ModelPrior:
     trials; :attr:`fit_error` is the root mean square log error it left. Predictions are
     cached until the constants change."""
 
-    def __init__(self, job: Job, cluster: Cluster, calibration: Calibration | None = None):
+    def __init__(self, job: Job, cluster: ClusterSpec, calibration: Calibration | None = None):
         self.base_job, self.base_cluster = job, cluster
         self.calibration = calibration or Calibration()
         self.started_from = self.calibration  # what it knew before any trial
@@ -83,7 +83,7 @@ class ModelPrior:
         return True
 
 
-def prior(job: Job, cluster: Cluster, calibration: Calibration | None = None) -> ModelPrior:
+def prior(job: Job, cluster: ClusterSpec, calibration: Calibration | None = None) -> ModelPrior:
     """``predict(configs)``: the simulated score of each configuration (:class:`ModelPrior`)."""
     return ModelPrior(job, cluster, calibration)
 
@@ -95,11 +95,11 @@ def job_prior(grad_bytes: Sequence[int], *, machines: int, workers_per_machine: 
     ``machines`` x ``workers_per_machine`` with ``servers`` Summation Service machines.
     ``device``: ``"cpu"`` (worker processes) or ``"gpu"``; ``calibration``: the measured,
     stored or fitted constants (they take precedence over the defaults); ``cluster``: any
-    other :class:`Cluster` field that is known (e.g. a measured ``nic_gbps``), applied
+    other :class:`ClusterSpec` field that is known (e.g. a measured ``nic_gbps``), applied
     over the calibration."""
     job = Job(tuple(int(b) for b in grad_bytes if b > 0) or (4,), compute_s=0.0,
               batch_per_worker=batch_per_worker)
-    c = Cluster(machines=machines, workers_per_machine=workers_per_machine,
+    c = ClusterSpec(machines=machines, workers_per_machine=workers_per_machine,
                 server_machines=servers, worker_device=device)
     calibration = (calibration or Calibration()).updated(cluster, source="warm-up")
     return ModelPrior(job, c, calibration)
@@ -112,7 +112,7 @@ FLOW_CAP_SPEEDUP = 1.5
 
 def warmup_link(one_stream_s: Sequence[float], many_streams_s: Sequence[float],
                 grad_bytes: int, workers: int) -> dict[str, float]:
-    """The link rates a session's warm-up implies, as :class:`Cluster` fields.
+    """The link rates a session's warm-up implies, as :class:`ClusterSpec` fields.
 
     ``one_stream_s``: the times of warm-up iterations under the default (one ring
     all-reduce stream, ``2(W-1)/W`` of the gradient bytes through each NIC);

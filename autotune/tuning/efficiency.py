@@ -37,11 +37,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["COLLAPSED", "DROPPED", "LOSSY_WARMUP", "Efficiency", "NoiseScale", "efficiency"]
+__all__ = ["COLLAPSED", "DROPPED", "LOSSY_WARMUP", "Efficiency", "GradientNoiseScale", "efficiency"]
 
 LOSSY_WARMUP = 20
 """Lossless iterations before the first lossy trial: the noise scale's estimate must be
-:attr:`NoiseScale.stable` before a codec can be judged (the schedule's warm-up is made at
+:attr:`GradientNoiseScale.stable` before a codec can be judged (the schedule's warm-up is made at
 least this long when lossy codecs are scored by goodput)."""
 
 COLLAPSED = 0.5
@@ -69,7 +69,7 @@ class _EMA:
         return self.value / self.weight if self.weight > 0 else None
 
 
-class NoiseScale:
+class GradientNoiseScale:
     """The gradient noise scale of a data-parallel job, from each iteration's local and
     averaged squared gradient norms (module docstring). ``beta``: the moving averages'
     decay; ``stable_after``: updates before :attr:`stable` (the estimate is trusted)."""
@@ -139,12 +139,12 @@ class Efficiency:
     def __init__(self, workers: int, beta: float = 0.95,
                  stable_after: int = LOSSY_WARMUP) -> None:
         self.workers = int(workers)
-        self.noise = NoiseScale(beta, stable_after)
+        self.gradient_noise = GradientNoiseScale(beta, stable_after)
 
     def lossless(self, local_sq: float, global_sq: float) -> float:
         """A lossless iteration: the workers' mean local squared norm and the squared norm
         of the (exact) average feed the noise scale. Its efficiency: 1."""
-        self.noise.update(local_sq, global_sq, 1, self.workers)
+        self.gradient_noise.update(local_sq, global_sq, 1, self.workers)
         return 1.0
 
     def lossy(self, codec_error_sq: float) -> float | None:
@@ -152,8 +152,8 @@ class Efficiency:
         gradient. Its efficiency against the noise scale of the lossless iterations (the
         exact average's norm is not known here: a sampled estimate of it, differenced
         against the local norms, would swamp the estimate); None while that is not
-        :attr:`NoiseScale.stable`."""
-        return self.noise.efficiency(self.workers, max(0.0, codec_error_sq))
+        :attr:`GradientNoiseScale.stable`."""
+        return self.gradient_noise.efficiency(self.workers, max(0.0, codec_error_sq))
 
 
 def efficiency(noise_scale: float, batch: int, codec_error_sq: float,

@@ -80,17 +80,17 @@ class KeptPhase:
                               f"the budget are not needed")
 
     def settled(self, space: SearchSpace, config: Config, seconds: float,
-                gain: float | None = 1.0) -> str | None:
+                efficiency: float | None = 1.0) -> str | None:
         """A settled iteration of ``config`` (no switch, no failure) ran in ``seconds``
-        with efficiency ``gain``: scored while it is one of the kept configuration's
+        with this ``efficiency``: scored while it is one of the kept configuration's
         first :data:`SETTLED_SAMPLES`. After the last of them, why the default is kept
         instead (it is then: the kept one is not proven faster), else None."""
         if (self.keeping is not None and self.settled_left > 0
                 and space.key(config) == space.key(self.keeping)):
-            if gain is None:  # a kept codec's efficiency unknown: not scored
+            if efficiency is None:  # a kept codec's efficiency unknown: not scored
                 return None
             self.settled_left -= 1
-            score = throughput(self.samples_per_step, seconds) * gain
+            score = throughput(self.samples_per_step, seconds) * efficiency
             self.driver.sample(config, score)
             self.scores.append(score)
             if self.settled_left == 0:

@@ -42,7 +42,7 @@ def judged_by_goodput(goodput: bool, config: Config) -> bool:
     return goodput and config.get("compression", "none") != "none"
 
 
-def gain(goodput: bool, config: Config, efficiency: float | None) -> float | None:
+def scored_efficiency(goodput: bool, config: Config, efficiency: float | None) -> float | None:
     """What a score of ``config``'s iteration is multiplied by: 1 unless it is judged by
     goodput; then its efficiency (None while unknown)."""
     return efficiency if judged_by_goodput(goodput, config) else 1.0

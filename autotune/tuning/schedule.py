@@ -89,7 +89,7 @@ from autotune.tuning.drift import Drift
 from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
-from autotune.tuning.lossy import gain, judged_by_goodput
+from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.stakes import SENSITIVE, SPEND, Stakes
@@ -215,7 +215,7 @@ class TrialSchedule:
     def _next(self, config: Config, seconds: float, failed: str | None,
               comm_s: float | None, efficiency: float | None) -> Config:
         self.iteration += 1
-        scored = gain(self.goodput, config, efficiency)
+        scored = scored_efficiency(self.goodput, config, efficiency)
         switched, self._ran = config != self._ran, dict(config)
         if seconds != float("inf") and failed is None:
             self.last_good = dict(config)

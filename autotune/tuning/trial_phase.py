@@ -97,22 +97,23 @@ class TrialPhase:
         return trial.config
 
     def measured(self, seconds: float, failed: str | None, switched: bool = True,
-                 gain: float | None = 1.0, stop: bool = False) -> Config | None:
+                 efficiency: float | None = 1.0, stop: bool = False) -> Config | None:
         """An iteration of the trial under way ran (``switched``: under another
-        configuration than the iteration before; ``gain``:
-        :func:`~autotune.tuning.lossy.gain`): the configuration to run next, None when
-        the Tuner has no trial left (or ``stop``, :meth:`next_trial`)."""
+        configuration than the iteration before; ``efficiency``: what its score is
+        multiplied by, :func:`~autotune.tuning.lossy.scored_efficiency`): the
+        configuration to run next, None when the Tuner has no trial left (or ``stop``,
+        :meth:`next_trial`)."""
         run = self.run
         assert run is not None and self.tuner is not None
         trial = run.trial
         self.iterations += 1
         first = run.step(switched)
         if failed is None and seconds != float("inf") and run.lossy:
-            failed = run.judged(gain, first)
+            failed = run.judged(efficiency, first)
         if failed is not None or seconds == float("inf"):
             self.finish(None, failed or "a worker failed under this configuration")
             return self.next_trial(stop)
-        mean = run.gain  # so far (this iteration's judged above)
+        mean = run.efficiency  # so far (this iteration's judged above)
         run.record(seconds, first)
         score = throughput(self.samples_per_step, seconds) * (mean or 1.0)
         if not first:
@@ -141,7 +142,7 @@ class TrialPhase:
         # one cut short gives the rest back to the budget.
         if score is None:
             self.listener.advanced(run.left)
-        efficiency = run.gain if run.lossy else None
+        efficiency = run.efficiency if run.lossy else None
         if efficiency is not None and score is not None:
             self.efficiency[self.space.key(trial.config)] = efficiency
         rec = self.driver.finish(trial, score, iterations=run.used,

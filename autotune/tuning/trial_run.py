@@ -60,30 +60,30 @@ class TrialRun:
         self.times: list[float] = []  # its scored iterations' seconds
         self.switch_s: float | None = None  # its switch iteration's, unscored
         self.started = time.perf_counter()
-        self.gains: list[float] = []  # its scored iterations' efficiencies (lossy)
-        self.first_gain: float | None = None  # its switch iteration's
+        self.efficiencies: list[float] = []  # its scored iterations' efficiencies (lossy)
+        self.first_efficiency: float | None = None  # its switch iteration's
 
-    def judged(self, gain: float | None, first: bool) -> str | None:
-        """A lossy trial's iteration of efficiency ``gain``: why the trial fails (its
+    def judged(self, efficiency: float | None, first: bool) -> str | None:
+        """A lossy trial's iteration of this ``efficiency``: why the trial fails (its
         efficiency unknown, or collapsed), or None. The ``first`` iteration after a switch
         also delivers what the previous codec's error feedback held back, which is not
         this codec's error: it only scores a trial that ends before another is seen (cut
         short for its speed), and never fails one."""
         if first:
-            self.first_gain = gain
+            self.first_efficiency = efficiency
             return None
-        if gain is None:
+        if efficiency is None:
             return UNKNOWN_EFFICIENCY
-        self.gains.append(gain)
-        return collapsed(self.gain)
+        self.efficiencies.append(efficiency)
+        return collapsed(self.efficiency)
 
     @property
-    def gain(self) -> float | None:
+    def efficiency(self) -> float | None:
         """The trial's mean efficiency so far: 1 unless lossy; the switch iteration's when
         no other was seen; None when unknown."""
         if not self.lossy:
             return 1.0
-        return statistics.fmean(self.gains) if self.gains else self.first_gain
+        return statistics.fmean(self.efficiencies) if self.efficiencies else self.first_efficiency
 
     def step(self, switched: bool) -> bool:
         """One of its iterations ran (``switched``: under another configuration than the

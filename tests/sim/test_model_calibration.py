@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from autotune.sim import Cluster, Job, simulate
+from autotune.sim import ClusterSpec, Job, simulate
 from autotune.sim.calibration import (Calibration, CalibrationError, Observation, fit,
                                       measure_host)
 from autotune.sim.codecs import time_codec
@@ -51,10 +51,10 @@ def test_a_wrong_codec_rate_is_corrected_by_measurement():
     assert r([TOPK])[0] < r([plain])[0]
 
 
-def _truth() -> tuple[Job, Cluster]:
+def _truth() -> tuple[Job, ClusterSpec]:
     """A cluster unlike the simulator's defaults, in every constant the fit moves."""
     job = Job((512 * 1024,) * 48, compute_s=0.05, batch_per_worker=1)
-    cluster = Cluster(machines=3, nic_gbps=2.0, per_flow_gbps=0.8, latency_us=900.0,
+    cluster = ClusterSpec(machines=3, nic_gbps=2.0, per_flow_gbps=0.8, latency_us=900.0,
                       iteration_overhead_us=4000.0, stream_overhead=0.05,
                       codecs={c: {"encode_gbps": e, "decode_gbps": d} for c, e, d in
                               (("fp16", 4.0, 4.0), ("topk", 0.4, 4.0), ("powersgd", 0.8, 0.8),

@@ -21,16 +21,16 @@ import math
 
 import pytest
 
-from autotune.sim import GBIT, Cluster, Job, allreduce_time
+from autotune.sim import GBIT, ClusterSpec, Job, allreduce_time
 from autotune.sim.nccl import (bus_Bps, bus_bandwidth, ddp_nccl, nccl_allreduce,
                                nccl_allreduce_time, nccl_call, nccl_latency_s)
 
 MiB = 1 << 20
 
 
-def byteps_machine(n: int, nic_gbps: float = 100.0) -> Cluster:
+def byteps_machine(n: int, nic_gbps: float = 100.0) -> ClusterSpec:
     """BytePS's GPU machine (Fig. 6b): 8 GPUs, 2 per PCIe switch, NVLink, NIC on switch 0."""
-    return Cluster(machines=n, workers_per_machine=8, nic_gbps=nic_gbps, gpus_per_switch=2,
+    return ClusterSpec(machines=n, workers_per_machine=8, nic_gbps=nic_gbps, gpus_per_switch=2,
                    nic_switch=0, nvlink_gbps=200.0)
 
 
@@ -44,7 +44,7 @@ FIG12_TOLERANCE = 0.10
 
 @pytest.mark.parametrize("size", FIG12["sizes"])
 def test_byteps_fig12_allreduce_goodput_close_to_optimal(size: int) -> None:
-    c = Cluster(machines=FIG12["machines"], nic_gbps=FIG12["p2p_gbps"])
+    c = ClusterSpec(machines=FIG12["machines"], nic_gbps=FIG12["p2p_gbps"])
     optimum = allreduce_time(FIG12["machines"], size, FIG12["p2p_gbps"] * GBIT)
     call = nccl_allreduce(c, size)
     rel = call.time_s / optimum - 1
@@ -132,9 +132,9 @@ def test_tree_latency_grows_with_log_of_machines_ring_linearly() -> None:
 
 def test_bus_bandwidth_follows_the_slowest_link() -> None:
     assert bus_Bps(byteps_machine(4, nic_gbps=25)) == pytest.approx(25 * GBIT)
-    slow_nvlink = Cluster(machines=4, workers_per_machine=8, nic_gbps=100, nvlink_gbps=40.0)
+    slow_nvlink = ClusterSpec(machines=4, workers_per_machine=8, nic_gbps=100, nvlink_gbps=40.0)
     assert bus_Bps(slow_nvlink) == pytest.approx(40 * GBIT)
-    one = Cluster(machines=1, workers_per_machine=1)
+    one = ClusterSpec(machines=1, workers_per_machine=1)
     assert nccl_allreduce_time(one, 1 * MiB) == 0.0
 
 

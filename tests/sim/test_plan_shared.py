@@ -17,7 +17,7 @@ import pytest
 
 from autotune.runtime.plan import DTYPE_BYTES, coalesces, make_plan
 from autotune.runtime.world import WorldInfo
-from autotune.sim import Cluster, Job, simulate
+from autotune.sim import ClusterSpec, Job, simulate
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -112,7 +112,7 @@ def test_simulator_plans_the_runtime_chunks(grads: tuple[int, ...], config: dict
     # the simulator's bytes-as-uint8 gradients cut as float32 ones do
     assert runtime_view(grads, job.sizes, config, info) == want
     # and it schedules exactly those chunks
-    cluster = Cluster(machines=machines, workers_per_machine=per_machine, server_machines=launched)
+    cluster = ClusterSpec(machines=machines, workers_per_machine=per_machine, server_machines=launched)
     assert simulate(job, cluster, config).chunks == len(want)
 
 
@@ -139,7 +139,7 @@ def test_ready_times_follow_the_runtime_chunks() -> None:
     gradient: the example's first chunk waits for the head of the 5 MiB gradient, i.e.
     for the whole 5 MiB gradient, so only the 300 KiB tail chunk is left after backward."""
     job = Job(EXAMPLE, compute_s=3.0, backward_fraction=1.0)
-    cluster = Cluster(machines=2, nic_gbps=100, latency_us=0, chunk_overhead_us=0,
+    cluster = ClusterSpec(machines=2, nic_gbps=100, latency_us=0, chunk_overhead_us=0,
                       per_flow_gbps=None, cpu_sum_gbps=None, worker_device="cpu")
     est = simulate(job, cluster, cfg())
     total = sum(EXAMPLE)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from autotune.sim import (
-    GBIT, Cluster, ClusterError, Job, SimulatedObjective, byteps_shares, byteps_time,
+    GBIT, ClusterSpec, ClusterError, Job, SimulatedObjective, byteps_shares, byteps_time,
     allreduce_time, calibrate_codecs, reset_calibration, simulate)
 from autotune.sim.codecs import _codec_classes
 from autotune.sim.model import _shared_link
@@ -36,7 +36,7 @@ def paper_byteps(n: int, k: int, M: float, B: float) -> float:
 # ------------------------------------------------------------------------- formulas
 @pytest.mark.parametrize("n", [2, 3, 4, 8, 16, 64])
 def test_allreduce_reproduces_paper_formula_exactly(n: int) -> None:
-    cluster = Cluster(machines=n, **IDEAL)
+    cluster = ClusterSpec(machines=n, **IDEAL)
     job = Job((3 * MiB + 12345,) * 40 + (777,) * 9)  # ragged sizes: still exact
     for chunk in (64 * 1024, MiB, 16 * MiB):
         est = simulate(job, cluster, {"chunk_bytes": chunk})
@@ -51,7 +51,7 @@ def test_allreduce_reproduces_paper_formula_exactly(n: int) -> None:
 @pytest.mark.parametrize("n,k", [(2, 1), (2, 2), (3, 1), (4, 1), (4, 2), (4, 3), (4, 4),
                                  (8, 2), (8, 5), (16, 8)])
 def test_pushpull_reproduces_byteps_formula(n: int, k: int) -> None:
-    cluster = Cluster(machines=n, server_machines=k, pipeline_depth=8 * n, **IDEAL)
+    cluster = ClusterSpec(machines=n, server_machines=k, pipeline_depth=8 * n, **IDEAL)
     d = n * n + k * n - 2 * k
     chunk = 256 * 1024
     # D equal chunks per round, so Eq. 1/2's shares are whole chunks: the split is exact
@@ -78,14 +78,14 @@ def test_pushpull_summation_is_store_and_forward() -> None:
     alone takes its push and then its pull, and with a dedicated server the step grows
     with the chunk size, as measured on the emulated cluster (benchmarks/RESULTS.md)."""
     n, B = 3, 10.0 * GBIT
-    cluster = Cluster(machines=n, server_machines=1, **IDEAL)
+    cluster = ClusterSpec(machines=n, server_machines=1, **IDEAL)
     one = Job((16 * MiB,))
     est = simulate(one, cluster, {"transport": "pushpull", "servers": 1, "chunk_bytes": 16 * MiB})
     # all n parts into the server, then the sum back to all n: nothing overlaps
     assert est.comm_s == pytest.approx(2 * n * 16 * MiB / B, rel=1e-9)
     assert est.breakdown["network_s"] == pytest.approx(n * 16 * MiB / B, rel=1e-9)
     # the calibration's cluster and job: ResNet-50's tensors at 1/6, 3 workers + 1 server
-    cal = Cluster(machines=3, server_machines=1, nic_gbps=0.19, worker_device="cpu")
+    cal = ClusterSpec(machines=3, server_machines=1, nic_gbps=0.19, worker_device="cpu")
     job = Job(tuple(b // 6 for b in Job.from_model("resnet50").grad_bytes))
     pp = {c: simulate(job, cal, {"transport": "pushpull", "servers": 1, "streams": 1,
                                  "chunk_bytes": c}).step_s
@@ -114,7 +114,7 @@ def test_pushpull_pull_overlaps_the_next_push_on_its_stream() -> None:
     second one is pushed (push, push + pull, pull: 3 chunk times, not 4); on two streams
     the pushes share the link and finish together, then both pulls (4)."""
     n, b, B = 2, 4 * MiB, 10.0 * GBIT
-    cluster = Cluster(machines=n, server_machines=2, pipeline_depth=8, stream_overhead=0, **IDEAL)
+    cluster = ClusterSpec(machines=n, server_machines=2, pipeline_depth=8, stream_overhead=0, **IDEAL)
     job = Job((b,) * 4)  # k >= n: the two servers own chunks 0, 2 and 1, 3
     one = n * b / B      # a chunk's n parts through a server's link
     fifo = simulate(job, cluster, {"transport": "pushpull", "servers": 2, "chunk_bytes": b})
@@ -127,7 +127,7 @@ def test_pushpull_pull_overlaps_the_next_push_on_its_stream() -> None:
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_pushpull_trivial_cases(n: int) -> None:
     """k = 0 is colocated PS (= all-reduce's time), k > n non-colocated PS (M/B)."""
-    cluster = Cluster(machines=n, server_machines=2 * n, pipeline_depth=8 * n, **IDEAL)
+    cluster = ClusterSpec(machines=n, server_machines=2 * n, pipeline_depth=8 * n, **IDEAL)
     job = Job((MiB,) * (n * 512))
     M, B = job.total_bytes, 10.0 * GBIT
     colocated = simulate(job, cluster, {"transport": "pushpull", "servers": 0, "chunk_bytes": MiB})
@@ -139,7 +139,7 @@ def test_pushpull_trivial_cases(n: int) -> None:
 def test_byteps_beats_allreduce_as_paper_says() -> None:
     # gamma_a = (n^2+kn-2k)/n^2: n = 32, k = 16 gives 1.46 (the BytePS paper, OSDI 2020, §4.1.1)
     n, k = 32, 16
-    cluster = Cluster(machines=n, server_machines=k, pipeline_depth=256, **IDEAL)
+    cluster = ClusterSpec(machines=n, server_machines=k, pipeline_depth=256, **IDEAL)
     d = n * n + k * n - 2 * k
     job = Job((64 * 1024,) * (4 * d))
     ar = simulate(job, cluster, {"chunk_bytes": 64 * 1024})
@@ -150,7 +150,7 @@ def test_byteps_beats_allreduce_as_paper_says() -> None:
 
 
 # ---------------------------------------------------------------------- monotonicity
-def _random_configs(cluster: Cluster, count: int, seed: int = 0) -> list[dict]:
+def _random_configs(cluster: ClusterSpec, count: int, seed: int = 0) -> list[dict]:
     space = cluster.space(allow_lossy=True)
     rng = random.Random(seed)
     return [space.sample(rng) for _ in range(count)]
@@ -169,20 +169,20 @@ BASE = dict(machines=4, workers_per_machine=4, server_machines=4, gpus_per_switc
 ])
 def test_more_bandwidth_is_never_slower(field: str, values: list[float]) -> None:
     job = Job.from_model("resnet50", compute_ms=30)
-    clusters = [Cluster(**{**BASE, field: v}) for v in values]
+    clusters = [ClusterSpec(**{**BASE, field: v}) for v in values]
     for cfg in _random_configs(clusters[0], 60):
         steps = [simulate(job, c, cfg).step_s for c in clusters]
         assert all(b <= a * (1 + 1e-12) for a, b in zip(steps, steps[1:])), (cfg, steps)
     # and it matters: without a per-flow cap the default config is NIC-bound
     if field == "nic_gbps":
-        slow, fast = (Cluster(**{**BASE, "per_flow_gbps": None, field: v}) for v in (5, 400))
+        slow, fast = (ClusterSpec(**{**BASE, "per_flow_gbps": None, field: v}) for v in (5, 400))
         default = slow.space().default()
         assert simulate(job, slow, default).step_s > 3 * simulate(job, fast, default).step_s
 
 
 def test_more_latency_is_never_faster() -> None:
     job = Job.from_model("bert-base", compute_ms=50)
-    clusters = [Cluster(**{**BASE, "latency_us": v}) for v in (0, 10, 100, 1000)]
+    clusters = [ClusterSpec(**{**BASE, "latency_us": v}) for v in (0, 10, 100, 1000)]
     for cfg in _random_configs(clusters[0], 60, seed=1):
         steps = [simulate(job, c, cfg).step_s for c in clusters]
         assert all(b >= a * (1 - 1e-12) for a, b in zip(steps, steps[1:])), (cfg, steps)
@@ -190,7 +190,7 @@ def test_more_latency_is_never_faster() -> None:
 
 def test_streams_help_up_to_the_nic_rate_under_a_per_flow_cap() -> None:
     # NIC 25 Gbit/s, one flow at most 5: five streams fill the NIC
-    cluster = Cluster(machines=4, nic_gbps=25, per_flow_gbps=5, latency_us=20)
+    cluster = ClusterSpec(machines=4, nic_gbps=25, per_flow_gbps=5, latency_us=20)
     job = Job.from_model("vgg16")
     net = {s: simulate(job, cluster, {"streams": s, "chunk_bytes": MiB}) for s in range(1, 17)}
     for s in range(1, 5):
@@ -203,13 +203,13 @@ def test_streams_help_up_to_the_nic_rate_under_a_per_flow_cap() -> None:
     assert net[16].step_s > net[best].step_s
     assert net[16].step_s < 1.5 * net[best].step_s
     # without a cap one stream already fills the NIC
-    free = Cluster(machines=4, nic_gbps=25, latency_us=0, chunk_overhead_us=0)
+    free = ClusterSpec(machines=4, nic_gbps=25, latency_us=0, chunk_overhead_us=0)
     assert (simulate(job, free, {"streams": 1, "chunk_bytes": MiB}).breakdown["network_s"]
             <= simulate(job, free, {"streams": 4, "chunk_bytes": MiB}).breakdown["network_s"])
 
 
 def test_chunk_size_trades_latency_against_overlap() -> None:
-    cluster = Cluster(machines=8, nic_gbps=25, latency_us=100, chunk_overhead_us=20)
+    cluster = ClusterSpec(machines=8, nic_gbps=25, latency_us=100, chunk_overhead_us=20)
     job = Job.from_model("resnet50", compute_ms=60)
     steps = {c: simulate(job, cluster, {"chunk_bytes": c, "streams": 2}).step_s
              for c in [2 ** e for e in range(16, 27)]}
@@ -220,7 +220,7 @@ def test_chunk_size_trades_latency_against_overlap() -> None:
 
 
 def test_backward_overlap_hides_communication() -> None:
-    cluster = Cluster(machines=4, nic_gbps=100)
+    cluster = ClusterSpec(machines=4, nic_gbps=100)
     grads = Job.from_model("resnet50").grad_bytes
     hidden = simulate(Job(grads, compute_s=0.5, backward_fraction=0.7), cluster, {"chunk_bytes": MiB})
     exposed = simulate(Job(grads, compute_s=0.5, backward_fraction=0.0), cluster, {"chunk_bytes": MiB})
@@ -232,7 +232,7 @@ def test_backward_overlap_hides_communication() -> None:
 
 def test_compression_shrinks_bytes_and_allgather_grows_with_workers() -> None:
     job = Job.from_model("resnet50")
-    small = Cluster(machines=4, nic_gbps=10)
+    small = ClusterSpec(machines=4, nic_gbps=10)
     none = simulate(job, small, {"chunk_bytes": MiB})
     every = {"chunk_bytes": MiB, "compression": "fp16", "compress_min_bytes": 64 * 1024}
     fp16 = simulate(job, small, every)
@@ -250,7 +250,7 @@ def test_compression_shrinks_bytes_and_allgather_grows_with_workers() -> None:
     r25 = simulate(job, small, {**sparse, "randomk_ratio": 0.25}).nic_bytes["worker"]
     assert r25 / r10 == pytest.approx(2.5, rel=0.02)
     # top-k payloads cannot be summed: all-gathered, so NIC bytes grow like (E-1)
-    big = Cluster(machines=64, nic_gbps=10)
+    big = ClusterSpec(machines=64, nic_gbps=10)
     topk = {"chunk_bytes": MiB, "compression": "topk", "compress_min_bytes": 64 * 1024}
     k4 = simulate(job, small, topk).nic_bytes["worker"]
     k64 = simulate(job, big, topk).nic_bytes["worker"]
@@ -261,7 +261,7 @@ def test_compression_shrinks_bytes_and_allgather_grows_with_workers() -> None:
 def test_byteps_intra_machine_insights() -> None:
     job = Job.from_model("vgg16")
     # PCIe-only, 8 GPUs under 2 switches (the BytePS paper, OSDI 2020, §4.2.1): reduce-scatter beats a root
-    pcie = Cluster(machines=4, workers_per_machine=8, gpus_per_switch=4, nic_gbps=100,
+    pcie = ClusterSpec(machines=4, workers_per_machine=8, gpus_per_switch=4, nic_gbps=100,
                    server_machines=4)
     pp = {"transport": "pushpull", "servers": 4, "chunk_bytes": 4 * MiB}
     est = {i: simulate(job, pcie, {**pp, "intra": i}) for i in ("flat", "root", "scatter")}
@@ -269,7 +269,7 @@ def test_byteps_intra_machine_insights() -> None:
     assert est["scatter"].step_s < est["flat"].step_s
     assert est["flat"].nic_bytes["worker"] == pytest.approx(8 * est["root"].nic_bytes["worker"])
     # NVLink, NIC under switch 0 (§4.2.2): a root off the NIC's switch is better
-    nvl = Cluster(machines=4, workers_per_machine=8, gpus_per_switch=2, nic_switch=0,
+    nvl = ClusterSpec(machines=4, workers_per_machine=8, gpus_per_switch=2, nic_switch=0,
                   nvlink_gbps=400, nic_gbps=100, server_machines=4)
     assert nvl.root_candidates()[:2] == [2, 3] and nvl.root_candidates()[-2:] == [0, 1]
     on = simulate(job, nvl, {**pp, "intra": "root", "reduce_root": 0})
@@ -306,8 +306,8 @@ def test_probe_graph_matches_the_same_machine_described_by_numbers(nvlink: bool)
     pcie = 7.877 * 16 * 0.85
     common = dict(machines=4, workers_per_machine=4, server_machines=2, nic_gbps=50,
                   per_flow_gbps=10)
-    graph = Cluster(topology=_probe_graph(nvlink), nvlink_gbps=150 if nvlink else None, **common)
-    numbers = Cluster(gpus_per_switch=2, nic_switch=0, pcie_gbps=pcie,
+    graph = ClusterSpec(topology=_probe_graph(nvlink), nvlink_gbps=150 if nvlink else None, **common)
+    numbers = ClusterSpec(gpus_per_switch=2, nic_switch=0, pcie_gbps=pcie,
                       nvlink_gbps=300 if nvlink else None, **common)
     assert graph.root_candidates() == numbers.root_candidates() == [2, 3, 0, 1]
     job = Job.from_model("resnet50", compute_ms=20)
@@ -322,7 +322,7 @@ def test_nvswitch_ports() -> None:
     topo["nodes"].append({"id": "nvswitch:0", "kind": "nvswitch"})
     for i in range(4):
         topo["edges"].append({"source": f"gpu:{i}", "target": "nvswitch:0", "kind": "nvlink", "links": 6})
-    c = Cluster(machines=2, workers_per_machine=4, topology=topo, nvlink_gbps=200)
+    c = ClusterSpec(machines=2, workers_per_machine=4, topology=topo, nvlink_gbps=200)
     m = c.machine
     assert m.path(0, 3) == [(("nvport", 0), 0), (("nvport", 3), 1)]
     assert m.bw[("nvport", 1)] == pytest.approx(6 * 200 * GBIT)
@@ -356,28 +356,28 @@ def test_bad_cluster_json_gives_clear_errors(data, message: str, tmp_path) -> No
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps(data))
     with pytest.raises(ClusterError, match=message) as info:
-        Cluster.from_json(path)
+        ClusterSpec.from_json(path)
     if isinstance(data, dict) and "machines" in data:
         assert str(info.value).startswith(str(path))  # says which file
 
 
 def test_cluster_json_round_trip_and_sources(tmp_path) -> None:
-    c = Cluster.from_dict({"machines": 8, "gpus_per_machine": 4, "nic_gbps": 100,
+    c = ClusterSpec.from_dict({"machines": 8, "gpus_per_machine": 4, "nic_gbps": 100,
                            "server_machines": 2, "name": "x"})
     assert c.workers == 32
     path = tmp_path / "c.json"
     path.write_text(c.to_json())
-    assert Cluster.from_json(path) == c
-    assert Cluster.from_json(c.to_json()) == c
-    assert Cluster.from_json(json.loads(c.to_json())) == c
+    assert ClusterSpec.from_json(path) == c
+    assert ClusterSpec.from_json(c.to_json()) == c
+    assert ClusterSpec.from_json(json.loads(c.to_json())) == c
     with pytest.raises(ClusterError, match="cannot read cluster file"):
-        Cluster.from_json(tmp_path / "missing.json")
+        ClusterSpec.from_json(tmp_path / "missing.json")
     with pytest.raises(ClusterError, match="not valid JSON"):
-        Cluster.from_json("{machines: 2}")
+        ClusterSpec.from_json("{machines: 2}")
 
 
 def test_bad_configs_are_refused() -> None:
-    c = Cluster(machines=2, workers_per_machine=2, server_machines=1)
+    c = ClusterSpec(machines=2, workers_per_machine=2, server_machines=1)
     job = Job((1000,))
     with pytest.raises(ValueError, match="servers=2: the cluster has 1 server"):
         simulate(job, c, {"transport": "pushpull", "servers": 2})
@@ -405,9 +405,9 @@ def test_chunking_packs_small_and_splits_large() -> None:
 # --------------------------------------------------------------------------- scale
 def test_1024_gpus_simulate_fast() -> None:
     shapes_job = Job.from_model("resnet50", compute_ms=100)
-    cluster = Cluster(machines=128, workers_per_machine=8, server_machines=64, nic_gbps=100,
+    cluster = ClusterSpec(machines=128, workers_per_machine=8, server_machines=64, nic_gbps=100,
                       per_flow_gbps=25, gpus_per_switch=4, nic_switch=0, nvlink_gbps=200)
-    flat = Cluster(machines=1024, server_machines=256, nic_gbps=25)
+    flat = ClusterSpec(machines=1024, server_machines=256, nic_gbps=25)
     configs = [
         {},
         {"chunk_bytes": 64 * 1024, "streams": 8, "transport": "pushpull", "servers": 64,
@@ -429,7 +429,7 @@ def test_1024_gpus_simulate_fast() -> None:
 # ------------------------------------------------------------------------ objective
 def test_simulated_objective_is_noisy_seeded_and_tunable() -> None:
     job = Job.from_model("resnet50", compute_ms=40)
-    cluster = Cluster(machines=8, workers_per_machine=2, server_machines=4, nic_gbps=25,
+    cluster = ClusterSpec(machines=8, workers_per_machine=2, server_machines=4, nic_gbps=25,
                       per_flow_gbps=5)
     obj = SimulatedObjective(job, cluster, noise=0.03, seed=7)
     again = SimulatedObjective(job, cluster, noise=0.03, seed=7)
@@ -471,7 +471,7 @@ def test_codec_calibration_times_the_real_codecs() -> None:
         assert measured["topk"].summable is False and measured["fp16"].summable is True
         # calibrated numbers are what the simulator now charges
         job = Job.from_model("resnet50")
-        est = simulate(job, Cluster(machines=2), {"compression": "fp16", "chunk_bytes": MiB,
+        est = simulate(job, ClusterSpec(machines=2), {"compression": "fp16", "chunk_bytes": MiB,
                                                       "compress_min_bytes": 64 * 1024})
         per_byte = 8 / (measured["fp16"].encode_gbps * 1e9) + 8 / (measured["fp16"].decode_gbps * 1e9)
         assert est.breakdown["codec_s"] == pytest.approx(job.total_bytes * per_byte)

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.reports import db as db_command
+from autotune.reports import db_command
 from autotune.reports.report import TECHNIQUE_COLOURS, figure_png, report_json, technique_colour
 from autotune.reports.tables import Column, build
 from autotune.store import Store

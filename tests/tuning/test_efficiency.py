@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from autotune.runtime.codecs import Context, codec_from_config
-from autotune.tuning.efficiency import NoiseScale, efficiency
+from autotune.tuning.efficiency import GradientNoiseScale, efficiency
 
 
 def test_known_noise_is_recovered():
@@ -24,7 +24,7 @@ def test_known_noise_is_recovered():
     d, workers, b = 2000, 4, 8
     G = rng.normal(size=d)                 # |G|^2 ~ 2000
     S = 50_000.0                           # total per-sample variance
-    ns = NoiseScale(beta=0.99, stable_after=50)
+    ns = GradientNoiseScale(beta=0.99, stable_after=50)
     for _ in range(800):
         local = G + rng.normal(size=(workers, d)) * np.sqrt(S / (b * d))
         avg = local.mean(axis=0)
@@ -63,7 +63,7 @@ def test_agrees_with_per_sample_variance_on_a_real_model():
 
     # the estimator: 4 workers of 8 samples, norms only, parameters unchanged
     workers, b = 4, 8
-    ns = NoiseScale(beta=0.99, stable_after=50)
+    ns = GradientNoiseScale(beta=0.99, stable_after=50)
     for _ in range(600):
         locals_ = []
         for _w in range(workers):
@@ -108,7 +108,7 @@ def test_a_codec_with_a_large_error_gets_a_low_efficiency():
     d, workers, b = 4096, 4, 16
     G = rng.normal(size=d)
     S = float(G @ G) * b  # B_noise = b: a minibatch's noise of the order of |G|^2
-    ns = NoiseScale(beta=0.98, stable_after=20)
+    ns = GradientNoiseScale(beta=0.98, stable_after=20)
     codecs = {"topk": codec_from_config({"compression": "topk", "topk_ratio": 0.01},
                                         world_size=workers),
               "fp16": codec_from_config({"compression": "fp16"}, world_size=workers)}

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from autotune.errors import install_excepthook
 from autotune.runtime.errors import RuntimeFault, ServerLost, UsageError
 from autotune.sessions.base import DDP, TuningSession
-from autotune.sessions.facts import job_space
+from autotune.sessions.tuners import job_space
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.parity import DDPParity
 from autotune.signals import shielded, status_of
@@ -144,8 +144,8 @@ class Session(TuningSession):
             raise UsageError("tuner.step() with no backward since the last step: call it "
                              "once per iteration, after loss.backward()")
         self._micro = False
-        if self._goodput is not None:  # .grad is still local (overlaps the communication)
-            self._goodput.sample.local_params(self.parity.params)
+        if self._efficiency_probe is not None:  # .grad is still local (overlaps the communication)
+            self._efficiency_probe.sample.local_params(self.parity.params)
         failed: str | None = None
         waited = time.perf_counter()
         try:
@@ -162,8 +162,8 @@ class Session(TuningSession):
             self.rt.retry()
         waited = time.perf_counter() - waited
         self.parity.check()
-        if self._goodput is not None:
-            self._goodput.sample.averaged_params(self.parity.params)
+        if self._efficiency_probe is not None:
+            self._efficiency_probe.sample.averaged_params(self.parity.params)
         return failed, waited
 
     def _worker_sum(self, t: torch.Tensor) -> None:

@@ -25,9 +25,9 @@ from autotune.runtime.errors import RuntimeFault
 from autotune.runtime.gradstats import GradientSample, Sample
 from autotune.tuning.efficiency import Efficiency
 
-__all__ = ["GoodputProbe"]
+__all__ = ["EfficiencyProbe"]
 
-class GoodputProbe:
+class EfficiencyProbe:
     """One worker's part of the measurement (module docstring): :meth:`payload` goes into
     the session's one all-reduce of the iteration (with its times), :meth:`finish` reads
     the sum."""
@@ -46,11 +46,11 @@ class GoodputProbe:
     @property
     def noise_scale(self) -> float | None:
         """The smoothed gradient noise scale, in workers' batches."""
-        return self.meter.noise.value
+        return self.meter.gradient_noise.value
 
     @property
     def stable(self) -> bool:
-        return self.meter.noise.stable
+        return self.meter.gradient_noise.stable
 
     def payload(self) -> torch.Tensor:
         """This worker's part of the iteration's all-reduce (SUM, by the session, with its
