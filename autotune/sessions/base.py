@@ -22,13 +22,13 @@ import torch
 
 from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, UsageError
-from autotune.sessions.display import SessionDisplay, report
 from autotune.sessions.calibrate import measure_link
-from autotune.sessions.tuners import JobTuners
+from autotune.sessions.display import SessionDisplay, report
 from autotune.sessions.efficiency_probe import EfficiencyProbe
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.sessions.results import SessionResults
+from autotune.sessions.tuners import JobTuners
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace

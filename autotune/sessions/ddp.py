@@ -41,8 +41,8 @@ from autotune.runtime.errors import ServerLost, UsageError
 from autotune.runtime.faults import Liveness
 from autotune.sessions.base import DDP
 from autotune.sessions.native import Session, init_world
-from autotune.sessions.tuners import job_space
 from autotune.sessions.options import SessionOptions
+from autotune.sessions.tuners import job_space
 from autotune.tuning.space import Config
 
 DEFAULT_TIMEOUT = 300.0

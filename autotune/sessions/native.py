@@ -25,9 +25,9 @@ import torch.distributed as dist
 from autotune.errors import install_excepthook
 from autotune.runtime.errors import RuntimeFault, ServerLost, UsageError
 from autotune.sessions.base import DDP, TuningSession
-from autotune.sessions.tuners import job_space
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.parity import DDPParity
+from autotune.sessions.tuners import job_space
 from autotune.signals import shielded, status_of
 from autotune.tuning.space import Config
 
