@@ -174,6 +174,7 @@ class TrialSchedule:
         self._replan = False
         self._ran: Config | None = None  # the configuration of the previous iteration
         self._loading_until = 0.0  # perf_counter: the first trial waits for imports until
+        self._loading_iterations = 0  # the default's, run unscored while they loaded
         # the current Tuner, the trial under way, the best so far
         self.trial_phase = TrialPhase(driver, self.listener, new_tuner, samples_per_step,
                                       cut_short, space, goodput)
@@ -239,6 +240,7 @@ class TrialSchedule:
         if self.phase == WARMUP:
             return self._warmed(config, seconds, comm_s)
         if self.phase == LOADING:
+            self._loading_iterations += 1
             return self._when_loaded()
         self.stakes.charge(float("inf") if failed is not None else seconds)
         return self._measured(seconds, failed, switched, scored)
@@ -381,11 +383,13 @@ class TrialSchedule:
 
     def cost(self) -> dict:
         """What tuning cost and saved so far (:meth:`Stakes.summary`), with the kept
-        configuration's measured step."""
+        configuration's measured step, and the ``loading`` iterations the first trial
+        waited for the search's libraries (when it did)."""
         kept = self.kept if self.kept is not None else self.fallback()
         m = self.driver.measured(kept)
         kept_s = None if not m or not m[0] else (self.samples_per_step or 1) / m[0]
-        return self.stakes.summary(kept_s, self.iteration)
+        loading = {"loading": self._loading_iterations} if self._loading_iterations else {}
+        return {**self.stakes.summary(kept_s, self.iteration), **loading}
 
     def _measured(self, seconds: float, failed: str | None, switched: bool = True,
                   scored: float | None = 1.0) -> Config:

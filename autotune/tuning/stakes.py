@@ -197,6 +197,9 @@ def fmt_cost(cost: dict | None) -> str:
     if not cost:
         return ""
     n, lost, payback = cost.get("iterations") or 0, cost.get("lost_s") or 0.0, cost.get("payback_at")
+    if n == 0 and cost.get("loading"):
+        return (f"no trial ran: the job ended while the search's libraries loaded (the "
+                f"default ran {cost['loading']} iterations meanwhile): tuning cost nothing")
     if n == 0:
         return "no trial ran: tuning cost nothing"
     head = f"{n} trial iterations {'lost' if lost > 0 else 'gained'} {abs(lost):.2f} s against the default"

@@ -405,6 +405,7 @@ def test_the_first_trial_waits_for_the_tuners_imports(tmp_path, monkeypatch):
 
     from autotune.tuning.preload import loading, preload
     from autotune.tuning.schedule import LOADING
+    from autotune.tuning.stakes import fmt_cost
 
     name = f"slow_import_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.5)\n")
@@ -426,8 +427,14 @@ def test_the_first_trial_waits_for_the_tuners_imports(tmp_path, monkeypatch):
         assert cfg == space.default()
         cfg = s.next(cfg, 10.0)  # slowed by the import: never scored
         waited += 1
+        if waited == 3:  # a job that ended here ran no trial, and says why
+            assert s.cost()["iterations"] == 0 and s.cost()["loading"] == 3
+            assert fmt_cost(s.cost()).startswith(
+                "no trial ran: the job ended while the search's libraries loaded (the "
+                "default ran 3 iterations meanwhile)")
         time.sleep(0.01)
     assert not loading() and s.phase == TRIAL and waited >= 5
+    assert s.cost()["loading"] == waited
     assert s.driver.history == [] and s.trial_phase.iterations == 0
     assert s.driver.measured(space.default()) is None or \
         s.driver.measured(space.default())[2] == 0
