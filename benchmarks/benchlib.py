@@ -128,6 +128,17 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def quartiles(xs: list[float]) -> tuple[float, float, float]:
+    """The lower quartile, the median and the upper quartile of ``xs``, all within the
+    samples (``inclusive``: the default ``exclusive`` method extrapolates past them; of
+    two samples, 0.2 and 1.0, it gives a lower quartile of 0.0, and a negative CPU time
+    where they are further apart)."""
+    if len(xs) < 2:
+        return xs[0], xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[1], q[2]
+
+
 def emit(obj: dict) -> None:
     print(MARK + json.dumps(obj), flush=True)
 

@@ -16,19 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import RESULTS, machine, save  # noqa: E402
+from benchlib import RESULTS, machine, quartiles, save  # noqa: E402
 
 
 def _stats(xs: list[float]) -> dict:
-    q = statistics.quantiles(xs, n=4)
-    return {"median_s": statistics.median(xs), "q1_s": q[0], "q3_s": q[2], "n": len(xs)}
+    q1, mid, q3 = quartiles(xs)
+    return {"median_s": mid, "q1_s": q1, "q3_s": q3, "n": len(xs)}
 
 
 def rank_main(model_name: str, reps: int, out: str) -> None:

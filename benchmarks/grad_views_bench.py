@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchlib import RESULTS, machine  # noqa: E402
+from benchlib import RESULTS, machine, quartiles  # noqa: E402
 
 from autotune.runtime import Runtime  # noqa: E402
 from autotune.server import serve  # noqa: E402
@@ -51,11 +50,6 @@ CONFIGS = {
                             "chunk_bytes": 64 * 1024},
 }
 DEFAULT_CONFIGS = ",".join(list(CONFIGS)[:3])
-
-
-def _quartiles(xs: list[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
-    return q[0], statistics.median(xs), q[2]
 
 
 def main() -> None:
@@ -119,7 +113,7 @@ def main() -> None:
                 s["main"].append((m1 - m0) / gb)
                 s["wall"].append(w1 - w0)
         for v, smp in samples.items():  # the slowest worker's quartiles, metric by metric
-            flat = [x for k in ("cpu", "main", "wall") for x in _quartiles(smp[k])]
+            flat = [x for k in ("cpu", "main", "wall") for x in quartiles(smp[k])]
             worst = rt.worker_max(flat)
             rows.setdefault(name, {})["views" if v else "copies"] = {
                 k: worst[3 * i: 3 * i + 3] for i, k in enumerate(("cpu", "main", "wall"))}

@@ -194,7 +194,7 @@ def _covered(intervals: list[tuple[float, float]]) -> float:
 
 def _summary(xs: list[float]) -> dict:
     xs = sorted(xs)
-    q = statistics.quantiles(xs, n=10) if len(xs) >= 2 else xs * 9
+    q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) >= 2 else xs * 9
     return {"n": len(xs), "median_ms": 1e3 * statistics.median(xs), "p10_ms": 1e3 * q[0],
             "p90_ms": 1e3 * q[-1], "sum_s": sum(xs)}
 

@@ -27,17 +27,23 @@ def test_a_wrong_codec_rate_is_corrected_by_measurement():
     wrong = job_prior(sizes, machines=2, workers_per_machine=1, servers=0,
                       calibration=Calibration(codecs={"topk": {"encode_gbps": 1000.0,
                                                                "decode_gbps": 1000.0}}))
-    measured = measure_host(chunk_bytes=4 * MiB, codecs=["topk"])
-    right = job_prior(sizes, machines=2, workers_per_machine=1, servers=0,
-                      calibration=measured)
-    assert measured.source("codec:topk") == "measured"
-    # the truth: what encoding and decoding the job's 16 MiB really takes here
-    real = time_codec("topk", MiB, repeats=3)
-    truth = 16 * MiB * 8 / 1e9 * (1 / real.encode_gbps + 1 / real.decode_gbps)
 
     def codec_s(p: ModelPrior) -> float:
         return simulate(p.job, p.cluster, TOPK).breakdown["codec_s"]
 
+    # timed beside other tests, one measurement can catch a busy moment that the other
+    # misses: up to three tries, each measuring both anew; a calibration that does not
+    # follow the measurement misses on all three
+    for _ in range(3):
+        measured = measure_host(chunk_bytes=4 * MiB, codecs=["topk"])
+        right = job_prior(sizes, machines=2, workers_per_machine=1, servers=0,
+                          calibration=measured)
+        assert measured.source("codec:topk") == "measured"
+        # the truth: what encoding and decoding the job's 16 MiB really takes here
+        real = time_codec("topk", MiB, repeats=3)
+        truth = 16 * MiB * 8 / 1e9 * (1 / real.encode_gbps + 1 / real.decode_gbps)
+        if truth / 3 < codec_s(right) < 3 * truth:
+            break
     assert codec_s(wrong) < truth / 20            # off by more than 20x
     assert truth / 3 < codec_s(right) < 3 * truth  # measured: within a factor of 3
     # on a fast link the wrong prior prefers top-k, the measured one does not
