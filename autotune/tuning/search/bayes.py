@@ -21,6 +21,7 @@ results enter the study with ``add_trial``; a proposal already seen is discarded
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 from typing import Any, Mapping
@@ -29,6 +30,17 @@ import numpy as np
 
 from autotune.tuning.search.base import Key, Searcher, canonical_table
 from autotune.tuning.space import Config, SearchSpace
+
+
+@functools.cache
+def _blas() -> Any:
+    """One :class:`threadpoolctl.ThreadpoolController` for the process, made at the first
+    fit (numpy's and scipy's BLAS are loaded by then). ``threadpool_limits(1)`` made a new
+    one at every fit: it scans every shared library the process has loaded, about 10 ms
+    a fit beside torch's, on the leader while every rank waits."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 class BayesianSearch(Searcher):
@@ -54,6 +66,7 @@ class BayesianSearch(Searcher):
         self._kernel_n = 0
         self._dirty = True
         self._best_ei: float | None = None  # the judge's best EI, until the next tell
+        self._xt: dict[int, np.ndarray] = {}  # code -> the GP's input, transformed once
 
     @property
     def _dims(self) -> list[Any]:
@@ -110,7 +123,6 @@ class BayesianSearch(Searcher):
         from skopt import Optimizer
         from skopt.utils import cook_estimator
         from skopt.learning.gaussian_process.kernels import WhiteKernel
-        from threadpoolctl import threadpool_limits
 
         X, y = self._data()
         est = cook_estimator("GP", space=self._dims, random_state=self.seed,
@@ -122,7 +134,7 @@ class BayesianSearch(Searcher):
         opt = Optimizer(self._dims, base_estimator=est, n_initial_points=1, acq_func="EI",
                         acq_optimizer="sampling", acq_optimizer_kwargs={"n_points": 10},
                         random_state=self.seed)
-        with warnings.catch_warnings(), threadpool_limits(1):
+        with warnings.catch_warnings(), _blas().limit(limits=1):
             warnings.simplefilter("ignore")
             opt.tell(X, y)
         if not reuse:
@@ -169,14 +181,26 @@ class BayesianSearch(Searcher):
         """Whether the GP has enough data to judge (past the random initial points)."""
         return bool(self._vary) and len(self.obs.scored()) >= self.n_initial_points
 
+    def _transformed(self, opt: Any, rows: np.ndarray) -> np.ndarray:
+        """The GP's inputs for encoded configurations ``rows`` (``opt.space.transform``
+        of their varying parameters). The dimensions never change, so each configuration
+        is transformed once: skopt's one-hot transform of the candidates was a fifth of
+        an ``ask``."""
+        rows = np.asarray(rows)
+        codes = [int(c) for c in self._code(rows)]
+        new = [i for i, c in enumerate(codes) if c not in self._xt]
+        if new:
+            xt = opt.space.transform(rows[new][:, self._vary].tolist())
+            self._xt.update(zip((codes[i] for i in new), xt))
+        return np.asarray([self._xt[c] for c in codes])
+
     def _improvement(self, rows: np.ndarray) -> np.ndarray:
         """Expected improvement of encoded configurations ``rows`` (in -log score)."""
         from skopt.acquisition import gaussian_ei
-        from threadpoolctl import threadpool_limits
 
         opt = self._fit()
-        Xt = opt.space.transform(np.asarray(rows)[:, self._vary].tolist())
-        with warnings.catch_warnings(), threadpool_limits(1):
+        Xt = self._transformed(opt, rows)
+        with warnings.catch_warnings(), _blas().limit(limits=1):
             warnings.simplefilter("ignore")
             return gaussian_ei(Xt, opt.models[-1], y_opt=float(np.min(opt.yi)), xi=self.xi)
 
@@ -191,7 +215,7 @@ class BayesianSearch(Searcher):
             self._best_ei = float(np.max(self._improvement(cand))) if len(cand) else 0.0
         best = self._best_ei
         opt = self._fit()
-        mu = float(opt.models[-1].predict(opt.space.transform(row[:, self._vary].tolist()))[0])
+        mu = float(opt.models[-1].predict(self._transformed(opt, row))[0])
         return ei, max(best, ei), math.exp(-mu) if self._log_scale() else -mu
 
 
