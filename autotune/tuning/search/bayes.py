@@ -1,12 +1,12 @@
 """Bayesian optimisation on the encoded space: scikit-optimize's GP, or Optuna.
 
-:class:`BayesianSearch` models the score with scikit-optimize's Gaussian process
-(an ``skopt.Optimizer`` over one dimension per non-constant parameter: the index of
-its value, ``Integer`` for ordinal parameters, one-hot ``Categorical`` for the
+:class:`BayesianSearch` models the score with scikit-optimize's Gaussian process (the
+GP an ``skopt.Optimizer`` would fit, over one dimension per non-constant parameter: the
+index of its value, ``Integer`` for ordinal parameters, one-hot ``Categorical`` for the
 others; inactive parameters hold their default index, i.e. configurations are
 canonical). The GP is fitted on the log of the *mean* score of each distinct
-configuration (noisy repeats are averaged, failures count as the worst score seen) and refitted
-only when something new was told. The next configuration maximises expected
+configuration (noisy repeats are averaged, failures count as the worst score seen) and
+refitted only when something new was told. The next configuration maximises expected
 improvement over the canonical configurations not seen yet: all of them for spaces of
 up to ``max_candidates``, else a seeded random subset plus the unseen neighbours of
 the best few. So it never proposes an invalid or an already evaluated configuration
@@ -61,7 +61,8 @@ class BayesianSearch(Searcher):
         self._dims_made: list[Any] | None = None  # skopt's dimensions, at the first fit
         self._radix = np.cumprod([1] + [len(p.values) for p in space.params[:-1]]).astype(np.int64)
         self.refit_every = refit_every
-        self._opt: Any = None  # the skopt Optimizer fitted on the current data
+        self._gp: tuple[Any, float] | None = None  # the GP fitted on the current data
+        self._base_made: tuple[Any, Any] | None = None  # the unfitted GP, its input space
         self._kernel: Any = None  # last optimised kernel, reused between refits
         self._kernel_n = 0
         self._dirty = True
@@ -92,60 +93,70 @@ class BayesianSearch(Searcher):
     def _code(self, rows: np.ndarray) -> np.ndarray:
         return rows @ self._radix
 
-    def _data(self) -> tuple[list[list[int]], list[float]]:
-        """GP training data: one point per distinct configuration, y = -log(mean
-        score) (scores are throughputs: parameters act multiplicatively on them), or
-        -mean where some score is not positive."""
+    def _data(self) -> tuple[np.ndarray, list[float]]:
+        """GP training data: one point per distinct configuration (its encoded row), y =
+        -log(mean score) (scores are throughputs: parameters act multiplicatively on
+        them), or -mean where some score is not positive."""
         scored = self.obs.scored()
-        X = [[k[i] for i in self._vary] for k, _ in scored]
+        keys = [k for k, _ in scored]
         means = [st.mean for _, st in scored]
         y = [-math.log(m) for m in means] if self._log_scale() else [-m for m in means]
         if y:
             worst = max(y)
             for k, st in self.obs.stats.items():
                 if st.count == 0:
-                    X.append([k[i] for i in self._vary])
+                    keys.append(k)
                     y.append(worst)
-        return X, y
+        return np.asarray(keys, dtype=np.int64).reshape(len(keys), -1), y
 
     def _log_scale(self) -> bool:
         """Whether the GP models -log(score) (every mean positive), else -score."""
         return all(st.mean > 0 for _, st in self.obs.scored())
 
-    def _fit(self) -> Any:
-        """The skopt Optimizer with a GP fitted on the current data (cached).
+    def _fit(self) -> tuple[Any, float]:
+        """scikit-optimize's GP fitted on the current data (cached), and the best
+        (least) y it was fitted on.
 
         The GP's kernel hyperparameters are optimised when the data grew by a quarter
         (at least ``refit_every`` points) since they last were, and reused otherwise,
-        which keeps ``ask`` fast at 100 observations."""
-        if self._opt is not None and not self._dirty:
-            return self._opt
-        from skopt import Optimizer
-        from skopt.utils import cook_estimator
+        which keeps ``ask`` fast at 100 observations. The GP is the one an
+        ``skopt.Optimizer`` would fit (``cook_estimator("GP")`` on the normalised
+        dimensions), fitted directly: an Optimizer made anew at every fit normalised the
+        dimensions again and sampled an acquisition nobody read."""
+        if self._gp is not None and not self._dirty:
+            return self._gp
+        from sklearn.base import clone
         from skopt.learning.gaussian_process.kernels import WhiteKernel
 
-        X, y = self._data()
-        est = cook_estimator("GP", space=self._dims, random_state=self.seed,
-                             n_restarts_optimizer=self.gp_restarts)
-        reuse = self._kernel is not None and len(X) < max(
+        rows, y = self._data()
+        est = clone(self._base()[0])
+        reuse = self._kernel is not None and len(rows) < max(
             self._kernel_n + self.refit_every, int(1.25 * self._kernel_n))
         if reuse:
             est.set_params(kernel=copy.deepcopy(self._kernel), optimizer=None)
-        opt = Optimizer(self._dims, base_estimator=est, n_initial_points=1, acq_func="EI",
-                        acq_optimizer="sampling", acq_optimizer_kwargs={"n_points": 10},
-                        random_state=self.seed)
         with warnings.catch_warnings(), _blas().limit(limits=1):
             warnings.simplefilter("ignore")
-            opt.tell(X, y)
+            est.fit(self._transformed(rows), y)
         if not reuse:
-            model = opt.models[-1]
             # fitted kernel = (constant * matern) + white; skopt zeroes the white part
             # after fitting and keeps the learnt noise level in noise_
-            self._kernel = copy.deepcopy(model.kernel_.k1) + WhiteKernel(
-                float(model.noise_ or 1e-5), "fixed")
-            self._kernel_n = len(X)
-        self._opt, self._dirty = opt, False
-        return opt
+            self._kernel = copy.deepcopy(est.kernel_.k1) + WhiteKernel(
+                float(est.noise_ or 1e-5), "fixed")
+            self._kernel_n = len(rows)
+        self._gp, self._dirty = (est, float(np.min(y))), False
+        return self._gp
+
+    def _base(self) -> tuple[Any, Any]:
+        """The unfitted GP (``cook_estimator("GP")``) and the space of its inputs (the
+        normalised dimensions), made once."""
+        if self._base_made is None:
+            from skopt.space import Space
+            from skopt.utils import cook_estimator, normalize_dimensions
+
+            est = cook_estimator("GP", space=self._dims, random_state=self.seed,
+                                 n_restarts_optimizer=self.gp_restarts)
+            self._base_made = est, Space(normalize_dimensions(self._dims))
+        return self._base_made
 
     def _candidates(self) -> np.ndarray:
         table = canonical_table(self.space)
@@ -181,16 +192,16 @@ class BayesianSearch(Searcher):
         """Whether the GP has enough data to judge (past the random initial points)."""
         return bool(self._vary) and len(self.obs.scored()) >= self.n_initial_points
 
-    def _transformed(self, opt: Any, rows: np.ndarray) -> np.ndarray:
-        """The GP's inputs for encoded configurations ``rows`` (``opt.space.transform``
-        of their varying parameters). The dimensions never change, so each configuration
-        is transformed once: skopt's one-hot transform of the candidates was a fifth of
-        an ``ask``."""
+    def _transformed(self, rows: np.ndarray) -> np.ndarray:
+        """The GP's inputs for encoded configurations ``rows`` (the transform of their
+        varying parameters). The dimensions never change, so each configuration is
+        transformed once: skopt's one-hot transform of the candidates was a fifth of an
+        ``ask``."""
         rows = np.asarray(rows)
         codes = [int(c) for c in self._code(rows)]
         new = [i for i, c in enumerate(codes) if c not in self._xt]
         if new:
-            xt = opt.space.transform(rows[new][:, self._vary].tolist())
+            xt = self._base()[1].transform(rows[new][:, self._vary].tolist())
             self._xt.update(zip((codes[i] for i in new), xt))
         return np.asarray([self._xt[c] for c in codes])
 
@@ -198,11 +209,11 @@ class BayesianSearch(Searcher):
         """Expected improvement of encoded configurations ``rows`` (in -log score)."""
         from skopt.acquisition import gaussian_ei
 
-        opt = self._fit()
-        Xt = self._transformed(opt, rows)
+        gp, y_opt = self._fit()
+        Xt = self._transformed(rows)
         with warnings.catch_warnings(), _blas().limit(limits=1):
             warnings.simplefilter("ignore")
-            return gaussian_ei(Xt, opt.models[-1], y_opt=float(np.min(opt.yi)), xi=self.xi)
+            return gaussian_ei(Xt, gp, y_opt=y_opt, xi=self.xi)
 
     def judge(self, config: Config) -> tuple[float, float, float]:
         """How the GP, fitted on every trial told, rates ``config`` (see the Tuner's
@@ -214,8 +225,7 @@ class BayesianSearch(Searcher):
             cand = self._candidates()
             self._best_ei = float(np.max(self._improvement(cand))) if len(cand) else 0.0
         best = self._best_ei
-        opt = self._fit()
-        mu = float(opt.models[-1].predict(self._transformed(opt, row))[0])
+        mu = float(self._fit()[0].predict(self._transformed(row))[0])
         return ei, max(best, ei), math.exp(-mu) if self._log_scale() else -mu
 
 
