@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from typing import IO, Sequence
@@ -172,13 +173,15 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
 
     A bad job shape raises ``click.BadParameter`` before anything starts."""
     check_world(workers, servers, machines)
-    from torch.distributed import TCPStore  # hosts the rendezvous; torch only here
-
     out = out or sys.stdout
     err = err or sys.stderr
     live = _is_terminal(out) if live is None else live
-    store = TCPStore("127.0.0.1", 0, workers + servers, True, wait_for_workers=False)
-    procs = plan_processes(script, workers, servers, machines, port=store.port)
+    # The rendezvous port is bound before the ranks start and the store is hosted on it
+    # after (_Rendezvous): the launcher's import of torch (~1.4 s of CPU) overlaps the
+    # ranks' own instead of coming before them. A rank that connects first waits in the
+    # socket's backlog.
+    rendezvous = _Rendezvous(workers + servers)
+    procs = plan_processes(script, workers, servers, machines, port=rendezvous.port)
     terminal = None
     if live:
         terminal = progress.Terminal(out)
@@ -192,13 +195,13 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
 
     try:
         job = ranks.run([p.as_rank() for p in procs], grace=grace, emit=emit,
-                        keep=TAIL_LINES, on_lost=lost)
-        failed = _to_blame(job, store)
-        stopped = _stopped(job, store) if failed is not None else None
+                        keep=TAIL_LINES, on_lost=lost, on_started=rendezvous.host)
+        failed = _to_blame(job, rendezvous.store)
+        stopped = _stopped(job, rendezvous.store) if failed is not None else None
     finally:
         if terminal is not None:
             terminal.close()
-        del store
+        rendezvous.close()
     if stopped is not None:  # a signal, not a failure: one line, no replayed output
         rank, name = stopped
         err.write(f"autotune launch: rank {rank} was stopped by {name}; the ranks stopped "
@@ -220,6 +223,31 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
         err.write(f"  {tag} (no output)\n")
     err.flush()
     return code if code > 0 else 1
+
+
+class _Rendezvous:
+    """The job's rendezvous store (torch's ``TCPStore``), on a loopback port bound at once
+    and hosted by :meth:`host` once the ranks are started."""
+
+    def __init__(self, world: int) -> None:
+        self._listener: socket.socket | None = socket.create_server(
+            ("127.0.0.1", 0), backlog=max(128, world))
+        self.port: int = self._listener.getsockname()[1]
+        self.world = world
+        self.store: object = None
+
+    def host(self) -> None:
+        from torch.distributed import TCPStore  # torch only here
+
+        assert self._listener is not None
+        fd, self._listener = self._listener.detach(), None
+        self.store = TCPStore("127.0.0.1", self.port, self.world, True,
+                              wait_for_workers=False, master_listen_fd=fd)
+
+    def close(self) -> None:
+        if self._listener is not None:  # never hosted: the ranks failed to start
+            self._listener.close()
+        self.store = None
 
 
 def _stopped(job: ranks.Outcome, store: object) -> tuple[int, str] | None:

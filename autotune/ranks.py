@@ -102,14 +102,15 @@ def describe_exit(code: int) -> str:
 def run(ranks: Sequence[Rank], *, grace: float, timeout_s: float | None = None,
         emit: Callable[[str], None] | None = None, keep: int | None = None,
         detach: bool = False, on_lost: Callable[[Rank, int], None] | None = None,
-        term_s: float = 5.0) -> Outcome:
+        term_s: float = 5.0, on_started: Callable[[], None] | None = None) -> Outcome:
     """Start every rank, wait under the failure policy (module docstring), stop the rest.
 
     ``emit`` gets each output line as ``[tag] line\\n``, one at a time; ``keep`` bounds
     the lines kept per rank (None: all). ``detach`` starts each rank in its own session
     with no stdin and signals its whole process group (for ranks behind a wrapper such as
     ``ip netns exec``). ``on_lost(rank, code)`` is called when a server is seen to fail.
-    Stopping sends SIGTERM, then SIGKILL after ``term_s`` seconds."""
+    ``on_started()`` is called once every rank is started, before the wait (what it
+    raises stops them). Stopping sends SIGTERM, then SIGKILL after ``term_s`` seconds."""
     lock = threading.Lock()
     started: list[tuple[Rank, subprocess.Popen, collections.deque]] = []
     readers: list[threading.Thread] = []
@@ -126,6 +127,8 @@ def run(ranks: Sequence[Rank], *, grace: float, timeout_s: float | None = None,
             th = threading.Thread(target=_pump, args=(p, r.tag, sink, lock, emit), daemon=True)
             th.start()
             readers.append(th)
+        if on_started is not None:
+            on_started()
         _wait([(r, p) for r, p, _ in started], seen, grace,
               None if timeout_s is None else t0 + timeout_s, on_lost, lock)
     finally:
