@@ -74,6 +74,10 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> 
                     opt.step()
                     opt.zero_grad()
         except KeyboardInterrupt as exc:
+            # the session has ended and restored the default handlers: a second signal
+            # now (the SIGTERM after a SIGINT) would kill this harness's own exit, not
+            # the session, and hide the exit code the session chose
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             code = exit_code(exc)
             print(f"stopped: {exc!r}", flush=True)
         except BaseException:  # noqa: BLE001 - reported through the log and exit code
