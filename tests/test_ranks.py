@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+import pytest
+
 from autotune.ranks import Rank, pid_alive, run
 
 # waits for SIGTERM (recorded in a file), stopping itself first if asked
@@ -53,3 +55,27 @@ def test_a_running_rank_still_gets_its_grace_period(tmp_path) -> None:
     assert out.stopped_early and out.exits[1].returncode is None
     assert took >= 1.0 + grace  # the failure after 1 s, then the whole grace period
     assert mark.read_text() == "SIGTERM"
+
+
+
+def test_on_started_runs_once_every_rank_is_started_and_what_it_raises_stops_them(
+        tmp_path) -> None:
+    """``autotune launch`` hosts its rendezvous store in ``on_started``, after the ranks
+    started: they run while it does, and a store that cannot be hosted stops them rather
+    than leaving them waiting for it."""
+    marks = [tmp_path / "w0", tmp_path / "w1"]
+    lines: list[str] = []
+    ready: list[int] = []
+
+    def started() -> None:  # both ranks answer while it runs: they were started first
+        deadline = time.monotonic() + 30
+        while sum("ready" in x for x in lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ready.append(sum("ready" in x for x in lines))
+        raise RuntimeError("no store here")
+
+    with pytest.raises(RuntimeError, match="no store here"):
+        run([_rank(i, [WAITER, str(marks[i]), "run"]) for i in range(2)], grace=60,
+            term_s=30, emit=lines.append, on_started=started)
+    assert ready == [2]
+    assert [m.read_text() for m in marks] == ["SIGTERM", "SIGTERM"]  # stopped, not left
