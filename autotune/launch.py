@@ -239,7 +239,8 @@ class _Rendezvous:
     def host(self) -> None:
         from torch.distributed import TCPStore  # torch only here
 
-        assert self._listener is not None
+        if self._listener is None:
+            raise RuntimeError("the rendezvous store is hosted once")
         fd, self._listener = self._listener.detach(), None
         self.store = TCPStore("127.0.0.1", self.port, self.world, True,
                               wait_for_workers=False, master_listen_fd=fd)

@@ -195,7 +195,8 @@ def _v9_to_v10(c: sa.Connection) -> None:
     they lost against the default, what the kept configuration saves an iteration and the
     iteration by which that pays the loss back (:mod:`autotune.tuning.stakes`); and
     ``"loading"``, the iterations the first trial waited for the search's libraries, when
-    it did (:mod:`autotune.tuning.preload`). ``NULL`` for older runs and runs that did not tune."""
+    it did (:mod:`autotune.tuning.preload`). ``NULL`` for older runs and runs that did
+    not tune."""
     _add(c, "runs", "tuning_cost", "text")
 
 

@@ -107,7 +107,7 @@ class BayesianSearch(Searcher):
                 if st.count == 0:
                     keys.append(k)
                     y.append(worst)
-        return np.asarray(keys, dtype=np.int64).reshape(len(keys), -1), y
+        return np.asarray(keys, dtype=np.int64).reshape(len(keys), len(self.space.params)), y
 
     def _log_scale(self) -> bool:
         """Whether the GP models -log(score) (every mean positive), else -score."""
