@@ -52,6 +52,26 @@ def serve(rt: Any) -> int:
         served += 1
 
 
+def serve_to_the_end(rt: Any) -> None:
+    """A server rank's whole life after its runtime's bootstrap: :func:`serve`, then shut
+    the runtime down and, once it ended cleanly, destroy the ``torch.distributed`` world
+    this process joined, so that no gloo thread of the process is left to the
+    interpreter's exit (a process group finalised there aborts the process: ``terminate
+    called without an active exception``, PyTorch issue #65237). Returns once the
+    process may exit; what ``serve`` raises (a worker's failure) propagates, with the
+    runtime shut down and the groups left to the operating system."""
+    import torch.distributed as dist
+
+    try:
+        serve(rt)
+    except BaseException as exc:
+        rt.shutdown(failed=exc)
+        raise
+    rt.shutdown()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 USAGE = """\
 A Summation Service process of an autotune job: it joins the job's torch.distributed
 world, then sums the workers' gradient chunks, one iteration per sync, until the leader
@@ -127,12 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     if folder:
         trace.start()
     try:
-        serve(rt)
+        serve_to_the_end(rt)
     finally:
         if folder:
             trace.dump(folder, rt.info.rank, "server")
-        rt.shutdown()
-    dist.destroy_process_group()
     return 0
 
 

@@ -139,6 +139,7 @@ class TerminateAsInterrupt:
         self.on_signal = on_signal
         self._old: dict[int, Any] = {}
         self._wakeup: tuple[int, int, int] | None = None  # read end, write end, old fd
+        self._watcher: threading.Thread | None = None
         self.fired = False
 
     def install(self) -> "TerminateAsInterrupt":
@@ -158,8 +159,9 @@ class TerminateAsInterrupt:
                 os.close(w)
                 return self
             self._wakeup = (r, w, old)
-            threading.Thread(target=self._watch, args=(r,), daemon=True,
-                             name="autotune-signals").start()
+            self._watcher = threading.Thread(target=self._watch, args=(r,), daemon=True,
+                                             name="autotune-signals")
+            self._watcher.start()
         return self
 
     def _watch(self, fd: int) -> None:
@@ -205,6 +207,11 @@ class TerminateAsInterrupt:
             self._wakeup = None
             signal.set_wakeup_fd(old_fd)
             os.close(w)  # the watcher reads EOF, closes the read end and ends
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            # joined, so that no thread of ours outlives the session (an on_signal still
+            # running, e.g. stopping the ranks, gets a few seconds)
+            self._watcher.join(timeout=5.0)
+            self._watcher = None
 
     def __enter__(self) -> "TerminateAsInterrupt":
         return self.install()

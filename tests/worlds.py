@@ -44,9 +44,10 @@ TASKS = Path("/proc/self/task")
 ROOT = TESTS.parent
 IDLE_S = 900.0   # a rank with no case for this long ends (the test run is gone)
 POLL_S = 0.02    # how often an idle rank looks for its next case
-# A session leaves process groups behind in the process that ran it, and with them gloo's
-# network threads, which wake up even when idle: a world whose ranks have gathered more
-# threads than this is stopped after its case and the next case starts a fresh one.
+# A session that ends cleanly destroys its process groups (tests/session/test_many_sessions.py);
+# one that a case's fault ended leaves them, and with them gloo's network threads, which
+# wake up even when idle: a world whose ranks have gathered more threads than this is
+# stopped after its case and the next case starts a fresh one.
 MAX_THREADS = 64
 
 

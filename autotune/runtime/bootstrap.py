@@ -18,7 +18,7 @@ instead of joining again, which the servers, already in their runtime, would not
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -28,16 +28,19 @@ import torch.distributed as dist
 from .compat import all_gather as _all_gather
 from .config import SIGNATURE, ConfigError, Limits
 from .errors import UsageError
+from .faults import Liveness
 from .world import WorldInfo, discover, local_machine, local_role
 
 PID_KEY = "autotune/pid/"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Joined:
     """What :func:`join` learnt: who is who, what the job allows, the leader's
     ``timeout``, the control group (every rank) and the workers' group, and the
-    rendezvous store (``None`` when it cannot be used)."""
+    rendezvous store (``None`` when it cannot be used). ``owns_workers_group``: whether
+    the runtime built from it destroys the workers' group when it shuts down (not when
+    :func:`hold` lent it to the user's DDP, whose model outlives the session)."""
 
     info: WorldInfo
     limits: Limits
@@ -45,6 +48,15 @@ class Joined:
     control: Any
     workers_group: Any
     store: Any
+    owns_workers_group: bool = True
+
+    def let_go(self) -> None:
+        """The runtime built from this shut down cleanly and destroyed its groups: forget
+        them (the workers' group only where it was the runtime's), so that nothing keeps
+        their threads alive."""
+        self.control = None
+        if self.owns_workers_group:
+            self.workers_group = None
 
     def describe(self, rank: int) -> str:
         """``rank`` named for an error: its role, machine and (when the store has it) pid."""
@@ -68,6 +80,8 @@ def join(timeout: float, role: str | None, max_streams: int) -> Joined:
                          "(torch.distributed.init_process_group)")
     rank, world = dist.get_rank(), dist.get_world_size()
     role = local_role(role)
+    store = rendezvous_store()
+    _forget_left(store, rank)
     # gloo's own limit stays out of the way: ControlPlane bounds every wait
     control = dist.new_group(list(range(world)), backend="gloo", timeout=timedelta(days=7))
     info = discover(rank, world, role, local_machine(), control)
@@ -84,7 +98,6 @@ def join(timeout: float, role: str | None, max_streams: int) -> Joined:
                     max_streams=lead_streams)
     workers_group = dist.new_group(list(info.workers), backend="gloo",
                                    timeout=timedelta(seconds=timeout))
-    store = rendezvous_store()
     try:
         if store is not None:
             store.set(f"{PID_KEY}{rank}", f"{os.getpid()}")
@@ -96,9 +109,13 @@ def join(timeout: float, role: str | None, max_streams: int) -> Joined:
 _HELD: list[tuple[Any, Joined]] = []  # (the world's default group, what it joined)
 
 
-def hold(joined: Joined) -> None:
-    """Keep ``joined`` for this process's next runtime (module docstring)."""
-    _HELD[:] = [(dist.distributed_c10d._get_default_group(), joined)]
+def hold(joined: Joined) -> Joined:
+    """Keep ``joined`` for this process's next runtime (module docstring); its workers'
+    group is the caller's (DDP is built on it), so that runtime leaves it alone. Returns
+    what is kept (the caller's to keep too)."""
+    held = replace(joined, owns_workers_group=False)
+    _HELD[:] = [(dist.distributed_c10d._get_default_group(), held)]
+    return held
 
 
 def take() -> Joined | None:
@@ -108,6 +125,17 @@ def take() -> Joined | None:
         return None
     world, joined = _HELD.pop()
     return joined if world is dist.distributed_c10d._get_default_group() else None
+
+
+def _forget_left(store: Any, rank: int) -> None:
+    """Before the join's first collective: this rank is no longer one that left on
+    purpose (:meth:`Liveness.leave <autotune.runtime.faults.Liveness.leave>` of an earlier
+    session in this process), so that a peer that stops in this session is seen."""
+    try:
+        if store is not None:
+            store.delete_key(f"{Liveness.LEFT}{rank}")
+    except Exception:  # the store is gone or cannot delete: the waits still end by timeout
+        pass
 
 
 def rendezvous_store() -> Any:

@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from .engine import OpError
 from .faults import Liveness
+from .groups import destroy
 
 SLICE_S = 1.0
 
@@ -58,6 +59,17 @@ class ControlPlane:
     def without_servers(self) -> None:
         """Servers were given up: the control plane runs over the workers' group now."""
         self.group, self.members = self.workers_group, self.workers
+
+    def release(self, own_workers_group: bool) -> None:
+        """Clean shutdown: destroy the control group, and the workers' group when the
+        runtime owns it (:attr:`Joined.owns_workers_group
+        <autotune.runtime.bootstrap.Joined.owns_workers_group>`), and let go of both."""
+        if self.group is not self.workers_group:
+            destroy(self.group)
+        if own_workers_group:
+            destroy(self.workers_group)
+        self.group = self.workers_group = None
+        self.members = self.workers = ()
 
     def op(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` as a control-plane operation: a collective

@@ -333,9 +333,13 @@ class Runtime:
 
     # ================================================================== shutdown
     def shutdown(self, failed: BaseException | None = None) -> None:
-        """Idempotent: stop threads, remove hooks (the leader's ``sync(stop=True)`` lets
-        the servers go). ``failed``: what this rank stops for, posted first so that the
-        peers name it (:meth:`Liveness.fail`)."""
+        """Idempotent: remove the hooks, stop and join this runtime's threads (the open
+        round aborted, every operation it started ended), then, on the clean path,
+        destroy every process group the runtime made and let go of them, so that their
+        gloo threads end too (the leader's ``sync(stop=True)`` lets the servers go).
+        After a fault (``failed``, or a peer or server given up) the groups are left:
+        destroying one that a peer is still inside deadlocks. ``failed``: what this rank
+        stops for, posted first so that the peers name it (:meth:`Liveness.fail`)."""
         if self._closed:
             return
         self._closed = True
@@ -344,8 +348,10 @@ class Runtime:
         self._averager.close(timeout=2.0 if self._blame.broken else 10.0)
         self._liveness.leave()
         self._liveness.stop()
-        if self._blame.broken is None and not self._active.lost_servers:
+        if failed is None and self._blame.broken is None and not self._active.lost_servers:
             self._groups.destroy()
+            self._plane.release(self._joined.owns_workers_group)
+            self._joined.let_go()
         self._active.release()
 
     def __enter__(self) -> "Runtime":

@@ -57,7 +57,7 @@ class RuntimeBuckets:
     process group, which the fallback all-reduces on (default: the world)."""
 
     def __init__(self, rt: Any, group: Any = None):
-        self.rt = rt
+        self.rt = rt  # None: no runtime (a closed session's), DDP's all-reduce runs
         self.group = group if group is not None else dist.group.WORLD
         self.size = dist.get_world_size(self.group)
         # CUDA gradients on an NCCL group: a lossless flat all-reduce is DDP's own
@@ -112,7 +112,7 @@ class RuntimeBuckets:
         idx, buf = bucket.index(), bucket.buffer()
         self.sizes[idx] = buf.numel()
         self.rounds[idx] = self.rounds.get(idx, 0) + 1
-        if self.rt.layout_in_force and self.sends():
+        if self.rt is not None and self.rt.layout_in_force and self.sends():
             self.handed += 1
             fut: torch.futures.Future = torch.futures.Future()
             self._pending.append((fut, idx, buf, bucket.parameters(), bucket.gradients()))

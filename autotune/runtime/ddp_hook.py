@@ -64,6 +64,11 @@ class BucketTransport:
             raise UsageError("BucketTransport needs torch.distributed initialised "
                              "(dist.init_process_group) before DDP and the hook")
         self.rank = dist.get_rank()
+        self._forward_hook: Any = None  # the handle of the DDP model's forward pre-hook
+        self._bind(rt, process_group)
+
+    def _bind(self, rt: Any, process_group: Any) -> None:
+        """A fresh state over the runtime ``rt``."""
         self.buckets = RuntimeBuckets(rt, process_group)
         self._config: Optional[RuntimeConfig] = None
         self.averaged = 0  # buckets handed to the hook so far (none under DDP's no_sync)
@@ -82,8 +87,10 @@ class BucketTransport:
         of the world calls it, as it built DDP). ``rt``: the runtime that averages the
         buckets (default: one joined now, ``Runtime.bootstrap(timeout=timeout)``, every
         rank of the world a worker). A model that is not DDP is a ``TypeError``; a DDP
-        model that already has a comm hook is a :class:`UsageError`. Until the first
-        :meth:`sync`, buckets are averaged as DDP averages them."""
+        model that already has a comm hook is a :class:`UsageError`, unless it is the
+        transport of a closed session (:meth:`detach`): DDP cannot take a hook back, so
+        that one is bound to ``rt`` again. Until the first :meth:`sync`, buckets are
+        averaged as DDP averages them."""
         from torch.nn.parallel import DistributedDataParallel
 
         if not isinstance(ddp_model, DistributedDataParallel):
@@ -91,25 +98,57 @@ class BucketTransport:
             raise TypeError(f"BucketTransport.install needs a "
                             f"torch.nn.parallel.DistributedDataParallel model, got "
                             f"{kind.__module__}.{kind.__qualname__}")
+        state = next((s for _, s in getattr(ddp_model, "_comm_hooks", ()) if isinstance(s, cls)),
+                     None)
+        if state is not None and state.attached:
+            raise UsageError(f"rank {state.rank}: an autotune session is already open on "
+                             "this DDP model: one session at a time (leave the first "
+                             "one's `with` block before opening the next)")
         if rt is None:
             from .core import Runtime
 
             rt = Runtime.bootstrap(timeout=timeout)
-        state = cls(rt, ddp_model.process_group)
+        if state is not None:
+            state._bind(rt, ddp_model.process_group)
+        else:
+            state = cls(rt, ddp_model.process_group)
+            state._register(ddp_model)
+        state._forward_hook = ddp_model.register_forward_pre_hook(
+            lambda m, _: state.buckets.forward(m))
+        state.buckets.register([p for p in ddp_model.module.parameters() if p.requires_grad])
+        return state
+
+    def _register(self, ddp_model: Any) -> None:
+        """This transport as ``ddp_model``'s comm hook (DDP takes one, once)."""
         try:
-            ddp_model.register_comm_hook(state, cls.hook)
+            ddp_model.register_comm_hook(self, type(self).hook)
         except RuntimeError as e:
             if _ALREADY not in str(e):
                 raise
             hooks = getattr(ddp_model, "_comm_hooks", None)  # DDP noted ours before failing
-            if hooks and hooks[-1][1] is state:
+            if hooks and hooks[-1][1] is self:
                 hooks.pop()
-            raise UsageError(f"rank {state.rank}: a comm hook is already registered on this "
+            raise UsageError(f"rank {self.rank}: a comm hook is already registered on this "
                              "DDP model; autotune's hook tunes DDP's communication and "
                              f"replaces it: remove yours (DDP said: {e})") from None
-        ddp_model.register_forward_pre_hook(lambda m, _: state.buckets.forward(m))
-        state.buckets.register([p for p in ddp_model.module.parameters() if p.requires_grad])
-        return state
+
+    @property
+    def attached(self) -> bool:
+        """Whether a runtime averages the buckets (an open session); after
+        :meth:`detach`, DDP's own all-reduce does."""
+        return self.buckets.rt is not None
+
+    def detach(self) -> None:
+        """At a session's close (its runtime shut down): let go of the runtime and remove
+        the forward pre-hook. The comm hook stays registered, as DDP cannot take one
+        back, and averages every bucket with DDP's own all-reduce from now on, so the
+        model trains as plain DDP; :meth:`install` binds it to the next session's. What
+        :meth:`describe` counts is kept."""
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
+        self.buckets.rt = None
+        self.sample = None
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -155,7 +194,7 @@ class BucketTransport:
         return {"rank": self.rank, "config": None if cfg is None else cfg.as_dict(),
                 "buckets": dict(b.sizes), "rounds": dict(b.rounds), "handed": b.handed,
                 "averaged_again": b.averaged_again,
-                "residual_norms": self.rt.residual_norms}
+                "residual_norms": {} if self.rt is None else self.rt.residual_norms}
 
     # ------------------------------------------------------------------ the hook
     @staticmethod

@@ -101,15 +101,26 @@ class GroupCache:
         return [g for k, g in self._groups.items() if ranks & set(members(k, self.info))]
 
     def destroy(self) -> None:
-        import torch.distributed as dist
-
+        """Destroy every group made so far (clean path only: see :func:`destroy`)."""
         for g in self._groups.values():
-            try:
-                if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
-                    dist.destroy_process_group(g)
-            except Exception:
-                pass
+            destroy(g)
         self._groups.clear()
+
+
+def destroy(group: Any) -> None:
+    """Destroy ``group``, which the runtime made. Only on the clean path, once every
+    operation on it completed: destroying a group a peer is still inside a collective of
+    deadlocks. Its gloo threads end once the last reference to it is dropped, so the
+    caller lets go of it too. A group already gone with the world (the user destroyed
+    it first) is left as it is."""
+    import torch.distributed as dist
+
+    if group is None or group == dist.GroupMember.NON_GROUP_MEMBER or not dist.is_initialized():
+        return
+    try:
+        dist.destroy_process_group(group)
+    except ValueError:  # "Invalid process group specified": no longer the world's
+        pass
 
 
 def keep_forever(group: Any) -> None:

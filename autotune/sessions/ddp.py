@@ -65,15 +65,12 @@ def workers_group(backend: str | None = None, *, timeout: float = DEFAULT_TIMEOU
     init_world(timeout)
     world = dist.distributed_c10d._get_default_group()
     if not _JOINED or _JOINED[0] is not world:
-        joined = join(timeout, None, Limits.max_streams)
-        hold(joined)
+        joined = hold(join(timeout, None, Limits.max_streams))
         if joined.info.role == "server":
             from autotune.runtime.core import Runtime
-            from autotune.server import serve
+            from autotune.server import serve_to_the_end
 
-            rt = Runtime.bootstrap(timeout=timeout)
-            serve(rt)
-            rt.shutdown()
+            serve_to_the_end(Runtime.bootstrap(timeout=timeout))
             raise SystemExit(0)
         _JOINED[:] = [world, joined, {"gloo": joined.workers_group}]
     _, joined, groups = _JOINED
@@ -161,6 +158,10 @@ class DDPSession(Session):
         if (isinstance(exc, Exception) and not isinstance(exc, (AutotuneError, TypeError))
                 and self._liveness is not None):
             peer = self._liveness.failure(self.info.workers, lambda r: f"rank {r}")
-        super()._close(peer or exc)
+        try:
+            super()._close(peer or exc)
+        finally:
+            if self.transport is not None:
+                self.transport.detach()  # the model is plain DDP again, ready for another
         if peer is not None:
             raise peer from exc

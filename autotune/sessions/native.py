@@ -101,10 +101,9 @@ class Session(TuningSession):
         self.rt = Runtime.bootstrap(timeout=self.options.timeout, grad_views=self.grad_views)
         if self.rt.info.role == "server":
             # A server rank that ran the user's script: serve, then leave the process.
-            from autotune.server import serve
+            from autotune.server import serve_to_the_end
 
-            serve(self.rt)
-            self.rt.shutdown()
+            serve_to_the_end(self.rt)
             raise SystemExit(0)
         try:
             self._start()
