@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from autotune.errors import options_checked  # import-light: the standard library only
+
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time, loaded on first use
@@ -50,6 +52,7 @@ _EXPORTS = {
 __all__ = sorted([*_EXPORTS, "session", "__version__"])
 
 
+@options_checked
 def session(
     model: torch.nn.Module,
     *,

@@ -59,6 +59,12 @@ class SessionOptions:
             raise
 
     def _validate(self) -> None:
+        # the type first, named: "got '2'" beside ">= 1" would hide that a str was given
+        for name, optional in INT_OPTIONS:
+            value = getattr(self, name)
+            _check(_is_int(value) or (optional and value is None),
+                   f"{name} must be a whole number (an int{' or None' if optional else ''}), "
+                   f"got {type(value).__name__} {value!r}")
         _check(_is_int(self.budget) and self.budget >= 0,
                f"budget must be a whole number of iterations >= 0 (0: no tuning), "
                f"got {self.budget!r}")
@@ -114,6 +120,12 @@ class SessionOptions:
     def goodput(self) -> bool:
         """Whether lossy codecs are in the space and scored by goodput."""
         return self.allow_lossy and self.lossy_score == "goodput"
+
+
+# the options that are whole numbers, and whether None is one of their values
+INT_OPTIONS = (("budget", False), ("total_steps", True), ("samples_per_step", True),
+               ("drift_window", False), ("trial_iterations", True), ("warmup", False),
+               ("seed", False))
 
 
 def _is_int(v: Any) -> bool:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, did_you_mean
 
 from . import text, vision
 
@@ -80,7 +80,8 @@ def resolve(name: str) -> str:
     key = _ALIASES.get(key, key)
     if key not in _SPECS:
         raise ZooError(
-            f"unknown model {name!r}; built-in models are {', '.join(names())} "
+            f"unknown model {name!r}{did_you_mean(key, names() + list(_ALIASES))}; "
+            f"built-in models are {', '.join(names())} "
             f"(or give a factory as 'package.module:attr')")
     return key
 

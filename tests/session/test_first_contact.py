@@ -114,6 +114,26 @@ def test_bad_arguments_fail_when_session_is_called(bad):
         autotune.session(torch.nn.Linear(2, 2), **bad)
 
 
+@pytest.mark.parametrize("name,value", [("trial_iterations", "2"), ("budget", "100"),
+                                        ("total_steps", 3.0), ("seed", None)])
+def test_an_option_of_the_wrong_type_names_the_type(name, value):
+    """Issue 65: trial_iterations="2" said "must be >= 1 ..., got '2'"."""
+    with pytest.raises(ArgumentError) as e:
+        autotune.session(torch.nn.Linear(2, 2), **{name: value})
+    assert str(e.value).startswith(f"{name} must be a whole number (an int")
+    assert f"got {type(value).__name__} {value!r}" in str(e.value)
+
+
+def test_a_mistyped_option_says_did_you_mean():
+    """Issue 65: total_step= was Python's bare TypeError."""
+    with pytest.raises(TypeError) as e:
+        autotune.session(torch.nn.Linear(2, 2), total_step=100)
+    assert isinstance(e.value, ArgumentError)
+    assert str(e.value) == ("autotune.session() has no option 'total_step' "
+                            "(did you mean 'total_steps'?)")
+    assert inspect.signature(autotune.session).parameters["total_steps"].default is None
+
+
 def test_a_session_used_outside_with_is_a_usage_error():
     s = autotune.session(torch.nn.Linear(2, 2), store=False)
     with pytest.raises(UsageError, match=r"with autotune.session\(model"):

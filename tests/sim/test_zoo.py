@@ -92,6 +92,12 @@ def test_aliases_and_unknown_names() -> None:
         zoo.build("resnet18")
 
 
+def test_a_misspelled_model_name_says_did_you_mean() -> None:
+    """Issue 65: 'resnet5O' (a letter O) got the list, no suggestion."""
+    with pytest.raises(zoo.ZooError, match=r"unknown model 'resnet5O' \(did you mean 'resnet50'\?\)"):
+        zoo.resolve("resnet5O")
+
+
 def _kendall(a: list[str], b: list[str]) -> float:
     pos = {x: i for i, x in enumerate(b)}
     r = [pos[x] for x in a]
