@@ -125,7 +125,10 @@ class TerminateAsInterrupt:
     """While installed (main thread only; elsewhere it does nothing), each of ``signals``
     (SIGTERM by default) raises :class:`Terminated` once, at once outside library sections
     and at the section's safe point inside one (module docstring); a repeat is ignored.
-    :meth:`restore` puts the previous handlers back (idempotent).
+    :meth:`restore` puts the previous handlers back (idempotent). A signal that the process
+    ignores when this is installed (inherited as ignored: a background job of a shell
+    script, ``nohup``) stays ignored, as it does in the launcher and in every rank that
+    inherits it.
 
     ``on_signal(signum)``, if given, is called once, from a thread of its own, as soon
     as SIGINT or SIGTERM arrives, even while the main thread is blocked in C (a
@@ -147,7 +150,12 @@ class TerminateAsInterrupt:
             return self
         _STOPS.pending = _STOPS.received = None
         for sig in self.signals:
-            self._old[sig] = signal.getsignal(sig)
+            old = signal.getsignal(sig)
+            if old == signal.SIG_IGN:
+                # ignored, as a background job or nohup inherits it: it stays ignored here
+                # as in the launcher and every other rank (which inherit it alike)
+                continue
+            self._old[sig] = old
             signal.signal(sig, self._handle)
         if self.on_signal is not None:
             r, w = os.pipe()

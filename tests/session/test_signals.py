@@ -107,3 +107,54 @@ def test_restore_leaves_a_handler_someone_else_set_meanwhile():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_a_signal_ignored_when_installed_stays_ignored():
+    """Issue 65: a rank that inherited SIGINT as ignored (started in the background of a
+    script) took it anyway, while its launcher ignored it."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        seen: list[int] = []
+        with TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM), on_signal=seen.append):
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)  # nothing is raised
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN and seen == []
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+JOB = """
+import sys, time, torch, autotune
+torch.set_num_threads(1)
+model = torch.nn.Linear(8, 1)
+with autotune.session(model, budget=0, store=False, verbose=False) as tuner:
+    open(sys.argv[1], "w").write("open")
+    for _ in range(60):
+        model(torch.randn(4, 8)).sum().backward()
+        tuner.step()
+        time.sleep(0.05)
+print("finished", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_sigint_inherited_as_ignored_is_ignored_by_the_launcher_and_every_rank(tmp_path):
+    import subprocess
+    import sys
+
+    script, opened = tmp_path / "job.py", tmp_path / "opened"
+    script.write_text(JOB)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2", str(script),
+         str(opened)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # as bash's `&`
+    deadline = time.monotonic() + 120
+    while not opened.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert opened.exists(), proc.communicate(timeout=60)[0]
+    os.killpg(proc.pid, signal.SIGINT)  # the whole group: the launcher and both ranks
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert "finished" in out and "Traceback" not in out and "SIGINT" not in out, out
