@@ -82,9 +82,23 @@ def shown_by_rank_0(exc: BaseException) -> BaseException:
     return exc
 
 
+def _callers_line(tb: Any) -> str:
+    """`` (at FILE:LINE)``: the innermost frame of ``tb`` outside autotune and torch, where
+    the user's code made the call that failed; "" if there is none."""
+    inside = (os.path.dirname(os.path.abspath(__file__)), os.sep + "torch" + os.sep)
+    where = ""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith(inside[0]) and inside[1] not in name:
+            where = f" (at {name}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return where
+
+
 def install_excepthook() -> None:
     """Print an uncaught error whose class says ``one_line`` as ``autotune: <message>`` on
-    stderr, and one :func:`shown_by_rank_0` marked here only if the job goes on; the
+    stderr (with ``show_where``, followed by the line of the user's code that made the
+    failing call), and one :func:`shown_by_rank_0` marked here only if the job goes on; the
     process exits 1 as for any uncaught error. Every other error goes to the hook there
     was (torch.distributed's, which prefixes ``[rank<r>]:``, or Python's). Idempotent."""
     previous = sys.excepthook
@@ -97,7 +111,8 @@ def install_excepthook() -> None:
             sys.stderr.write(f"autotune (rank {os.environ.get('RANK')}): "
                              f"{kind.__name__}: {value}\n")
         elif getattr(value, "one_line", False):
-            sys.stderr.write(f"autotune: {value}\n")
+            where = _callers_line(tb) if getattr(value, "show_where", False) else ""
+            sys.stderr.write(f"autotune: {value}{where}\n")
         else:
             previous(kind, value, tb)
             return

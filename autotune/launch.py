@@ -43,6 +43,7 @@ from autotune import progress, ranks
 from autotune.ranks import Rank, describe_exit
 
 TAIL_LINES = 25
+ONE_LINE = "autotune: "  # how a rank's one-line error begins (autotune.errors.install_excepthook)
 MIN_PROCESS_LIMIT = 64
 PROCESSES_PER_CPU = 8
 
@@ -215,6 +216,12 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
         return 0
     code = failed.returncode
     tag = f"[{failed.rank.tag}]"
+    said = [line.strip() for line in failed.lines if line.strip()]
+    if said and said[-1].startswith(ONE_LINE):  # it said why in one line: not replayed
+        err.write(f"autotune launch: rank {failed.rank.rank} ({failed.rank.role}) failed, "
+                  f"{describe_exit(code)} (its one-line error is above)\n")
+        err.flush()
+        return code if code > 0 else 1
     err.write(f"autotune launch: rank {failed.rank.rank} ({failed.rank.role}) failed, "
               f"{describe_exit(code)}; its last output:\n")
     for line in failed.lines:

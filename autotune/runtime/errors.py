@@ -75,4 +75,8 @@ class UsageError(AutotuneError, RuntimeError):
     """The runtime or the session was driven against its protocol: two backward passes in
     one iteration without ``no_sync()``, ``step()`` inside ``no_sync()``, a parameter added
     after the start, no ``sync`` before a push/pull round. Raised on the rank that did it;
-    nothing was averaged wrongly."""
+    nothing was averaged wrongly. Uncaught, it is one line naming the call of the user's
+    code that broke the rule (``autotune: <message> (at train.py:42)``)."""
+
+    one_line = True
+    show_where = True

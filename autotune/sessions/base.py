@@ -22,6 +22,7 @@ import torch
 
 from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, UsageError
+from autotune.errors import shown_by_rank_0
 from autotune.sessions.calibrate import measure_link
 from autotune.sessions.display import SessionDisplay, report
 from autotune.sessions.efficiency_probe import EfficiencyProbe
@@ -135,7 +136,10 @@ class TuningSession(SessionResults, abc.ABC):
         self._require_open("step()")
         check()  # a stop recorded during backward (in a gradient hook) ends the loop here
         with deferred():
-            averaged = self._await_average()
+            try:
+                averaged = self._await_average()
+            except UsageError as e:  # the same loop on every worker: the same mistake
+                raise shown_by_rank_0(e)
             if averaged is None:
                 return
             failed, waited = averaged

@@ -189,3 +189,35 @@ def test_twenty_jobs_stopped_at_random_moments_all_end_aborted(tmp_path):
         assert j["killed"] == 0 and all(c in (130, 143) for c in j["codes"]), what
         for bad in ("internal error", "release unlocked lock", "Traceback"):
             assert bad not in logs, what
+
+
+MISTAKE = """
+import torch, autotune
+torch.set_num_threads(1)
+model = torch.nn.Linear(8, 1)
+with autotune.session(model, budget=0, store=False, verbose=False) as tuner:
+    for _ in range(5):
+        model(torch.randn(4, 8)).sum().backward()
+        tuner.step()
+        tuner.step()
+"""
+
+
+@pytest.mark.slow
+def test_a_mistake_in_the_loop_is_one_line_once(tmp_path):
+    """Issue 65: step() with no backward printed 31 lines under `autotune launch`: each
+    rank's traceback, then rank 0's again, replayed by the launcher. Now rank 0 says it
+    once, in one line that names the line of the user's code; the launcher adds only that
+    the rank failed."""
+    script = tmp_path / "mistake.py"
+    script.write_text(MISTAKE)
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
+                           str(script)], capture_output=True, text=True, timeout=300,
+                          env=_env(), cwd=tmp_path)
+    lines = [x for x in (proc.stdout + proc.stderr).splitlines() if x.strip()]
+    assert proc.returncode == 1, lines
+    assert lines == [
+        "[w0] autotune: tuner.step() with no backward since the last step: call it once "
+        f"per iteration, after loss.backward() (at {script}:9)",
+        "autotune launch: rank 0 (worker) failed, exit code 1 (its one-line error is above)",
+    ], lines
