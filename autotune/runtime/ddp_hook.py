@@ -101,9 +101,10 @@ class BucketTransport:
         state = next((s for _, s in getattr(ddp_model, "_comm_hooks", ()) if isinstance(s, cls)),
                      None)
         if state is not None and state.attached:
-            raise UsageError(f"rank {state.rank}: an autotune session is already open on "
-                             "this DDP model: one session at a time (leave the first "
-                             "one's `with` block before opening the next)")
+            raise UsageError(f"rank {state.rank}: a comm hook is already registered on this "
+                             "DDP model, autotune's, and its session is still open: one "
+                             "session at a time (leave the first one's `with` block before "
+                             "opening the next)")
         if rt is None:
             from .core import Runtime
 
