@@ -14,10 +14,10 @@ Names are loaded lazily, so ``import autotune`` (and the CLI) does not import to
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
-
-from autotune.errors import options_checked  # import-light: the standard library only
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 __version__ = "0.1.0"
 
@@ -52,7 +52,29 @@ _EXPORTS = {
 __all__ = sorted([*_EXPORTS, "session", "__version__"])
 
 
-@options_checked
+
+def _options_checked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose unknown keyword arguments are an :class:`~autotune.errors.UnknownOption`
+    (a ``TypeError``) with "did you mean" (``total_step=`` names ``total_steps``), not
+    Python's bare ``TypeError``; its signature and docstring stay ``fn``'s. Nothing of
+    autotune is imported until a call needs it (``import autotune`` stays light)."""
+    known = [n for n, p in inspect.signature(fn).parameters.items()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for name in kwargs:
+            if name not in known:
+                from autotune.errors import UnknownOption, did_you_mean
+
+                raise UnknownOption(f"autotune.{fn.__name__}() has no option {name!r}"
+                                    f"{did_you_mean(name, known)}")
+        return fn(*args, **kwargs)
+
+    return checked
+
+
+@_options_checked
 def session(
     model: torch.nn.Module,
     *,

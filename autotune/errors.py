@@ -13,12 +13,10 @@ argument, checked before anything starts; :func:`shown_by_rank_0`) by rank 0 alo
 from __future__ import annotations
 
 import difflib
-import functools
-import inspect
 import os
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 __all__ = ["AutotuneError", "ArgumentError", "did_you_mean", "install_excepthook",
            "shown_by_rank_0"]
@@ -36,24 +34,6 @@ class ArgumentError(AutotuneError, ValueError):
 class UnknownOption(ArgumentError, TypeError):
     """A keyword argument that the call does not take (a ``TypeError``, as Python's own),
     named with the closest one it does take."""
-
-
-def options_checked(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` whose unknown keyword arguments are an :class:`UnknownOption` with "did you
-    mean" (``total_step=`` names ``total_steps``), not Python's bare ``TypeError``; its
-    signature and docstring stay ``fn``'s."""
-    known = [n for n, p in inspect.signature(fn).parameters.items()
-             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-
-    @functools.wraps(fn)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        for name in kwargs:
-            if name not in known:
-                raise UnknownOption(f"autotune.{fn.__name__}() has no option {name!r}"
-                                    f"{did_you_mean(name, known)}")
-        return fn(*args, **kwargs)
-
-    return checked
 
 
 def did_you_mean(name: object, known: Sequence[str]) -> str:

@@ -15,7 +15,17 @@ fixtures several test files use.
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+# pytest-xdist's workers ignore SIGINT (the controller takes Ctrl-C), and a process started
+# with SIGINT ignored passes that on: every job a test starts would then ignore SIGINT in
+# every rank, as autotune keeps a stop signal inherited as ignored (docs/store.md). The
+# tests start their jobs as from a terminal; the ones about an inherited SIG_IGN set it in
+# the child themselves.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -7,7 +7,8 @@ of its own. Beside it, a reference copy of the model is trained with the gradien
 averaged by ``all_reduce`` on the world: the session must match it to float rounding, the
 first time and every later time, on a model that had a session before (``same``) or on a
 fresh one. After every session the process's OS threads are counted; after the last, the
-CPU this process burns while idle, and whether the world is still the user's to use.
+CPU this process burns while idle (and, for comparison, before the first session), and
+whether the world is still the user's to use.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def sessions(out: str, way: str, n: int, same: bool, steps: int = 30,
     gen = torch.Generator().manual_seed(100 + dist.get_rank())
     threads, diffs, hooks = [], [], []
     model = wrapped = None
+    idle_before = _idle_cpu()  # this rank's own harness, before any session
     for s in range(n):
         if model is None or not same:
             model = copy.deepcopy(ref)  # where the reference is now
@@ -72,4 +74,5 @@ def sessions(out: str, way: str, n: int, same: bool, steps: int = 30,
     one = torch.ones(1)
     dist.all_reduce(one)  # the world is the user's still, as it was before the sessions
     return {"threads": threads, "diffs": diffs, "hooks": hooks, "idle_cpu": idle,
+            "idle_cpu_before": idle_before,
             "world_sum": float(one), "world": world}

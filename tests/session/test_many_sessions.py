@@ -26,7 +26,10 @@ def test_eight_sessions_in_one_process_pile_nothing_up(world, way, same) -> None
         # about 6 gloo threads a session piled up before (the control and workers'
         # groups were never destroyed)
         assert max(threads[1:]) <= threads[0] + 2, threads
-        assert r["idle_cpu"] <= 0.01, r["idle_cpu"]
+        # what the sessions left burns at most 1% of a core while idle (measured against
+        # the same process before them: on a loaded machine the harness's own share moves)
+        assert r["idle_cpu"] <= r["idle_cpu_before"] + 0.01, (r["idle_cpu"],
+                                                             r["idle_cpu_before"])
         # every session, the later ones on a model that had one before included, trains
         # as all_reduce-averaged gradients do, to float rounding
         assert max(r["diffs"]) < 1e-5, r["diffs"]

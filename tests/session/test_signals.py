@@ -3,6 +3,8 @@ the watcher that acts at once."""
 
 from __future__ import annotations
 
+# own world: a whole job under `autotune launch`, started with SIGINT ignored (as a shell's `&`)
+
 import os
 import signal
 import threading
