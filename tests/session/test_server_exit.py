@@ -29,7 +29,9 @@ import pytest
 
 from autotune.ranks import Rank, run
 
-pytestmark = pytest.mark.slow
+# serial: its CPU hog would slow whatever ran beside it past its own time limit (the
+# twenty interrupted jobs of test_first_contact did, at 300 s); alone, it loads only itself
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 JOB = str(Path(__file__).resolve().parents[1] / "server_exit_job.py")
 HOG = "while True: pass"
