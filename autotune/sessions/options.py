@@ -65,34 +65,33 @@ class SessionOptions:
             _check(_is_int(value) or (optional and value is None),
                    f"{name} must be a whole number (an int{' or None' if optional else ''}), "
                    f"got {type(value).__name__} {value!r}")
-        _check(_is_int(self.budget) and self.budget >= 0,
+        _check(self.budget >= 0,
                f"budget must be a whole number of iterations >= 0 (0: no tuning), "
                f"got {self.budget!r}")
         _check(self.total_steps is None
-               or (_is_int(self.total_steps) and self.total_steps >= 1),
+               or self.total_steps >= 1,
                f"total_steps is the job's length in training iterations (optimizer steps), "
                f">= 1, or None when unknown; got {self.total_steps!r}")
         _check(self.samples_per_step is None
-               or (_is_int(self.samples_per_step) and self.samples_per_step > 0),
+               or self.samples_per_step > 0,
                f"samples_per_step must be a positive batch size, got {self.samples_per_step!r}")
         _check(self.retune_on_drift is None or _in_open_unit(self.retune_on_drift),
                f"retune_on_drift is a fraction in (0, 1), e.g. 0.2, or None, "
                f"got {self.retune_on_drift!r}")
-        _check(_is_int(self.drift_window) and self.drift_window >= 1,
+        _check(self.drift_window >= 1,
                f"drift_window must be >= 1 iterations, got {self.drift_window!r}")
         _check(isinstance(self.timeout, (int, float)) and not isinstance(self.timeout, bool)
                and math.isfinite(self.timeout) and self.timeout > 0,
                f"timeout is the seconds any wait may take and must be > 0 "
                f"(e.g. timeout=300), got {self.timeout!r}")
         _check(self.trial_iterations is None
-               or (_is_int(self.trial_iterations) and self.trial_iterations >= 1),
+               or self.trial_iterations >= 1,
                f"trial_iterations must be >= 1 (or None for the default), "
                f"got {self.trial_iterations!r}")
-        _check(_is_int(self.warmup) and self.warmup >= 0,
+        _check(self.warmup >= 0,
                f"warmup must be >= 0 iterations, got {self.warmup!r}")
         _check(self.cut_short is None or _in_open_unit(self.cut_short),
                f"cut_short is a fraction in (0, 1), or None to never cut, got {self.cut_short!r}")
-        _check(_is_int(self.seed), f"seed must be an integer, got {self.seed!r}")
         _check(isinstance(self.fixed, Mapping),
                f"fixed is a dict of knob: value, got {type(self.fixed).__name__}")
         _check(isinstance(self.techniques, (list, tuple)) and len(self.techniques) > 0,
