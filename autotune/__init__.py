@@ -111,11 +111,11 @@ def session(
                 optimizer.step(); optimizer.zero_grad()
         print(tuner.best)
 
-    ``model`` is an ``nn.Module`` (the native runtime averages its gradients and keeps DDP's
-    semantics: a :class:`~autotune.sessions.native.Session`) or a
-    ``DistributedDataParallel`` model (DDP keeps averaging them, through autotune's comm
-    hook: a :class:`~autotune.sessions.ddp.DDPSession`). Every argument is checked here: a
-    bad one is an :class:`ArgumentError` naming it.
+    ``model`` is an ``nn.Module`` (autotune applies DDP to it in place: the module stays
+    yours, DDP's semantics are DDP's) or a ``DistributedDataParallel`` model (kept as it
+    is); either way DDP averages the gradients through autotune's comm hook, under the
+    configuration being tried (a :class:`~autotune.sessions.session.Session`). Every
+    argument is checked here: a bad one is an :class:`ArgumentError` naming it.
 
     Args:
         budget: training iterations spent on trials (0: no tuning; the best stored
@@ -148,7 +148,7 @@ def session(
             so far ends early; None: never.
         job: the run's name in the store.
         store: False to record nothing.
-        broadcast_buffers: as DDP's (native runtime; a DDP model has its own).
+        broadcast_buffers: as DDP's (for a plain module; a DDP model has its own).
         prior: let the physics prior screen and propose configurations.
         fixed: knobs to pin, ``{"chunk_bytes": 4 << 20}``, or to narrow,
             ``{"streams": [1, 2, 4]}``; one the runtime cannot run is a

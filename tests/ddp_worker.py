@@ -54,6 +54,35 @@ class Unused(nn.Module):
         return self.used(x)
 
 
+class Tied(nn.Module):
+    """One weight used twice (an embedding and its output layer share it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.mid = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.tanh(self.mid(torch.tanh(self.inp(x))))
+        return self.out(torch.tanh(nn.functional.linear(x, self.inp.weight)))
+
+
+class Sometimes(nn.Module):
+    """A layer its forward skips on every other call, after using it in the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = mlp()
+        self.extra = nn.Linear(1, 1)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        y = self.used(x)
+        return self.extra(y) if self.calls % 2 else y
+
+
 def data(rank: int, steps: int, micro: int = 1) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     g = torch.Generator().manual_seed(7 + rank)
     w = torch.linspace(-1, 1, 8)
@@ -91,7 +120,7 @@ def train(build: Callable[[], nn.Module], micro: int, wrap: str, **kw: Any) -> d
             opt.step()
             opt.zero_grad()
 
-    unused = isinstance(model, Unused)
+    unused = isinstance(model, Unused)  # (Tied: DDP needs nothing)
     if wrap == "ddp":
         ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=unused)
         loop(ddp, ddp.no_sync, lambda: None)
@@ -125,14 +154,8 @@ def misuse(kind: str) -> str:
     torch.manual_seed(5)
     model = mlp()
     x, y = data(RANK, 1)[0][0]
-    if kind == "wrapped":  # the native runtime's class given a DDP model
-        from autotune.sessions import Session
-
-        try:
-            Session(nn.parallel.DistributedDataParallel(model))
-        except Exception as e:  # noqa: BLE001
-            return f"{type(e).__name__}: {e}"
-        return ""
+    if kind == "sometimes":  # a parameter the forward skips after the first iteration
+        model = Sometimes()
     if kind == "dataparallel":
         model = nn.DataParallel(model)
     if kind == "hooked":  # a DDP model that already has a comm hook
@@ -161,7 +184,8 @@ def parity(out: str) -> dict:
     session, in the world's process group."""
     result = {}
     for name, build, micro in (("unseeded", mlp, 1), ("batchnorm", bn_net, 1),
-                               ("no_sync", bn_net, 2)):
+                               ("no_sync", bn_net, 2), ("unused", Unused, 1),
+                               ("tied", Tied, 1)):
         result[name] = {"ddp": train(build, micro, "ddp"), "session": train(build, micro, "session")}
     for name, build, micro, kw in (("hook_unseeded", mlp, 1, {}), ("hook_batchnorm", bn_net, 1, {}),
                                    ("hook_no_sync", bn_net, 2, {}), ("hook_unused", Unused, 1, {}),
@@ -171,7 +195,7 @@ def parity(out: str) -> dict:
     result["hook_db"] = os.path.join(out, "hook.db")
     result["hook_store"] = train(mlp, 1, "hook", store=True, db=result["hook_db"],
                                  job="hook-store")
-    result["misuse"] = {k: misuse(k) for k in ("twice", "replaced", "wrapped", "different",
+    result["misuse"] = {k: misuse(k) for k in ("twice", "replaced", "sometimes", "different",
                                                "dataparallel", "hooked")}
     return result
 

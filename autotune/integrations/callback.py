@@ -30,7 +30,7 @@ import autotune
 from autotune.errors import did_you_mean, shown_by_rank_0
 from autotune.runtime.errors import UsageError
 from autotune.sessions.base import TuningSession
-from autotune.sessions.native import launcher_hint
+from autotune.sessions.world import launcher_hint
 from autotune.sessions.options import SessionOptions
 from autotune.tuning.space import Config
 from autotune.tuning.tuner import TrialRecord

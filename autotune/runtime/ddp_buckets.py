@@ -64,6 +64,7 @@ class RuntimeBuckets:
         self.device_engine = "nccl" in str(dist.get_backend(self.group))
         self.cuda = False          # the registered parameters are on a GPU
         self.syncs = True          # DDP prepared the coming backward for synchronisation
+        self.forwards = [0, 0]     # training forwards so far: [inside no_sync, synchronising]
         self._ddp_allreduce = False  # put_in_force: DDP's all-reduce runs the buckets
         self.sizes: dict[int, int] = {}   # bucket index -> elements, as last seen
         self.rounds: dict[int, int] = {}  # bucket index -> hook calls
@@ -85,6 +86,7 @@ class RuntimeBuckets:
         synchronises (DDP decides it there, from ``require_backward_grad_sync``)."""
         if torch.is_grad_enabled():
             self.syncs = bool(ddp_model.require_backward_grad_sync)
+            self.forwards[self.syncs] += 1
 
     def put_in_force(self, config: Any) -> None:
         """``config`` (a ``RuntimeConfig`` the runtime's ``sync`` put in force) is the one

@@ -65,6 +65,7 @@ class BucketTransport:
                              "(dist.init_process_group) before DDP and the hook")
         self.rank = dist.get_rank()
         self._forward_hook: Any = None  # the handle of the DDP model's forward pre-hook
+        self._ddp: Any = None  # the DDP whose buckets it averages
         self._bind(rt, process_group)
 
     def _bind(self, rt: Any, process_group: Any) -> None:
@@ -72,6 +73,7 @@ class BucketTransport:
         self.buckets = RuntimeBuckets(rt, process_group)
         self._config: Optional[RuntimeConfig] = None
         self.averaged = 0  # buckets handed to the hook so far (none under DDP's no_sync)
+        self.backwards = 0  # DDP's last bucket handed over: backward passes averaged
         # when the last bucket reached the hook: backward's compute ended about then, so
         # what backward takes after it is communication left exposed
         self.last_bucket_at = 0.0
@@ -81,7 +83,7 @@ class BucketTransport:
 
     # ------------------------------------------------------------------ making
     @classmethod
-    def install(cls, ddp_model: Any, rt: Any = None, *,
+    def install(cls, ddp_model: Any, rt: Any = None, *, called: Any = None,
                 timeout: float = DEFAULT_TIMEOUT) -> "BucketTransport":
         """Register a new transport as ``ddp_model``'s comm hook (collective: every rank
         of the world calls it, as it built DDP). ``rt``: the runtime that averages the
@@ -90,7 +92,9 @@ class BucketTransport:
         model that already has a comm hook is a :class:`UsageError`, unless it is the
         transport of a closed session (:meth:`detach`): DDP cannot take a hook back, so
         that one is bound to ``rt`` again. Until the first :meth:`sync`, buckets are
-        averaged as DDP averages them."""
+        averaged as DDP averages them. ``called``: the module whose forward the user calls,
+        where it is not ``ddp_model`` (DDP applied in place: its forward pre-hook reads
+        DDP's ``no_sync`` state)."""
         from torch.nn.parallel import DistributedDataParallel
 
         if not isinstance(ddp_model, DistributedDataParallel):
@@ -114,10 +118,19 @@ class BucketTransport:
         else:
             state = cls(rt, ddp_model.process_group)
             state._register(ddp_model)
-        state._forward_hook = ddp_model.register_forward_pre_hook(
-            lambda m, _: state.buckets.forward(m))
+        state._ddp = ddp_model
+        called = ddp_model if called is None else called
+        state._forward_hook = called.register_forward_pre_hook(
+            lambda m, _: state.buckets.forward(state._ddp))
         state.buckets.register([p for p in ddp_model.module.parameters() if p.requires_grad])
         return state
+
+    def move_to(self, ddp_model: Any) -> None:
+        """Average the buckets of ``ddp_model``, a DDP built anew over the same module and
+        parameters on the same group (:class:`autotune.sessions.ddp.InPlaceDDP`), from
+        now on: this transport is its comm hook; the runtime's registration stays."""
+        self._register(ddp_model)
+        self._ddp = ddp_model
 
     def _register(self, ddp_model: Any) -> None:
         """This transport as ``ddp_model``'s comm hook (DDP takes one, once)."""
@@ -148,6 +161,7 @@ class BucketTransport:
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
+        self._ddp = None
         self.buckets.rt = None
         self.sample = None
 
@@ -211,6 +225,7 @@ class BucketTransport:
         """Start averaging ``bucket``; its future (with :attr:`sample` set, the bucket is
         sampled before and after)."""
         self.averaged += 1
+        self.backwards += bucket.is_last()
         self.last_bucket_at = time.perf_counter()
         sample = self.sample
         if sample is None:

@@ -1,12 +1,11 @@
-"""What every tuning session shares: its arguments, the leader's tuning, its results.
+"""What every step of a session does: the iteration, the leader's tuning, its results.
 
-``autotune.session(model, ...)`` makes a :class:`TuningSession`, of the kind the model asks
-for: a plain module gets the native runtime (:class:`~autotune.sessions.native.Session`,
-which does DDP's work itself); a ``DistributedDataParallel`` model keeps DDP, whose
-communication is tuned through a comm hook (:class:`~autotune.sessions.ddp.DDPSession`).
-Both measure each iteration, and on the leader the same trial schedule
-(:mod:`autotune.tuning.schedule`) says what the next one runs; both record to the store,
-show the same progress and end with the same table.
+``autotune.session(model, ...)`` returns a :class:`~autotune.sessions.session.Session`
+(a plain module or a DDP model alike: DDP averages the gradients through autotune's comm
+hook). :class:`TuningSession`, its base, holds what does not depend on how the gradients
+are averaged: it measures each iteration, and on the leader the trial schedule
+(:mod:`autotune.tuning.schedule`) says what the next one runs; it records to the store,
+shows the progress and ends with the table.
 """
 
 from __future__ import annotations
@@ -45,16 +44,14 @@ MAX_APPLY_TRIES = 1000
 
 
 class TuningSession(SessionResults, abc.ABC):
-    """What :func:`autotune.session` returns: use it as a context manager around the
-    training loop and call :meth:`step` after each iteration's backward (the settings:
-    :class:`~autotune.sessions.options.SessionOptions`). The kinds:
-    :class:`~autotune.sessions.native.Session` (a plain module: the native runtime averages
-    its gradients) and :class:`~autotune.sessions.ddp.DDPSession` (a
-    ``DistributedDataParallel`` model: DDP keeps averaging them, through autotune's comm
-    hook). They differ in how gradients are averaged and a configuration is put in force
-    (:meth:`_await_average`, :meth:`_worker_sum`, :meth:`_put_in_force`); the iteration, the
-    apply-and-retry loop, the leader's tuning and the misuse checks are here, once; the
-    results (``best``, ``history``, the scores) are :class:`SessionResults`'."""
+    """The base of what :func:`autotune.session` returns: use it as a context manager
+    around the training loop and call :meth:`step` after each iteration's backward (the
+    settings: :class:`~autotune.sessions.options.SessionOptions`). The iteration, the
+    apply-and-retry loop, the leader's tuning and the misuse checks are here; how the
+    gradients are averaged and a configuration is put in force (:meth:`_await_average`,
+    :meth:`_worker_sum`, :meth:`_put_in_force`) is the
+    :class:`~autotune.sessions.session.Session`'s; the results (``best``, ``history``, the
+    scores) are :class:`SessionResults`'."""
 
     def __init__(self, model: torch.nn.Module, options: SessionOptions | None = None) -> None:
         _check_model(model)

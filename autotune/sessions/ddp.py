@@ -1,51 +1,55 @@
-"""Keep DDP, add autotune: the session of a ``DistributedDataParallel`` model.
+"""DDP for a session: DDP applied to a plain module in place, and the workers' group.
 
-``autotune.session(ddp_model, ...)`` leaves DDP in charge of everything it owns (the start,
-buffers, ``no_sync``, unused and static-graph handling, buckets and their CUDA streams,
-checkpoints) and tunes how each bucket crosses the wire: autotune's comm hook
-(:class:`~autotune.runtime.ddp_hook.BucketTransport`) averages it under the current
-configuration. It is the native session's runtime (:class:`~autotune.sessions.native.Session`)
-with DDP in front: the same ``Runtime`` joins the world (servers included), puts the
-leader's configuration in force at every ``step()`` (``Runtime.sync``, the configuration
-as int64s, nothing pickled), and runs push/pull through the Summation Services and the
-intra-machine step and the all-reduce among the workers on DDP's buckets
-(:mod:`autotune.runtime.ddp_buckets`). ``step()`` only counts the iteration (DDP has
-averaged the gradients when backward returns), measures it and puts in force what runs
-next.
+``autotune.session(model)`` of a plain module trains it under real DDP, applied in place
+(:class:`InPlaceDDP`): a ``DistributedDataParallel`` over the module is built at the
+session's start, and two hooks on the module run DDP's own ``_pre_forward`` and
+``_post_forward`` around every call of ``model(x)``, as PyTorch's composable
+``replicate()`` does. So DDP's semantics are DDP's: the broadcast of the leader's
+parameters and buffers at the start, ``broadcast_buffers`` before each training forward,
+``no_sync`` and gradient accumulation, unused and tied parameters, its buckets and their
+overlap with backward. The module stays the user's own (its class, ``state_dict`` keys
+and ``isinstance`` are unchanged); at the session's close the hooks are removed and DDP
+let go, so the module is plain again. It is not ``replicate()`` itself, which is private
+API, builds DDP over a parameter list (its buffers are never broadcast) and cannot be
+undone; and not ``DDP(model)`` handed back, which would change what the user's name
+``model`` is.
 
-**Servers.** DDP's process group must hold only the workers: a Summation Service runs no
-forward or backward. With servers, build DDP on :func:`workers_group` (one line,
-``DDP(model, process_group=autotune.workers_group())``); the servers are
-``python -m autotune.server`` processes (``autotune launch -k K`` starts them; under
-``torchrun``, a second command), as for the native runtime (``docs/ddp.md``).
+**Unused parameters.** DDP must be told whether some parameters get no gradient
+(``find_unused_parameters``), which costs a walk over the autograd graph every iteration
+and keeps its buckets out of the gradients' ready order. The first synchronising forward
+shows it: DDP is built without; after that forward the graph of its output is walked once
+(:func:`reached_parameters`), and if it misses a parameter on any worker, DDP is built
+again with ``find_unused_parameters=True`` (``init_sync=False`` where torch has it: the
+parameters are equal already) before the backward. (``static_graph=True`` would learn the
+same from the first iteration, but torch's reducer fails an internal assert when that
+iteration begins inside ``no_sync()``.) A model whose forward reaches every parameter at
+first and skips one later is a clear error at that step, with what to pass instead.
 
-A rank whose own code fails posts its exception in the rendezvous store as it leaves; a
-rank whose session then ends by an error (DDP's own all-reduce broken in backward)
-raises the :class:`~autotune.runtime.errors.PeerFailed` that names the failed rank and its
-cause instead.
+**Servers.** DDP's process group holds only the workers: :func:`workers_group` (for the
+user's DDP, ``DDP(model, process_group=autotune.workers_group())``; for the in-place DDP
+the session passes its runtime's).
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
+import hashlib
+import inspect
+import warnings
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import Any, Callable
 
+import torch
 import torch.distributed as dist
 
-from autotune.errors import AutotuneError
-from autotune.runtime.bootstrap import hold, join, rendezvous_store
-from autotune.runtime.config import Limits
-from autotune.runtime.errors import ServerLost, UsageError
-from autotune.runtime.faults import Liveness
-from autotune.sessions.base import DDP
-from autotune.sessions.native import Session, init_world
-from autotune.sessions.options import SessionOptions
-from autotune.sessions.tuners import job_space
-from autotune.tuning.space import Config
+from autotune.runtime.bootstrap import hold, join
+from autotune.runtime.config import ConfigError, Limits
+from autotune.runtime.errors import UsageError
+from autotune.sessions.world import init_world
 
+DDP = torch.nn.parallel.DistributedDataParallel
 DEFAULT_TIMEOUT = 300.0
+#: what DDP says at a forward when the last backward left a parameter without a gradient
+_UNFINISHED = "Expected to have finished reduction in the prior iteration"
 
 
 _JOINED: list[Any] = []  # [the world's default group, what it joined, {backend: group}]
@@ -82,86 +86,191 @@ def workers_group(backend: str | None = None, *, timeout: float = DEFAULT_TIMEOU
     return groups[backend]
 
 
-class DDPSession(Session):
-    """The session of a DDP model (module docstring). Made by ``autotune.session(ddp_model,
-    ...)``."""
+def group_for(rt: Any) -> Any:
+    """The process group for an in-place DDP in the runtime ``rt``'s job: the world
+    when every rank is a worker; with servers, the workers alone (the runtime's own
+    gloo group, or, for a world of another backend such as NCCL, one of that backend
+    over the same workers)."""
+    info = rt.info
+    if not info.servers:
+        return dist.group.WORLD
+    backend = str(dist.get_backend())
+    if backend == "gloo":
+        return rt.workers_group
+    return dist.new_group(list(info.workers), backend=backend,
+                          timeout=timedelta(seconds=rt.timeout),
+                          use_local_synchronization=True)
 
-    takes_ddp = True
-    grad_views = False  # the runtime writes the averages into DDP's bucket buffers
 
-    def __init__(self, model: DDP, options: SessionOptions | None = None) -> None:
-        if not isinstance(model, DDP):
-            raise TypeError(f"DDPSession needs a DistributedDataParallel model, got "
-                            f"{type(model).__name__}: autotune.session(model) picks the kind")
-        super().__init__(model, options)
-        self.transport: Any = None
-        self._liveness: Liveness | None = None  # reads the failure a peer posted
-        self._averaged = 0  # the hook's count of buckets averaged, at the last step
+class InPlaceDDP:
+    """DDP applied to ``module`` in place (module docstring), over ``group`` (DDP's
+    process group: the workers'), in the runtime ``rt``'s job (its bounded all-reduce
+    over the workers checks the models first and agrees on unused parameters).
+    ``broadcast_buffers``: DDP's."""
 
-    def _start(self) -> None:
-        """Workers: DDP's group checked, the hook installed, the space built, the first
-        configuration in force."""
-        from autotune.runtime.ddp_hook import BucketTransport
+    def __init__(self, module: torch.nn.Module, rt: Any, group: Any, *,
+                 broadcast_buffers: bool = True):
+        self.module = module
+        self.rt = rt
+        self.group = group
+        # a group made for this DDP (NCCL workers beside servers) is destroyed with it
+        self._own_group = group is not dist.group.WORLD and group is not rt.workers_group
+        self.broadcast_buffers = broadcast_buffers
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        if not self.params:
+            raise UsageError("the model has no parameter that requires a gradient: there "
+                             "is nothing to average")
+        self._registered = {id(p) for p in self.params}
+        check_same_shapes([*module.parameters(), *module.buffers()],
+                          "parameters and buffers", rt)
+        self.ddp: DDP | None = self._build()
+        self.finds_unused = False
+        self._first = True  # the first synchronising forward is still to come
+        self.rebuilt: Callable[[DDP], None] = lambda ddp: None  # DDP built anew: the hook follows
+        self._hooks = [module.register_forward_pre_hook(self._pre_forward, with_kwargs=True),
+                       module.register_forward_hook(self._post_forward)]
 
-        self.info = info = self.rt.info
-        ranks = list(dist.get_process_group_ranks(self.model.process_group))
-        if ranks != list(info.workers):
-            raise UsageError(
-                f"DDP's process group holds ranks {ranks}, the job's workers are "
-                f"{list(info.workers)}"
-                + (f" (ranks {list(info.servers)} are Summation Service servers): build DDP "
-                   "with process_group=autotune.workers_group()" if info.servers else
-                   ": autotune inside DDP averages among every worker of the world"))
-        self._liveness = Liveness(rendezvous_store(), info.rank)
-        self.transport = BucketTransport.install(self.model, self.rt)
-        self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
-                               fixed=self.options.fixed)
-        params = [p for p in self.model.module.parameters() if p.requires_grad]
-        self._measures(params)
-        self.transport.sample = self._efficiency_probe.sample if self._efficiency_probe is not None else None
-        self._apply(self._lead(params, dist.get_backend(self.model.process_group))
-                    if self.is_leader else None)
+    def _build(self, *, find_unused: bool = False, sync: bool = True) -> DDP:
+        kw: dict = {"broadcast_buffers": self.broadcast_buffers}
+        signature = inspect.signature(DDP.__init__).parameters
+        if "forward_sync_buffers" in signature and self.broadcast_buffers:
+            # torch >= 2.13's name; False keeps the old meaning (no sync at the start
+            # either), which only the old name says, with a FutureWarning
+            kw = {"forward_sync_buffers": True}
+        if not sync and "init_sync" in signature:
+            kw["init_sync"] = False  # torch >= 2.4: the parameters are equal already
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "`broadcast_buffers` is deprecated",
+                                    FutureWarning)
+            return DDP(self.module, process_group=self.group,
+                       find_unused_parameters=find_unused, **kw)
 
-    def _await_average(self) -> tuple[str | None, float | None] | None:
-        """DDP has averaged the gradients when backward returns (a round the runtime
-        failed was averaged again by the hook: the fallback is put in force, lost servers
-        dropped). A step whose backward sent no bucket ran inside ``no_sync()`` (a
-        micro-step of gradient accumulation, as Accelerate's ``accumulate()`` runs): not
-        an iteration."""
-        averaged = self.transport.averaged
-        if averaged == self._averaged:
-            if not any(p.grad is not None for p in self.model.parameters()):
-                raise UsageError("tuner.step() before any backward: call it once per "
-                                 "iteration, after loss.backward()")
-            return None
-        self._averaged = averaged
-        # the exposed communication: from the last bucket's hook call to backward's end
-        waited = time.perf_counter() - self.transport.last_bucket_at
-        failure = self.transport.buckets.take_failure()
-        if failure is None:
-            return None, waited
-        if isinstance(failure, ServerLost):
-            self._lose_servers(failure)
-        self._apply(self.schedule.fallback() if self.is_leader else None, retrying=True)
-        return str(failure), None
-
-    def _accumulate(self) -> contextlib.AbstractContextManager[None]:
-        return self.model.no_sync()  # DDP's own (``ddp_model.no_sync()`` is the same)
-
-    def _put_in_force(self, config: Config | None) -> Mapping[str, Any]:
-        return self.transport.sync(config)  # the runtime's world and the hook alike
-
-    def _close(self, exc: BaseException | None) -> None:
-        # DDP's own all-reduce broke in backward (torch's error, which names no rank):
-        # the failure another rank posted, if any; autotune's errors name their cause
-        peer = None
-        if (isinstance(exc, Exception) and not isinstance(exc, (AutotuneError, TypeError))
-                and self._liveness is not None):
-            peer = self._liveness.failure(self.info.workers, lambda r: f"rank {r}")
+    # ------------------------------------------------------------------ the hooks
+    def _pre_forward(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        ddp = self.ddp
         try:
-            super()._close(peer or exc)
-        finally:
-            if self.transport is not None:
-                self.transport.detach()  # the model is plain DDP again, ready for another
-        if peer is not None:
-            raise peer from exc
+            out = ddp._pre_forward(*args, **kwargs)
+        except RuntimeError as e:
+            if _UNFINISHED not in str(e):
+                raise
+            raise unfinished_error(self.module) from None
+        DDP._active_ddp_module = ddp  # as DDP's own forward (torch.compile reads it)
+        return out
+
+    def _post_forward(self, module: torch.nn.Module, args: tuple, output: Any) -> Any:
+        DDP._active_ddp_module = None
+        ddp = self.ddp
+        if self._first and torch.is_grad_enabled() and ddp.require_backward_grad_sync:
+            self._first = False
+            ddp = self._settle_unused(output)
+        return ddp._post_forward(output)
+
+    def _settle_unused(self, output: Any) -> DDP:
+        """At the first synchronising forward (collective over the workers): if the
+        autograd graph of ``output`` misses a parameter on any worker, DDP is built again
+        with ``find_unused_parameters=True`` before this forward's backward is prepared;
+        the DDP to prepare it with."""
+        reached = reached_parameters(output)
+        missing = torch.tensor([float(sum(id(p) not in reached for p in self.params))],
+                               dtype=torch.float64)
+        self.rt.worker_sum(missing)
+        if not missing.item():
+            return self.ddp
+        self.finds_unused = True
+        self.ddp = ddp = self._build(find_unused=True, sync=False)
+        self.rebuilt(ddp)
+        # what DDP's forward does first, but this forward's buffers are in sync already
+        ddp.require_forward_param_sync = False
+        ddp._pre_forward()
+        return ddp
+
+    # ------------------------------------------------------------------ each step
+    def check(self) -> None:
+        """A parameter that needs a gradient but was not there at the start (added,
+        replaced or unfrozen since) would silently train apart on each worker."""
+        for p in self.module.parameters():
+            if p.requires_grad and id(p) not in self._registered:
+                name = next((n for n, q in self.module.named_parameters() if q is p), "?")
+                raise UsageError(
+                    f"parameter {name!r} {tuple(p.shape)} was added, replaced or unfrozen "
+                    "after the session started, so its gradient is not averaged and the "
+                    "workers would train different models. Build the model completely "
+                    "(and set requires_grad) before autotune.session(); to change it, "
+                    "leave the session and start a new one")
+
+    def remove(self, clean: bool = True) -> None:
+        """The module plain again: the hooks removed, DDP let go (its reducer's gradient
+        hooks go with it); on the ``clean`` path, a group made for it destroyed."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        if DDP._active_ddp_module is self.ddp:
+            DDP._active_ddp_module = None
+        self.ddp = None
+        if self._own_group and clean:
+            from autotune.runtime.groups import destroy
+
+            destroy(self.group)
+            self._own_group = False
+
+
+def reached_parameters(output: Any) -> set[int]:
+    """The ``id`` of every leaf tensor (parameter) the autograd graph of the tensors in
+    ``output`` (nested in lists, tuples and dicts, as DDP looks for them) reaches."""
+    stack: list = []
+    todo = [output]
+    reached: set[int] = set()
+    while todo:
+        x = todo.pop()
+        if isinstance(x, torch.Tensor):
+            if x.grad_fn is not None:
+                stack.append(x.grad_fn)
+            elif x.requires_grad:
+                reached.add(id(x))
+        elif isinstance(x, (list, tuple)):
+            todo.extend(x)
+        elif isinstance(x, dict):
+            todo.extend(x.values())
+    seen: set = set()
+    while stack:
+        fn = stack.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        variable = getattr(fn, "variable", None)  # an AccumulateGrad node: a leaf
+        if variable is not None:
+            reached.add(id(variable))
+        stack.extend(f for f, _ in fn.next_functions if f is not None)
+    return reached
+
+
+def unfinished_error(module: torch.nn.Module) -> UsageError:
+    """The error for a backward that left a parameter without a gradient, so that DDP,
+    told none would be, could not finish averaging."""
+    names = [n for n, p in module.named_parameters() if p.requires_grad and p.grad is None]
+    which = f" (without a gradient now: {', '.join(names[:5])})" if names else ""
+    return UsageError(
+        "a parameter got no gradient in the last backward though every one had one in the "
+        f"first{which}, so DDP could not finish averaging that iteration. For a model whose "
+        "forward skips parameters only sometimes, build DDP yourself with "
+        "find_unused_parameters=True and pass it: autotune.session(DistributedDataParallel("
+        "model, find_unused_parameters=True), ...)")
+
+
+def check_same_shapes(tensors: list, what: str, rt: Any) -> None:
+    """Raise :class:`ConfigError` on every worker if the workers' ``tensors`` differ in
+    number, shapes or dtypes (one small all-reduce over the workers, bounded), naming the
+    first worker that differs from the leader, rather than DDP's own error."""
+    info = rt.info
+    shapes = tuple((tuple(t.shape), str(t.dtype)) for t in tensors)
+    digest = int.from_bytes(hashlib.sha256(repr(shapes).encode()).digest()[:7], "big")
+    workers = list(info.workers)
+    rows = torch.zeros(len(workers), 2, dtype=torch.int64)
+    rows[workers.index(info.rank)] = torch.tensor([len(tensors), digest])
+    rt.worker_sum(rows)
+    lead = rows[workers.index(info.leader)]
+    bad = [w for w, r in zip(workers, rows) if not torch.equal(r, lead)]
+    if bad:
+        raise ConfigError(f"the workers' {what} differ: {rt.describe(bad[0])} has other "
+                          f"shapes or dtypes than the leader (rank {info.leader}); "
+                          "every worker must build the same model")

@@ -4,9 +4,11 @@ processes.
 The shared 2-rank world (tests/worlds.py) runs each scenario under
 ``DistributedDataParallel`` and then under a session that tunes (and so switches
 configurations) on the same unseeded, per-rank initialisation and per-rank data
-(tests/ddp_worker.py): the native runtime (``autotune.session(model)``) and DDP kept with
-autotune's comm hook (``autotune.session(ddp_model)``: unseeded, BatchNorm, ``no_sync``,
-unused parameters, a model whose bucket is cut into many chunks over several streams). A ``torchrun`` world whose rank 0 is a server checks that the leader
+(tests/ddp_worker.py): a plain module (``autotune.session(model)``: DDP applied in place;
+unseeded, BatchNorm, ``no_sync``, unused and tied parameters) and DDP kept
+(``autotune.session(ddp_model)``: unseeded, BatchNorm, ``no_sync``, unused parameters, a
+model whose bucket is cut into many chunks over several streams), both through autotune's
+comm hook. A ``torchrun`` world whose rank 0 is a server checks that the leader
 is the first worker.
 """
 
@@ -42,9 +44,10 @@ def assert_state_equal(ddp: dict, ses: dict, only: str | None = None) -> None:
                                    atol=1e-6, msg=lambda m: f"{k}: {m}")
 
 
-@pytest.mark.parametrize("scenario", ["unseeded", "batchnorm", "no_sync"])
+@pytest.mark.parametrize("scenario", ["unseeded", "batchnorm", "no_sync", "unused", "tied"])
 def test_each_rank_ends_where_ddp_does(parity, scenario):
-    """Parameters and buffers after 30 steps equal DDP's on the same rank."""
+    """Parameters and buffers after 30 steps equal DDP's on the same rank (a plain
+    module: DDP applied in place, unused and tied parameters included)."""
     for rank in parity:
         r = rank[scenario]
         assert r["session"]["_configs"] >= 3, "the session should have switched configurations"
@@ -104,7 +107,7 @@ def test_ddp_with_the_hook_records_its_run_like_a_session(parity):
 @pytest.mark.parametrize("misuse, error, says", [
     ("twice", "UsageError", "tuner.no_sync()"),       # two backwards without no_sync()
     ("replaced", "UsageError", "'2.weight'"),         # a parameter replaced after the start
-    ("wrapped", "TypeError", "model.module"),         # Session (native) given a DDP model
+    ("sometimes", "UsageError", "find_unused_parameters=True"),  # a forward that skips a layer later
     ("dataparallel", "TypeError", "DistributedDataParallel"),  # DataParallel stays an error
     ("hooked", "UsageError", "comm hook"),            # DDP with a comm hook of its own
     ("different", "ConfigError", "rank 1 (worker"),   # workers built different models
