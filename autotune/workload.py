@@ -126,6 +126,17 @@ class SyntheticJob(nn.Module):
         return self.compute_s * (1.0 - self.backward_fraction)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Through ``model``'s own call, so that its hooks run (a session's DDP applied
+        in place prepares the backward there), with the synthetic forward in place of the
+        model's for this call only (an instance attribute over the class's ``forward``)."""
+        model = self.model
+        model.forward = self._synthetic
+        try:
+            return model(x)
+        finally:
+            del model.forward
+
+    def _synthetic(self, x: torch.Tensor) -> torch.Tensor:
         if self.forward_s > 0:
             time.sleep(self.forward_s)
         g = self.value if self.value is not None else x

@@ -42,6 +42,7 @@ from .blame import Blame
 from .bootstrap import Joined, join, take
 from .config import FALLBACK_STREAMS, Limits, RuntimeConfig
 from .control import ControlPlane
+from .engine import OpError
 from .errors import RuntimeFault, UsageError
 from .faults import FaultInjector, Liveness
 from .groups import GroupCache
@@ -300,6 +301,13 @@ class Runtime:
         self._need_worker("broadcast_from_leader")
         broadcast.broadcast_from_leader(tensors, what, check, self.info, self._plane.workers_group,
                                   self._blame.op, self.describe)
+
+    def blame(self, what: str, peers: Sequence[int], cause: BaseException) -> RuntimeFault:
+        """The fault that names the rank to blame for ``what`` (an operation among
+        ``peers`` outside the runtime, e.g. DDP's all-reduce) failing with ``cause``: a
+        peer that posted its failure, lost or without a heartbeat, else the only other
+        peer. It breaks the runtime, as any fault of a collective it cannot retry."""
+        return self._blame.fault(OpError(what, peers, cause), fatal=True)
 
     def worker_max(self, x: float | Sequence[float]) -> Any:
         """All-reduce MAX of ``x`` over the workers (e.g. the slowest worker's time); of

@@ -73,6 +73,8 @@ class RuntimeBuckets:
         # (future, bucket index, its buffer, its parameters, their views in the buffer)
         self._pending: list[tuple[torch.futures.Future, int, torch.Tensor, list, list]] = []
         self._failure: RuntimeFault | None = None
+        # the fault that ended the averaging (DDP's backward raises torch's error around it)
+        self.fatal: RuntimeFault | None = None
 
     # ------------------------------------------------------------------ set-up
     def register(self, params: Sequence[torch.Tensor]) -> None:
@@ -141,8 +143,7 @@ class RuntimeBuckets:
             try:
                 fut.wait()
             except Exception as e:
-                raise RuntimeFault(f"rank {rank}: bucket {idx}: DDP's all-reduce failed: "
-                                   f"{type(e).__name__}: {e}") from e
+                raise self._fatal(f"bucket {idx}: DDP's all-reduce", e) from e
             return buf
 
         return work.get_future().then(done)
@@ -156,6 +157,8 @@ class RuntimeBuckets:
             self.rt.wait()
         except RuntimeFault as e:
             if not e.recoverable:
+                if self.fatal is None:
+                    self.fatal = e
                 for fut, *_ in pending:
                     fut.set_exception(e)
                 return
@@ -180,6 +183,20 @@ class RuntimeBuckets:
                     # (channels_last included); the view it hands out has default strides
                     view.as_strided(p.shape, p.stride()).copy_(g)
             fut.set_result(buf)
+
+    def _fatal(self, what: str, cause: BaseException) -> RuntimeFault:
+        """The fault for ``what`` failing with ``cause``: the runtime names the peer to
+        blame (:meth:`Runtime.blame <autotune.runtime.core.Runtime.blame>`); kept as
+        :attr:`fatal` for the session, which sees only torch's error around it."""
+        rank = dist.get_rank()
+        if self.rt is None:
+            fault = RuntimeFault(f"rank {rank}: {what} failed: {type(cause).__name__}: {cause}")
+        else:
+            fault = self.rt.blame(f"{what} on rank {rank}",
+                                  dist.get_process_group_ranks(self.group), cause)
+        if self.fatal is None:
+            self.fatal = fault
+        return fault
 
     def take_failure(self) -> RuntimeFault | None:
         """The recoverable fault the last round was averaged again after, once."""

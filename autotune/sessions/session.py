@@ -213,10 +213,13 @@ class Session(TuningSession):
     def _close(self, exc: BaseException | None) -> None:
         # DDP's own all-reduce broke in backward (torch's error, which names no rank):
         # the failure another rank posted, if any; autotune's errors name their cause
+        # (the failure another rank posted, else the fault the hook blamed on a peer)
         peer = None
-        if (isinstance(exc, Exception) and not isinstance(exc, (AutotuneError, TypeError))
-                and self._liveness is not None):
-            peer = self._liveness.failure(self.info.workers, lambda r: f"rank {r}")
+        if isinstance(exc, Exception) and not isinstance(exc, (AutotuneError, TypeError)):
+            if self._liveness is not None:
+                peer = self._liveness.failure(self.info.workers, lambda r: f"rank {r}")
+            if peer is None and self.transport is not None:
+                peer = self.transport.buckets.fatal
         try:
             self._leave(peer or exc)
         finally:
