@@ -4,8 +4,8 @@
 :class:`~autotune.runtime.engine.RoundState`, under the active configuration
 (:class:`~autotune.runtime.reconfigure.Active`):
 
-* workers: the gradient hooks (:meth:`Averager.hook`; inside ``no_sync`` they leave
-  ``.grad`` alone) feed the rounds. The first hook of a round *arms* it (one Communication
+* workers: the gradient hooks (:meth:`Averager.hook`; they send only while the caller's
+  gate says so: inside DDP's ``no_sync`` they leave ``.grad`` alone) feed the rounds. The first hook of a round *arms* it (one Communication
   Service job per stream, and a Summation Service job per stream this rank sums for); each
   hook copies its gradient into the flat input buffer and marks it ready, so chunks leave
   while backward runs; :meth:`Averager.complete` packs what did not arrive, waits, and writes the
@@ -28,10 +28,9 @@ into :class:`~autotune.runtime.errors.RuntimeFault` naming the rank to blame.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -69,7 +68,6 @@ class Averager:
         self.current: RoundState | None = None
         self.round = 0                        # averaging rounds started (codecs' iteration)
         self.served = True                    # the round of the last sync has run
-        self.accumulating = False             # inside no_sync(): hooks leave .grad alone
         self._hooks: list[Any] = []           # gradient hooks (workers)
         self._had_grad: list[bool] = []
         self.copies = GradientCopies(active, layout, info.rank, timeout, copy_cpu, grad_views)
@@ -108,22 +106,6 @@ class Averager:
             with signals.deferred(raise_at_end=False):  # a stop waits for step()
                 self.on_grad(index, param)
         return hook
-
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        """Workers, ``no_sync``: gradient hooks leave ``.grad`` alone inside (nestable).
-        Raises :class:`UsageError` when the open round already sent gradients."""
-        it = self.current
-        if it is not None and any(it.fired):
-            raise UsageError("no_sync() entered after a backward pass that already sent its "
-                             "gradients: run the accumulating backward passes first, inside "
-                             "no_sync(), and the last one outside it")
-        outer = self.accumulating
-        self.accumulating = True
-        try:
-            yield
-        finally:
-            self.accumulating = outer
 
     def arm(self) -> RoundState:
         """The open round, started under the active configuration if there is none."""
@@ -167,8 +149,6 @@ class Averager:
 
     def on_grad(self, index: int, param: torch.Tensor) -> None:
         """A registered parameter's gradient is ready (its post-accumulate hook)."""
-        if self.accumulating:
-            return  # no_sync(): the gradient only accumulates into .grad
         it = self.current or self.arm()
         pos = self.layout.pos.get(index)
         if pos is None:  # registered after the active layout: ignored until the next sync
@@ -218,7 +198,7 @@ class Averager:
                 f"registered parameter {reg} ({tuple(p.shape)}) got a gradient from two "
                 "backward passes in one iteration, and the first was already sent. For "
                 "gradient accumulation run every backward but the last inside "
-                "`with tuner.no_sync():` (Runtime.no_sync()), as with DDP")
+                "`with tuner.no_sync():`, as with DDP")
         changed = it.changed_lent()
         if changed:
             reg = self.layout.order[changed[0]]

@@ -17,7 +17,7 @@ control plane's groups and bounded waits (:mod:`~autotune.runtime.control`), the
 (:mod:`~autotune.runtime.reconfigure`), the gradient hooks and averaging rounds
 (:mod:`~autotune.runtime.averager`), a round's end as the protocol counts it (a failure
 blamed on a rank: :mod:`~autotune.runtime.rounds`), fault attribution
-(:mod:`~autotune.runtime.blame`), DDP's habits (:mod:`~autotune.runtime.broadcast`). The Runtime checks each call against the
+(:mod:`~autotune.runtime.blame`). The Runtime checks each call against the
 protocol (:class:`UsageError`) and keeps whether the job was stopped and the runtime shut
 down (whether a fault broke it is :attr:`Blame.broken`).
 
@@ -30,13 +30,11 @@ and workers call :meth:`Runtime.retry` to average the same gradients again.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
 
-from . import broadcast
 from .averager import Averager
 from .blame import Blame
 from .bootstrap import Joined, join, take
@@ -242,19 +240,12 @@ class Runtime:
         dead peer, a timeout or an injected fault, leaving ``.grad`` untouched."""
         self._check_alive()
         self._need_worker("wait")
-        if self._averager.accumulating:
-            raise UsageError("wait() inside no_sync(): leave the no_sync() block for the last "
-                             "backward pass of the iteration, then wait()")
         self._check_registration()
         self._rounds.complete(repack_all=False)
 
     @property
     def layout_in_force(self) -> bool:  # workers: a sync put the registration in force
         return self._active.setup is not None and not self._layout.dirty
-
-    def gradients_arrived(self) -> bool:
-        """Workers: whether a gradient arrived since the last iteration (outside no_sync)."""
-        return self._averager.current is not None
 
     def retry(self) -> None:
         """Workers, after a recoverable :class:`RuntimeFault` from :meth:`wait` and a
@@ -274,33 +265,11 @@ class Runtime:
             raise UsageError("register() takes effect at the next sync(): call rt.sync() on all "
                              "ranks after register() and before backward")
 
-    # ================================================================== DDP habits
-    @property
-    def accumulating(self) -> bool:
-        """Whether this worker is inside :meth:`no_sync`."""
-        return self._averager.accumulating
-
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        """Workers: backward passes inside only accumulate into ``.grad`` locally (as
-        DDP's ``no_sync``); the next backward outside it sends the accumulated ``.grad``,
-        and :meth:`wait` returns its average. Enter it before the iteration's first
-        backward; every worker accumulates the same number of micro-batches."""
-        self._need_worker("no_sync")
-        with self._averager.no_sync():
-            yield
-
-    def broadcast_from_leader(self, tensors: Sequence[torch.Tensor], what: str = "tensors",
-                              check: bool = False) -> None:
-        """Workers, collectively: overwrite ``tensors`` in place with the leader's values
-        (coalesced per dtype over the workers' group, as DDP, bounded by ``timeout``). Every
-        worker passes tensors of the same shapes in the same order; ``check=True`` first
-        verifies that (one small all-reduce) and raises :class:`ConfigError` naming the
-        first differing rank instead of a garbled broadcast (:mod:`autotune.runtime.broadcast`)."""
-        self._check_alive()
-        self._need_worker("broadcast_from_leader")
-        broadcast.broadcast_from_leader(tensors, what, check, self.info, self._plane.workers_group,
-                                  self._blame.op, self.describe)
+    # ================================================================== the workers
+    def injects_faults(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``AUTOTUNE_FAULT`` (tests) has a rule for ``config``: its rounds must
+        run here, not in DDP's own all-reduce."""
+        return self._faults.targets(config)
 
     def blame(self, what: str, peers: Sequence[int], cause: BaseException) -> RuntimeFault:
         """The fault that names the rank to blame for ``what`` (an operation among

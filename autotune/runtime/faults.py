@@ -118,6 +118,11 @@ class FaultInjector:
                 return r
         return None
 
+    def targets(self, config: Mapping[str, Any] | None) -> bool:
+        """Whether any rule, of any mode, applies to ``config`` (its rounds must run in
+        the runtime, where the faults are injected)."""
+        return any(r.matches(config) for r in self.rules)
+
     def refuses(self, config: Mapping[str, Any] | None) -> bool:
         """Mode ``fail``: the iteration fails on all ranks."""
         return self._hit("fail", config) is not None

@@ -11,8 +11,8 @@ difference from what the configuration delivered there is the codec's error, net
 feedback, and ``numel / k`` times its squared sum estimates the error's squared norm
 without bias.
 
-A *segment* is whatever the way in sees as one piece of gradient: a parameter's ``.grad``
-(the native runtime) or a DDP bucket (the comm hook). Keys must be the same on every rank
+A *segment* is one piece of gradient as the way in sees it: a DDP bucket (the comm
+hook). Keys must be the same on every rank
 within an iteration. About :data:`SAMPLES` coordinates are drawn per iteration in all,
 spread over the segments in proportion to their sizes (at least one each).
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import torch
 
@@ -98,17 +97,6 @@ class GradientSample:
         self._averaged[key] = (sq, values)
         self.seconds += time.perf_counter() - started
 
-    def local_params(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """:meth:`local` of each parameter's ``.grad``, keyed by its place (no gradient:
-        zeros, so that every rank sends the same number of values)."""
-        for key, flat in enumerate(_flat_grads(params)):
-            self.local(key, flat)
-
-    def averaged_params(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """:meth:`averaged` of each parameter's ``.grad`` (no gradient: zeros)."""
-        for key, flat in enumerate(_flat_grads(params)):
-            self.averaged(key, flat)
-
     def take(self) -> Sample | None:
         """This iteration's numbers (None if no segment was seen). ``averaged`` is None
         when a segment seen before averaging was not seen after it (a failed bucket):
@@ -129,14 +117,6 @@ class GradientSample:
 
 
 _NONE = torch.zeros(0, dtype=torch.float32)  # no coordinates sampled
-
-
-def _flat_grads(params: Iterable[torch.nn.Parameter]) -> Iterator[torch.Tensor]:
-    """Each parameter's ``.grad`` flattened (zeros where it has none)."""
-    for p in params:
-        g = p.grad
-        yield (g.reshape(-1) if g is not None
-               else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
 
 
 def _squared(flat: torch.Tensor) -> float:

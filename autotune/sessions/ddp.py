@@ -25,6 +25,11 @@ same from the first iteration, but torch's reducer fails an internal assert when
 iteration begins inside ``no_sync()``.) A model whose forward reaches every parameter at
 first and skips one later is a clear error at that step, with what to pass instead.
 
+**Evaluation.** A forward without autograd (``torch.no_grad()``) runs the module alone:
+DDP would sync the buffers there, a collective that hangs when only rank 0 evaluates
+(under DDP one calls ``ddp.module(x)``, which a module trained in place has no way to
+say). The next training forward syncs them as DDP's does.
+
 **Servers.** DDP's process group holds only the workers: :func:`workers_group` (for the
 user's DDP, ``DDP(model, process_group=autotune.workers_group())``; for the in-place DDP
 the session passes its runtime's).
@@ -126,6 +131,7 @@ class InPlaceDDP:
         self.ddp: DDP | None = self._build()
         self.finds_unused = False
         self._first = True  # the first synchronising forward is still to come
+        self._plain = False  # the forward under way runs without DDP (no autograd)
         self.rebuilt: Callable[[DDP], None] = lambda ddp: None  # DDP built anew: the hook follows
         self._hooks = [module.register_forward_pre_hook(self._pre_forward, with_kwargs=True),
                        module.register_forward_hook(self._post_forward)]
@@ -147,6 +153,13 @@ class InPlaceDDP:
 
     # ------------------------------------------------------------------ the hooks
     def _pre_forward(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        # A forward without autograd (evaluation, on any subset of the ranks) is the
+        # module's alone: DDP would sync the buffers there, a collective that hangs when
+        # only rank 0 evaluates (under DDP one calls ``ddp.module``, which a module
+        # trained in place does not have). The next training forward syncs them as DDP's.
+        self._plain = not torch.is_grad_enabled()
+        if self._plain:
+            return None
         ddp = self.ddp
         try:
             out = ddp._pre_forward(*args, **kwargs)
@@ -158,9 +171,11 @@ class InPlaceDDP:
         return out
 
     def _post_forward(self, module: torch.nn.Module, args: tuple, output: Any) -> Any:
+        if self._plain:
+            return None
         DDP._active_ddp_module = None
         ddp = self.ddp
-        if self._first and torch.is_grad_enabled() and ddp.require_backward_grad_sync:
+        if self._first and ddp.require_backward_grad_sync:
             self._first = False
             ddp = self._settle_unused(output)
         return ddp._post_forward(output)

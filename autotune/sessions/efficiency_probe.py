@@ -2,8 +2,8 @@
 goodput; docs/compression.md, "Is lossy safe for my model?").
 
 Each iteration every worker samples its gradient before and after averaging
-(:class:`~autotune.runtime.gradstats.GradientSample`: the native session from ``.grad``
-around the runtime's wait, a DDP session in its comm hook, bucket by bucket). One small
+(:class:`~autotune.runtime.gradstats.GradientSample`, in the session's comm hook, bucket
+by bucket). One small
 all-reduce sums the workers' sampled values and squared norms (the session's all-reduce
 of the iteration's times, which carries them: no collective of its own); from the sum every worker
 has the exact lossless average at the sampled coordinates, hence the error the

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -64,6 +64,7 @@ class Session(TuningSession):
         self.transport: Any = None
         self._liveness: Liveness | None = None  # reads the failure a peer posted
         self._servers_dropped = False
+        self._accumulating = False  # inside tuner.no_sync()
         # the hook's counts at the last step: buckets, backwards, forwards inside
         # no_sync(), synchronising forwards
         self._seen = (0, 0, 0, 0)
@@ -143,7 +144,8 @@ class Session(TuningSession):
         t = self.transport
         if self.in_place is not None:
             self.in_place.check()  # a parameter replaced would get no bucket
-        if not self.ddp.require_backward_grad_sync:
+        if self._accumulating:  # (inside DDP's own no_sync(), as Accelerate's
+            # accumulate() calls step(), a micro-step is no mistake)
             raise UsageError("tuner.step() inside tuner.no_sync(): leave the block for the "
                              "last micro-batch's backward, then call step()")
         now = (t.averaged, t.backwards, *t.buckets.forwards)
@@ -176,8 +178,14 @@ class Session(TuningSession):
     def _worker_sum(self, t: torch.Tensor) -> None:
         self.rt.worker_sum(t)
 
-    def _accumulate(self) -> contextlib.AbstractContextManager[None]:
-        return self.ddp.no_sync()  # DDP's own (``ddp_model.no_sync()`` is the same)
+    @contextlib.contextmanager
+    def _accumulate(self) -> Iterator[None]:
+        with self.ddp.no_sync():  # DDP's own (``ddp_model.no_sync()`` is the same)
+            self._accumulating = True
+            try:
+                yield
+            finally:
+                self._accumulating = False
 
     def _lose_servers(self, exc: ServerLost) -> None:
         """Servers stopped; the runtime already dropped them. Shrink the space to what is
