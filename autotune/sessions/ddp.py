@@ -202,7 +202,18 @@ class InPlaceDDP:
     # ------------------------------------------------------------------ each step
     def check(self) -> None:
         """A parameter that needs a gradient but was not there at the start (added,
-        replaced or unfrozen since) would silently train apart on each worker."""
+        replaced or unfrozen since) would silently train apart on each worker. Every
+        step: a walk over the modules' own dicts (``parameters()`` builds every name)."""
+        registered, todo = self._registered, [self.module]
+        while todo:
+            m = todo.pop()
+            todo.extend(c for c in m._modules.values() if c is not None)
+            if all(p is None or not p.requires_grad or id(p) in registered
+                   for p in m._parameters.values()):
+                continue
+            self._fail_check()
+
+    def _fail_check(self) -> None:
         for p in self.module.parameters():
             if p.requires_grad and id(p) not in self._registered:
                 name = next((n for n, q in self.module.named_parameters() if q is p), "?")
