@@ -132,7 +132,9 @@ def test_server_at_rank_0_under_torchrun(tmp_path):
     w1, w2 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (1, 2))
     assert not (tmp_path / "rank0.json").exists()  # the server left inside session()
     assert w1["leader"] and not w2["leader"]
-    assert w1["tuning_iterations"] == 8 and w1["history"] >= 2
+    # the leader tuned: its whole budget of 8, or less where the confirm phase separated
+    # the kept one early (as test_session.py's budget test allows)
+    assert 1 <= w1["tuning_iterations"] <= 8 and w1["history"] >= 2
     assert w1["state"] == w2["state"]
     from autotune.store import Store
 
