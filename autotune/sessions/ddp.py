@@ -129,7 +129,6 @@ class InPlaceDDP:
         check_same_shapes([*module.parameters(), *module.buffers()],
                           "parameters and buffers", rt)
         self.ddp: DDP | None = self._build()
-        self.finds_unused = False
         self._first = True  # the first synchronising forward is still to come
         self._plain = False  # the forward under way runs without DDP (no autograd)
         self.rebuilt: Callable[[DDP], None] = lambda ddp: None  # DDP built anew: the hook follows
@@ -191,7 +190,6 @@ class InPlaceDDP:
         self.rt.worker_sum(missing)
         if not missing.item():
             return self.ddp
-        self.finds_unused = True
         self.ddp = ddp = self._build(find_unused=True, sync=False)
         self.rebuilt(ddp)
         # what DDP's forward does first, but this forward's buffers are in sync already

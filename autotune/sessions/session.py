@@ -59,7 +59,7 @@ class Session(TuningSession):
     def __init__(self, model: torch.nn.Module, options: SessionOptions | None = None) -> None:
         super().__init__(model, options)
         self.rt: Any = None
-        self.ddp: DDP | None = model if isinstance(model, DDP) else None
+        self._user_ddp: DDP | None = model if isinstance(model, DDP) else None
         self.in_place: InPlaceDDP | None = None  # for a plain module
         self.transport: Any = None
         self._liveness: Liveness | None = None  # reads the failure a peer posted
@@ -68,6 +68,12 @@ class Session(TuningSession):
         # the hook's counts at the last step: buckets, backwards, forwards inside
         # no_sync(), synchronising forwards
         self._seen = (0, 0, 0, 0)
+
+    @property
+    def ddp(self) -> DDP | None:
+        """The DDP that averages the gradients: the user's, or the one applied in place
+        (None once that one is let go)."""
+        return self.in_place.ddp if self.in_place is not None else self._user_ddp
 
     @property
     def is_leader(self) -> bool:
@@ -106,7 +112,6 @@ class Session(TuningSession):
         if self.ddp is None:
             self.in_place = InPlaceDDP(self.model, self.rt, group_for(self.rt),
                                        broadcast_buffers=self.options.broadcast_buffers)
-            self.ddp = self.in_place.ddp
             self.in_place.rebuilt = self._follow
         else:
             ranks = list(dist.get_process_group_ranks(self.ddp.process_group))
@@ -131,7 +136,6 @@ class Session(TuningSession):
     def _follow(self, ddp: DDP) -> None:
         """The in-place DDP was built anew (to find unused parameters): the comm hook
         goes with it."""
-        self.ddp = ddp
         self.transport.move_to(ddp)
 
     # ------------------------------------------------------------ the hot path
@@ -235,7 +239,6 @@ class Session(TuningSession):
                 self.transport.detach()  # a user's DDP is plain DDP again, ready for another
             if self.in_place is not None:
                 self.in_place.remove(clean=exc is None)  # the module is plain again
-                self.ddp = None
         if peer is not None:
             raise peer from exc
 
