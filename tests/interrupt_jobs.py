@@ -63,6 +63,12 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> 
                 model = torch.nn.parallel.DistributedDataParallel(model)
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
             gen = torch.Generator().manual_seed(rank + 1)
+            # the handlers the session finds and puts back at its end: a second signal
+            # that lands after the session has ended (the SIGTERM after a SIGINT, before
+            # the except clause below blocks it) must not kill this harness's own exit
+            # and hide the exit code the session chose
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, _late_signal)
             # tuning all along (configurations switch under the signal), without the
             # physics prior's CPU cost
             with autotune.session(model, budget=10**6, db=db, verbose=False, timeout=30,
@@ -74,10 +80,6 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> 
                     opt.step()
                     opt.zero_grad()
         except KeyboardInterrupt as exc:
-            # the session has ended and restored the default handlers: a second signal
-            # now (the SIGTERM after a SIGINT) would kill this harness's own exit, not
-            # the session, and hide the exit code the session chose
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             code = exit_code(exc)
             print(f"stopped: {exc!r}", flush=True)
         except BaseException:  # noqa: BLE001 - reported through the log and exit code
@@ -85,6 +87,12 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> 
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)
+
+
+def _late_signal(signum: int, frame: object) -> None:
+    """A signal after the session has put this handler back: the rank is already on its
+    way out with the session's exit code: not acted on (nor printed: a print inside a
+    handler may land inside another print)."""
 
 
 def _status(db: Path) -> str | None:
