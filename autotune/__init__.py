@@ -80,6 +80,7 @@ def session(
     *,
     budget: int = 100,
     total_steps: int | None = None,
+    spend: float | None = 0.05,
     db: str | os.PathLike[str] | None = None,
     allow_lossy: bool = False,
     lossy_score: str = "goodput",
@@ -125,7 +126,11 @@ def session(
         total_steps: the job's length in training iterations (optimizer steps), so that
             the search is sized to it: none where nothing can be won, a short one for a
             short job, codecs kept out of its first 15%. The framework callbacks fill
-            it in; None: unknown (a cautious search, as for 1,000 iterations).
+            it in; None: unknown (the trials may lose ``spend`` of the time the job has
+            run so far, and the search pauses between trials until it has run longer).
+        spend: the most of the job's time the trials may lose against the default, a
+            fraction in (0, 1); None: no limit (the search is the job, as in
+            ``autotune tune``).
         db: the results store (default ``./autotune.db``, or ``$AUTOTUNE_DB``).
         allow_lossy: let compression codecs into the space.
         lossy_score: with ``allow_lossy``, how trials are scored: ``"goodput"``
@@ -158,7 +163,7 @@ def session(
     from autotune.sessions.options import SessionOptions
 
     options = SessionOptions(
-        budget=budget, total_steps=total_steps, db=db, allow_lossy=allow_lossy,
+        budget=budget, total_steps=total_steps, spend=spend, db=db, allow_lossy=allow_lossy,
         lossy_score=lossy_score,
         samples_per_step=samples_per_step,
         techniques=techniques, seed=seed, verbose=verbose, retune_on_drift=retune_on_drift,

@@ -95,7 +95,8 @@ def run_tune(spec: dict, rank: int) -> None:
     kwargs: dict[str, Any] = dict(
         budget=budget, db=spec["db"], seed=spec["seed"], techniques=spec["techniques"],
         allow_lossy=spec["allow_lossy"], verbose=True, timeout=spec["timeout"], job=spec["job"],
-        fixed=spec.get("fixed") or None)
+        fixed=spec.get("fixed") or None,
+        spend=None)  # the search is this job: its whole budget, no share of a training run
     if spec.get("trial_iterations"):
         kwargs["trial_iterations"] = spec["trial_iterations"]
     verify = max(1, int(spec.get("verify_iterations", 1)))

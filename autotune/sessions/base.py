@@ -303,7 +303,8 @@ class TuningSession(SessionResults, abc.ABC):
             cut_short=o.cut_short, samples_per_step=o.samples_per_step, drift=self._drift,
             seed=o.seed, probe=self.info.n_machines > 1, capped=tuners.capped,
             listener=self.display, gradient_bytes=sum(tuners.sizes),
-            goodput=self._efficiency_probe is not None, total_steps=o.total_steps)
+            goodput=self._efficiency_probe is not None, total_steps=o.total_steps,
+            spend=o.spend)
         warm = self._run.warm_start(self.space)
         # torchrun --max-restarts brought the job back: no tuning again
         restarted = self._run.restarted_best(self.space)

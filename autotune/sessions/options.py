@@ -32,6 +32,7 @@ class SessionOptions:
 
     budget: int = 100
     total_steps: int | None = None
+    spend: float | None = 0.05
     db: str | os.PathLike | None = None
     allow_lossy: bool = False
     lossy_score: str = "goodput"
@@ -72,6 +73,9 @@ class SessionOptions:
                or self.total_steps >= 1,
                f"total_steps is the job's length in training iterations (optimizer steps), "
                f">= 1, or None when unknown; got {self.total_steps!r}")
+        _check(self.spend is None or _in_open_unit(self.spend),
+               f"spend is the share of the job's time the trials may lose, a fraction in "
+               f"(0, 1), e.g. 0.05, or None for no limit; got {self.spend!r}")
         _check(self.samples_per_step is None
                or self.samples_per_step > 0,
                f"samples_per_step must be a positive batch size, got {self.samples_per_step!r}")

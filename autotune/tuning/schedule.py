@@ -34,6 +34,10 @@ next. The phases:
     fails its trial. The default (the Tuner's ``reference``) is measured long enough for
     a speed-up over it (:data:`REFERENCE_ITERATIONS`): its first trial ends once it has
     :data:`~autotune.speedup.MIN_ITERATIONS` scored iterations (``Tuner.enough``).
+``paused``
+    A job of unknown length whose trials have lost their share of its elapsed time
+    (:mod:`autotune.tuning.stakes`): the best configuration so far runs, unscored and
+    uncharged, until the job has run twice as long; then the next trial starts.
 ``locked``
     The budget is spent: the best configuration is kept, and its first
     :data:`SETTLED_SAMPLES` iterations (not the first after a switch) are scored iterations
@@ -103,7 +107,7 @@ from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
            "SETTLED_SAMPLES", "SWITCH_MARGIN", "flow_probe", "trial_seconds"]
 
-WARMUP, LOADING, TRIAL, LOCKED = "warmup", "loading", "trial", "locked"
+WARMUP, LOADING, TRIAL, PAUSED, LOCKED = "warmup", "loading", "trial", "paused", "locked"
 
 #: The longest the first trial waits for the Tuner's libraries to be imported
 #: (:func:`~autotune.tuning.preload.loading`), in seconds.
@@ -147,11 +151,12 @@ class TrialSchedule:
         gradient_bytes: int | None = None,
         goodput: bool = False,
         total_steps: int | None = None,
+        spend: float | None = SPEND,
     ) -> None:
         _check(budget, warmup, cut_short)
         self.driver = driver
         # what the job can win and what the trials cost it (autotune.tuning.stakes)
-        self.stakes = Stakes(total_steps)
+        self.stakes = Stakes(total_steps, spend)
         self._warm_start: list[Config] = []  # the warm start, tried once tuning begins
         self.codecs = CodecWait(space)  # codecs wait out the sensitive phase
         self.budget = budget
@@ -208,6 +213,7 @@ class TrialSchedule:
         prior's, while every rank waits for the answer) is on the job's clock too: it is
         charged to the trials' cost."""
         started = time.perf_counter()
+        self.stakes.tick(seconds)
         try:
             return self._next(config, seconds, failed, comm_s, efficiency)
         finally:
@@ -242,6 +248,11 @@ class TrialSchedule:
         if self.phase == LOADING:
             self._loading_iterations += 1
             return self._when_loaded()
+        if self.phase == PAUSED:
+            if not self.stakes.may_resume():
+                return self.best[0] if self.best else self.fallback()
+            self.phase = TRIAL
+            return self._next_trial()
         self.stakes.charge(float("inf") if failed is not None else seconds)
         return self._measured(seconds, failed, switched, scored)
 
@@ -395,20 +406,42 @@ class TrialSchedule:
                   scored: float | None = 1.0) -> Config:
         """An iteration of the trial under way ran (:meth:`TrialPhase.measured`)."""
         nxt = self.trial_phase.measured(seconds, failed, switched, scored, self.stakes.spent)
-        return self._lock() if nxt is None else nxt
+        return self._stopped() if nxt is None else nxt
 
     def _next_trial(self) -> Config:
         nxt = self.trial_phase.next_trial(self.stakes.spent)
-        return self._lock() if nxt is None else nxt
+        return self._stopped() if nxt is None else nxt
+
+    def _stopped(self) -> Config:
+        """No next trial: the Tuner's budget is spent (locked), or the trials have lost
+        their share of the job's time: locked when its length is known, paused when not
+        (:mod:`autotune.tuning.stakes`)."""
+        tuner = self.tuner
+        if not (self.stakes.spent and self.stakes.pausable and tuner is not None
+                and not tuner.done):
+            return self._lock()
+        if self.phase != PAUSED and not self.stakes.paused_before:
+            from autotune.units import fmt_seconds
+
+            self.listener.say(
+                f"tuning paused: the trials have lost {fmt_seconds(self.stakes.lost_s)}, "
+                f"over {self.stakes.spend:.0%} of the {fmt_seconds(self.stakes.elapsed_s)} the job has "
+                "run; the search goes on each time the job has run twice as long (pass "
+                "total_steps to plan it for the job's length)")
+        self.stakes.pause()
+        self.phase = PAUSED
+        return self.best[0] if self.best else self.fallback()
 
     def _lock(self) -> Config:
         """The budget is spent: keep the best configuration from now on."""
         self.phase = LOCKED
-        if self.stakes.spent:
+        if self.stakes.spent and self.stakes.known:
             from autotune.units import fmt_seconds
 
-            self.listener.say(f"tuning stopped: the trials lost {fmt_seconds(self.stakes.lost_s)}"
-                              f", the {SPEND:.0%} of the job's predicted time they may")
+            self.listener.say(
+                f"tuning stopped: the trials lost {fmt_seconds(self.stakes.lost_s)}, the "
+                f"{self.stakes.spend:.0%} of the job's predicted time ({self.stakes.total_steps} "
+                "iterations) that they may lose")
         kept = self.best[0] if self.best else self.fallback()
         self.kept_phase.lock(kept, self.tuner,
                              self.trial_phase.efficiency.get(self.space.key(kept), 1.0))

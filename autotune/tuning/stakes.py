@@ -20,9 +20,8 @@ warm-up. With ``total_steps`` known:
   :data:`SPEND` of the job's predicted time (``total_steps x step_s``) at
   :data:`TRIAL_LOSS` a trial iteration.
 
-A job of unknown length (no ``total_steps``, and no framework that knows it) is assumed to
-be :data:`UNKNOWN_STEPS` long for both caps, and gets no verdict of "nothing to win":
-that needs the length.
+A job of unknown length (no ``total_steps``, and no framework that knows it) keeps the
+user's budget and gets no verdict of "nothing to win": both need the length.
 
 **What the trials cost** (:meth:`Stakes.charge`): each trial iteration's seconds beyond
 the default's step, net (a trial faster than the default pays back), and the schedule's
@@ -30,8 +29,16 @@ own time (:meth:`Stakes.overhead`: making the Tuner, the searchers' and the prio
 decisions; every rank waits for them, and no iteration's time holds them). Once the trials have
 lost :data:`SPEND` of the job's predicted time, the schedule keeps the best configuration
 so far (the conservative bandits' rule: the cumulative reward never falls far below the
-baseline's; Wu et al., "Conservative Bandits", ICML 2016). This stop needs the job's
-length: a job of unknown length might run for days, and its loss is only reported.
+baseline's; Wu et al., "Conservative Bandits", ICML 2016).
+
+**A job of unknown length** is taken to run about as long again as it has run so far (the
+doubling trick for an unknown horizon): at every moment the trials may have lost at most
+:data:`SPEND` of the job's *elapsed* time (:meth:`Stakes.tick`: every iteration's seconds,
+and the schedule's own). When a trial ends over that line, the search pauses
+(:meth:`Stakes.pause`): the best configuration so far runs, uncharged, until the job has
+run twice as long as it had at the pause (:meth:`Stakes.may_resume`), and the next trial
+starts. A short job gets a short search, a long one its whole budget, with no length
+assumed.
 
 **What it saved** (:meth:`Stakes.summary`): the trial iterations, the seconds they lost,
 and the iteration at which the kept configuration's saving per iteration pays that back.
@@ -50,10 +57,11 @@ import math
 import statistics
 from dataclasses import dataclass
 
-__all__ = ["MIN_SEARCH", "NOISE_FLOOR", "SENSITIVE", "SPEND", "TRIAL_LOSS", "UNKNOWN_STEPS",
-           "WIN_SHARE", "Plan", "Stakes"]
+__all__ = ["MIN_SEARCH", "NOISE_FLOOR", "SENSITIVE", "SPEND", "TRIAL_LOSS", "WIN_SHARE",
+           "Plan", "Stakes"]
 
-#: The most of the job's predicted time the trials may lose against the default.
+#: The most of the job's predicted time the trials may lose against the default (the
+#: session's ``spend``, by default).
 SPEND = 0.05
 #: What one trial iteration is expected to lose before any is measured, as a share of the
 #: default's step: a trial is cut at ``cut_short`` (0.5) of the best throughput, so one
@@ -66,8 +74,6 @@ WIN_SHARE = 0.5
 MIN_SEARCH = 8
 #: Exposed communication below this share of the step: nothing measurable to win.
 NOISE_FLOOR = 0.02
-#: The job length assumed when nobody says it.
-UNKNOWN_STEPS = 1000
 #: No codec trial in this first share of ``total_steps``.
 SENSITIVE = 0.15
 
@@ -82,24 +88,39 @@ class Plan:
 
 
 class Stakes:
-    """One job's stakes (module docstring): ``total_steps`` (None: unknown)."""
+    """One job's stakes (module docstring): ``total_steps`` (None: unknown); ``spend``:
+    the share of its time the trials may lose (:data:`SPEND` by default; None: no limit,
+    the search being the job itself, as in ``autotune tune``: no verdict, no cap, no
+    stop, the cost still charged and said)."""
 
-    def __init__(self, total_steps: int | None) -> None:
+    def __init__(self, total_steps: int | None, spend: float | None = SPEND) -> None:
         self.total_steps = total_steps
+        self.spend = spend
         self.step_s: float | None = None     # the default's step, measured in the warm-up
         self.lost_s = 0.0                    # trial seconds beyond the default's step, net
         self.trial_iterations = 0            # iterations charged
         self.overhead_s = 0.0                # the schedule's own time, charged too
-        self.cap_s = math.inf                # what the trials may lose
+        self.elapsed_s = 0.0                 # the job's time so far (tick, overhead)
+        self._known_cap_s = math.inf         # known length: what the trials may lose
+        self._paused_at_s: float | None = None  # unknown length: the elapsed time at a pause
 
     @property
     def known(self) -> bool:
         return self.total_steps is not None
 
     @property
-    def steps(self) -> int:
-        """The job's length in iterations, as known or assumed."""
-        return self.total_steps if self.total_steps is not None else UNKNOWN_STEPS
+    def cap_s(self) -> float:
+        """What the trials may have lost by now: :data:`SPEND` of the job's predicted time
+        (known length), or of its elapsed time (unknown length)."""
+        if self.spend is None:
+            return math.inf
+        return self._known_cap_s if self.known else self.spend * self.elapsed_s
+
+    def tick(self, seconds: float) -> None:
+        """An iteration (any phase) took ``seconds`` of the job's time (``inf``: a failed
+        one, not timed)."""
+        if math.isfinite(seconds):
+            self.elapsed_s += seconds
 
     def plan(self, requested: int, done: int, steps_s: list[float],
              exposed_s: list[float]) -> Plan:
@@ -111,11 +132,15 @@ class Stakes:
             return Plan(requested)
         step = self.step_s = _median(steps_s)
         exposed = _median(exposed_s) if exposed_s else None
-        if self.known:  # unknown length: no stop (a long job would be cut short)
-            self.cap_s = SPEND * self.steps * step
-        left = max(0, self.steps - done)
-        caps = [requested, int(SPEND * self.steps / TRIAL_LOSS)]
-        if exposed is not None and self.known:
+        if not self.known or self.spend is None:
+            # no length: the user's budget, the loss held to the elapsed time; no limit:
+            # the user's budget
+            return Plan(requested)
+        steps = self.total_steps
+        self._known_cap_s = self.spend * steps * step
+        left = max(0, steps - done)
+        caps = [requested, int(self.spend * steps / TRIAL_LOSS)]
+        if exposed is not None:
             if exposed < NOISE_FLOOR * step:
                 return Plan(0, f"nothing to win: communication adds {_ms(exposed)} to a "
                                f"{_ms(step)} step (under {NOISE_FLOOR:.0%}); keeping the "
@@ -130,12 +155,10 @@ class Stakes:
         if budget >= requested:
             return Plan(requested)
         if budget < MIN_SEARCH:
-            return Plan(0, f"a job of {self.steps} iterations affords no search; keeping "
+            return Plan(0, f"a job of {steps} iterations affords no search; keeping "
                            "the default untuned")
-        length = f"{self.steps} iterations" + ("" if self.known else " (assumed: pass "
-                                                "total_steps)")
         return Plan(budget, f"tuning budget {budget} iterations (of {requested}): what a "
-                            f"job of {length} can pay back")
+                            f"job of {steps} iterations can pay back")
 
     def charge(self, seconds: float) -> None:
         """A trial iteration ran in ``seconds`` (``inf``: it failed, charged as a slow
@@ -147,14 +170,38 @@ class Stakes:
 
     @property
     def spent(self) -> bool:
-        """Whether the trials have lost all they may (:data:`SPEND` of the job's predicted
-        time; never for a job of unknown length)."""
-        return self.lost_s >= self.cap_s
+        """Whether the trials have lost all they may by now (:attr:`cap_s`; nothing lost
+        is never all: a job with no warm-up has no step to charge against)."""
+        return self.lost_s > 0 and self.lost_s >= self.cap_s
+
+    @property
+    def pausable(self) -> bool:
+        """Whether a spent search pauses (unknown length: the allowance grows with the
+        job) rather than ends (known length)."""
+        return not self.known
+
+    @property
+    def paused_before(self) -> bool:
+        """Whether the search has paused before (:meth:`pause`)."""
+        return self._paused_at_s is not None
+
+    def pause(self) -> None:
+        """The search pauses now (unknown length): it may go on once the job has run
+        twice as long (:meth:`may_resume`)."""
+        self._paused_at_s = self.elapsed_s
+
+    def may_resume(self) -> bool:
+        """Whether a paused search may go on: the job has doubled its elapsed time since
+        the pause, and the trials are back under their share of it."""
+        at = self._paused_at_s
+        return at is not None and self.elapsed_s >= 2 * at and not self.spent
 
     def overhead(self, seconds: float) -> None:
-        """The schedule spent ``seconds`` deciding (every rank waits for it): charged."""
+        """The schedule spent ``seconds`` deciding (every rank waits for it): charged,
+        and on the job's clock."""
         self.lost_s += seconds
         self.overhead_s += seconds
+        self.elapsed_s += seconds
 
     def sensitive_until(self) -> int:
         """The first iteration at which a codec trial may run (0: any; needs the

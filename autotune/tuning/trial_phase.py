@@ -54,6 +54,7 @@ class TrialPhase:
         self.best: tuple[Config, float] | None = None  # (config, the Tuner's mean score)
         self.iterations = 0               # iterations spent inside trials
         self.efficiency: dict[tuple, float] = {}  # each scored lossy trial's mean, by key
+        self._prior_dropped = False       # the prior's drop below PROPOSE was said
 
     @property
     def trial(self) -> Trial | None:
@@ -155,8 +156,9 @@ class TrialPhase:
             self.listener.say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, "
                               f"{rec.config}): {error}")
         surrogate = self.tuner.surrogate
-        if (surrogate is not None and rec.trust is not None
+        if (surrogate is not None and rec.trust is not None and not self._prior_dropped
                 and rec.trust >= PROPOSE > surrogate.weight):
+            self._prior_dropped = True  # a state reached: said once a session
             self.listener.say(f"the physics prior ranks the trials wrongly ("
                               f"{surrogate.trust.describe()}): it proposes and screens "
                               "nothing more")

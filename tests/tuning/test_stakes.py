@@ -12,7 +12,7 @@ import pytest
 
 from autotune.errors import ArgumentError
 from autotune.sessions.options import SessionOptions
-from autotune.tuning.schedule import LOCKED, TRIAL, Listener, TrialSchedule
+from autotune.tuning.schedule import LOCKED, PAUSED, TRIAL, Listener, TrialSchedule
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.stakes import MIN_SEARCH, SENSITIVE, SPEND, TRIAL_LOSS, Stakes
 from autotune.tuning.trials import TrialDriver
@@ -91,12 +91,61 @@ def test_the_budget_is_what_the_job_can_pay_back():
     assert s.tuner.budget == 100 and said.lines == []
 
 
-def test_an_unknown_length_is_searched_cautiously_not_skipped():
-    """No total_steps: no verdict of "nothing to win" (it needs the length), the budget as
-    for the assumed length."""
-    s, _ = make(SearchSpace.build(k_max=0), budget=300)
+def test_an_unknown_length_is_searched_not_skipped():
+    """No total_steps: no verdict of "nothing to win" (it needs the length), and the
+    user's budget, no length assumed (the loss is held to the elapsed time instead)."""
+    s, said = make(SearchSpace.build(k_max=0), budget=300)
     run(s, 10, faster_with_streams, lambda c: 0.0005)
-    assert s.phase == TRIAL and s.tuner.budget == 100
+    assert s.phase == TRIAL and s.tuner.budget == 300 and said.lines == []
+
+
+def _slow_but_default(space):
+    def step(config):
+        return STEP if config == space.default() else 2 * STEP
+    return step
+
+
+def test_a_job_of_unknown_length_searches_little_while_it_is_young():
+    """Every configuration but the default is twice as slow, the length unknown. After
+    150 iterations (10 s) the trials have lost about SPEND of the job's elapsed time,
+    one trial more at most, and the search is paused, the default running meanwhile;
+    one line said so, once. Told nothing, the same job searched on until its
+    budget of 100 iterations was gone (a loss of about 100 steps)."""
+    space = SearchSpace.build(k_max=0)
+    s, said = make(space, budget=100)
+    slow = _slow_but_default(space)
+    worst = 0.0
+    config = s.start(space.seeds())
+    for _ in range(150):
+        config = s.next(config, slow(config), comm_s=0.5 * STEP)
+        if s.phase == PAUSED:  # between trials: the line holds, up to the trial that crossed it
+            worst = max(worst, s.stakes.lost_s - SPEND * s.stakes.elapsed_s)
+    assert s.phase == PAUSED, s.phase
+    assert s.trial_phase.iterations < 30
+    assert worst <= 8 * STEP  # one trial's loss over the line, at most
+    assert s.stakes.lost_s <= SPEND * s.stakes.elapsed_s + 8 * STEP
+    assert sum("tuning paused" in line for line in said.lines) == 1, said.lines
+    assert not any("tuning stopped" in line for line in said.lines)
+
+
+def test_a_job_of_unknown_length_searches_more_as_it_grows_old():
+    """The same job run ten times longer: the search goes on each time the job has run
+    twice as long, and the trials' loss stays under SPEND of the elapsed time (plus one
+    trial), until the Tuner's budget is spent and the default is kept."""
+    space = SearchSpace.build(k_max=0)
+    s, said = make(space, budget=40)
+    slow = _slow_but_default(space)
+    config = s.start(space.seeds())
+    trial_iterations = []
+    for i in range(3000):
+        config = s.next(config, slow(config), comm_s=0.5 * STEP)
+        if i in (150, 600, 2999):
+            trial_iterations.append(s.trial_phase.iterations)
+        assert s.stakes.lost_s <= SPEND * s.stakes.elapsed_s + 8 * STEP
+    assert trial_iterations[0] < trial_iterations[1] <= trial_iterations[2]
+    assert s.phase == LOCKED and s.kept == space.default()
+    assert s.tuner.done
+    assert sum("tuning paused" in line for line in said.lines) == 1, said.lines
 
 
 def test_trials_stop_once_they_lost_their_share_of_the_job():
@@ -186,6 +235,27 @@ def test_stakes_summary_says_when_the_kept_pays_back():
     assert summary["iterations"] == 10
     assert summary["lost_s"] == pytest.approx(10 * STEP, rel=1e-3)
     assert summary["payback_at"] == 70
+
+
+def test_with_no_limit_the_search_takes_its_whole_budget():
+    """``spend=None`` (``autotune tune``: the search is the job): the same slow trials,
+    the length unknown or known, neither pause nor stop the search nor cap its budget;
+    what they lost is still charged."""
+    space = SearchSpace.build(k_max=0)
+    for total in (None, 300):
+        driver = TrialDriver(space, None)
+        s = TrialSchedule(space, driver, lambda b, seed, warm, sp, w: Tuner(
+            sp, budget=b, seed=seed, warm_start=warm, techniques=("grid", "pbt"),
+            reference=sp.default()), budget=40, total_steps=total, spend=None)
+        run(s, 80, _slow_but_default(space), lambda c: 0.5 * STEP)
+        assert s.phase == LOCKED and s.tuner.budget == 40 and s.tuner.done, total
+        assert s.stakes.lost_s > 0.05 * s.stakes.elapsed_s  # more than a training job may
+
+
+@pytest.mark.parametrize("bad", [0, 1, -0.1, 1.5, "0.05", True])
+def test_spend_is_checked(bad):
+    with pytest.raises(ArgumentError, match="spend"):
+        SessionOptions(spend=bad)
 
 
 @pytest.mark.parametrize("bad", [0, -5, 2.5, "300", True])
