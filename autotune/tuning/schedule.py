@@ -180,6 +180,7 @@ class TrialSchedule:
         self._ran: Config | None = None  # the configuration of the previous iteration
         self._loading_until = 0.0  # perf_counter: the first trial waits for imports until
         self._loading_iterations = 0  # the default's, run unscored while they loaded
+        self._ended_at: int | None = None  # the iteration the last trials ended at
         # the current Tuner, the trial under way, the best so far
         self.trial_phase = TrialPhase(driver, self.listener, new_tuner, samples_per_step,
                                       cut_short, space, goodput)
@@ -214,10 +215,15 @@ class TrialSchedule:
         charged to the trials' cost."""
         started = time.perf_counter()
         self.stakes.tick(seconds)
+        tuning = self.phase != LOCKED
         try:
             return self._next(config, seconds, failed, comm_s, efficiency)
         finally:
-            self.stakes.overhead(time.perf_counter() - started)
+            took = time.perf_counter() - started
+            if tuning or self.phase != LOCKED:  # the search's time, charged to it
+                self.stakes.overhead(took)
+            else:  # after it: the job's clock only (what the done line said stays true)
+                self.stakes.tick(took)
 
     def _next(self, config: Config, seconds: float, failed: str | None,
               comm_s: float | None, efficiency: float | None) -> Config:
@@ -247,6 +253,7 @@ class TrialSchedule:
             return self._warmed(config, seconds, comm_s)
         if self.phase == LOADING:
             self._loading_iterations += 1
+            self.stakes.loading(seconds)
             return self._when_loaded()
         if self.phase == PAUSED:
             if not self.stakes.may_resume():
@@ -400,7 +407,9 @@ class TrialSchedule:
         m = self.driver.measured(kept)
         kept_s = None if not m or not m[0] else (self.samples_per_step or 1) / m[0]
         loading = {"loading": self._loading_iterations} if self._loading_iterations else {}
-        return {**self.stakes.summary(kept_s, self.iteration), **loading}
+        at = self._ended_at if self._ended_at is not None and self.phase == LOCKED \
+            else self.iteration
+        return {**self.stakes.summary(kept_s, at), **loading}
 
     def _measured(self, seconds: float, failed: str | None, switched: bool = True,
                   scored: float | None = 1.0) -> Config:
@@ -435,6 +444,7 @@ class TrialSchedule:
     def _lock(self) -> Config:
         """The budget is spent: keep the best configuration from now on."""
         self.phase = LOCKED
+        self._ended_at = self.iteration
         if self.stakes.spent and self.stakes.known:
             from autotune.units import fmt_seconds
 

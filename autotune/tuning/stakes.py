@@ -100,6 +100,8 @@ class Stakes:
         self.lost_s = 0.0                    # trial seconds beyond the default's step, net
         self.trial_iterations = 0            # iterations charged
         self.overhead_s = 0.0                # the schedule's own time, charged too
+        self.loading_s = 0.0                 # the default's iterations beyond its step
+                                             # while the search's libraries loaded
         self.elapsed_s = 0.0                 # the job's time so far (tick, overhead)
         self._known_cap_s = math.inf         # known length: what the trials may lose
         self._paused_at_s: float | None = None  # unknown length: the elapsed time at a pause
@@ -203,6 +205,14 @@ class Stakes:
         self.overhead_s += seconds
         self.elapsed_s += seconds
 
+    def loading(self, seconds: float) -> None:
+        """The default ran an iteration in ``seconds`` while the search's libraries were
+        imported beside it (a fixed cost of searching): what it took beyond the
+        default's step is charged."""
+        if self.step_s is not None and math.isfinite(seconds) and seconds > self.step_s:
+            self.lost_s += seconds - self.step_s
+            self.loading_s += seconds - self.step_s
+
     def sensitive_until(self) -> int:
         """The first iteration at which a codec trial may run (0: any; needs the
         job's length)."""
@@ -210,11 +220,13 @@ class Stakes:
 
     def summary(self, kept_s: float | None, at: int) -> dict[str, float | int | None]:
         """What tuning cost and saved, with the kept configuration's step ``kept_s``
-        (None: not measured) and ``at`` iterations done: trial ``iterations``, the
-        ``lost_s`` seconds they lost against the default (``overhead_s`` of them the
-        schedule's own), the kept configuration's
-        ``saved_s`` per iteration, and the iteration ``payback_at`` which that pays the
-        loss back (None: never; ``at`` when nothing was lost)."""
+        (None: not measured) and ``at``: the iteration the trials ended at (or the
+        iterations done, while they go on): trial ``iterations``, the ``lost_s`` seconds
+        tuning lost against the default (``overhead_s`` of them the schedule's own,
+        ``loading_s`` the default's slower iterations while the search's libraries
+        loaded), the kept configuration's ``saved_s`` per iteration, the iteration
+        ``payback_at`` at which that pays the loss back (None: never; ``at`` when nothing
+        was lost) and the job's ``total_steps`` (None: unknown)."""
         saved = None if kept_s is None or self.step_s is None else self.step_s - kept_s
         if self.lost_s <= 0:
             payback = at
@@ -224,8 +236,9 @@ class Stakes:
             payback = at + math.ceil(self.lost_s / saved - 1e-9)
         return {"iterations": self.trial_iterations, "lost_s": round(self.lost_s, 4),
                 "overhead_s": round(self.overhead_s, 4),
+                "loading_s": round(self.loading_s, 4),
                 "saved_s": None if saved is None else round(saved, 6),
-                "payback_at": payback}
+                "payback_at": payback, "total_steps": self.total_steps}
 
 
 def _median(values: list[float]) -> float:
@@ -244,15 +257,29 @@ def fmt_cost(cost: dict | None) -> str:
     if not cost:
         return ""
     n, lost, payback = cost.get("iterations") or 0, cost.get("lost_s") or 0.0, cost.get("payback_at")
+    overhead, loading = cost.get("overhead_s") or 0.0, cost.get("loading_s") or 0.0
     if n == 0 and cost.get("loading"):
+        slower = f", {loading:.2f} s slower than its step" if loading >= 0.01 else ""
         return (f"no trial ran: the job ended while the search's libraries loaded (the "
-                f"default ran {cost['loading']} iterations meanwhile): tuning cost nothing")
+                f"default ran {cost['loading']} iterations meanwhile{slower})"
+                + ("" if loading >= 0.01 else ": tuning cost nothing"))
     if n == 0:
         return "no trial ran: tuning cost nothing"
-    head = f"{n} trial iterations {'lost' if lost > 0 else 'gained'} {abs(lost):.2f} s against the default"
-    if (cost.get("overhead_s") or 0.0) >= 0.01:
-        head += f" ({cost['overhead_s']:.2f} s of it the tuner's own)"
+    head = f"tuning {'lost' if lost > 0 else 'gained'} {abs(lost):.2f} s against the default"
+    # the parts, signed, so that none reads as larger than the whole
+    trials = lost - overhead - loading
+    parts = [f"{n} trial iterations {'+' if trials >= 0 else '-'}{abs(trials):.2f} s"]
+    if overhead >= 0.01:
+        parts.append(f"the tuner's decisions +{overhead:.2f} s")
+    if loading >= 0.01:
+        parts.append(f"waiting for its libraries +{loading:.2f} s")
+    head += f" ({', '.join(parts)})"
     if lost <= 0:
         return head
-    return head + (f", paid back by iteration {payback}" if payback is not None
-                   else ", not paid back (the kept configuration is no faster)")
+    total = cost.get("total_steps")
+    if payback is None:
+        return head + ", not paid back (the kept configuration is no faster)"
+    if total is not None and payback > total:
+        return head + (f", not paid back within the job's {total} iterations (it would "
+                       f"be by iteration {payback})")
+    return head + f", paid back by iteration {payback}"

@@ -243,7 +243,7 @@ def test_tune_on_loopback_shows_rank_0s_progress_through_a_pipe(tmp_path):
     # count) gives the table's kept figure
     done = next(ln for ln in err if ln.startswith("tuning: done, 8/8 iterations in "))
     figure = re.search(r"; kept streams=.* at ([\d.,]+ ± [\d.,]+ it/s \(\d+ iterations\))"
-                       r"(; \d+ trial iterations (lost|gained) [\d.]+ s against the default.*)?$",
+                       r"(; tuning (lost|gained) [\d.]+ s against the default \(\d+ trial iterations.*)?$",
                        done)
     assert figure and any("kept config " in ln and figure.group(1) in ln
                           for ln in proc.stdout.splitlines()), (done, proc.stdout)

@@ -95,7 +95,7 @@ def test_plain_trial_lines_come_while_training_goes_on_through_a_pipe(tmp_path):
     done = next(t for t in text if "[w0] tuning: done, " in t)
     # ... and what tuning cost the job (docs/tuner.md, "What tuning may cost")
     figure = re.search(r"; kept .* at ([\d.,]+ ± [\d.,]+ it/s \(\d+ iterations\)); "
-                       r"\d+ trial iterations (lost|gained) [\d.]+ s against the default", done)
+                       r"tuning (lost|gained) [\d.]+ s against the default \(\d+ trial iterations [+-]", done)
     row = next((t for t in text if re.match(r"\[w0\] .*throughput\s", t)), "")
     assert figure and figure.group(1) in row, (done, row)
     assert not any("[w1] tuning:" in t for t in text), "only rank 0 shows progress"
