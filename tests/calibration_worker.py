@@ -20,7 +20,8 @@ def job(out: str, db: str, budget: int = 30, steps: int = 40) -> dict | None:
                           nn.Linear(256, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(int(os.environ.get("RANK", 0)))
-    with autotune.session(model, budget=budget, db=db, job="calibration", verbose=False) as s:
+    with autotune.session(model, budget=budget, db=db, job="calibration", verbose=False,
+                          spend=None) as s:
         for _ in range(steps):
             x = torch.randn(16, 64, generator=g)
             nn.functional.mse_loss(model(x), x[:, :1]).backward()

@@ -75,7 +75,7 @@ def train(group, family: str | None, kill: bool = False) -> dict:
         return rec
     fired = False
     with autotune.session(ddp, budget=STEPS, store=False, verbose=False, timeout=60, warmup=1,
-                          fixed=FAMILIES[family], seed=3) as tuner:
+                          fixed=FAMILIES[family], seed=3, spend=None) as tuner:
         for step, (x, y) in enumerate(batches()):
             nn.functional.mse_loss(ddp(x), y).backward()
             tuner.step()

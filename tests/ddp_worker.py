@@ -131,14 +131,15 @@ def train(build: Callable[[], nn.Module], micro: int, wrap: str, **kw: Any) -> d
     if wrap == "hook":  # keep DDP: autotune.session(ddp_model) tunes its comm hook
         ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=unused)
         with autotune.session(ddp, **{"budget": 16, "store": False, "verbose": False,
-                                      "timeout": 60, "warmup": 1, **kw}) as tuner:
+                                      "timeout": 60, "warmup": 1, "spend": None, **kw}) as tuner:
             def hook_step() -> None:
                 tuner.step()
                 configs.add(json.dumps(tuner.config, sort_keys=True))
 
             loop(ddp, tuner.no_sync, hook_step)
         return dict(state(model), _configs=len(configs), _history=len(tuner.history))
-    with autotune.session(model, budget=12, store=False, verbose=False, timeout=60, **kw) as tuner:
+    with autotune.session(model, **{"budget": 12, "store": False, "verbose": False,
+                                    "timeout": 60, "spend": None, **kw}) as tuner:
         def step() -> None:
             tuner.step()
             configs.add(json.dumps(tuner.config, sort_keys=True))
@@ -219,7 +220,7 @@ def server0(out: str) -> None:
     torch.manual_seed(1000 + RANK)
     model = mlp()
     with autotune.session(model, budget=8, db=os.path.join(out, "t.db"), verbose=False,
-                          timeout=60) as tuner:
+                          timeout=60, spend=None) as tuner:
         plain_loop(model, tuner, STEPS)
     with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
         json.dump({"leader": tuner.is_leader, "history": len(tuner.history),
@@ -233,7 +234,7 @@ def restart(out: str, db: str) -> dict:
 
     model = mlp()
     with autotune.session(model, budget=8, db=db, verbose=False,
-                          timeout=60, job="restart-test") as tuner:
+                          timeout=60, job="restart-test", spend=None) as tuner:
         plain_loop(model, tuner, 14)
     return {"history": len(tuner.history), "tuning": tuner.tuning_iterations,
             "config": tuner.config, "best": tuner.best}

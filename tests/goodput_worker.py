@@ -42,7 +42,7 @@ def job(kind: str, score: str, out: str, device: str = "cpu") -> dict | None:
     gen = torch.Generator().manual_seed(int(os.environ["RANK"]))  # a batch of its own
     with autotune.session(model, budget=40, db=out / "goodput.db", allow_lossy=True,
                           lossy_score=score, prior=False, fixed=FIXED, samples_per_step=32,
-                          verbose=False, job=f"goodput-{kind}-{score}") as tuner:
+                          verbose=False, job=f"goodput-{kind}-{score}", spend=None) as tuner:
         for _ in range(90):
             idx = torch.randint(len(data), (32,), generator=gen)
             x, y = data.tensors[0][idx].to(device), data.tensors[1][idx].to(device)

@@ -72,7 +72,7 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> 
             # tuning all along (configurations switch under the signal), without the
             # physics prior's CPU cost
             with autotune.session(model, budget=10**6, db=db, verbose=False, timeout=30,
-                                  prior=False, job="interrupt") as tuner:
+                                  prior=False, job="interrupt", spend=None) as tuner:
                 while True:
                     x = torch.randn(16, 32, generator=gen).to(device)
                     torch.nn.functional.mse_loss(model(x), x[:, :1]).backward()

@@ -51,7 +51,7 @@ def main(progress: str, trigger: str, spec_json: str) -> None:
     with autotune.session(model, budget=int(spec["budget"]), warmup=int(spec["warmup"]),
                           retune_on_drift=float(spec["threshold"]),
                           drift_window=int(spec["window"]), db=spec.get("db"),
-                          verbose=False, job="retune", timeout=120) as tuner:
+                          verbose=False, job="retune", timeout=120, spend=None) as tuner:
         for i in range(int(spec["steps"])):
             t0 = time.perf_counter()
             if early:  # rank 0's schedule decides, for every rank at the same iteration

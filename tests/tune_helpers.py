@@ -30,7 +30,8 @@ def main(db: str, out: str, steps: int) -> None:
     model = tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
-    with autotune.session(model, budget=steps, db=db, verbose=False, job="user-job") as tuner:
+    with autotune.session(model, budget=steps, db=db, verbose=False, job="user-job",
+                          spend=None) as tuner:
         for _ in range(steps):
             x = torch.randn(16, 256, generator=g)
             model(x).pow(2).mean().backward()

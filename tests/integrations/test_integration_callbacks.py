@@ -39,7 +39,7 @@ def test_session_options_are_checked_when_the_callback_is_made():
     from autotune.runtime.config import ConfigError
 
     with pytest.raises(TypeError, match="'budgett' \\(did you mean 'budget'\\?\\); the "
-                                        "options are: budget, total_steps, db"):
+                                        "options are: budget, total_steps, spend, db"):
         check_options({"budgett": 5})
     with pytest.raises(ArgumentError, match="budget must be"):
         check_options({"budget": -1})

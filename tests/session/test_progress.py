@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent(f"""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     with autotune.session(model, budget={BUDGET}, store=False, warmup=1,
-                          trial_iterations=2, seed=1) as tuner:
+                          trial_iterations=2, seed=1, spend=None) as tuner:
         for step in range({STEPS}):
             model(torch.randn(4, 8)).sum().backward()
             tuner.step()
