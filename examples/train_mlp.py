@@ -59,7 +59,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
 
     with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
-                          job="train_mlp") as tuner:
+                          total_steps=args.steps, job="train_mlp") as tuner:
         for step in range(args.steps):
             x = torch.randn(args.batch, 64, generator=gen).to(dev)
             with torch.no_grad():

@@ -173,8 +173,11 @@ class Stakes:
     @property
     def spent(self) -> bool:
         """Whether the trials have lost all they may by now (:attr:`cap_s`; nothing lost
-        is never all: a job with no warm-up has no step to charge against)."""
-        return self.lost_s > 0 and self.lost_s >= self.cap_s
+        is never all: a job with no warm-up has no step to charge against). The wait for
+        the search's libraries is charged and said, but it is spent before the first
+        trial whatever follows, so it stops no trial (a sunk cost)."""
+        lost = self.lost_s - self.loading_s
+        return lost > 0 and lost >= self.cap_s
 
     @property
     def pausable(self) -> bool:

@@ -3,7 +3,8 @@
 train, tune, record the run and print the kept configuration in human units; DDP also
 with a Summation Service server (its group the workers', ``autotune.workers_group()``).
 A budget of 6 iterations (3 trials) reaches no GP fit, so its first trial waits for no
-background import (autotune.tuning.preload), as a 24-step job's should not."""
+background import (autotune.tuning.preload). The examples pass their ``--steps`` as
+``total_steps``: 200 steps afford that search (docs/tuner.md, "What tuning may cost")."""
 
 from __future__ import annotations
 
@@ -27,13 +28,13 @@ def test_example_tunes_and_records_the_run(example, servers, tmp_path):
 
     db = tmp_path / "ex.db"
     cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2", "--servers",
-           str(servers), str(ROOT / "examples" / f"{example}.py"), "--steps", "24", "--budget", "6",
+           str(servers), str(ROOT / "examples" / f"{example}.py"), "--steps", "200", "--budget", "6",
            "--db", str(db)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    assert "kept configuration: streams=" in out and "step   23" in out
+    assert "kept configuration: streams=" in out and "step  199" in out
     assert "chunk_bytes=" in out and "'chunk_bytes'" not in out  # units, not a raw dict
     (run,) = Store(db).runs()
     assert run["job"] == example and run["status"] == "finished"
