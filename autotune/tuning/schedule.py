@@ -429,13 +429,14 @@ class TrialSchedule:
         if not (self.stakes.spent and self.stakes.pausable and tuner is not None
                 and not tuner.done):
             return self._lock()
-        if self.phase != PAUSED and not self.stakes.paused_before:
+        if not self.stakes.paused_before:  # said once: the pauses that follow are alike
             from autotune.units import fmt_seconds
 
+            stakes = self.stakes
             self.listener.say(
-                f"tuning paused: the trials have lost {fmt_seconds(self.stakes.lost_s)}, "
-                f"over {self.stakes.spend:.0%} of the {fmt_seconds(self.stakes.elapsed_s)} the job has "
-                "run; the search goes on each time the job has run twice as long (pass "
+                f"tuning paused: the trials have lost {fmt_seconds(stakes.lost_s)}, over "
+                f"{stakes.spend:.0%} of the {fmt_seconds(stakes.elapsed_s)} the job has run; "
+                "the search goes on each time the job has run twice as long (pass "
                 "total_steps to plan it for the job's length)")
         self.stakes.pause()
         self.phase = PAUSED
