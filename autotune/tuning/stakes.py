@@ -112,8 +112,8 @@ class Stakes:
 
     @property
     def cap_s(self) -> float:
-        """What the trials may have lost by now: :data:`SPEND` of the job's predicted time
-        (known length), or of its elapsed time (unknown length)."""
+        """What the trials may have lost by now: ``spend`` of the job's predicted time
+        (known length), or of its elapsed time (unknown length); no limit without one."""
         if self.spend is None:
             return math.inf
         return self._known_cap_s if self.known else self.spend * self.elapsed_s
