@@ -33,6 +33,7 @@ from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, st
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trials import TrialDriver
+from autotune.tuning.tuner import GP_LIBRARIES
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -304,7 +305,7 @@ class TuningSession(SessionResults, abc.ABC):
             seed=o.seed, probe=self.info.n_machines > 1, capped=tuners.capped,
             listener=self.display, gradient_bytes=sum(tuners.sizes),
             goodput=self._efficiency_probe is not None, total_steps=o.total_steps,
-            spend=o.spend)
+            spend=o.spend, costs=self._run.search_costs(list(GP_LIBRARIES)))
         warm = self._run.warm_start(self.space)
         # torchrun --max-restarts brought the job back: no tuning again
         restarted = self._run.restarted_best(self.space)

@@ -153,6 +153,28 @@ class SessionRun:
                           f"failed: {exc}")
             return None
 
+    def search_costs(self, libraries: list[str]) -> Any:
+        """What a search cost the newest run on this machine that measured it
+        (:class:`autotune.tuning.stakes.SearchCosts`; the import of ``libraries`` counted
+        only where this process has not imported them yet), or None."""
+        if self.store is None or not self.reads_store:
+            return None
+        from autotune.store.rows import host
+        from autotune.tuning.stakes import SearchCosts
+
+        loaded = all(name in sys.modules for name in libraries)
+        try:
+            costs = self.store.tuning_costs(host())
+        except Exception as exc:
+            warnings.warn(f"reading earlier runs' tuning costs from {self.store.name} "
+                          f"failed: {exc}")
+            return None
+        for cost in costs:
+            found = SearchCosts.from_cost(cost, libraries_loaded=loaded)
+            if found is not None:
+                return found
+        return None
+
     def save_calibration(self, model: Any) -> None:
         """Store the constants ``model`` (a :class:`autotune.sim.predict.ModelPrior`)
         ends with as the model of these machines; not the job's own compute time."""

@@ -91,6 +91,16 @@ class RunReader:
                 rows = rows[:int(limit)]
         return rows
 
+    def tuning_costs(self, host: str, limit: int = 20) -> list[dict]:
+        """What tuning cost the newest ``limit`` runs that ``host`` owned and closed with
+        a cost (``runs.tuning_cost``, :meth:`autotune.tuning.stakes.Stakes.summary`),
+        newest first."""
+        rows = self.connection.read(
+            "select tuning_cost from runs where owner_host = ? and tuning_cost is not null "
+            f"order by id desc limit {int(limit)}", [host])
+        return [c for c in (decode("runs", r)["tuning_cost"] for r in rows)
+                if isinstance(c, dict)]
+
     def trials(self, run_id: int | str) -> list[dict]:
         """A run's trials in order."""
         rid = self.run(run_id)["id"]

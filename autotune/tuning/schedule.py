@@ -16,6 +16,10 @@ next. The phases:
     (one TCP flow held far below the NIC rate, as on cloud NICs) shows; if ``capped()``
     then says so, the seed configurations with that many streams (and chunks no larger
     than the probe's) are the first trials (AIACC-Training's remedy).
+``waiting``
+    A young job of unknown length whose search would cost more than it may yet lose
+    (:attr:`~autotune.tuning.stakes.Plan.start_at`): the default runs, not a trial, until
+    the job has run long enough; then the Tuner is made.
 ``loading``
     While the new Tuner's libraries are imported in the background
     (:mod:`autotune.tuning.preload`, at most :data:`MAX_LOADING_S`), the default runs,
@@ -96,7 +100,7 @@ from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.stakes import SENSITIVE, SPEND, Stakes
+from autotune.tuning.stakes import SENSITIVE, SPEND, Plan, SearchCosts, Stakes
 from autotune.tuning.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.trial_run import SWITCH_MARGIN, trial_seconds
@@ -107,7 +111,8 @@ from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
            "SETTLED_SAMPLES", "SWITCH_MARGIN", "flow_probe", "trial_seconds"]
 
-WARMUP, LOADING, TRIAL, PAUSED, LOCKED = "warmup", "loading", "trial", "paused", "locked"
+WARMUP, WAITING, LOADING, TRIAL, PAUSED, LOCKED = (
+    "warmup", "waiting", "loading", "trial", "paused", "locked")
 
 #: The longest the first trial waits for the Tuner's libraries to be imported
 #: (:func:`~autotune.tuning.preload.loading`), in seconds.
@@ -152,11 +157,13 @@ class TrialSchedule:
         goodput: bool = False,
         total_steps: int | None = None,
         spend: float | None = SPEND,
+        costs: SearchCosts | None = None,
     ) -> None:
         _check(budget, warmup, cut_short)
         self.driver = driver
         # what the job can win and what the trials cost it (autotune.tuning.stakes)
-        self.stakes = Stakes(total_steps, spend)
+        self.stakes = Stakes(total_steps, spend, costs)
+        self._plan = Plan(budget)  # the search the job affords (at the warm-up's end)
         self._warm_start: list[Config] = []  # the warm start, tried once tuning begins
         self.codecs = CodecWait(space)  # codecs wait out the sensitive phase
         self.budget = budget
@@ -251,6 +258,8 @@ class TrialSchedule:
             return kept if retune is None else self._retune(*retune)
         if self.phase == WARMUP:
             return self._warmed(config, seconds, comm_s)
+        if self.phase == WAITING:
+            return self._search() if self.iteration >= self._plan.start_at else self.space.default()
         if self.phase == LOADING:
             self._loading_iterations += 1
             self.stakes.loading(seconds)
@@ -348,11 +357,10 @@ class TrialSchedule:
 
     def _begin(self) -> Config:
         """The warm-up is over: as much search as the job can pay back
-        (:meth:`Stakes.plan`), none where nothing is to be won; codecs wait out the
-        sensitive phase (a lossless search first). If the warm-up showed a per-flow cap,
-        the seeds with the probe's streams are tried first."""
-        plan = self.stakes.plan(self.budget, self.iteration, self.warmup_phase.times,
-                                self.warmup_phase.comm)
+        (:meth:`Stakes.plan`), none where nothing is to be won, later where a young job
+        cannot pay for it yet (``waiting``)."""
+        plan = self._plan = self.stakes.plan(self.budget, self.iteration,
+                                             self.warmup_phase.times, self.warmup_phase.comm)
         if plan.reason is not None:
             self.listener.say(plan.reason)
         if plan.budget == 0:
@@ -360,13 +368,26 @@ class TrialSchedule:
             kept = self.space.default()
             self.kept_phase.keep(kept)
             return kept
-        lossless = self.codecs.hold(self.iteration, self.stakes.sensitive_until(), plan.budget)
+        if plan.start_at > self.iteration:
+            self.phase = WAITING
+            return self.space.default()
+        return self._search()
+
+    def _search(self) -> Config:
+        """The search :attr:`_plan` affords starts: its Tuner is made (a fixed cost,
+        measured: :meth:`Stakes.setup`) and its libraries are imported beside the job.
+        Codecs wait out the sensitive phase (a lossless search first). If the warm-up
+        showed a per-flow cap, the seeds with the probe's streams are tried first."""
+        budget = self._plan.budget
+        lossless = self.codecs.hold(self.iteration, self.stakes.sensitive_until(), budget)
         if lossless is not None:
             self.trial_phase.narrow(lossless)
             self.listener.say(f"codecs wait for the first {SENSITIVE:.0%} of training "
                               f"(iteration {self.codecs.at}); tuning lossless until then")
-        self.trial_phase.tune(plan.budget, self.seed, self._warm_start, self._warmup_times())
+        started = time.perf_counter()
+        self.trial_phase.tune(budget, self.seed, self._warm_start, self._warmup_times())
         self.tuner.try_first(self.warmup_phase.seeds(self.space, self._capped), technique=SEED)
+        self.stakes.setup(time.perf_counter() - started)
         self._loading_until = time.perf_counter() + MAX_LOADING_S
         return self._when_loaded()
 

@@ -9,19 +9,24 @@ iteration, so that the trials never lose more than a small share of the job's ti
 step ``step_s`` and its *exposed communication* ``exposed_s`` (the least any worker waited
 for the averaged gradients after its backward: what no configuration can take away from
 compute, and the most any configuration can save per iteration) are medians of the
-warm-up. With ``total_steps`` known:
+warm-up. A search costs more than its trial iterations (:class:`SearchCosts`): a fixed
+cost before its first trial (importing the Gaussian processes' libraries beside the job,
+making the Tuner and its prior) and the decisions each trial iteration waits for, both
+measured by the last run on this machine that searched (the store), else
+:data:`FIXED_S` and :data:`DECIDE_S`. Then:
 
 * ``exposed_s`` below :data:`NOISE_FLOOR` of the step: nothing a trial could measure is to
-  be won: no search;
-* the most the rest of the job can win, ``WIN_SHARE x exposed_s x steps left``, does not
-  pay for the shortest search (:data:`MIN_SEARCH` iterations, each expected to lose
-  :data:`TRIAL_LOSS` of a step): no search;
-* else the budget is the user's, capped twice: by what that win pays for, and by
-  :data:`SPEND` of the job's predicted time (``total_steps x step_s``) at
-  :data:`TRIAL_LOSS` a trial iteration.
-
-A job of unknown length (no ``total_steps``, and no framework that knows it) keeps the
-user's budget and gets no verdict of "nothing to win": both need the length.
+  be won: no search, whatever the job's length;
+* with ``total_steps`` known: the most the rest of the job can win, ``WIN_SHARE x
+  exposed_s x steps left``, less the fixed cost, does not pay for the shortest search
+  (:data:`MIN_SEARCH` iterations, each expected to lose :data:`TRIAL_LOSS` of a step and
+  its decisions): no search; else the budget is the user's, capped twice: by what that
+  win pays for, and by what :data:`SPEND` of the job's predicted time (``total_steps x
+  step_s``) leaves after the fixed cost;
+* with the length unknown (no ``total_steps``, and no framework that knows it), the job is
+  taken to run as long again as it has run: the search starts at the first iteration
+  at which that pays for the shortest search and :data:`SPEND` of the job's time so far
+  covers the fixed cost (:attr:`Plan.start_at`); the default runs until then.
 
 **What the trials cost** (:meth:`Stakes.charge`): each trial iteration's seconds beyond
 the default's step, net (a trial faster than the default pays back), and the schedule's
@@ -57,8 +62,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
-__all__ = ["MIN_SEARCH", "NOISE_FLOOR", "SENSITIVE", "SPEND", "TRIAL_LOSS", "WIN_SHARE",
-           "Plan", "Stakes"]
+__all__ = ["DECIDE_S", "FIXED_S", "MIN_SEARCH", "NOISE_FLOOR", "SENSITIVE", "SPEND",
+           "TRIAL_LOSS", "WIN_SHARE", "Plan", "SearchCosts", "Stakes"]
 
 #: The most of the job's predicted time the trials may lose against the default (the
 #: session's ``spend``, by default).
@@ -76,15 +81,62 @@ MIN_SEARCH = 8
 NOISE_FLOOR = 0.02
 #: No codec trial in this first share of ``total_steps``.
 SENSITIVE = 0.15
+#: What a search costs before its first trial on a machine that has not measured it (no
+#: earlier run on this host in the store): importing the Gaussian processes' libraries
+#: beside the job and making the Tuner, its prior and its searchers. Measured on a 2-core
+#: CPU machine, 2 ranks training beside the import: 1.6 s (examples/train_mlp.py) and
+#: 2.2 s (examples/train_transformer.py); docs/tuner.md.
+FIXED_S = 2.0
+#: What each trial iteration costs beside its own seconds, unmeasured: the searchers' and
+#: the prior's decisions, GP fits included, while every rank waits. The same machine and
+#: jobs: 0.084 s and 0.039 s.
+DECIDE_S = 0.06
 
 
 @dataclass(frozen=True)
 class Plan:
     """The search a job can afford: ``budget`` trial iterations (0: none) and the one line
-    that says why (``None`` when the user's budget stands as it is)."""
+    that says why (``None`` when the user's budget stands as it is); ``start_at``: the
+    iteration it may start at (a young job of unknown length waits until it has run long
+    enough to pay for it; 0: at once)."""
 
     budget: int
     reason: str | None = None
+    start_at: int = 0
+
+
+@dataclass(frozen=True)
+class SearchCosts:
+    """What a search costs the job beside its trial iterations' own seconds: ``fixed_s``
+    before its first trial (the libraries' import beside the job, the Tuner's making) and
+    ``per_iteration_s`` each trial iteration (the decisions every rank waits for);
+    ``measured``: by an earlier run on this machine (:meth:`from_cost`), not the defaults
+    (:data:`FIXED_S`, :data:`DECIDE_S`)."""
+
+    fixed_s: float = FIXED_S
+    per_iteration_s: float = DECIDE_S
+    measured: bool = False
+
+    @classmethod
+    def from_cost(cls, cost: dict, libraries_loaded: bool = False) -> "SearchCosts | None":
+        """What an earlier run's :meth:`Stakes.summary` measured (None: it ran no trial
+        or did not measure its start); ``libraries_loaded``: this process has imported
+        the search's libraries already (their import costs nothing again)."""
+        n, setup = cost.get("iterations") or 0, cost.get("setup_s")
+        if n <= 0 or setup is None:
+            return None
+        loading = 0.0 if libraries_loaded else max(0.0, cost.get("loading_s") or 0.0)
+        decide = max(0.0, (cost.get("overhead_s") or 0.0) - setup) / n
+        return cls(max(0.0, setup) + loading, decide, measured=True)
+
+    def shortest(self, step_s: float) -> float:
+        """What the shortest search worth running (:data:`MIN_SEARCH` iterations) is
+        expected to lose, its start included, at a step of ``step_s``."""
+        return self.fixed_s + MIN_SEARCH * self.iteration(step_s)
+
+    def iteration(self, step_s: float) -> float:
+        """What one trial iteration is expected to lose at a step of ``step_s``."""
+        return TRIAL_LOSS * step_s + self.per_iteration_s
 
 
 class Stakes:
@@ -93,13 +145,16 @@ class Stakes:
     the search being the job itself, as in ``autotune tune``: no verdict, no cap, no
     stop, the cost still charged and said)."""
 
-    def __init__(self, total_steps: int | None, spend: float | None = SPEND) -> None:
+    def __init__(self, total_steps: int | None, spend: float | None = SPEND,
+                 costs: SearchCosts | None = None) -> None:
         self.total_steps = total_steps
         self.spend = spend
+        self.costs = costs or SearchCosts()  # what a search costs beside its trials
         self.step_s: float | None = None     # the default's step, measured in the warm-up
         self.lost_s = 0.0                    # trial seconds beyond the default's step, net
         self.trial_iterations = 0            # iterations charged
         self.overhead_s = 0.0                # the schedule's own time, charged too
+        self.setup_s: float | None = None    # of it, the Tuner's making (a fixed cost)
         self.loading_s = 0.0                 # the default's iterations beyond its step
                                              # while the search's libraries loaded
         self.elapsed_s = 0.0                 # the job's time so far (tick, overhead)
@@ -129,38 +184,56 @@ class Stakes:
         """At the end of the warm-up (``done`` iterations ran; ``steps_s`` and
         ``exposed_s``: the default's warm-up steps and exposed communication, the first,
         which pays for allocations, dropped when there are more): the search to run, at
-        most ``requested`` iterations."""
+        most ``requested`` iterations, its fixed costs (:attr:`costs`) counted."""
         if not steps_s:
             return Plan(requested)
         step = self.step_s = _median(steps_s)
         exposed = _median(exposed_s) if exposed_s else None
-        if not self.known or self.spend is None:
-            # no length: the user's budget, the loss held to the elapsed time; no limit:
-            # the user's budget
+        if self.spend is None:  # no limit: the user's budget
             return Plan(requested)
-        steps = self.total_steps
+        if exposed is not None and exposed < NOISE_FLOOR * step:
+            return Plan(0, f"nothing to win: communication adds {_ms(exposed)} to a "
+                           f"{_ms(step)} step (under {NOISE_FLOOR:.0%}); keeping the "
+                           "default untuned")
+        if not self.known:
+            return self._plan_unknown(requested, done, step, exposed)
+        costs, steps = self.costs, self.total_steps
         self._known_cap_s = self.spend * steps * step
         left = max(0, steps - done)
-        caps = [requested, int(self.spend * steps / TRIAL_LOSS)]
+        per = costs.iteration(step)
+        caps = [requested, int((self._known_cap_s - costs.fixed_s) / per)]
         if exposed is not None:
-            if exposed < NOISE_FLOOR * step:
-                return Plan(0, f"nothing to win: communication adds {_ms(exposed)} to a "
-                               f"{_ms(step)} step (under {NOISE_FLOOR:.0%}); keeping the "
-                               "default untuned")
-            pays = int(WIN_SHARE * exposed * left / (TRIAL_LOSS * step))
+            pays = int((WIN_SHARE * exposed * left - costs.fixed_s) / per)
             if pays < MIN_SEARCH:
                 return Plan(0, f"a search cannot pay for itself: at most {_ms(exposed)} an "
-                               f"iteration to win over the {left} iterations left; keeping "
-                               "the default untuned")
+                               f"iteration to win over the {left} iterations left, against "
+                               f"{_start(costs)}; keeping the default untuned")
             caps.append(pays)
         budget = max(0, min(caps))
         if budget >= requested:
             return Plan(requested)
         if budget < MIN_SEARCH:
-            return Plan(0, f"a job of {steps} iterations affords no search; keeping "
-                           "the default untuned")
+            return Plan(0, f"a job of {steps} iterations affords no search ({_start(costs)}, "
+                           f"{self.spend:.0%} of its predicted time is "
+                           f"{self._known_cap_s:.2f} s); keeping the default untuned")
         return Plan(budget, f"tuning budget {budget} iterations (of {requested}): what a "
                             f"job of {steps} iterations can pay back")
+
+    def _plan_unknown(self, requested: int, done: int, step: float,
+                      exposed: float | None) -> Plan:
+        """A job of unknown length is taken to run as long again as it has run (the
+        doubling trick): its search starts once what it would win over that many more
+        iterations pays for the shortest search, and once its share of the job's time so
+        far covers the search's start; until then the default runs."""
+        costs = self.costs
+        at = max(done, math.ceil(costs.fixed_s / (self.spend * step)))
+        if exposed is not None and exposed > 0:
+            at = max(at, math.ceil(costs.shortest(step) / (WIN_SHARE * exposed)))
+        if at <= done:
+            return Plan(requested)
+        return Plan(requested, f"tuning waits for iteration {at}: a job of unknown length "
+                               f"searches once it has run long enough to pay for it "
+                               f"({_start(costs)})", start_at=at)
 
     def charge(self, seconds: float) -> None:
         """A trial iteration ran in ``seconds`` (``inf``: it failed, charged as a slow
@@ -208,6 +281,11 @@ class Stakes:
         self.overhead_s += seconds
         self.elapsed_s += seconds
 
+    def setup(self, seconds: float) -> None:
+        """Making the Tuner took ``seconds`` (a fixed cost, measured for the next run's
+        :class:`SearchCosts`; it is charged as the schedule's own time, :meth:`overhead`)."""
+        self.setup_s = (self.setup_s or 0.0) + seconds
+
     def loading(self, seconds: float) -> None:
         """The default ran an iteration in ``seconds`` while the search's libraries were
         imported beside it (a fixed cost of searching): what it took beyond the
@@ -226,8 +304,8 @@ class Stakes:
         (None: not measured) and ``at``: the iteration the trials ended at (or the
         iterations done, while they go on): trial ``iterations``, the ``lost_s`` seconds
         tuning lost against the default (``overhead_s`` of them the schedule's own,
-        ``loading_s`` the default's slower iterations while the search's libraries
-        loaded), the kept configuration's ``saved_s`` per iteration, the iteration
+        ``setup_s`` the Tuner's making, None when none was made, ``loading_s`` the
+        default's slower iterations while the search's libraries loaded), the kept configuration's ``saved_s`` per iteration, the iteration
         ``payback_at`` at which that pays the loss back (None: never; ``at`` when nothing
         was lost) and the job's ``total_steps`` (None: unknown)."""
         saved = None if kept_s is None or self.step_s is None else self.step_s - kept_s
@@ -239,6 +317,7 @@ class Stakes:
             payback = at + math.ceil(self.lost_s / saved - 1e-9)
         return {"iterations": self.trial_iterations, "lost_s": round(self.lost_s, 4),
                 "overhead_s": round(self.overhead_s, 4),
+                "setup_s": None if self.setup_s is None else round(self.setup_s, 4),
                 "loading_s": round(self.loading_s, 4),
                 "saved_s": None if saved is None else round(saved, 6),
                 "payback_at": payback, "total_steps": self.total_steps}
@@ -252,6 +331,12 @@ def _median(values: list[float]) -> float:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
+
+
+def _start(costs: SearchCosts) -> str:
+    """What starting a search costs, in words, and where the figure comes from."""
+    where = "measured on this machine" if costs.measured else "unmeasured here"
+    return f"about {costs.fixed_s:.1f} s to start a search, {where}"
 
 
 def fmt_cost(cost: dict | None) -> str:

@@ -168,6 +168,10 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(groups)
 
 
+#: Every library a search's GPs may import (:func:`gp_libraries`).
+GP_LIBRARIES = ("sklearn.gaussian_process", "skopt", "skopt.learning")
+
+
 def gp_libraries(trials: int, prior: bool, bayes_after: int | None) -> list[str]:
     """The libraries of the GPs a search of at most ``trials`` trials can fit, imported in
     the background (:mod:`autotune.tuning.preload`): the ``prior``'s residual GP fits from

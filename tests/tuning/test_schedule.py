@@ -13,6 +13,7 @@ from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, REFERENCE_ITERATION
                                       SETTLED_SAMPLES, SWITCH_MARGIN, TRIAL, WARMUP, Drift,
                                       Listener, TrialSchedule, flow_probe)
 from autotune.tuning.space import SearchSpace
+from autotune.tuning.stakes import SearchCosts
 from autotune.tuning.trials import TrialDriver
 from autotune.tuning.tuner import Tuner
 
@@ -58,6 +59,7 @@ def make(space=None, budget=20, trial_iterations=2, **kw):
                      trial_iterations=trial_iterations)
 
     kw.setdefault("listener", heard)
+    kw.setdefault("costs", SearchCosts(0.0, 0.0))  # the stakes' own tests count them
     return TrialSchedule(space, driver, new_tuner, budget=budget, **kw), heard
 
 

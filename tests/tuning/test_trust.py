@@ -163,9 +163,9 @@ def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_i
     from autotune.tuning.drift import Drift
 
     s = TrialSchedule(LOSSLESS, driver, new_tuner, budget=60, warmup=2, listener=Heard(),
-                      drift=Drift(threshold=0.2, window=5, budget=40))
+                      drift=Drift(threshold=0.2, window=5, budget=40), spend=None)
     config = s.start(LOSSLESS.seeds())
-    for _ in range(110):  # (the length unknown, the search pauses while the job is young)
+    for _ in range(110):  # (no limit: the stakes, tested on their own, hold no trial)
         config = s.next(config, step_time(config), comm_s=0.1 * step_time(config))
     assert s.phase == LOCKED
     # the link changes: a re-tune, whose new Tuner's prior loses its weight again; the
