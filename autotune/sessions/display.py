@@ -37,6 +37,7 @@ class SessionDisplay(Listener):
         self._measured: Callable[[Config | None], Side | None] | None = None
         self._kept: Config | None = None  # kept, its figure still growing
         self.cost = cost  # what tuning cost (the session's tuning_cost)
+        self._said: set[str] = set()  # each message once a session
 
     def measured_by(self, measured: Callable[[Config | None], Side | None]) -> None:
         self._measured = measured
@@ -124,8 +125,11 @@ class SessionDisplay(Listener):
         self._progress, self._kept = None, None
 
     def say(self, text: str) -> None:
-        if not self.verbose:
+        """A line, once a session: a message that a state was reached (the prior's
+        weight, a wait, a pause) is not said again when it is reached again."""
+        if not self.verbose or text in self._said:
             return
+        self._said.add(text)
         if self._progress is not None:
             self._progress.say(text)
         else:

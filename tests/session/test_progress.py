@@ -289,6 +289,30 @@ def test_a_tuning_that_failed_never_says_done():
     assert out == ["tuning: 10 iterations of trials", "tuning: failed, 3/10 iterations in T"]
 
 
+def test_each_message_is_said_once_a_session(capsys):
+    """Issue 64 item 4: a message that a state was reached is one line a session, however
+    often the state is reached again (the prior's weight once printed 6 times a run):
+    on the progress display's lines and, without one, on stderr."""
+    from autotune.sessions.display import SessionDisplay
+
+    shown = io.StringIO()
+    display = SessionDisplay(True, "it/s", lambda: None)
+    display._progress = progress.Lines(8, out=shown)
+    prior = "the physics prior ranks the trials wrongly (...): it proposes nothing more"
+    for _ in range(6):
+        display.say(prior)
+    display.say("tuning paused: 0.50 s lost")
+    lines = shown.getvalue().splitlines()
+    assert sum(prior in line for line in lines) == 1, lines
+    assert sum("tuning paused" in line for line in lines) == 1, lines
+    display._progress = None
+    display.say(prior)
+    display.say("tuning waits for iteration 16")
+    display.say("tuning waits for iteration 16")
+    err = capsys.readouterr().err
+    assert prior not in err and err.count("tuning waits for iteration 16") == 1, err
+
+
 def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
     """Issue 38: while trials run a session's display shows the best trial so far; the
     kept configuration's mean (the schedule's "best") falls as confirm trials measure it

@@ -290,3 +290,37 @@ def test_query_reads_and_refuses_to_write(store):
     assert store.query("select count(*) n from runs") == [{"n": 0}]
     with pytest.raises(StoreError, match="for reading"):
         store.query("delete from runs")
+
+
+def test_tuning_costs_are_this_hosts_newest_first(store):
+    """What a search cost earlier runs on this machine (the next run's SearchCosts): this
+    host's runs with a cost, newest first; another host's runs and runs without a cost left
+    out."""
+    import sqlalchemy as sa
+
+    from autotune.store.rows import host
+    from autotune.tuning.stakes import SearchCosts
+
+    def run(cost: dict | None) -> int:
+        rid = store.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),
+                              topology_graph=cluster(1, 2), space_facts={})
+        store.finish_run(rid, best_config=None, best_score=None, tuning_cost=cost)
+        return rid
+
+    old = {"iterations": 20, "overhead_s": 1.0, "setup_s": 0.2, "loading_s": 1.5}
+    new = {"iterations": 10, "overhead_s": 0.9, "setup_s": 0.1, "loading_s": 2.0}
+    run(old), run(None), run(new)
+    elsewhere = run({"iterations": 5, "overhead_s": 9.0, "setup_s": 9.0, "loading_s": 9.0})
+    store.connection.write(lambda c: c.execute(
+        sa.text("update runs set owner_host = 'elsewhere' where id = :i"), {"i": elsewhere}))
+    costs = store.tuning_costs(host())
+    assert costs == [new, old]
+    measured = SearchCosts.from_cost(costs[0])
+    assert measured.measured and measured.fixed_s == pytest.approx(2.1)
+    assert measured.per_iteration_s == pytest.approx(0.08)
+    # a process that imported the search's libraries pays the setup only
+    assert SearchCosts.from_cost(costs[0], libraries_loaded=True).fixed_s == pytest.approx(0.1)
+    # a run that ran no trial, or did not measure its start, measured nothing
+    assert SearchCosts.from_cost({"iterations": 0, "setup_s": 0.1}) is None
+    assert SearchCosts.from_cost({"iterations": 4, "overhead_s": 0.3}) is None
+    assert store.tuning_costs("elsewhere")[0]["setup_s"] == 9.0
