@@ -40,7 +40,8 @@ def main() -> None:
 
     # the one new line: DDP's communication is tuned while it trains
     with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
-                          total_steps=args.steps, job="train_ddp") as tuner:
+                          total_steps=args.total_steps or args.steps,
+                          job="train_ddp") as tuner:
         for step in range(args.steps):
             x = torch.randn(args.batch, 64, generator=gen).to(dev)
             with torch.no_grad():

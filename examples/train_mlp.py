@@ -38,6 +38,9 @@ def parse_args(description: str) -> argparse.Namespace:
     """The options of this example and of train_ddp.py."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--total-steps", type=int, default=None,
+                    help="the job's length as the session is told it (default --steps): "
+                         "it sizes the search to what the job can pay back")
     ap.add_argument("--budget", type=int, default=100)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--db", default=None)
@@ -59,7 +62,8 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
 
     with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
-                          total_steps=args.steps, job="train_mlp") as tuner:
+                          total_steps=args.total_steps or args.steps,
+                          job="train_mlp") as tuner:
         for step in range(args.steps):
             x = torch.randn(args.batch, 64, generator=gen).to(dev)
             with torch.no_grad():

@@ -18,6 +18,9 @@ never re-created, so reconfiguring leaks nothing.
 
 from __future__ import annotations
 
+import threading
+import time
+import warnings
 from datetime import timedelta
 from typing import Any, Mapping
 
@@ -101,10 +104,27 @@ class GroupCache:
         return [g for k, g in self._groups.items() if ranks & set(members(k, self.info))]
 
     def destroy(self) -> None:
-        """Destroy every group made so far (clean path only: see :func:`destroy`)."""
+        """Destroy every group made so far (clean path only: see :func:`destroy`) and let
+        go of them all at once. Freeing a gloo group waits (about 16 ms on loopback) for
+        its connections to close, not for the CPU: one after another, the 37 groups of a
+        40-iteration search took 0.6 s at the session's end; each in a thread of its own,
+        all together take about one (each wait bounded by the groups' timeout)."""
         for g in self._groups.values():
             destroy(g)
+        boxes = [[g] for g in self._groups.values()]  # the last references, one a thread
         self._groups.clear()
+        threads = [threading.Thread(target=box.clear, name="autotune-free-group",
+                                    daemon=True) for box in boxes]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + self.timeout.total_seconds()
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = sum(t.is_alive() for t in threads)
+        if stuck:
+            warnings.warn(f"{stuck} of the runtime's {len(threads)} process groups were not "
+                          f"freed within {self.timeout.total_seconds():.0f} s; left to free "
+                          "in the background", RuntimeWarning)
 
 
 def destroy(group: Any) -> None:

@@ -152,7 +152,10 @@ class TuningSession(SessionResults, abc.ABC):
             nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
                                       efficiency=efficiency)
                    if self.is_leader else None)
+            applying = time.perf_counter()
             self._apply(nxt)
+            if self.is_leader:  # the switch is on the job's clock (the search's, tuning)
+                self.schedule.applied(time.perf_counter() - applying)
             self._settled = settled and failed is None
             if self._efficiency_probe is not None:  # coordinates only where a codec's error is
                 self._efficiency_probe.sample.begin(self.iteration, coordinates=self._lossy())

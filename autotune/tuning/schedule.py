@@ -164,6 +164,7 @@ class TrialSchedule:
         # what the job can win and what the trials cost it (autotune.tuning.stakes)
         self.stakes = Stakes(total_steps, spend, costs)
         self._plan = Plan(budget)  # the search the job affords (at the warm-up's end)
+        self._charging = False  # whether the last next() was the search's (applied())
         self._warm_start: list[Config] = []  # the warm start, tried once tuning begins
         self.codecs = CodecWait(space)  # codecs wait out the sensitive phase
         self.budget = budget
@@ -227,10 +228,20 @@ class TrialSchedule:
             return self._next(config, seconds, failed, comm_s, efficiency)
         finally:
             took = time.perf_counter() - started
-            if tuning or self.phase != LOCKED:  # the search's time, charged to it
+            self._charging = tuning or self.phase != LOCKED
+            if self._charging:  # the search's time, charged to it
                 self.stakes.overhead(took)
             else:  # after it: the job's clock only (what the done line said stays true)
                 self.stakes.tick(took)
+
+    def applied(self, seconds: float) -> None:
+        """The configuration :meth:`next` returned took ``seconds`` to put in force on
+        every rank (the session's switch: every rank waits for it, and no iteration's time
+        holds it): charged to the search while it tunes, else on the job's clock only."""
+        if self._charging:
+            self.stakes.switch(seconds)
+        else:
+            self.stakes.tick(seconds)
 
     def _next(self, config: Config, seconds: float, failed: str | None,
               comm_s: float | None, efficiency: float | None) -> Config:

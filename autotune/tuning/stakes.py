@@ -109,7 +109,7 @@ class Plan:
 class SearchCosts:
     """What a search costs the job beside its trial iterations' own seconds: ``fixed_s``
     before its first trial (the libraries' import beside the job, the Tuner's making) and
-    ``per_iteration_s`` each trial iteration (the decisions every rank waits for);
+    ``per_iteration_s`` each trial iteration (the decisions and switches every rank waits for);
     ``measured``: by an earlier run on this machine (:meth:`from_cost`), not the defaults
     (:data:`FIXED_S`, :data:`DECIDE_S`)."""
 
@@ -126,7 +126,8 @@ class SearchCosts:
         if n <= 0 or setup is None:
             return None
         loading = 0.0 if libraries_loaded else max(0.0, cost.get("loading_s") or 0.0)
-        decide = max(0.0, (cost.get("overhead_s") or 0.0) - setup) / n
+        decide = max(0.0, (cost.get("overhead_s") or 0.0) - setup
+                     + (cost.get("switch_s") or 0.0)) / n
         return cls(max(0.0, setup) + loading, decide, measured=True)
 
     def shortest(self, step_s: float) -> float:
@@ -155,6 +156,7 @@ class Stakes:
         self.trial_iterations = 0            # iterations charged
         self.overhead_s = 0.0                # the schedule's own time, charged too
         self.setup_s: float | None = None    # of it, the Tuner's making (a fixed cost)
+        self.switch_s = 0.0                  # putting the trials' configurations in force
         self.loading_s = 0.0                 # the default's iterations beyond its step
                                              # while the search's libraries loaded
         self.elapsed_s = 0.0                 # the job's time so far (tick, overhead)
@@ -281,6 +283,15 @@ class Stakes:
         self.overhead_s += seconds
         self.elapsed_s += seconds
 
+    def switch(self, seconds: float) -> None:
+        """Putting the schedule's next configuration in force took ``seconds`` on the
+        leader while it tuned (its broadcast, the runtime's new groups and buffers: every
+        rank waits for them, and no iteration's time holds them): charged, and on the
+        job's clock."""
+        self.lost_s += seconds
+        self.switch_s += seconds
+        self.elapsed_s += seconds
+
     def setup(self, seconds: float) -> None:
         """Making the Tuner took ``seconds`` (a fixed cost, measured for the next run's
         :class:`SearchCosts`; it is charged as the schedule's own time, :meth:`overhead`)."""
@@ -304,8 +315,10 @@ class Stakes:
         (None: not measured) and ``at``: the iteration the trials ended at (or the
         iterations done, while they go on): trial ``iterations``, the ``lost_s`` seconds
         tuning lost against the default (``overhead_s`` of them the schedule's own,
-        ``setup_s`` the Tuner's making, None when none was made, ``loading_s`` the
-        default's slower iterations while the search's libraries loaded), the kept configuration's ``saved_s`` per iteration, the iteration
+        ``setup_s`` the Tuner's making, None when none was made, ``switch_s`` putting
+        the configurations in force, ``loading_s`` the default's slower iterations while
+        the search's libraries loaded), the kept configuration's ``saved_s`` per
+        iteration, the iteration
         ``payback_at`` at which that pays the loss back (None: never; ``at`` when nothing
         was lost) and the job's ``total_steps`` (None: unknown)."""
         saved = None if kept_s is None or self.step_s is None else self.step_s - kept_s
@@ -318,6 +331,7 @@ class Stakes:
         return {"iterations": self.trial_iterations, "lost_s": round(self.lost_s, 4),
                 "overhead_s": round(self.overhead_s, 4),
                 "setup_s": None if self.setup_s is None else round(self.setup_s, 4),
+                "switch_s": round(self.switch_s, 4),
                 "loading_s": round(self.loading_s, 4),
                 "saved_s": None if saved is None else round(saved, 6),
                 "payback_at": payback, "total_steps": self.total_steps}
@@ -346,6 +360,7 @@ def fmt_cost(cost: dict | None) -> str:
         return ""
     n, lost, payback = cost.get("iterations") or 0, cost.get("lost_s") or 0.0, cost.get("payback_at")
     overhead, loading = cost.get("overhead_s") or 0.0, cost.get("loading_s") or 0.0
+    switch = cost.get("switch_s") or 0.0
     if n == 0 and cost.get("loading"):
         slower = f", {loading:.2f} s slower than its step" if loading >= 0.01 else ""
         return (f"no trial ran: the job ended while the search's libraries loaded (the "
@@ -355,10 +370,12 @@ def fmt_cost(cost: dict | None) -> str:
         return "no trial ran: tuning cost nothing"
     head = f"tuning {'lost' if lost > 0 else 'gained'} {abs(lost):.2f} s against the default"
     # the parts, signed, so that none reads as larger than the whole
-    trials = lost - overhead - loading
+    trials = lost - overhead - loading - switch
     parts = [f"{n} trial iterations {'+' if trials >= 0 else '-'}{abs(trials):.2f} s"]
     if overhead >= 0.01:
         parts.append(f"the tuner's decisions +{overhead:.2f} s")
+    if switch >= 0.01:
+        parts.append(f"switching configurations +{switch:.2f} s")
     if loading >= 0.01:
         parts.append(f"waiting for its libraries +{loading:.2f} s")
     head += f" ({', '.join(parts)})"

@@ -3,8 +3,10 @@
 train, tune, record the run and print the kept configuration in human units; DDP also
 with a Summation Service server (its group the workers', ``autotune.workers_group()``).
 A budget of 6 iterations (3 trials) reaches no GP fit, so its first trial waits for no
-background import (autotune.tuning.preload). The examples pass their ``--steps`` as
-``total_steps``: 200 steps afford that search (docs/tuner.md, "What tuning may cost")."""
+background import (autotune.tuning.preload). The examples pass ``--total-steps`` (by
+default their ``--steps``) as ``total_steps``: 200 steps of these small models do not pay
+for a search's start (docs/tuner.md, "What tuning may cost"), so the job is said to be
+long (``--total-steps 100000``) and runs 200 of them."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ def test_example_tunes_and_records_the_run(example, servers, tmp_path):
     db = tmp_path / "ex.db"
     cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2", "--servers",
            str(servers), str(ROOT / "examples" / f"{example}.py"), "--steps", "200", "--budget", "6",
+           "--total-steps", "100000",
            "--db", str(db)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})

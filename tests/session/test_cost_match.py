@@ -1,0 +1,31 @@
+"""The cost a session reports is the cost on the user's clock (issue 64 item 3): the same
+job run untuned (``budget=0``) and tuned, interleaved, in real processes (the shared
+2-rank world, tests/cost_worker.py), both ways in. What the tuned session says tuning lost
+against the default (``tuning_cost["lost_s"]``, the figure of the done line, the table,
+the store and the report) must match the measured wall-time difference between the two:
+within 0.5 s or a quarter of it, whichever is larger (the issue's tolerance), medians of
+3 pairs. Before issue 64 the switches between configurations were not charged and the
+session's end freed the search's process groups one after another (0.6 s for 37 groups):
+1.51 s reported against 2.34 s measured. Now about 1.45 s against 1.58 s.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("way", ["native", "ddp"])
+def test_the_reported_cost_matches_the_wall_clock(world, way) -> None:
+    leader = world(2).run("cost_worker:cost_match", way=way, timeout=400)[0]
+    walls = leader["walls"]
+    measured = statistics.median(walls["tuned"]) - statistics.median(walls["untuned"])
+    reported = statistics.median(c["lost_s"] for c in leader["costs"])
+    assert all(c["iterations"] > 0 for c in leader["costs"]), leader["costs"]
+    tolerance = max(0.5, 0.25 * abs(measured))
+    assert abs(reported - measured) <= tolerance, (
+        f"reported {reported:.2f} s, measured {measured:.2f} s (walls {walls}, "
+        f"costs {leader['costs']}, parts {leader['parts']})")
