@@ -27,6 +27,7 @@ benchmarks/results/clock/clock.json:
     sudo .venv/bin/python benchmarks/clock_bench.py --steps 1000 --runs 1
     sudo .venv/bin/python benchmarks/clock_bench.py --rate 50mbit   # much to win
     sudo .venv/bin/python benchmarks/clock_bench.py --budget 0      # the runtime alone
+    sudo .venv/bin/python benchmarks/clock_bench.py --unknown-length  # no total_steps
     sudo .venv/bin/python benchmarks/clock_bench.py --budget 0 --fixed '{"transport": "pushpull"}'
 
 Each rank is this file again (``--job train``); a rank that fails stops the benchmark
@@ -79,7 +80,8 @@ def train_main(a: argparse.Namespace) -> None:
     batches = [task.next_batch() for _ in range(a.steps)]  # data off the clock
     dist.barrier()  # every rank at the start line
     t0 = time.perf_counter()
-    kw = dict(total_steps=a.steps, samples_per_step=a.batch, store=False,
+    kw = dict(total_steps=None if a.unknown_length else a.steps,
+              samples_per_step=a.batch, store=False,
               verbose=a.verbose, timeout=a.rank_timeout, seed=a.seed)
     if a.budget is not None:
         kw["budget"] = a.budget
@@ -132,7 +134,8 @@ def launch_run(c: Any, a: argparse.Namespace, variant: str, seed: int) -> dict:
             "--seed", str(seed), "--steps", str(a.steps), "--batch", str(a.batch),
             "--rank-timeout", str(a.rank_timeout)] + (["--verbose"] if a.verbose else []) + (
                 [] if a.budget is None else ["--budget", str(a.budget)]) + (
-                ["--fixed", json.dumps(a.fixed)] if a.fixed else [])
+                ["--fixed", json.dumps(a.fixed)] if a.fixed else []) + (
+                ["--unknown-length"] if a.unknown_length else [])
     return launch_json(c, argv, workers=a.workers, timeout_s=a.rank_timeout + 600,
                        verbose=a.verbose, failed=f"clock_bench: {variant}, seed {seed}")
 
@@ -171,7 +174,7 @@ def run(a: argparse.Namespace) -> dict:
         for row in rows.values():  # > 1: slower than DDP
             row["vs_ddp"] = row["wall_s"]["median"] / ref
     return {"benchmark": "clock_bench", "workers": a.workers, "rate": a.rate,
-            "budget": a.budget, "fixed": a.fixed,
+            "budget": a.budget, "fixed": a.fixed, "unknown_length": a.unknown_length,
             "steps": a.steps, "runs": a.runs, "variants": rows, "target_vs_ddp": 1.03,
             "wall_s": time.time() - started,
             "command": "benchmarks/clock_bench.py " + " ".join(sys.argv[1:]),
@@ -216,6 +219,9 @@ def main(argv: list[str] | None = None) -> None:
                          "runtime's cost alone, untuned")
     ap.add_argument("--fixed", type=json.loads, default=None,
                     help='the sessions\' fixed knobs, as JSON, e.g. \'{"transport": "pushpull"}\'')
+    ap.add_argument("--unknown-length", action="store_true",
+                    help="the sessions are not told the job's length (no total_steps), "
+                         "as in a hand-written loop")
     ap.add_argument("--rank-timeout", type=float, default=120.0)
     ap.add_argument("--verbose", action="store_true", help="echo every rank's output")
     ap.add_argument("--json", type=Path, default=OUT_DIR / "clock.json")

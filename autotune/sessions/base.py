@@ -76,6 +76,9 @@ class TuningSession(SessionResults, abc.ABC):
         self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
         self._t_last = 0.0
         self._settled = False  # the leader's schedule is: step() measures nothing more
+        self._quiet_until = 0  # step() measures no iteration up to this one (the schedule's
+        self._quiet_start = 0  # quiet_for()), after this one, from this time (the leader)
+        self._quiet_from: float | None = None
         # allow_lossy scored by goodput, with several workers: made by the kind's _open
         self._efficiency_probe: EfficiencyProbe | None = None
         self._link: dict[str, float] = {}  # the link as timed at the start (_measures)
@@ -142,12 +145,17 @@ class TuningSession(SessionResults, abc.ABC):
                 return
             failed, waited = averaged
             self.iteration += 1
-            if self._settled and failed is None:  # no collective of its own, but a sync
-                if self._sync_each_iteration():  # where push/pull or servers need one
-                    self._apply(None)
+            if (self._settled or self.iteration <= self._quiet_until) and failed is None:
+                if self._sync_each_iteration():  # no collective of its own, but a sync
+                    self._apply(None)            # where push/pull or servers need one
+                self._t_last = time.perf_counter()
                 return
+            if self._quiet_from is not None and self.is_leader:  # a quiet stretch ended
+                self.schedule.skipped(self._quiet_until - self._quiet_start,
+                                      self._t_last - self._quiet_from)
+            self._quiet_from = None
             elapsed = time.perf_counter() - self._t_last
-            slowest, comm_s, efficiency, settled = self._reduce(
+            slowest, comm_s, efficiency, quiet = self._reduce(
                 float("inf") if failed else elapsed, waited)
             nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
                                       efficiency=efficiency)
@@ -156,7 +164,10 @@ class TuningSession(SessionResults, abc.ABC):
             self._apply(nxt)
             if self.is_leader:  # the switch is on the job's clock (the search's, tuning)
                 self.schedule.applied(time.perf_counter() - applying)
-            self._settled = settled and failed is None
+            self._settled = math.isinf(quiet) and failed is None
+            if 0 < quiet < math.inf and failed is None:
+                self._quiet_start, self._quiet_until = self.iteration, self.iteration + int(quiet)
+                self._quiet_from = self._t_last
             if self._efficiency_probe is not None:  # coordinates only where a codec's error is
                 self._efficiency_probe.sample.begin(self.iteration, coordinates=self._lossy())
 
@@ -170,14 +181,15 @@ class TuningSession(SessionResults, abc.ABC):
             yield
 
     def _reduce(self, elapsed: float, waited: float | None
-                ) -> tuple[float, float | None, float | None, bool]:
+                ) -> tuple[float, float | None, float | None, float]:
         """Collective over the workers, one all-reduce (SUM) an iteration: the slowest
         worker's time (a failure anywhere is infinity), the least any worker waited for
         the averaged gradients (the communication the configuration leaves exposed;
         None where the kind cannot tell), when scored by goodput the iteration's
         statistical efficiency (:mod:`autotune.sessions.efficiency_probe`; else None), and whether
-        the leader's schedule was settled before this iteration (:attr:`TrialSchedule.
-        settled`: from the next iteration on, :meth:`step` measures nothing). Each
+        how many iterations after this one the leader's schedule needs no measurement of
+        (:meth:`TrialSchedule.quiet_for`, before this iteration; ``inf``: settled, from the
+        next iteration on :meth:`step` measures nothing). Each
         worker's times go in a slot of its own."""
         n = len(self.info.workers)
         me = self.info.workers.index(self.info.rank)
@@ -185,12 +197,12 @@ class TuningSession(SessionResults, abc.ABC):
         extra = probe.payload() if probe is not None else torch.zeros(0, dtype=torch.float64)
         t = torch.zeros(2 * n + 1 + len(extra), dtype=torch.float64)
         t[me], t[n + me] = elapsed, waited if waited is not None else math.nan
-        t[2 * n] = float(self.is_leader and self.schedule.settled)
+        t[2 * n] = float(self.schedule.quiet_for()) if self.is_leader else 0.0
         t[2 * n + 1:] = extra
         self._worker_sum(t)
         slowest, least = float(t[:n].max()), float(t[n:2 * n].min())
         efficiency = probe.finish(t[2 * n + 1:], self._lossy()) if probe is not None else None
-        return slowest, None if math.isnan(least) else least, efficiency, bool(t[2 * n] > 0)
+        return slowest, None if math.isnan(least) else least, efficiency, float(t[2 * n])
 
     def _lossy(self) -> bool:
         """Whether the active configuration runs a codec (the same on every rank)."""

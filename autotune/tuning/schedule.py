@@ -87,6 +87,7 @@ What a person sees goes through a :class:`Listener` (a progress bar, or nothing)
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Sequence
 
@@ -327,6 +328,24 @@ class TrialSchedule:
         return (self.phase == LOCKED and not self._replan and not self.codecs.waiting
                 and self.warmup_phase.left <= 0 and self._ran is not None
                 and self.kept_phase.done(judged_by_goodput(self.goodput, self._ran)))
+
+    def quiet_for(self) -> float:
+        """How many iterations after the next one need no measurement (:meth:`next` not
+        called for them; :meth:`skipped` says when they ran): ``inf`` once
+        :attr:`settled`; while a young job of unknown length waits (``waiting``), those
+        before the search starts; else 0. Measuring an iteration costs every rank
+        collectives of its own (on 2 hosts at 1 Gbit/s, 2.3 s over 300 iterations)."""
+        if self.settled:
+            return math.inf
+        if self.phase == WAITING:
+            return float(max(0, self._plan.start_at - self.iteration - 2))
+        return 0.0
+
+    def skipped(self, iterations: int, seconds: float) -> None:
+        """``iterations`` went by unmeasured in ``seconds`` (:meth:`quiet_for`): counted,
+        and on the job's clock."""
+        self.iteration += iterations
+        self.stakes.tick(seconds)
 
     @property
     def space(self) -> SearchSpace:

@@ -168,8 +168,10 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(groups)
 
 
-#: Every library a search's GPs may import (:func:`gp_libraries`).
-GP_LIBRARIES = ("sklearn.gaussian_process", "skopt", "skopt.learning")
+#: The libraries of the prior's residual GP and of the Bayesian searcher's GP, and all of
+#: them (:func:`gp_libraries`).
+PRIOR_GP, BAYES_GP = ("sklearn.gaussian_process",), ("skopt", "skopt.learning")
+GP_LIBRARIES = PRIOR_GP + BAYES_GP
 
 
 def gp_libraries(trials: int, prior: bool, bayes_after: int | None) -> list[str]:
@@ -179,9 +181,8 @@ def gp_libraries(trials: int, prior: bool, bayes_after: int | None) -> list[str]
     its ``bayes_after`` random ones (None: no Bayesian searcher). A shorter search (the few
     trials of a job with little to win) fits none, and would pay the import's CPU for
     nothing."""
-    return ((["sklearn.gaussian_process"] if prior and trials > GP_FIT_AT else [])
-            + (["skopt", "skopt.learning"]
-               if bayes_after is not None and trials > bayes_after else []))
+    return ((list(PRIOR_GP) if prior and trials > GP_FIT_AT else [])
+            + (list(BAYES_GP) if bayes_after is not None and trials > bayes_after else []))
 
 
 class Tuner:

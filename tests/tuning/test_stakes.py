@@ -160,6 +160,22 @@ def test_a_young_job_of_unknown_length_waits_for_its_search():
     assert s.tuner is not None and s.driver.history, s.phase
     assert s.stakes.setup_s is not None and s.cost()["setup_s"] is not None
     assert len(said.lines) == 1 or "waits" not in " ".join(said.lines[1:])
+    # the session need not measure the wait (every rank's collectives an iteration): it
+    # skips what quiet_for() says and tells how long that took; the search starts on time
+    s, said = make(space, budget=40, costs=SearchCosts(2.0, 0.0))
+    config = space.default()
+    while s.phase != WAITING:
+        config = s.next(config, STEP, comm_s=0.5 * STEP)
+    quiet = s.quiet_for()
+    assert quiet == at - s.iteration - 2 > 0
+    config = s.next(config, STEP, comm_s=0.5 * STEP)  # the iteration quiet_for() came with
+    elapsed = s.stakes.elapsed_s
+    s.skipped(int(quiet), quiet * STEP)
+    assert s.iteration == at - 1 and s.phase == WAITING and s.tuner is None
+    assert s.stakes.elapsed_s == pytest.approx(elapsed + quiet * STEP)
+    assert s.quiet_for() == 0
+    s.next(config, STEP, comm_s=0.5 * STEP)  # iteration `at`: the search starts
+    assert s.phase != WAITING and s.tuner is not None and s.quiet_for() == 0
     # little to win per iteration: the win, not the allowance, sets the start
     s, said = make(space, budget=40, costs=SearchCosts(2.0, 0.0))
     run(s, 10, faster_with_streams, lambda c: 0.05 * STEP)
