@@ -150,10 +150,11 @@ class TuningSession(SessionResults, abc.ABC):
                     self._apply(None)            # where push/pull or servers need one
                 self._t_last = time.perf_counter()
                 return
-            if self._quiet_from is not None and self.is_leader:  # a quiet stretch ended
-                self.schedule.skipped(self._quiet_until - self._quiet_start,
-                                      self._t_last - self._quiet_from)
-            self._quiet_from = None
+            if self._quiet_from is not None:  # a quiet stretch ended (a failure cuts it)
+                if self.is_leader:
+                    self.schedule.skipped(self.iteration - 1 - self._quiet_start,
+                                          self._t_last - self._quiet_from)
+                self._quiet_from, self._quiet_until = None, 0
             elapsed = time.perf_counter() - self._t_last
             slowest, comm_s, efficiency, quiet = self._reduce(
                 float("inf") if failed else elapsed, waited)
