@@ -19,7 +19,8 @@ next. The phases:
 ``waiting``
     A young job of unknown length whose search would cost more than it may yet lose
     (:attr:`~autotune.tuning.stakes.Plan.start_at`): the default runs, not a trial, until
-    the job has run long enough; then the Tuner is made.
+    the job has run long enough; then the Tuner is made. The session measures none of
+    the iterations in between (:meth:`TrialSchedule.quiet_for`).
 ``loading``
     While the new Tuner's libraries are imported in the background
     (:mod:`autotune.tuning.preload`, at most :data:`MAX_LOADING_S`), the default runs,
