@@ -366,8 +366,9 @@ def fmt_cost(cost: dict | None) -> str:
         return (f"no trial ran: the job ended while the search's libraries loaded (the "
                 f"default ran {cost['loading']} iterations meanwhile{slower})"
                 + ("" if loading >= 0.01 else ": tuning cost nothing"))
-    if n == 0:
-        return "no trial ran: tuning cost nothing"
+    if n == 0:  # the warm-up's and the wait's decisions and syncs, if they add up
+        return ("no trial ran: tuning cost nothing" if lost < 0.01 else
+                f"no trial ran: the tuner's own time cost {lost:.2f} s")
     head = f"tuning {'lost' if lost > 0 else 'gained'} {abs(lost):.2f} s against the default"
     # the parts, signed, so that none reads as larger than the whole
     trials = lost - overhead - loading - switch

@@ -371,6 +371,16 @@ def test_what_tuning_cost_is_said_in_parts_that_add_up_to_the_whole():
     said = fmt_cost({"iterations": 7, "lost_s": 0.06, "overhead_s": 0.0, "loading_s": 0.02,
                      "payback_at": 120, "total_steps": None})
     assert "waiting for its libraries +0.02 s" in said and "paid back by iteration 120" in said
+    # the switches are a part of their own, and the parts still add up
+    said = fmt_cost({"iterations": 7, "lost_s": 0.30, "overhead_s": 0.10, "switch_s": 0.15,
+                     "loading_s": 0.0, "payback_at": None, "total_steps": None})
+    assert said.startswith("tuning lost 0.30 s against the default (7 trial iterations "
+                           "+0.05 s, the tuner's decisions +0.10 s, switching "
+                           "configurations +0.15 s)"), said
+    # no trial, but the warm-up's own time: said as what it cost, not as nothing
+    assert fmt_cost({"iterations": 0, "lost_s": 0.08}) == \
+        "no trial ran: the tuner's own time cost 0.08 s"
+    assert fmt_cost({"iterations": 0, "lost_s": 0.004}) == "no trial ran: tuning cost nothing"
 
 
 def test_the_cost_after_tuning_is_the_cost_said_when_it_ended():
