@@ -50,7 +50,9 @@ def test_a_store_lost_mid_run_goes_on_locally_and_comes_back_by_import(tmp_path)
         job = subprocess.Popen(
             [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
              str(ROOT / "examples" / "train_mlp.py"), "--steps", "600", "--budget", "300",
-             "--db", url], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+             # said to be long, so that 600 steps of this small MLP search (a job of 600
+             # affords none: a search's start costs more than 5% of it)
+             "--total-steps", "100000", "--db", url], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
         deadline = time.monotonic() + 90
         while (seen := _trials(url)) < 2:
