@@ -75,9 +75,10 @@ class TuningSession(SessionResults, abc.ABC):
         self._state = "new"  # new -> open (inside ``with``) -> closed
         self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
         self._t_last = 0.0
-        self._settled = False  # the leader's schedule is: step() measures nothing more
-        self._quiet_until = 0  # step() measures no iteration up to this one (the schedule's
-        self._quiet_start = 0  # quiet_for()), after this one, from this time (the leader)
+        # step() measures no iteration up to this one (the schedule's quiet_for(); inf:
+        # settled, nothing more), those after this one, from this time (a finite stretch)
+        self._quiet_until: float = 0
+        self._quiet_start = 0
         self._quiet_from: float | None = None
         # allow_lossy scored by goodput, with several workers: made by the kind's _open
         self._efficiency_probe: EfficiencyProbe | None = None
@@ -145,7 +146,7 @@ class TuningSession(SessionResults, abc.ABC):
                 return
             failed, waited = averaged
             self.iteration += 1
-            if (self._settled or self.iteration <= self._quiet_until) and failed is None:
+            if self.iteration <= self._quiet_until and failed is None:
                 if self._sync_each_iteration():  # no collective of its own, but a sync
                     self._apply(None)            # where push/pull or servers need one
                 self._t_last = time.perf_counter()
@@ -154,7 +155,6 @@ class TuningSession(SessionResults, abc.ABC):
                 if self.is_leader:
                     self.schedule.skipped(self.iteration - 1 - self._quiet_start,
                                           self._t_last - self._quiet_from)
-                self._quiet_from, self._quiet_until = None, 0
             elapsed = time.perf_counter() - self._t_last
             slowest, comm_s, efficiency, quiet = self._reduce(
                 float("inf") if failed else elapsed, waited)
@@ -165,10 +165,10 @@ class TuningSession(SessionResults, abc.ABC):
             self._apply(nxt)
             if self.is_leader:  # the switch is on the job's clock (the search's, tuning)
                 self.schedule.applied(time.perf_counter() - applying)
-            self._settled = math.isinf(quiet) and failed is None
-            if 0 < quiet < math.inf and failed is None:
-                self._quiet_start, self._quiet_until = self.iteration, self.iteration + int(quiet)
-                self._quiet_from = self._t_last
+            if failed is not None:
+                quiet = 0.0
+            self._quiet_start, self._quiet_until = self.iteration, self.iteration + quiet
+            self._quiet_from = self._t_last if 0 < quiet < math.inf else None
             if self._efficiency_probe is not None:  # coordinates only where a codec's error is
                 self._efficiency_probe.sample.begin(self.iteration, coordinates=self._lossy())
 

@@ -12,6 +12,8 @@ None and the results fall back to the active configuration or nothing.
 
 from __future__ import annotations
 
+import math
+
 from autotune.sessions.options import SessionOptions
 from autotune.tuning.lossy import judged_by_goodput
 from autotune.tuning.schedule import TrialSchedule
@@ -123,7 +125,7 @@ class SessionResults:
         """True once tuning is over for good (every rank knows): the kept configuration's
         figure is final and nothing watches it (no ``retune_on_drift``, no kept codec), so
         :meth:`step` measures nothing more and costs no collective of its own."""
-        return self._settled
+        return math.isinf(self._quiet_until)
 
     @property
     def tuning_iterations(self) -> int:

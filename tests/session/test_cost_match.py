@@ -15,7 +15,8 @@ import statistics
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# two wall times compared: alone on the machine (the serial tier), not beside other tests
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.mark.parametrize("way", ["native", "ddp"])
