@@ -54,7 +54,7 @@ def _run(model: nn.Module, way: str, steps: int, budget: int
 
 
 def cost_match(out: str, way: str = "native", steps: int = 150, budget: int = 40,
-               repeats: int = 3) -> dict:
+               repeats: int = 5) -> dict:
     """``repeats`` pairs of runs, untuned then tuned, interleaved: each run's wall time
     and the tuned runs' reported costs (the leader's; None on the other ranks)."""
     torch.set_num_threads(1)
