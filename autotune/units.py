@@ -71,6 +71,19 @@ def fmt_number(x: float | int | None) -> str:
     return f"{x:.3g}"
 
 
+def alike_units(unit: str) -> tuple[str, ...]:
+    """The units whose runs' best configurations a job scored in ``unit`` may start from:
+    samples/s and it/s of the same kind (measured, goodput or simulated), which differ by
+    the job's samples per step, a constant of the job; ``unit`` first. A score in one is
+    never ranked against a score in the other (a warm start ranks a stored run's best by
+    its speed-up over that run's default, :meth:`autotune.store.nearest.NearestRuns.nearest`)."""
+    for kind in ("samples/s", "it/s"):
+        if unit.endswith(kind):
+            other = "it/s" if kind == "samples/s" else "samples/s"
+            return unit, unit[: -len(kind)] + other
+    return (unit,)
+
+
 def unit_of(unit: str | None) -> str:
     """A run's unit for display (``"?"`` when not recorded)."""
     return unit or UNKNOWN_UNIT

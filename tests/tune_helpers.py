@@ -19,9 +19,10 @@ def tiny() -> nn.Module:
                          nn.Linear(768, 64))
 
 
-def main(db: str, out: str, steps: int) -> None:
-    """Train ``tiny()`` for real (random data) under autotune.session; rank 0 writes
-    the session's history to ``out``."""
+def main(dbs: list[str], out: str, steps: int) -> None:
+    """Train ``tiny()`` for real (random data) under autotune.session, once per store in
+    ``dbs``: the first session scored in samples/s (``samples_per_step``, as the README's
+    loop has it), the next ones in it/s; rank 0 writes each session's history to ``out``."""
     import autotune
 
     torch.manual_seed(0)
@@ -30,18 +31,22 @@ def main(db: str, out: str, steps: int) -> None:
     model = tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
-    with autotune.session(model, budget=steps, db=db, verbose=False, job="user-job",
-                          spend=None) as tuner:
-        for _ in range(steps):
-            x = torch.randn(16, 256, generator=g)
-            model(x).pow(2).mean().backward()
-            tuner.step()
-            opt.step()
-            opt.zero_grad()
+    histories = []
+    for i, db in enumerate(dbs):
+        with autotune.session(model, budget=steps, db=db, verbose=False, job="user-job",
+                              spend=None, samples_per_step=16 if i == 0 else None) as tuner:
+            for _ in range(steps):
+                x = torch.randn(16, 256, generator=g)
+                model(x).pow(2).mean().backward()
+                tuner.step()
+                opt.step()
+                opt.zero_grad()
+        histories.append([{"technique": r.technique, "config": r.config}
+                          for r in tuner.history])
     if rank == 0:
         with open(out, "w") as f:
-            json.dump([{"technique": r.technique, "config": r.config} for r in tuner.history], f)
+            json.dump(histories, f)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]))

@@ -6,7 +6,7 @@ second look-up does not load or compare them again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from autotune.store.connection import Connection
 from autotune.store.fingerprint import from_json
@@ -53,7 +53,7 @@ class NearestRuns:
         *,
         exclude: int | None = None,
         finished_only: bool = True,
-        unit: str | None = None,
+        unit: str | Sequence[str] | None = None,
         space_facts: Mapping[str, Any] | None = None,
         across_machines: bool | None = None,
         max_distance: float | None = None,
@@ -63,9 +63,11 @@ class NearestRuns:
         """The ``k`` stored runs most like a job with these graphs, nearest first, as
         ``(run, distance)``; 0 means same model and cluster (see
         :mod:`autotune.store.similarity`). By default only finished runs with a best
-        configuration count; runs sharing both graphs are ordered by best score.
+        configuration count; runs sharing both graphs are ordered by their best score's
+        speed-up over their own default score (a ratio, the same in any unit), then by
+        best score.
 
-        Only runs whose ``unit`` is this one, whose recorded ``space_facts`` hold these
+        Only runs whose ``unit`` is this one (or one of these), whose recorded ``space_facts`` hold these
         values, that ran on more than one machine (``across_machines``) or on one, and
         at most ``max_distance`` away count (each: when given)."""
         qm, qt = Summary.of(model_graph), Summary.of(topology_graph)
@@ -77,8 +79,9 @@ class NearestRuns:
             where += " and id != ?"
             params.append(int(exclude))
         if unit is not None:
-            where += " and unit = ?"
-            params.append(str(unit))
+            units = [unit] if isinstance(unit, str) else list(unit)
+            where += f" and unit in ({', '.join('?' * len(units))})"
+            params += [str(u) for u in units]
         for name, value in sorted((space_facts or {}).items()):
             clause, values = json_field_equals(self.connection.dialect, "space_facts", name,
                                                value)
@@ -101,7 +104,9 @@ class NearestRuns:
             mfp, tfp = cand.key
             rows = self.connection.read(
                 "select * from runs" + where + " and model_fp = ? and topology_fp = ?"
-                " order by best_score is null, best_score desc, id desc limit ?",
+                " order by best_score / nullif(default_score, 0) is null,"
+                " best_score / nullif(default_score, 0) desc,"
+                " best_score is null, best_score desc, id desc limit ?",
                 params + [mfp, tfp, k - len(out)])
             out += [(decode("runs", r), d) for r in rows]
         return out

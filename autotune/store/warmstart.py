@@ -7,8 +7,10 @@ what the Tuner does with them: it tries them first.
 
 Only alike jobs count (docs/store.md, "Warm start"): a stored run warm-starts a job when
 
-* its scores are in the job's unit (``samples/s``, ``it/s``, ``simulated ...``: a simulated
-  run's best is a prediction, not a measurement, and warm-starts only simulated runs);
+* its scores are of the job's kind (:func:`autotune.units.alike_units`: measured
+  throughput, goodput, or simulated; samples/s and it/s alike, as an offline ``autotune
+  tune`` scores it/s and a job with ``samples_per_step`` samples/s): a simulated run's best
+  is a prediction, not a measurement, and warm-starts only simulated runs;
 * its search space had the same facts :data:`SAME_FACTS` (the servers launched, the
   workers per machine: what decides the transport and the intra-machine strategy);
 * it ran on one machine if the job does, across machines if the job does (loopback
@@ -75,16 +77,17 @@ def warm_start_sources(store: "NearestRuns", model_graph: "nx.Graph | None",
                        max_distance: float = MAX_DISTANCE, job: str | None = None,
                        **nearest_kw: Any) -> list[tuple["Config", dict[str, Any]]]:
     """The best configs of the ``k`` nearest finished runs of jobs alike this one (the
-    module docstring: scores in ``unit``, the same :data:`SAME_FACTS` as ``space``, the
+    module docstring: scores of ``unit``'s kind, the same :data:`SAME_FACTS` as ``space``, the
     same machine class as a job on ``machines`` machines, at most ``max_distance``
     away; a run of a job named other than ``job`` at most :data:`OTHER_JOB_DISTANCE`,
     when ``job`` is given), projected into ``space``, nearest first (see :func:`project_configs`), each
     with its origin (:func:`autotune.store.origin.origin_of`: the run, its job, when;
     how: ``warm start``; and its ``distance``)."""
     from autotune.store.origin import WARM_START, origin_of
+    from autotune.units import alike_units
 
     facts = dict(space.facts)
-    near = store.nearest(model_graph, topology_graph, k, unit=unit,
+    near = store.nearest(model_graph, topology_graph, k, unit=alike_units(unit),
                          space_facts={f: facts[f] for f in SAME_FACTS if f in facts},
                          across_machines=machines > 1, max_distance=max_distance,
                          **nearest_kw)

@@ -300,25 +300,43 @@ def test_tune_on_loopback_stores_a_run(tuned):
 
 @pytest.mark.slow
 def test_a_later_session_starts_from_the_tuned_best(tuned, tmp_path):
+    """The offline run (it/s) warms the real job, with ``samples_per_step`` (samples/s, as
+    the README's loop; issue 65: it was ignored then) and without: one job, one session on
+    each of two copies of the tuned store."""
+    import shutil
+    import sqlite3
+
     from autotune.offline.simulated import cluster_graph
 
     report, db = tuned
+    dbs = [tmp_path / "batch.db", tmp_path / "plain.db"]
+    # a best that is neither the default nor a seed (a 12-iteration tune may keep one of
+    # those), so that only a warm start from the tuned run tries it first
+    best = {**report["best"], "streams": 3 if report["best"]["streams"] != 3 else 5}
+    for copy in dbs:
+        shutil.copy(db, copy)
+        with sqlite3.connect(copy) as con:
+            con.execute("update runs set best_config = ? where id = ?",
+                        (json.dumps(best), report["run_id"]))
     out = tmp_path / "history.json"
     cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
-           str(TESTS / "tune_helpers.py"), str(db), str(out), "8"]
+           str(TESTS / "tune_helpers.py"), ",".join(map(str, dbs)), str(out), "8"]
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    with Store(db) as store:
-        tuned_run = store.run(report["run_id"])
-        later = store.runs(job="user-job")[0]
-        first_trial = store.trials(later["id"])[0]
-    # the plain training job fingerprints the same model and world ...
-    assert (later["model_fp"], later["topology_fp"]) == (tuned_run["model_fp"], tuned_run["topology_fp"])
-    # ... and tries the offline run's best configuration first (labelled what it is: warm,
-    # or default/seed when the short offline run kept one of those)
-    assert first_trial["technique"] in ("warm", "default", "seed")
-    assert first_trial["config"] == tuned_run["best_config"]
-    assert json.loads(out.read_text())[0]["config"] == tuned_run["best_config"]
+    histories = json.loads(out.read_text())
+    for copy, history, unit in zip(dbs, histories, ("samples/s", "it/s")):
+        with Store(copy) as store:
+            tuned_run = store.run(report["run_id"])
+            later = store.runs(job="user-job")[0]
+            first_trial = store.trials(later["id"])[0]
+        assert later["unit"] == unit and tuned_run["unit"] == "it/s"
+        # the plain training job fingerprints the same model and world ...
+        assert (later["model_fp"], later["topology_fp"]) == (tuned_run["model_fp"],
+                                                             tuned_run["topology_fp"])
+        # ... and tries the offline run's best configuration first
+        assert tuned_run["best_config"] == best
+        assert (first_trial["technique"], first_trial["config"]) == ("warm", best), unit
+        assert history[0] == {"technique": "warm", "config": best}, unit
     # and the simulator path describes that world the same way
     assert tuned_run["topology_fp"] == fingerprint(normalize(cluster_graph(1, 2, 0)))
 

@@ -54,7 +54,7 @@ def test_a_job_on_another_host_starts_warm_from_the_shared_store(tmp_path):
             out = tmp_path / "history.json"
             second = on_host(1, [sys.executable, "-m", "autotune.cli", "launch", "--workers",
                                  "2", str(TESTS / "tune_helpers.py"), url, str(out), "8"])
-            history = json.loads(out.read_text())
+            (history,) = json.loads(out.read_text())
             assert PASSWORD not in first.stdout + first.stderr + second.stdout + second.stderr
 
             socket_url = url.replace(f"@{db_host.addr}:{pg.port}/",

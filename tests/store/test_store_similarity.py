@@ -15,7 +15,7 @@ from autotune.store.warmstart import warm_start_configs
 from autotune.store.fingerprint import MAX_NODES, fingerprint, layers_graph, model_graph
 from autotune.store.similarity import (Candidate, Matcher, Summary, assignment_bound, edit_distance,
                                        job_distance, lower_bound)
-from store_helpers import CNN, TRANSFORMER, WORLD, add_run, cluster, model
+from store_helpers import CNN, FACTS, TRANSFORMER, WORLD, add_run, cluster, model
 
 SLOW_OK = {"timeout": 5.0, "budget": None}  # the machine is shared: no time pressure here
 
@@ -250,7 +250,8 @@ def test_warm_start_only_from_alike_jobs(store):
         "another model": add_run(store, model(TRANSFORMER), cluster(2), {"streams": 3}, 9.0),
         "simulated": add_run(store, model(CNN), cluster(2), {"streams": 4}, 9.0,
                              unit="samples/s", simulated=True),
-        "it/s": add_run(store, model(CNN), cluster(2), {"streams": 5}, 9.0, unit="it/s"),
+        "goodput": add_run(store, model(CNN), cluster(2), {"streams": 5}, 9.0,
+                           unit="goodput samples/s"),
         "other servers": add_run(store, model(CNN), cluster(2), {"streams": 6}, 9.0,
                                  facts={"k_max": 2, "workers_per_machine": 1}),
         "one machine": add_run(store, model(CNN), cluster(2), {"streams": 7}, 9.0,
@@ -263,10 +264,34 @@ def test_warm_start_only_from_alike_jobs(store):
     warm = warm_start_configs(store, model(CNN), cluster(2), space, k=10, **ALIKE, **SLOW_OK)
     assert warm == [space.validate({"streams": 2})], (warm, unlike)
     # the same filters, one at a time, on nearest
-    near = store.nearest(model(CNN), cluster(2), k=10, unit="it/s", **SLOW_OK)
-    assert [r["id"] for r, _ in near] == [unlike["it/s"]]
+    near = store.nearest(model(CNN), cluster(2), k=10, unit="goodput samples/s", **SLOW_OK)
+    assert [r["id"] for r, _ in near] == [unlike["goodput"]]
     near = store.nearest(model(CNN), cluster(2), k=10, max_distance=MAX_DISTANCE, **SLOW_OK)
     assert unlike["another model"] not in {r["id"] for r, _ in near} and len(near) == 6
+
+
+def test_samples_per_s_and_it_per_s_warm_start_each_other_ranked_by_speedup(store):
+    """Issue 65: an offline ``autotune tune`` scores it/s, a job with ``samples_per_step``
+    samples/s; each warms the other. Their scores differ by the job's batch, so runs of one
+    model and cluster are ranked by their best's speed-up over their own default."""
+    space = SearchSpace.build(max_streams=8)
+    # samples/s: a high score (batch 32), a small speed-up; it/s: a low score, a large one
+    for streams, best, default, unit in ((2, 32 * 11.0, 32 * 10.0, "samples/s"),
+                                         (4, 15.0, 10.0, "it/s")):
+        rid = store.start_run(job="job", world=WORLD, backend="gloo", model_graph=model(CNN),
+                              topology_graph=cluster(2), space_facts=FACTS, unit=unit)
+        store.finish_run(rid, best_config={"streams": streams}, best_score=best,
+                         default_score=default)
+    for unit in ("samples/s", "it/s"):
+        warm = warm_start_configs(store, model(CNN), cluster(2), space, k=10, unit=unit,
+                                  machines=2, **SLOW_OK)
+        assert warm == [space.validate({"streams": 4}), space.validate({"streams": 2})], unit
+    # goodput and simulated runs are of other kinds, in either unit
+    from autotune.units import alike_units
+
+    assert alike_units("it/s") == ("it/s", "samples/s")
+    assert alike_units("goodput samples/s") == ("goodput samples/s", "goodput it/s")
+    assert alike_units("simulated it/s") == ("simulated it/s", "simulated samples/s")
 
 
 def test_a_loopback_session_is_not_warm_started_by_a_simulated_32_gpu_run(tmp_path):
