@@ -60,6 +60,16 @@ def measure_times(times_s: Iterable[float]) -> Side:
     return measure(1.0 / t for t in times_s)
 
 
+def beats(best: Side, reference: Side, z: float) -> bool:
+    """Whether ``best``'s mean is above ``reference``'s by more than ``z`` standard errors
+    of the difference of the means (each side ``(mean, standard deviation, count)``;
+    False where a side lacks one of them)."""
+    (b, b_sd, b_n), (r, r_sd, r_n) = best, reference
+    if None in (b, b_sd, b_n, r, r_sd, r_n) or not b_n or not r_n:
+        return False
+    return b - r > z * math.sqrt(b_sd ** 2 / b_n + r_sd ** 2 / r_n)
+
+
 def _number(x: Any) -> float | None:
     return None if x is None else float(x)
 
@@ -132,6 +142,14 @@ class Speedup:
         rel_b = self.best_spread / self.best if self.best else 0.0
         rel_r = self.reference_spread / self.reference
         return r * math.hypot(rel_b, rel_r)
+
+    def beats(self, z: float) -> bool:
+        """Whether the speed-up is headlined (not refused; simulated ones never are) and
+        ``best`` is above ``reference`` by more than ``z`` standard errors (:func:`beats`)."""
+        if not self.measured or self.refused or self.simulated:
+            return False
+        return beats((self.best, self.best_spread, self.best_iterations),
+                     (self.reference, self.reference_spread, self.reference_iterations), z)
 
     # ------------------------------------------------------------------ shown
     def _counts(self) -> str:

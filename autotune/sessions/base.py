@@ -325,14 +325,18 @@ class TuningSession(SessionResults, abc.ABC):
         warm = self._run.warm_start(self.space)
         # torchrun --max-restarts brought the job back: no tuning again
         restarted = self._run.restarted_best(self.space)
-        # what came from the store says which run: now, in the table and in the store
-        stored, said = self._run.provenance(warm, restarted, budget)
-        for config, origin in stored:
-            self.driver.came_from(config, origin)
-        first = self.schedule.start(warm, keep=restarted)
-        if said is not None:  # through the tuning display, once it is there
-            self.display.say(said)
-        return first
+        # what came from the store says which run, in the table and in the store: at once
+        # where it is kept untuned, else once the schedule uses it (a search starts, or a
+        # job that affords none tries a stored best that had beaten its default)
+        if restarted is not None or budget == 0:
+            stored, said = self._run.provenance(warm, restarted, budget)
+            for config, origin in stored:
+                self.driver.came_from(config, origin)
+            first = self.schedule.start(warm, keep=restarted)
+            if said is not None:  # through the tuning display, once it is there
+                self.display.say(said)
+            return first
+        return self.schedule.start(warm, stored=self._run.stored_start(warm, budget))
 
     def _finish(self, exc: BaseException | None) -> None:
         """On the leader, when the session ends (``exc``: the exception that ended it):

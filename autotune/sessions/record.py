@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.runtime.config import ConfigError
+from autotune.tuning.schedule import StoredStart
 from autotune.tuning.space import Config, SearchSpace
 
 
@@ -262,6 +263,25 @@ class SessionRun:
                 f"budget 0: keeping the best configuration of {fmt_origin(o, how=False)} "
                 "untuned")
         return stored, warm_start_line([o for _, o in stored])
+
+    def stored_start(self, warm: list[Config], budget: int) -> StoredStart:
+        """What the store offers a search (:class:`~autotune.tuning.schedule.StoredStart`):
+        the warm start with its line, and the nearest stored best that beat its own run's
+        default by more than the noise (``beat_default``,
+        :func:`autotune.store.warmstart.warm_start_sources`), kept where the job affords
+        no search once it beats the default here too."""
+        from autotune.store.origin import NO_SEARCH, fmt_origin
+
+        stored, line = self.provenance(warm, None, budget)
+        proven = next(((c, o) for c, o in stored if o.get("beat_default")), None)
+        if proven is None:
+            return StoredStart(stored, line)
+        c, o = proven
+        speedup = f"{o['speedup']:.2f}x its default there" if o.get("speedup") else \
+            "faster than its default there"
+        return StoredStart(stored, line, (c, {**o, "how": NO_SEARCH},
+                           f"trying the stored best of {fmt_origin(o, how=False)}, "
+                           f"{speedup}, against the default"))
 
 
 def _device_name(model: Any) -> str:

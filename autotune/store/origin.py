@@ -18,9 +18,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 #: how a stored configuration came into a run: tried first among the trials (and kept if
-#: it won), kept untuned because the budget was 0, kept untuned after a restart
-WARM_START, BUDGET_ZERO, RESTART = "warm start", "budget 0", "restart"
-HOWS = (WARM_START, BUDGET_ZERO, RESTART)
+#: it won), kept untuned because the budget was 0, kept untuned after a restart, kept
+#: where the job afforded no search once it beat the default (a stored best that had
+#: beaten its own run's default)
+WARM_START, BUDGET_ZERO, RESTART, NO_SEARCH = "warm start", "budget 0", "restart", "no search"
+HOWS = (WARM_START, BUDGET_ZERO, RESTART, NO_SEARCH)
 
 
 def origin_of(run: Mapping[str, Any], how: str) -> dict[str, Any]:

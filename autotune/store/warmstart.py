@@ -82,7 +82,8 @@ def warm_start_sources(store: "NearestRuns", model_graph: "nx.Graph | None",
     away; a run of a job named other than ``job`` at most :data:`OTHER_JOB_DISTANCE`,
     when ``job`` is given), projected into ``space``, nearest first (see :func:`project_configs`), each
     with its origin (:func:`autotune.store.origin.origin_of`: the run, its job, when;
-    how: ``warm start``; and its ``distance``)."""
+    how: ``warm start``; its ``distance``, and ``speedup``/``beat_default``: how its best
+    did against its own default)."""
     from autotune.store.origin import WARM_START, origin_of
     from autotune.units import alike_units
 
@@ -95,8 +96,26 @@ def warm_start_sources(store: "NearestRuns", model_graph: "nx.Graph | None",
         near = [(run, d) for run, d in near
                 if run.get("job") == job or d <= min(max_distance, OTHER_JOB_DISTANCE)]
     return _projected(((run["best_config"], {**origin_of(run, WARM_START),
-                                               "distance": round(float(d), 4)})
+                                               "distance": round(float(d), 4),
+                                               **_against_default(run)})
                        for run, d in near), space)
+
+
+#: standard errors by which a stored best must have beaten its own run's default to be
+#: tried where a job affords no search (as a kept configuration must: tuning/kept.py)
+Z_STORED = 1.0
+
+
+def _against_default(run: Mapping[str, Any]) -> dict[str, Any]:
+    """What the run measured of its best against its own default: ``speedup`` (the ratio,
+    None when refused) and ``beat_default``, whether by more than the noise
+    (:data:`Z_STORED` standard errors; :meth:`autotune.speedup.Speedup.beats`)."""
+    from autotune.speedup import Speedup
+
+    s = Speedup.of_run(run)
+    ratio = s.ratio
+    return {"speedup": None if ratio is None else round(ratio, 3),
+            "beat_default": s.beats(Z_STORED)}
 
 
 def warm_start_configs(store: "NearestRuns", model_graph: "nx.Graph | None",

@@ -21,10 +21,9 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import math
 import statistics
 
-from autotune.speedup import measure
+from autotune.speedup import beats, measure
 from autotune.tuning.drift import Drift, DriftWatch
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import EFFICIENCY_WINDOW, best_lossless, dropped
@@ -113,9 +112,10 @@ class KeptPhase:
         base = self.driver.samples.get(space.key(default)) or []
         if len(base) < 2 or len(self.scores) < 2:
             return None
-        (k, k_sd, k_n), (d, d_sd, d_n) = measure(self.scores), measure(base)
-        if k - d > Z_KEPT * math.sqrt(k_sd ** 2 / k_n + d_sd ** 2 / d_n):
+        kept, default_side = measure(self.scores), measure(base)
+        if beats(kept, default_side, Z_KEPT):
             return None
+        (k, k_sd, k_n), (d, d_sd, d_n) = kept, default_side
         return (f"kept {fmt_config(self.keeping)} ran {fmt_score(k, self.unit, k_sd)} over its "
                 f"first {k_n} iterations, not faster than the default's "
                 f"{fmt_score(d, self.unit, d_sd)} ({d_n} iterations) by more than the noise: "

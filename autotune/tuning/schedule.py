@@ -21,6 +21,11 @@ next. The phases:
     (:attr:`~autotune.tuning.stakes.Plan.start_at`): the default runs, not a trial, until
     the job has run long enough; then the Tuner is made. The session measures none of
     the iterations in between (:meth:`TrialSchedule.quiet_for`).
+``baseline``
+    A job that affords no search tries a stored best (:class:`StoredStart`): first the
+    default runs on, scored, until it has :data:`~autotune.speedup.MIN_ITERATIONS` scored
+    iterations (the warm-up's count, but its first), the reference the stored best's
+    settled iterations are then confirmed against (``locked``).
 ``loading``
     While the new Tuner's libraries are imported in the background
     (:mod:`autotune.tuning.preload`, at most :data:`MAX_LOADING_S`), the default runs,
@@ -44,7 +49,10 @@ next. The phases:
     (:mod:`autotune.tuning.stakes`): the best configuration so far runs, unscored and
     uncharged, until the job has run twice as long; then the next trial starts.
 ``locked``
-    The budget is spent: the best configuration is kept, and its first
+    The budget is spent (or the job affords no search: then the default is kept, or
+    a stored best that beat its own run's default, whose settled iterations below are
+    its confirmation against the ``baseline``): the best configuration is kept, and its
+    first
     :data:`SETTLED_SAMPLES` iterations (not the first after a switch) are scored iterations
     of it too, so the mean reported as "best" rests on training and not only on the
     trials that picked it (the listener hears ``locked`` at once and ``kept_measured``
@@ -90,7 +98,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 from autotune.errors import ArgumentError
 from autotune.speedup import MIN_ITERATIONS
@@ -105,7 +114,7 @@ from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.stakes import SENSITIVE, SPEND, Plan, SearchCosts, Stakes
 from autotune.tuning.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.trials import TrialDriver
-from autotune.tuning.trial_run import SWITCH_MARGIN, trial_seconds
+from autotune.tuning.trial_run import SWITCH_MARGIN, throughput, trial_seconds
 from autotune.tuning.tuner import SEED, TrialRecord, Tuner
 from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 
@@ -113,8 +122,8 @@ from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
            "SETTLED_SAMPLES", "SWITCH_MARGIN", "flow_probe", "trial_seconds"]
 
-WARMUP, WAITING, LOADING, TRIAL, PAUSED, LOCKED = (
-    "warmup", "waiting", "loading", "trial", "paused", "locked")
+WARMUP, WAITING, BASELINE, LOADING, TRIAL, PAUSED, LOCKED = (
+    "warmup", "waiting", "baseline", "loading", "trial", "paused", "locked")
 
 #: The longest the first trial waits for the Tuner's libraries to be imported
 #: (:func:`~autotune.tuning.preload.loading`), in seconds.
@@ -125,6 +134,21 @@ MAX_LOADING_S = 30.0
 #: speed-up over the default needs. When it did not switch (the default ran just before,
 #: in the warm-up) it ends after MIN_ITERATIONS and gives the last back to the budget.
 REFERENCE_ITERATIONS = MIN_ITERATIONS + 1
+
+
+@dataclass
+class StoredStart:
+    """What the store offers a search (the session's provenance, sessions/record.py),
+    used only where the schedule uses it: ``warm``, the warm start's stored
+    configurations with their origins, and ``line``, what says so, recorded and said when
+    the search starts; ``proven``, a stored best that beat its own run's default by more
+    than the noise, its origin, and the line that says it is tried: where the job
+    affords no search (:attr:`Plan.stored`), it is kept from the warm-up's end, and its
+    settled iterations confirm it against the default's (back to the default if not)."""
+
+    warm: list[tuple[Config, dict[str, Any]]] = field(default_factory=list)
+    line: str | None = None
+    proven: tuple[Config, dict[str, Any], str] | None = None
 
 
 class TrialSchedule:
@@ -168,6 +192,7 @@ class TrialSchedule:
         self._plan = Plan(budget)  # the search the job affords (at the warm-up's end)
         self._charging = False  # whether the last next() was the search's (applied())
         self._warm_start: list[Config] = []  # the warm start, tried once tuning begins
+        self._stored = StoredStart()  # what of it came from the store
         self.codecs = CodecWait(space)  # codecs wait out the sensitive phase
         self.budget = budget
         self.samples_per_step = samples_per_step
@@ -198,16 +223,19 @@ class TrialSchedule:
         self.kept_phase = KeptPhase(driver, self.listener, drift, budget, samples_per_step)
 
     # ---------------------------------------------------------------- start
-    def start(self, warm: Sequence[Config], keep: Config | None = None) -> Config:
+    def start(self, warm: Sequence[Config], keep: Config | None = None,
+              stored: StoredStart | None = None) -> Config:
         """The first configuration. ``warm``: warm-start configurations (the first is kept
         as it is when ``budget`` is 0); ``keep``: a configuration to keep without tuning
-        (a restarted job's stored best)."""
+        (a restarted job's stored best); ``stored``: what of ``warm`` came from the store,
+        said and recorded once it is used (:class:`StoredStart`)."""
         if keep is not None or self.budget == 0:
             self.phase = LOCKED
             kept = keep if keep is not None else (warm[0] if warm else self.space.default())
             self.kept_phase.keep(kept)
             return kept
         self._warm_start = list(warm)
+        self._stored = stored or StoredStart()
         if self.warmup_phase.left:
             return self.space.default()
         return self._begin()
@@ -271,6 +299,8 @@ class TrialSchedule:
             return kept if retune is None else self._retune(*retune)
         if self.phase == WARMUP:
             return self._warmed(config, seconds, comm_s)
+        if self.phase == BASELINE:
+            return self._baseline(config, seconds, failed, switched)
         if self.phase == WAITING:
             return self._search() if self.iteration >= self._plan.start_at else self.space.default()
         if self.phase == LOADING:
@@ -393,17 +423,55 @@ class TrialSchedule:
         cannot pay for it yet (``waiting``)."""
         plan = self._plan = self.stakes.plan(self.budget, self.iteration,
                                              self.warmup_phase.times, self.warmup_phase.comm)
-        if plan.reason is not None:
-            self.listener.say(plan.reason)
         if plan.budget == 0:
+            proven = self._proven() if plan.stored else None
+            line = plan.line(None if proven is None else self._stored.proven[2])
+            if line:
+                self.listener.say(line)
+            if proven is not None:
+                return self._baseline(self.space.default(), None, None, False)
             self.phase = LOCKED
             kept = self.space.default()
             self.kept_phase.keep(kept)
             return kept
+        if plan.reason is not None:
+            self.listener.say(plan.line())
         if plan.start_at > self.iteration:
             self.phase = WAITING
             return self.space.default()
         return self._search()
+
+    def _proven(self) -> Config | None:
+        """Where the job affords no search: the stored best that beat its own run's
+        default (:class:`StoredStart`), if it can run here and is not the default; its
+        origin is recorded, and the default's warm-up iterations but the first (which
+        pays for allocations) are scored, the start of the ``baseline``."""
+        if self._stored.proven is None:
+            return None
+        config, origin, _ = self._stored.proven
+        default = self.space.default()
+        if not self.allowed(config) or self.space.key(config) == self.space.key(default):
+            return None
+        self.driver.came_from(config, origin)
+        for seconds in self.warmup_phase.times[1:]:
+            self.driver.sample(default, throughput(self.samples_per_step, seconds))
+        return config
+
+    def _baseline(self, config: Config, seconds: float | None, failed: str | None,
+                  switched: bool) -> Config:
+        """An iteration of the default ran (``seconds``; None: none yet) before a stored
+        best is tried: scored, until the default has :data:`MIN_ITERATIONS`; then the
+        stored best is kept, its settled iterations confirming it."""
+        default = self.space.default()
+        if seconds is not None and failed is None and not switched and math.isfinite(seconds):
+            self.driver.sample(default, throughput(self.samples_per_step, seconds))
+        if len(self.driver.samples.get(self.space.key(default), [])) < MIN_ITERATIONS:
+            self.phase = BASELINE
+            return default
+        self.phase = LOCKED
+        kept = self._stored.proven[0]
+        self.kept_phase.keep(kept)
+        return kept
 
     def _search(self) -> Config:
         """The search :attr:`_plan` affords starts: its Tuner is made (a fixed cost,
@@ -416,6 +484,10 @@ class TrialSchedule:
             self.trial_phase.narrow(lossless)
             self.listener.say(f"codecs wait for the first {SENSITIVE:.0%} of training "
                               f"(iteration {self.codecs.at}); tuning lossless until then")
+        for config, origin in self._stored.warm:  # the warm start is used: said, recorded
+            self.driver.came_from(config, origin)
+        if self._stored.line:
+            self.listener.say(self._stored.line)
         started = time.perf_counter()
         self.trial_phase.tune(budget, self.seed, self._warm_start, self._warmup_times())
         self.tuner.try_first(self.warmup_phase.seeds(self.space, self._capped), technique=SEED)

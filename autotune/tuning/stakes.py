@@ -95,14 +95,24 @@ DECIDE_S = 0.06
 
 @dataclass(frozen=True)
 class Plan:
-    """The search a job can afford: ``budget`` trial iterations (0: none) and the one line
-    that says why (``None`` when the user's budget stands as it is); ``start_at``: the
-    iteration it may start at (a young job of unknown length waits until it has run long
-    enough to pay for it; 0: at once)."""
+    """The search a job can afford: ``budget`` trial iterations (0: none) and why
+    (``None`` when the user's budget stands as it is); ``start_at``: the iteration it may
+    start at (a young job of unknown length waits until it has run long enough to pay for
+    it; 0: at once); ``stored``: no search, though communication is there to win (a
+    search costs more than it would win back), so a stored best may be confirmed instead
+    (:meth:`TrialSchedule.start`'s ``proven``)."""
 
     budget: int
     reason: str | None = None
     start_at: int = 0
+    stored: bool = False
+
+    def line(self, instead: str | None = None) -> str | None:
+        """The line that says the plan: with no search, its reason and what runs
+        (``instead``, else the default untuned)."""
+        if self.reason is None or self.budget > 0:
+            return self.reason
+        return f"{self.reason}; {instead or 'keeping the default untuned'}"
 
 
 @dataclass(frozen=True)
@@ -195,8 +205,7 @@ class Stakes:
             return Plan(requested)
         if exposed is not None and exposed < NOISE_FLOOR * step:
             return Plan(0, f"nothing to win: communication adds {_ms(exposed)} to a "
-                           f"{_ms(step)} step (under {NOISE_FLOOR:.0%}); keeping the "
-                           "default untuned")
+                           f"{_ms(step)} step (under {NOISE_FLOOR:.0%})")
         if not self.known:
             return self._plan_unknown(requested, done, step, exposed)
         costs, steps = self.costs, self.total_steps
@@ -209,7 +218,7 @@ class Stakes:
             if pays < MIN_SEARCH:
                 return Plan(0, f"a search cannot pay for itself: at most {_ms(exposed)} an "
                                f"iteration to win over the {left} iterations left, against "
-                               f"{_start(costs)}; keeping the default untuned")
+                               f"{_start(costs)}", stored=True)
             caps.append(pays)
         budget = max(0, min(caps))
         if budget >= requested:
@@ -217,7 +226,7 @@ class Stakes:
         if budget < MIN_SEARCH:
             return Plan(0, f"a job of {steps} iterations affords no search ({_start(costs)}, "
                            f"{self.spend:.0%} of its predicted time is "
-                           f"{self._known_cap_s:.2f} s); keeping the default untuned")
+                           f"{self._known_cap_s:.2f} s)", stored=True)
         return Plan(budget, f"tuning budget {budget} iterations (of {requested}): what a "
                             f"job of {steps} iterations can pay back")
 

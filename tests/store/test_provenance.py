@@ -45,7 +45,9 @@ def test_a_warm_start_says_which_run_and_the_kept_one_is_stored_with_it(tmp_path
         first = add_run(store, g, t, stored, score=900.0, job="earlier")
         earlier = store.run(first)
         sources = warm_start_sources(store, g, t, space, unit="samples/s", machines=2)
-        assert sources == [(stored, {**origin_of(earlier, WARM_START), "distance": 0.0})]
+        # its best against its own default: no counts stored, so no speed-up is claimed
+        assert sources == [(stored, {**origin_of(earlier, WARM_START), "distance": 0.0,
+                                     "speedup": None, "beat_default": False})]
         # a later run tries it first, measures it and keeps it
         rid = store.start_run(job="later", world=WORLD, backend="gloo", model_graph=g,
                               topology_graph=t, space_facts={})
@@ -57,7 +59,8 @@ def test_a_warm_start_says_which_run_and_the_kept_one_is_stored_with_it(tmp_path
         driver.close("finished", kept=stored)
         later = store.run(rid)
     assert later["kept_from"] == {"run": first, "job": "earlier", "created": earlier["created"],
-                                  "how": WARM_START, "distance": 0.0}
+                                  "how": WARM_START, "distance": 0.0, "speedup": None,
+                                  "beat_default": False}
     said = fmt_origin(later["kept_from"])
     assert said == f"run {first} (job 'earlier', {earlier['created'][:16].replace('T', ' ')}; " \
                    "warm start)"

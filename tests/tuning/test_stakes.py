@@ -487,3 +487,66 @@ def test_the_searchers_libraries_are_imported_in_the_background():
     before = threading.active_count()
     preload(name)  # already started once: no new thread
     assert threading.active_count() <= before
+
+
+# ------------------------------------------ a stored best where no search runs (issue 65)
+def _stored_start(config):
+    from autotune.tuning.schedule import StoredStart
+
+    origin = {"run": 4, "job": "offline", "created": None, "how": "no search"}
+    return StoredStart([(config, {**origin, "how": "warm start"})], "warm start: trying ...",
+                       (config, origin, "trying the stored best of run 4 against the default"))
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_a_job_that_affords_no_search_confirms_a_stored_best(holds):
+    """60 steps cannot pay for a search (the test above). A stored best (4 streams) that had
+    beaten its own run's default is kept instead once the default has 4 scored
+    iterations, and its settled iterations confirm it against them: kept where it is
+    faster here,
+    else back to the default, each said in one line. The warm start's own line, for a
+    search that never runs, is not said; the origin is recorded only for what ran."""
+    space = SearchSpace.build(k_max=0)
+    stored = space.validate({"streams": 4})
+    rng = random.Random(1)
+
+    def step(config):
+        fast = config["streams"] == 4 and holds
+        return (0.8 if fast else 1.1 if config["streams"] == 4 else 1.0) * STEP \
+            * (1 + 0.01 * rng.random())
+
+    s, said = make(space, total_steps=60)
+    config = s.start(space.seeds(), stored=_stored_start(stored))
+    ran = []
+    for _ in range(40):
+        ran.append(dict(config))
+        config = s.next(config, step(config), comm_s=0.1 * STEP)
+    assert s.phase == LOCKED and s.tuner is None and s.driver.history == []
+    # the warm-up (3), then the default until it has 4 scored iterations (the warm-up's
+    # but its first), then the stored best
+    assert ran[:5] == [space.default()] * 5 and ran[5] == stored
+    assert len(s.driver.samples[space.key(space.default())]) == 4
+    [line] = [x for x in said.lines if "cannot pay for itself" in x]
+    assert line.endswith("; trying the stored best of run 4 against the default")
+    assert not any(x.startswith("warm start") for x in said.lines), said.lines
+    assert s.driver.origin(stored)["how"] == "no search"
+    if holds:  # kept as it is (the session's best is then the configuration in force)
+        assert s.kept is None and ran[-1] == config == stored
+        assert not any("back to the default" in x for x in said.lines), said.lines
+    else:
+        assert s.kept == space.default() and ran[-1] == config == space.default()
+        assert any("back to the default" in x for x in said.lines), said.lines
+
+
+def test_a_search_says_and_records_the_warm_start_when_it_starts():
+    """Where the job searches, the warm start's line is said and its origins recorded
+    when the search starts, not before (a job that then affords none never says it)."""
+    space = SearchSpace.build(k_max=0)
+    stored = space.validate({"streams": 4})
+    s, said = make(space, total_steps=100_000)
+    config = s.start(space.seeds(), stored=_stored_start(stored))
+    assert said.lines == [] and s.driver.origin(stored) is None
+    for _ in range(4):
+        config = s.next(config, STEP, comm_s=0.5 * STEP)
+    assert s.phase == TRIAL and said.lines == ["warm start: trying ..."]
+    assert s.driver.origin(stored)["how"] == "warm start"
