@@ -86,6 +86,16 @@ def iterations(run: dict, side: str) -> str:
     return f" ({said}; partial: the run is {run['status']})" if partial(run) else f" ({said})"
 
 
+def not_measured(run: dict) -> str:
+    """What stands for the kept figure where the run has none: ``none`` where it kept no
+    configuration; where it did, that it was not measured (an aborted run's best so far:
+    kept untuned, or stopped before its settled iterations were scored)."""
+    if not run.get("best_config"):
+        return "none"
+    return "not measured" + (f" (the run was {run['status']})"
+                             if run.get("status") not in (None, "finished") else "")
+
+
 def figure(run: dict, side: str, unit: str) -> str:
     """The run's figure for ``side`` (``best``: the kept configuration, or ``default``)
     as every table shows it: mean ± spread (none under 2 iterations), its count, and
@@ -125,7 +135,8 @@ def run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
         ("id", run["id"]), ("job", run["job"]), ("status", run["status"]),
         ("created", run.get("created")), ("finished", run.get("finished")),
         ("unit", unit),
-        ("kept", figure(run, "best", unit)), ("default", figure(run, "default", unit)),
+        ("kept", figure(run, "best", unit) or not_measured(run)),
+        ("default", figure(run, "default", unit)),
         ("speed-up", speedup_text(run, counts=True)), ("trials", n_trials),
         ("world", " ".join(f"{k}={v}" for k, v in (run.get("world") or {}).items())),
         ("backend", run.get("backend")), ("simulated", "yes" if run.get("simulated") else "no"),

@@ -37,8 +37,8 @@ from typing import Any
 import click
 
 from autotune.outpath import OutFile
-from autotune.reports.common import (db_path_option, emit_json, guard, iterations, open_store,
-                                     run_fields, when)
+from autotune.reports.common import (db_path_option, emit_json, guard, iterations,
+                                     not_measured, open_store, run_fields, when)
 from autotune.reports.tables import Column, console, show
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin
@@ -144,7 +144,7 @@ def show_summary(run: dict, trials: list[dict], out: Any = None) -> None:
         ("status", f"{run.get('status')}, {span}"),
         ("trials", f"{n}, {s['failed']} failed"),
         ("kept", (fmt_score(run.get("best_score"), unit, run.get("best_spread"))
-                  + iterations(run, "best")) or "none"),
+                  + iterations(run, "best")) or not_measured(run)),
         ("default", (fmt_score(run.get("default_score"), unit, run.get("default_spread"))
                      + iterations(run, "default")) or "not measured"),
         ("speed-up", Speedup.of_run(run).shown() or "unknown"),

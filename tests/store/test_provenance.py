@@ -126,3 +126,25 @@ def test_one_kept_figure_in_db_runs_show_best_and_report(tmp_path):
 ])
 def test_an_origin_reads_as_one_phrase(origin, text):
     assert fmt_origin(origin) == text
+
+
+def test_an_aborted_runs_best_so_far_is_not_measured_not_none(tmp_path):
+    """Issue 65 item 7: an aborted run that kept a configuration from the store before any
+    figure of it was scored said ``kept none`` beside that configuration and its origin."""
+    path = tmp_path / "a.db"
+    with Store(path) as store:
+        first = add_run(store, model(CNN), cluster(2), {"streams": 4}, score=900.0, job="e")
+        rid = store.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),
+                              topology_graph=cluster(2), space_facts={})
+        store.finish_run(rid, status="aborted", best_config={"streams": 4}, best_score=None,
+                         kept_from={"run": first, "job": "e", "created": None,
+                                    "how": WARM_START})
+        empty = store.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),
+                                topology_graph=cluster(2), space_facts={})
+        store.finish_run(empty, status="aborted", best_config=None, best_score=None)
+    shown = run_cli("db", "show", str(rid), "--db", str(path))
+    assert table_field(shown, "kept") == "not measured (the run was aborted)"
+    assert table_field(shown, "kept from") == f"run {first} (job 'e'; warm start)"
+    report = _squeezed(run_cli("report", str(rid), "--db", str(path)))
+    assert "kept not measured (the run was aborted)" in report and "kept none" not in report
+    assert "kept none" in _squeezed(run_cli("report", str(empty), "--db", str(path)))
