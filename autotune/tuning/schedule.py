@@ -114,7 +114,7 @@ from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.stakes import SENSITIVE, SPEND, Plan, SearchCosts, Stakes
 from autotune.tuning.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.trials import TrialDriver
-from autotune.tuning.trial_run import SWITCH_MARGIN, throughput, trial_seconds
+from autotune.tuning.trial_run import SWITCH_MARGIN, throughput, trial_seconds, unit_of
 from autotune.tuning.tuner import SEED, TrialRecord, Tuner
 from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 
@@ -579,10 +579,46 @@ class TrialSchedule:
                 f"{self.stakes.spend:.0%} of the job's predicted time ({self.stakes.total_steps} "
                 "iterations) that they may lose")
         kept = self.best[0] if self.best else self.fallback()
+        why = self._not_the_fastest(kept)
+        if why is not None:
+            self.listener.say(why)
         self.kept_phase.lock(kept, self.tuner,
                              self.trial_phase.efficiency.get(self.space.key(kept), 1.0))
         self.listener.locked(self.kept)
         return kept
+
+    def _not_the_fastest(self, kept: Config) -> str | None:
+        """Why ``kept`` is not the configuration of the fastest single trial, when it is
+        not (issue 65: a report showed a trial faster than what was kept, and not why).
+        The Tuner keeps the highest lower bound of a trials' mean (``Tuner.best``): in
+        the confirm phase among those measured :data:`MIN_ITERATIONS` times or more, and
+        only where that bound clears the default's upper one."""
+        tuner = self.tuner
+        scored = [r for r in self.driver.history if r.score is not None and r.technique != "fault"]
+        if not scored or tuner is None:
+            return None
+        key = self.space.key
+        top = max(scored, key=lambda r: r.score)
+        top_b, kept_b = tuner.bounds(top.config), tuner.bounds(kept)
+        if key(top.config) == key(kept) or top_b is None or kept_b is None:
+            return None
+        from autotune.units import fmt_config, fmt_score
+
+        unit = unit_of(self.samples_per_step)
+        n = tuner.measurements(top.config)
+        if tuner.reference is not None and key(kept) == key(tuner.reference):
+            why = (f"its mean's lower bound, {fmt_score(top_b[0], unit)}, does not clear "
+                   f"the default's upper bound, {fmt_score(kept_b[2], unit)}: it is not "
+                   "proven faster than the default")
+        elif n < MIN_ITERATIONS:
+            why = (f"it was measured {n} time{'s' if n != 1 else ''}, fewer than the "
+                   f"{MIN_ITERATIONS} a kept configuration needs")
+        else:
+            why = (f"its mean's lower bound, {fmt_score(top_b[0], unit)}, is under the kept "
+                   f"one's, {fmt_score(kept_b[0], unit)}")
+        return (f"kept {fmt_config(kept)} ({fmt_score(kept_b[1], unit)} on average), not "
+                f"the fastest trial's {fmt_config(top.config)} ({fmt_score(top.score, unit)} "
+                f"once, {fmt_score(top_b[1], unit)} on average over {n} measurements): {why}")
 
     def _retune(self, budget: int, first: Config) -> Config:
         """A re-tune of ``budget`` iterations whose first trial is ``first``. What was

@@ -550,3 +550,35 @@ def test_a_search_says_and_records_the_warm_start_when_it_starts():
         config = s.next(config, STEP, comm_s=0.5 * STEP)
     assert s.phase == TRIAL and said.lines == ["warm start: trying ..."]
     assert s.driver.origin(stored)["how"] == "warm start"
+
+
+def test_a_faster_looking_trial_not_kept_is_said_why():
+    """Issue 65 item 5: the trials' best rose above what was kept and nothing said why. A
+    configuration fast in its first trial only (noise) and slower after: the line at the
+    lock names it, its one fast score, what it averaged, and which rule kept the other
+    (here: not proven faster than the default)."""
+    from autotune.units import fmt_config
+
+    space = SearchSpace.build(k_max=0)
+    seen: dict = {}
+
+    def step(config):
+        key = space.key(config)
+        seen[key] = seen.get(key, 0) + 1
+        if config["streams"] == 4 and config == space.validate(
+                {**space.default(), "streams": 4}):  # one lucky first trial, then slow
+            return 0.5 * STEP if seen[key] <= 3 else 1.5 * STEP
+        return STEP
+
+    s, said = make(space, budget=40, total_steps=100_000)
+    config = s.start([space.validate({**space.default(), "streams": 4})] + space.seeds())
+    for _ in range(120):
+        config = s.next(config, step(config), comm_s=0.5 * STEP)
+        if s.phase == LOCKED:
+            break
+    assert s.phase == LOCKED
+    lucky = space.validate({**space.default(), "streams": 4})
+    assert space.key(s.kept) != space.key(lucky)
+    [line] = [x for x in said.lines if "not the fastest trial's" in x]
+    assert line.startswith(f"kept {fmt_config(space.default())} (") and fmt_config(lucky) in line
+    assert "once," in line and "is not proven faster than the default" in line, line
