@@ -85,7 +85,11 @@ class Session(TuningSession):
     def _open(self) -> None:
         from autotune.runtime import Runtime
 
-        init_world(self.options.timeout)
+        alone = init_world(self.options.timeout)
+        if alone is not None and self.options.verbose:
+            from autotune.progress import message
+
+            message(alone)
         install_excepthook()  # a peer's failure, uncaught, is one line
         # the runtime writes the averages into DDP's bucket buffers
         self.rt = Runtime.bootstrap(timeout=self.options.timeout, grad_views=False)

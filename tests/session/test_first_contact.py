@@ -221,3 +221,37 @@ def test_a_mistake_in_the_loop_is_one_line_once(tmp_path):
         f"per iteration, after loss.backward() (at {script}:9)",
         "autotune launch: rank 0 (worker) failed, exit code 1 (its one-line error is above)",
     ], lines
+
+
+ALONE = """
+import torch, autotune
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for k in range(2):  # a notebook's cells, one after another
+    with autotune.session(model, store=False) as tuner:
+        for _ in range(6):
+            model(torch.randn(4, 8)).sum().backward()
+            tuner.step()
+            opt.step()
+            opt.zero_grad()
+    assert type(model) is torch.nn.Sequential and tuner.best is not None
+print("ok", torch.distributed.get_world_size())
+"""
+
+
+def test_plain_python_with_no_launcher_trains_as_one_worker():
+    """Issue 65 item 7: plain ``python`` (a notebook) used to be a UsageError asking for
+    MASTER_ADDR; with none of the launcher's variables set, the session makes a world of
+    one in-process and says so once. A half-set environment is still the error."""
+    env = {k: v for k, v in _env().items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR",
+                                                        "MASTER_PORT", "LOCAL_RANK")}
+    out = subprocess.run([sys.executable, "-c", ALONE], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("ok 1"), out.stdout[-2000:]
+    assert (out.stdout + out.stderr).count("no launcher started this process") == 1, out.stderr
+    half = subprocess.run([sys.executable, "-c", ALONE], capture_output=True, text=True,
+                          timeout=300, env={**env, "RANK": "0"}, cwd=ROOT)
+    assert half.returncode != 0 and "missing env: MASTER_ADDR, MASTER_PORT, WORLD_SIZE" \
+        in half.stderr, half.stderr[-2000:]
