@@ -171,8 +171,11 @@ class TuningDisplay:
         self._t_over: float | None = None  # when the iterations were said to be over
 
     def update(self, completed: int | None = None, total: int | None = None) -> None:
-        """Set the iterations done (and the total) outright."""
+        """Set the iterations done (and the total) outright (a total that grows, as a
+        timing that goes on until it is long enough, is full again when reached)."""
         if total is not None:
+            if total > self.total:
+                self._t_full = None
             self.total = total
         if completed is not None:
             self.completed = completed

@@ -237,14 +237,18 @@ def measure_compute_ms(name: str, batch_size: int = 2, steps: int = 3, **kwargs:
 def time_ddp(module: nn.Module, warmup: int, iterations: int, *, bucket_cap_mb: float = 25.0,
              x: torch.Tensor | None = None, init_sync: bool = False,
              process_group: Any = None, device: torch.device | None = None,
-             after: Callable[[int], None] | None = None) -> list[float]:
+             after: Callable[[int], None] | None = None,
+             min_seconds: float = 0.0) -> list[float]:
     """DDP (gloo) on ``module``, called with ``x`` (default ``torch.ones(1)``), over
     ``process_group`` (default: the initialised world; give the workers' group when the
     world has other ranks): the slowest worker's time of each of ``iterations``
-    iterations after ``warmup``. Each iteration starts with a barrier (the part of a
-    session's per-iteration sync) and ends when backward returned (DDP has averaged;
-    on a CUDA ``device``, once the device is done too). ``after(i)`` runs after
-    iteration ``i``, outside the timed window, its averaged gradients in ``.grad``."""
+    iterations after ``warmup``, and more while those times add up to less than
+    ``min_seconds`` (a fast job's few iterations measure noise; at most
+    :data:`MAX_TIMED` in all; every rank sees the same times, so all stop together).
+    Each iteration starts with a barrier (the part of a session's per-iteration sync)
+    and ends when backward returned (DDP has averaged; on a CUDA ``device``, once the
+    device is done too). ``after(i)`` runs after iteration ``i``, outside the timed
+    window, its averaged gradients in ``.grad``."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     cuda = device is not None and device.type == "cuda"
@@ -252,15 +256,27 @@ def time_ddp(module: nn.Module, warmup: int, iterations: int, *, bucket_cap_mb: 
     ddp = DDP(module, bucket_cap_mb=bucket_cap_mb, init_sync=init_sync,
               process_group=process_group, **kwargs)
     x = torch.ones(1) if x is None else x
-    times = []
-    for i in range(warmup + iterations):
+    times: list[float] = []
+    i = 0
+    while i < warmup or more_timed(times, iterations, min_seconds):
         t = torch.tensor([ddp_step_s(ddp, x, process_group, device)], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=process_group)
         if i >= warmup:
             times.append(float(t))
         if after is not None:
             after(i)
+        i += 1
     return times
+
+
+#: the most timed iterations :func:`more_timed` asks for, however short they are
+MAX_TIMED = 10_000
+
+
+def more_timed(times: list[float], iterations: int, min_seconds: float) -> bool:
+    """Whether a timing of ``times`` so far needs another iteration: fewer than
+    ``iterations``, or less than ``min_seconds`` in all (under :data:`MAX_TIMED`)."""
+    return len(times) < iterations or (sum(times) < min_seconds and len(times) < MAX_TIMED)
 
 
 def ddp_step_s(ddp: nn.Module, x: torch.Tensor, barrier_group: Any = None,

@@ -156,7 +156,11 @@ def _stored_sides(run: dict) -> dict[str, Any]:
               help="Iterations per trial (default: the Tuner's).")
 @click.option("--verify-iterations", type=click.IntRange(1, None), default=8, show_default=True,
               help="Iterations of the kept configuration after the budget, timed as DDP's "
-                   "are (what the speed-up over DDP compares).")
+                   "are (what the speed-up over DDP compares); at least.")
+@click.option("--verify-seconds", type=click.FloatRange(0, None), default=2.0,
+              show_default=True,
+              help="DDP's timing and the kept configuration's each go on until they add up "
+                   "to this long (a fast job's few iterations measure noise).")
 @click.option("--techniques", default=",".join(DEFAULT_TECHNIQUES), show_default=True,
               metavar="NAME[,NAME...]",
               help=f"Search techniques, comma-separated, from: {', '.join(TUNE_TECHNIQUES)} "
@@ -229,6 +233,7 @@ class TuneOptions:
     compare_ddp: bool
     trial_iterations: int | None
     verify_iterations: int
+    verify_seconds: float
     techniques: str
     seed: int
     allow_lossy: bool
@@ -392,7 +397,8 @@ def _local(req: _Request) -> dict:
                      techniques=req.techniques, trial_iterations=o.trial_iterations,
                      allow_lossy=o.allow_lossy, timeout=o.timeout, emulate=o.emulate,
                      job=f"tune:{name}", verify_iterations=o.verify_iterations,
-                     compare_ddp=o.compare_ddp, fixed=req.fixed)
+                     verify_seconds=o.verify_seconds, compare_ddp=o.compare_ddp,
+                     fixed=req.fixed)
     where = f"emulated cluster at {o.emulate}" if o.emulate else "this machine"
     # rank 0's events, shown on stderr (a bar on a terminal, else lines); the mode is
     # chosen here, before the ranks' environment (AUTOTUNE_PROGRESS=events) is set

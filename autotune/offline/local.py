@@ -63,6 +63,7 @@ class LocalPlan:
     emulate: str | None = None
     job: str = ""
     verify_iterations: int = 8
+    verify_seconds: float = 0.0  # the DDP reference and the re-timing, each at least so long
     ddp_iterations: int = 8
     ddp_warmup: int = 2
     compare_ddp: bool = False
@@ -81,6 +82,7 @@ class LocalPlan:
             "techniques": list(self.techniques), "trial_iterations": self.trial_iterations,
             "allow_lossy": self.allow_lossy, "timeout": min(self.timeout, 600.0),
             "job": self.job, "verify_iterations": self.verify_iterations,
+            "verify_seconds": self.verify_seconds,
             "ddp_iterations": self.ddp_iterations, "ddp_warmup": self.ddp_warmup,
             "fixed": self.fixed,
         }

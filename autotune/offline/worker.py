@@ -7,7 +7,8 @@ emulated cluster); servers run ``python -m autotune.server`` as in any job. ``SP
 * ``mode: "tune"``: the model's :class:`~autotune.workload.SyntheticJob` trains
   for ``budget`` iterations inside :func:`autotune.session`, which tunes, fingerprints the
   model and the world, warm-starts from and records to the store, exactly as a real job
-  would; then ``verify_iterations`` more under the kept configuration are timed like the
+  would; then ``verify_iterations`` more (and more while they add up to less than
+  ``verify_seconds``) under the kept configuration are timed like the
   DDP reference (an estimate of the kept configuration free of the tuner's selection
   bias).
 * ``mode: "ddp"``: the same synthetic job under PyTorch DDP (gloo, default buckets), the
@@ -124,16 +125,21 @@ def run_tune(spec: dict, rank: int) -> None:
             if not tuner.rt.worker_max(1.0 if going else 0.0):
                 break
         # The kept configuration, timed like the DDP reference (slowest worker).
-        times = []
-        shown = _display(rank, "verify", verify, "under the kept configuration")
-        for i in range(verify):
+        from autotune.workload import more_timed
+
+        times: list[float] = []
+        least_s = float(spec.get("verify_seconds", 0.0))
+        shown = _display(rank, "verify", verify, "under the kept configuration"
+                         + (f" (at least {least_s:g} s)" if least_s else ""))
+        while True:
             start = time.perf_counter()
             job(x).backward()
             tuner.step()
             times.append(tuner.rt.worker_max(time.perf_counter() - start))
-            shown.advance()
-            if i < verify - 1:
-                model.zero_grad(set_to_none=False)
+            shown.update(len(times), max(verify, len(times)))
+            if not more_timed(times, verify, least_s):  # the same times on every rank
+                break
+            model.zero_grad(set_to_none=False)
         shown.stop(timed_figure(times))
         # lossless configurations must give the exact average
         exact = _check_average(model, world)
@@ -165,16 +171,18 @@ def ddp_phase(spec: dict, rank: int, model: Any, job: Any) -> dict:
 
     world = dist.get_world_size()
     warmup, iterations = int(spec["ddp_warmup"]), int(spec["ddp_iterations"])
+    least_s = float(spec.get("verify_seconds", 0.0))
     shown = _display(rank, "ddp", warmup + iterations,
-                   f"under PyTorch DDP (gloo, default buckets; {warmup} warm-up)")
+                     f"under PyTorch DDP (gloo, default buckets; {warmup} warm-up"
+                     + (f"; at least {least_s:g} s" if least_s else "") + ")")
 
     def after(i: int) -> None:
         if i == 0 and not _check_average(model, world):
             raise SystemExit(f"rank {rank}: DDP gradients are not the average")
-        shown.advance()
+        shown.update(i + 1, max(warmup + iterations, i + 1))
 
     times = time_ddp(job, warmup, iterations, x=torch.tensor(float(rank + 1)),
-                     init_sync=True, after=after)
+                     init_sync=True, after=after, min_seconds=least_s)
     model.zero_grad(set_to_none=True)
     med = statistics.median(times)
     shown.stop(timed_figure(times))
