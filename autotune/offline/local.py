@@ -233,7 +233,8 @@ def _run_emulated(plan: LocalPlan, argv: list[str], workers: int, servers: int,
 def tune_local(plan: LocalPlan, on_event: Callable[[dict], None] | None = None) -> dict:
     """Run the offline tuning job (and, with ``plan.compare_ddp``, the DDP reference: in
     the same world without servers, else as a second job on the workers); return rank
-    0's report with the stored run (``run``, ``trials``) and the DDP result (``ddp``).
+    0's report with the stored run (``run``, ``trials``) and the DDP result (``ddp``),
+    which the run then holds too (``runs.ddp``, :meth:`~autotune.store.Store.record_ddp`).
     ``on_event`` gets rank 0's progress events as they come (to show them, e.g. with a
     :class:`autotune.progress.Viewer`)."""
     from autotune.store import Store
@@ -249,4 +250,11 @@ def tune_local(plan: LocalPlan, on_event: Callable[[dict], None] | None = None) 
         result["trials"] = store.trials(runs[0]["id"])
     if plan.compare_ddp and result.get("ddp") is None:
         result["ddp"] = _run(plan, "ddp", plan.workers, 0, on_event)
+    if result.get("ddp"):  # stored with the run: db show and report show it too
+        from autotune.speedup import measure_times
+
+        with Store(plan.db) as store:
+            store.record_ddp(result["run"]["id"], measure_times(result["ddp"]["times_s"]),
+                             measure_times(result["verify_times_s"]))
+            result["run"] = store.run(result["run"]["id"])
     return result

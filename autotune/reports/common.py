@@ -22,9 +22,9 @@ from autotune.units import fmt_score, unit_of
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.store.db import Store
 
-__all__ = ["db_path_option", "emit_json", "figure", "guard", "iterations", "open_store",
-           "partial", "run_fields", "speedup_text", "spread", "sums_on_workers", "when",
-           "WORKERS_SUM"]
+__all__ = ["db_path_option", "ddp_fields", "emit_json", "figure", "guard", "iterations",
+           "not_measured", "open_store", "partial", "run_fields", "speedup_text", "spread",
+           "sums_on_workers", "when", "WORKERS_SUM"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -96,6 +96,23 @@ def not_measured(run: dict) -> str:
                              if run.get("status") not in (None, "finished") else "")
 
 
+def ddp_fields(run: dict, unit: str) -> list[tuple[str, str]]:
+    """What ``autotune tune`` measured against PyTorch DDP (``runs.ddp``): DDP's figure,
+    the kept configuration re-timed as DDP's is, and the speed-up of the one over the
+    other (:mod:`autotune.speedup`); none where nothing was compared."""
+    ddp = run.get("ddp") or {}
+    if not ddp.get("ddp") or not ddp.get("kept"):
+        return []
+    sides = {k: (v.get("score"), v.get("spread"), v.get("iterations")) for k, v in ddp.items()}
+
+    def shown(side: tuple) -> str:
+        count = f" ({side[2]} iterations)" if side[2] is not None else ""
+        return fmt_score(side[0], unit, side[1] if (side[2] or 0) > 1 else None) + count
+
+    return [("DDP", shown(sides["ddp"])), ("kept, re-timed as DDP is", shown(sides["kept"])),
+            ("speed-up over DDP", Speedup.of(sides["kept"], sides["ddp"]).shown())]
+
+
 def figure(run: dict, side: str, unit: str) -> str:
     """The run's figure for ``side`` (``best``: the kept configuration, or ``default``)
     as every table shows it: mean ± spread (none under 2 iterations), its count, and
@@ -145,6 +162,8 @@ def run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
                                  (run.get("space_facts") or {}).items())),
         ("versions", f"autotune {run.get('autotune_version')}, torch {run.get('torch_version')}"),
     ]
+    if run.get("ddp"):  # autotune tune timed PyTorch DDP on the same job
+        fields[9:9] = ddp_fields(run, unit)  # after the speed-up over the default
     if run.get("kept_from"):  # the kept configuration came from an earlier run
         fields.insert(7, ("kept from", fmt_origin(run["kept_from"])))
     if run.get("tuning_cost"):

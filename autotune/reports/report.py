@@ -37,8 +37,8 @@ from typing import Any
 import click
 
 from autotune.outpath import OutFile
-from autotune.reports.common import (db_path_option, emit_json, guard, iterations,
-                                     not_measured, open_store, run_fields, when)
+from autotune.reports.common import (db_path_option, ddp_fields, emit_json, guard,
+                                     iterations, not_measured, open_store, run_fields, when)
 from autotune.reports.tables import Column, console, show
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin
@@ -148,6 +148,7 @@ def show_summary(run: dict, trials: list[dict], out: Any = None) -> None:
         ("default", (fmt_score(run.get("default_score"), unit, run.get("default_spread"))
                      + iterations(run, "default")) or "not measured"),
         ("speed-up", Speedup.of_run(run).shown() or "unknown"),
+    ] + ddp_fields(run, unit) + [
         ("kept configuration", fmt_config(run.get("best_config")) or "none"),
     ] + ([("kept from", fmt_origin(run["kept_from"]))] if run.get("kept_from") else []) + (
             [("tuning cost", fmt_cost(run["tuning_cost"]))] if run.get("tuning_cost") else []):

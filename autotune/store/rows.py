@@ -20,7 +20,7 @@ STATUSES = ("running", "finished", "failed", "aborted")
 ABANDONED = "abandoned"
 SHOWN_STATUSES = STATUSES + (ABANDONED,)
 JSON_COLUMNS = {"runs": ("world", "space_facts", "best_config", "kept_from", "tuning_cost",
-                         "continues"),
+                         "continues", "ddp"),
                 "trials": ("config",)}
 
 

@@ -14,7 +14,8 @@ database, with five tables:
   owner (``owner_host``, ``owner_pid``: who started it), and where the kept
   configuration came from when it came from the store (``kept_from``, JSON: run, job,
   created, how; :mod:`autotune.store.origin`), and what tuning cost the job
-  (``tuning_cost``, JSON: :func:`_v9_to_v10`).
+  (``tuning_cost``, JSON: :func:`_v9_to_v10`), and what ``autotune tune`` measured
+  against DDP (``ddp``, JSON: :func:`_v12_to_v13`).
 * ``trials``: one measured configuration of a run: number (0, 1, ... in the order
   tried, like Optuna's ``trial.number``), technique, configuration (JSON), iterations,
   score (``NULL`` when it failed, with ``error``), wall time (its duration, s) and
@@ -46,7 +47,7 @@ import sqlalchemy as sa
 from autotune.store.sqltext import sql
 
 APPLICATION = "autotune"
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 #: the advisory lock PostgreSQL writers take while they create or migrate the schema
 LOCK_KEY = 0x6175746F74756E  # "autotun"
 #: the advisory lock a PostgreSQL prune takes alone and a run start shares
@@ -221,6 +222,14 @@ def _v11_to_v12(c: sa.Connection) -> None:
            "and t.efficiency is not null)")
 
 
+def _v12_to_v13(c: sa.Connection) -> None:
+    """Issue 65. What ``autotune tune`` measured against PyTorch DDP on the same job:
+    ``runs.ddp`` (JSON: DDP's figure and the kept configuration's, re-timed as DDP's is,
+    each ``score``, ``spread``, ``iterations``; :meth:`RunWriter.record_ddp`); ``NULL``
+    where nothing was compared (a training session, ``--no-compare-ddp``, older runs)."""
+    _add(c, "runs", "ddp", "text")
+
+
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
@@ -234,6 +243,7 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     9: _v9_to_v10,
     10: _v10_to_v11,
     11: _v11_to_v12,
+    12: _v12_to_v13,
 }
 assert sorted(MIGRATIONS) == list(range(SCHEMA_VERSION))
 

@@ -209,6 +209,24 @@ class RunWriter:
 
         self.connection.write(write)
 
+    def record_ddp(self, run_id: int, ddp: tuple, kept: tuple) -> None:
+        """What the run measured against PyTorch DDP on the same job (``autotune tune``):
+        ``ddp`` and ``kept`` (the kept configuration re-timed as DDP's is), each
+        ``(score, spread, iterations)`` in the run's unit; ``runs.ddp``."""
+        def side(name: str, value: tuple) -> dict[str, Any]:
+            score, spread, n = value
+            return {"score": None if score is None else float(score),
+                    "spread": _spread(f"{name} spread", spread),
+                    "iterations": _count(f"{name} iterations", n)}
+
+        values = {"ddp": dumps({"ddp": side("ddp", ddp), "kept": side("kept", kept)})}
+
+        def write(c: sa.Connection) -> None:
+            self._require_run(c, int(run_id))
+            self._update_run(c, int(run_id), values)
+
+        self.connection.write(write)
+
     def close_run(self, run_id: int, status: str = "aborted", cause: str | None = None) -> str:
         """Close a run left ``running`` (e.g. shown ``abandoned``: its owner is gone) as
         ``status`` (default ``aborted``; ``abandoned`` stored, with its ``cause``, where

@@ -296,6 +296,9 @@ def test_tune_on_loopback_stores_a_run(tuned):
     assert report["ddp_iterations"] / report["ddp_score"] >= 2.0 * 0.8
     assert report["speedup_over_ddp"]["refused"] is None
     assert report["speedup_over_ddp"]["ratio"] > 0
+    # ... and stored with the run (db show and report read it there)
+    assert run["ddp"]["ddp"]["iterations"] == report["ddp_iterations"]
+    assert run["ddp"]["kept"]["score"] == pytest.approx(report["kept_score"])
     assert run["status"] == "finished" and run["simulated"] is False
     assert run["best_config"] == report["best"] and run["job"] == "tune:tune_helpers:tiny"
     # the whole budget, or less where the confirm phase separated the kept one early

@@ -116,6 +116,7 @@ def test_goodput_runs_have_their_own_unit_in_best_and_warm_start(tmp_path):
     with sqlite3.connect(path) as con:
         con.execute("alter table runs drop column continues")
         con.execute("alter table runs drop column cause")
+        con.execute("alter table runs drop column ddp")
         con.execute("update runs set unit = 'samples/s'")
         con.execute("update meta set value = '11' where key = 'schema_version'")
     with Store(path) as s:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 from click.testing import CliRunner
@@ -148,3 +149,36 @@ def test_an_aborted_runs_best_so_far_is_not_measured_not_none(tmp_path):
     report = _squeezed(run_cli("report", str(rid), "--db", str(path)))
     assert "kept not measured (the run was aborted)" in report and "kept none" not in report
     assert "kept none" in _squeezed(run_cli("report", str(empty), "--db", str(path)))
+
+
+def test_the_ddp_comparison_is_stored_and_shown(tmp_path):
+    """Issue 65 item 5: what ``autotune tune`` measured against DDP was printed and stored
+    nowhere; ``record_ddp`` keeps it (``runs.ddp``, schema 13), and ``db show``, its JSON,
+    ``report`` and the HTML page's fields show it. A store of schema 12 migrates with none."""
+    from autotune.speedup import Speedup
+
+    path = tmp_path / "d.db"
+    with Store(path) as store:
+        rid = store.start_run(job="tune:m", world=WORLD, backend="gloo", model_graph=model(CNN),
+                              topology_graph=cluster(2), space_facts={}, unit="it/s")
+        store.finish_run(rid, best_config={"streams": 2}, best_score=180.0)
+        store.record_ddp(rid, (190.0, 40.0, 300), (175.0, 30.0, 320))
+        stored = {"ddp": {"score": 190.0, "spread": 40.0, "iterations": 300},
+                  "kept": {"score": 175.0, "spread": 30.0, "iterations": 320}}
+        assert store.run(rid)["ddp"] == stored
+        other = store.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),
+                                topology_graph=cluster(2), space_facts={})
+    ratio = Speedup.of((175.0, 30.0, 320), (190.0, 40.0, 300)).shown()
+    shown = run_cli("db", "show", str(rid), "--db", str(path))
+    assert table_field(shown, "speed-up over DDP") == ratio and ratio.startswith("0.92x")
+    assert table_field(shown, "DDP") == "190 ± 40 it/s (300 iterations)"
+    assert json.loads(run_cli("db", "show", str(rid), "--db", str(path), "--json"))["ddp"] \
+        == stored
+    assert f"speed-up over DDP {ratio}" in _squeezed(run_cli("report", str(rid), "--db",
+                                                               str(path)))
+    assert "speed-up over DDP" not in run_cli("db", "show", str(other), "--db", str(path))
+    with sqlite3.connect(path) as con:
+        con.execute("alter table runs drop column ddp")
+        con.execute("update meta set value = '12' where key = 'schema_version'")
+    with Store(path) as s:
+        assert s.schema_version == schema.SCHEMA_VERSION == 13 and s.run(rid)["ddp"] is None
