@@ -65,6 +65,17 @@ def technique_colour(name: str) -> str:
     return TECHNIQUE_COLOURS.get(name) or _SPARE[zlib.crc32(name.encode()) % len(_SPARE)]
 
 
+def not_kept_text(n: dict, trials: list[dict], unit: str) -> str:
+    """Why the fastest trial's configuration was not kept (:func:`~autotune.store.summary.
+    not_kept`): its number, configuration, score and mean, and the rule."""
+    mean = (f"{fmt_score(n['mean'], unit)} on average over its {n['trials']} trials"
+            if n["trials"] > 1 else "its only trial")
+    return (f"#{trials[n['at']].get('number')} {fmt_config(n['config'])}, "
+            f"{fmt_score(n['score'], unit)} once ({mean}), not kept: a configuration is kept "
+            "on its mean's lower bound over its trials, confirmed 4 times, and only where "
+            "that clears the default's upper bound (docs/tuner.md, \"Confirming\")")
+
+
 def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
     """What ``report --json`` prints: the run, its unit, and the summary (raw numbers:
     scores in ``unit``, sizes in bytes)."""
@@ -82,6 +93,8 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
         "tuning_cost": run.get("tuning_cost"),
         "kept_at": [trials[i].get("number") for i in s["kept_at"]],
         "best_trial_score": s["best"],
+        "fastest_not_kept": (None if s["not_kept"] is None else
+                             {**s["not_kept"], "at": trials[s["not_kept"]["at"]].get("number")}),
         "techniques": {k: {"trials": s["trials"][k], "share": s["trials"][k] / len(trials),
                            "new_bests": s["new_bests"][k],
                            "gain": s["gain"][k], "colour": technique_colour(k)}
@@ -151,6 +164,8 @@ def show_summary(run: dict, trials: list[dict], out: Any = None) -> None:
     ] + ddp_fields(run, unit) + [
         ("kept configuration", fmt_config(run.get("best_config")) or "none"),
     ] + ([("kept from", fmt_origin(run["kept_from"]))] if run.get("kept_from") else []) + (
+            [("fastest trial", not_kept_text(s["not_kept"], trials, unit))]
+            if s["not_kept"] else []) + (
             [("tuning cost", fmt_cost(run["tuning_cost"]))] if run.get("tuning_cost") else []):
         facts.add_row(Text(f"  {label}"), Text(value))
     out.print(facts)
@@ -466,6 +481,8 @@ high is a good one; a wide spread means the other parameters matter more.</li>
 </ul>
 <h2>Kept configuration</h2>
 {_html_table(["parameter", "value"], kept)}
+{"" if s["not_kept"] is None else
+ f'<p class="not-kept">Fastest trial: {html.escape(not_kept_text(s["not_kept"], trials, unit))}</p>'}
 <h2>Techniques</h2>
 {_html_table(["technique", "trials", "new bests", "gain credited"], techs, raw=0)}
 <h2>Run</h2>

@@ -21,10 +21,26 @@ def same_config(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> boo
     return a is not None and b is not None and shown_params(a) == shown_params(b)
 
 
+def not_kept(trials: list[dict], kept: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Where the fastest single trial is not of the ``kept`` configuration (issue 65: a
+    report showed a trial faster than what was kept, and not why): its index, its score,
+    and the mean of its configuration's trials (``mean``, over ``trials``); else None."""
+    scored = [(i, t) for i, t in enumerate(trials) if t.get("score") is not None]
+    if not scored or kept is None:
+        return None
+    at, top = max(scored, key=lambda it: it[1]["score"])
+    if same_config(top.get("config"), kept):
+        return None
+    mine = [t["score"] for _, t in scored if same_config(t.get("config"), top.get("config"))]
+    return {"at": at, "config": top.get("config"), "score": top["score"],
+            "mean": sum(mine) / len(mine), "trials": len(mine)}
+
+
 def summarize(trials: list[dict], run: dict | None = None) -> dict[str, Any]:
     """Per-technique counts of trials, of new bests and their gains; the best-so-far
     curve (``None`` until the first successful trial); the cumulative gain credited to
-    each technique after every trial; the trials that measured the kept configuration."""
+    each technique after every trial; the trials that measured the kept configuration;
+    the fastest trial where it is not of the kept configuration (:func:`not_kept`)."""
     best: float | None = None
     curve: list[float | None] = []
     new_best_at: list[int] = []
@@ -46,6 +62,7 @@ def summarize(trials: list[dict], run: dict | None = None) -> dict[str, Any]:
     techniques = sorted(per_trials, key=lambda k: (-per_trials[k], k))
     kept = (run or {}).get("best_config")
     return {
+        "not_kept": not_kept(trials, kept),
         "techniques": techniques,
         "trials": dict(per_trials),
         "new_bests": {k: per_bests.get(k, 0) for k in techniques},

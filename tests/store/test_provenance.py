@@ -182,3 +182,27 @@ def test_the_ddp_comparison_is_stored_and_shown(tmp_path):
         con.execute("update meta set value = '12' where key = 'schema_version'")
     with Store(path) as s:
         assert s.schema_version == schema.SCHEMA_VERSION == 13 and s.run(rid)["ddp"] is None
+
+
+def test_a_faster_trial_not_kept_is_shown_with_why(tmp_path):
+    """Issue 65 item 6: the trials' best rose to 323 it/s, its confirm trials scored 300
+    and 270, the default (255) was kept, and nothing on the page said why."""
+    from autotune.reports.report import page_html
+
+    path = tmp_path / "f.db"
+    default, fast = {"streams": 1}, {"streams": 4}
+    with Store(path) as store:
+        rid = store.start_run(job="tune:m", world=WORLD, backend="gloo", model_graph=model(CNN),
+                              topology_graph=cluster(2), space_facts={}, unit="it/s")
+        for n, (config, score) in enumerate([(default, 255.0), (fast, 323.0), (default, 256.0),
+                                             (fast, 300.0), (fast, 270.0)]):
+            store.add_trial(rid, number=n, technique="grid", config=config, iterations=3,
+                            score=score)
+        store.finish_run(rid, best_config=default, best_score=255.5, default_score=255.5)
+        run, trials = store.run(rid), store.trials(rid)
+    out = _squeezed(run_cli("report", str(rid), "--db", str(path)))
+    assert "fastest trial #1 streams=4" in out and "323 it/s once" in out, out
+    assert "298 it/s on average over its 3 trials" in out and "not kept" in out, out
+    doc = json.loads(run_cli("report", str(rid), "--db", str(path), "--json"))
+    assert doc["fastest_not_kept"]["at"] == 1 and doc["fastest_not_kept"]["trials"] == 3
+    assert "Fastest trial: #1 streams=4" in page_html(run, trials)
