@@ -143,8 +143,9 @@ class StoredStart:
     configurations with their origins, and ``line``, what says so, recorded and said when
     the search starts; ``proven``, a stored best that beat its own run's default by more
     than the noise, its origin, and the line that says it is tried: where the job
-    affords no search (:attr:`Plan.stored`), it is kept from the warm-up's end, and its
-    settled iterations confirm it against the default's (back to the default if not)."""
+    affords no search (:attr:`Plan.stored`), it is kept once the default has enough
+    scored iterations (``baseline``), and its settled iterations confirm it against them
+    (back to the default if not)."""
 
     warm: list[tuple[Config, dict[str, Any]]] = field(default_factory=list)
     line: str | None = None
