@@ -17,14 +17,14 @@ import click
 from autotune.outpath import StoreTarget
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin, when
-from autotune.units import fmt_score, unit_of
+from autotune.units import fmt_config, fmt_score, unit_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from autotune.store.db import Store
 
 __all__ = ["db_path_option", "ddp_fields", "emit_json", "figure", "guard", "iterations",
-           "not_measured", "open_store", "partial", "run_fields", "speedup_text", "spread",
-           "sums_on_workers", "when", "WORKERS_SUM"]
+           "not_kept_json", "not_kept_text", "not_measured", "open_store", "partial",
+           "run_fields", "speedup_text", "spread", "sums_on_workers", "when", "WORKERS_SUM"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -141,6 +141,23 @@ def speedup_text(run: dict, *, counts: bool = False) -> str:
     """The run's kept-over-default speed-up as shown (:meth:`autotune.speedup.Speedup.of_run`):
     refused under 4 scored iterations on either side, or where the counts are unknown."""
     return Speedup.of_run(run).shown(counts=counts, spread=counts)
+
+
+def not_kept_text(n: dict, trials: list[dict], unit: str) -> str:
+    """Why the fastest trial's configuration was not kept (:func:`~autotune.store.summary.
+    not_kept`): its number, configuration, score and mean, and the rule."""
+    mean = (f"{fmt_score(n['mean'], unit)} on average over its {n['trials']} trials"
+            if n["trials"] > 1 else "its only trial")
+    return (f"#{trials[n['at']].get('number')} {fmt_config(n['config'])}, "
+            f"{fmt_score(n['score'], unit)} once ({mean}), not kept: a configuration is kept "
+            "on its mean's lower bound over its trials, confirmed 4 times, and only where "
+            "that clears the default's upper bound (docs/tuner.md, \"Confirming\")")
+
+
+def not_kept_json(n: dict | None, trials: list[dict]) -> dict | None:
+    """:func:`~autotune.store.summary.not_kept` as ``report --json`` and ``db show
+    --json`` give it: ``at`` is the trial's number, not its index."""
+    return None if n is None else {**n, "at": trials[n["at"]].get("number")}
 
 
 def run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:

@@ -28,11 +28,12 @@ from typing import Any, Callable
 import click
 
 from autotune.outpath import OutFile
-from autotune.reports.common import (db_path_option, emit_json, figure, guard, open_store,
-                                     partial, run_fields, speedup_text, spread,
-                                     sums_on_workers, when, WORKERS_SUM)
+from autotune.reports.common import (db_path_option, emit_json, figure, guard, not_kept_json,
+                                     not_kept_text, open_store, partial, run_fields,
+                                     speedup_text, spread, sums_on_workers, when, WORKERS_SUM)
 from autotune.reports.tables import Column, show
 from autotune.store.location import shown
+from autotune.store.summary import not_kept
 from autotune.speedup import Speedup
 from autotune.units import (UNITS, fmt_config, fmt_efficiency, fmt_number, fmt_seconds,
                             fmt_value, shown_params, unit_of)
@@ -156,11 +157,18 @@ def show_cmd(run_id: str, db_path: str | None, as_json: bool) -> None:
     """
     with open_store(db_path) as store:
         run = guard(lambda: store.run(run_id))
-        n = guard(store.trial_counts).get(run["id"], 0)
+        trials = guard(lambda: store.trials(run["id"]))
+    fastest = not_kept(trials, run.get("best_config"))
     if as_json:
-        emit_json({**run, "trials": n, **_speedup_json(run)})
+        emit_json({**run, "trials": len(trials), **_speedup_json(run),
+                   "fastest_not_kept": not_kept_json(fastest, trials)})
         return
-    show(f"run {run['id']}", [Column("field"), Column("value", "fold")], run_fields(run, n))
+    fields = run_fields(run, len(trials))
+    if fastest is not None:  # why the fastest trial is not kept, after the kept figure
+        at = next(i for i, (label, _) in enumerate(fields) if label == "kept") + 1
+        fields.insert(at, ("fastest trial",
+                           not_kept_text(fastest, trials, unit_of(run.get("unit")))))
+    show(f"run {run['id']}", [Column("field"), Column("value", "fold")], fields)
     if run.get("best_config"):
         show("kept configuration (the parameters that matter)",
              [Column("parameter"), Column("value", "fold")],

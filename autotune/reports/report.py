@@ -38,7 +38,8 @@ import click
 
 from autotune.outpath import OutFile
 from autotune.reports.common import (db_path_option, ddp_fields, emit_json, guard,
-                                     iterations, not_measured, open_store, run_fields, when)
+                                     iterations, not_kept_json, not_kept_text, not_measured, open_store,
+                                     run_fields, when)
 from autotune.reports.tables import Column, console, show
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin
@@ -65,17 +66,6 @@ def technique_colour(name: str) -> str:
     return TECHNIQUE_COLOURS.get(name) or _SPARE[zlib.crc32(name.encode()) % len(_SPARE)]
 
 
-def not_kept_text(n: dict, trials: list[dict], unit: str) -> str:
-    """Why the fastest trial's configuration was not kept (:func:`~autotune.store.summary.
-    not_kept`): its number, configuration, score and mean, and the rule."""
-    mean = (f"{fmt_score(n['mean'], unit)} on average over its {n['trials']} trials"
-            if n["trials"] > 1 else "its only trial")
-    return (f"#{trials[n['at']].get('number')} {fmt_config(n['config'])}, "
-            f"{fmt_score(n['score'], unit)} once ({mean}), not kept: a configuration is kept "
-            "on its mean's lower bound over its trials, confirmed 4 times, and only where "
-            "that clears the default's upper bound (docs/tuner.md, \"Confirming\")")
-
-
 def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
     """What ``report --json`` prints: the run, its unit, and the summary (raw numbers:
     scores in ``unit``, sizes in bytes)."""
@@ -93,8 +83,7 @@ def report_json(run: dict, trials: list[dict]) -> dict[str, Any]:
         "tuning_cost": run.get("tuning_cost"),
         "kept_at": [trials[i].get("number") for i in s["kept_at"]],
         "best_trial_score": s["best"],
-        "fastest_not_kept": (None if s["not_kept"] is None else
-                             {**s["not_kept"], "at": trials[s["not_kept"]["at"]].get("number")}),
+        "fastest_not_kept": not_kept_json(s["not_kept"], trials),
         "techniques": {k: {"trials": s["trials"][k], "share": s["trials"][k] / len(trials),
                            "new_bests": s["new_bests"][k],
                            "gain": s["gain"][k], "colour": technique_colour(k)}

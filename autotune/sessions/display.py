@@ -36,6 +36,7 @@ class SessionDisplay(Listener):
         self._top: float | None = None  # the best trial's score of this tuning
         self._measured: Callable[[Config | None], Side | None] | None = None
         self._kept: Config | None = None  # kept, its figure still growing
+        self._passed_over: str | None = None  # why the fastest trial is not the kept one
         self.cost = cost  # what tuning cost (the session's tuning_cost)
         self._said: set[str] = set()  # each message once a session
 
@@ -71,10 +72,12 @@ class SessionDisplay(Listener):
         self._progress.trial(record.index, record.technique, record.config, record.score,
                              self._top, self.unit, record.error, record.efficiency)
 
-    def locked(self, kept: Config | None) -> None:
-        """The budget is spent: the display says what is kept and waits for its figure."""
+    def locked(self, kept: Config | None, passed_over: str | None = None) -> None:
+        """The budget is spent: the display says what is kept and waits for its figure;
+        the done line ends with ``passed_over`` (why the fastest trial is not kept)."""
         if self._progress is None:
             return
+        self._passed_over = passed_over
         if kept is None:
             self._close_kept(None)
             return
@@ -121,8 +124,10 @@ class SessionDisplay(Listener):
         mean, spread, n = self.kept_figure(kept)
         summary = kept_summary(kept, mean, self.unit, spread, n)
         cost = fmt_cost(self.cost()) if summary else ""
-        self._progress.stop(summary + (f"; {cost}" if cost else ""))
-        self._progress, self._kept = None, None
+        passed_over = self._passed_over if summary else None
+        self._progress.stop(summary + (f"; {cost}" if cost else "")
+                            + (f"; {passed_over}" if passed_over else ""))
+        self._progress, self._kept, self._passed_over = None, None, None
 
     def say(self, text: str) -> None:
         """A line, once a session: a message that a state was reached (the prior's

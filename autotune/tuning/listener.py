@@ -35,9 +35,11 @@ class Listener:
         """Once, at the start: ``measured(config)`` gives a configuration's figure, the
         ``(mean, spread, scored iterations)`` the store and the session's table show."""
 
-    def locked(self, kept: Config | None) -> None:
+    def locked(self, kept: Config | None, passed_over: str | None = None) -> None:
         """The budget is spent; ``kept`` runs from now on. Its figure grows over its
-        first :data:`SETTLED_SAMPLES` training iterations (:meth:`kept_measured`)."""
+        first :data:`SETTLED_SAMPLES` training iterations (:meth:`kept_measured`).
+        ``passed_over``: why the fastest single trial's configuration is not ``kept``
+        (a clause that starts "not the fastest trial's"), where it is not."""
 
     def kept_measured(self, kept: Config | None) -> None:
         """``kept``'s figure is final: its first :data:`SETTLED_SAMPLES` training

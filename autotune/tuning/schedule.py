@@ -580,17 +580,15 @@ class TrialSchedule:
                 f"{self.stakes.spend:.0%} of the job's predicted time ({self.stakes.total_steps} "
                 "iterations) that they may lose")
         kept = self.best[0] if self.best else self.fallback()
-        why = self._not_the_fastest(kept)
-        if why is not None:
-            self.listener.say(why)
         self.kept_phase.lock(kept, self.tuner,
                              self.trial_phase.efficiency.get(self.space.key(kept), 1.0))
-        self.listener.locked(self.kept)
+        self.listener.locked(self.kept, self._not_the_fastest(kept))
         return kept
 
     def _not_the_fastest(self, kept: Config) -> str | None:
         """Why ``kept`` is not the configuration of the fastest single trial, when it is
-        not (issue 65: a report showed a trial faster than what was kept, and not why).
+        not (issue 65: a report showed a trial faster than what was kept, and not why): a
+        clause the done line ends with, "not the fastest trial's ...: the rule".
         The Tuner keeps the highest lower bound of a trials' mean (``Tuner.best``): in
         the confirm phase among those measured :data:`MIN_ITERATIONS` times or more, and
         only where that bound clears the default's upper one."""
@@ -617,9 +615,9 @@ class TrialSchedule:
         else:
             why = (f"its mean's lower bound, {fmt_score(top_b[0], unit)}, is under the kept "
                    f"one's, {fmt_score(kept_b[0], unit)}")
-        return (f"kept {fmt_config(kept)} ({fmt_score(kept_b[1], unit)} on average), not "
-                f"the fastest trial's {fmt_config(top.config)} ({fmt_score(top.score, unit)} "
-                f"once, {fmt_score(top_b[1], unit)} on average over {n} measurements): {why}")
+        return (f"not the fastest trial's {fmt_config(top.config)} "
+                f"({fmt_score(top.score, unit)} once, {fmt_score(top_b[1], unit)} on average "
+                f"over {n} measurements): {why}")
 
     def _retune(self, budget: int, first: Config) -> Config:
         """A re-tune of ``budget`` iterations whose first trial is ``first``. What was

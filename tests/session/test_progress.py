@@ -350,6 +350,32 @@ def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
     assert len(shown.getvalue().splitlines()) == 6
 
 
+def test_the_done_line_says_why_the_fastest_trial_was_not_kept():
+    """Issue 65 item 5: why a faster-looking trial was not kept is in the done line (the
+    clause the schedule hands the display at the lock, tests/tuning/test_stakes.py)."""
+    from autotune.sessions.display import SessionDisplay
+    from autotune.tuning.tuner import TrialRecord
+
+    kept = {"streams": 2}
+    why = ("not the fastest trial's streams=4 (130 it/s once, 98 it/s on average over 5 "
+           "measurements): its mean's lower bound, 90 it/s, is under the kept one's")
+    shown = io.StringIO()
+    display = SessionDisplay(True, "it/s", lambda: 101.5)
+    display._progress = progress.Lines(4, out=shown)
+    display.measured_by(lambda c: (101.5, 6.5, 25) if c == kept else None)
+    display.advanced(4)
+    display.trial_finished(TrialRecord(0, "grid", {"streams": 4}, 4, 130.0))
+    display.locked(kept, why)
+    display.kept_measured(kept)
+    done = shown.getvalue().splitlines()[-1]
+    assert done.startswith("tuning: done") and done.endswith(f"(25 iterations); {why}"), done
+    display.tuning(4)  # a re-tune's done line says it only if its own lock does
+    display._progress = progress.Lines(4, out=shown)
+    display.locked(kept)
+    display.kept_measured(kept)
+    assert not shown.getvalue().splitlines()[-1].endswith(why)
+
+
 def test_a_viewer_never_raises_on_a_malformed_event():
     shown = io.StringIO()
     viewer = progress.Viewer("lines", out=shown)

@@ -185,8 +185,9 @@ def test_the_ddp_comparison_is_stored_and_shown(tmp_path):
 
 
 def test_a_faster_trial_not_kept_is_shown_with_why(tmp_path):
-    """Issue 65 item 6: the trials' best rose to 323 it/s, its confirm trials scored 300
-    and 270, the default (255) was kept, and nothing on the page said why."""
+    """Issue 65 items 5 and 6: the trials' best rose to 323 it/s, its confirm trials
+    scored 300 and 270, the default (255) was kept, and nothing on the page or in `db
+    show` said why."""
     from autotune.reports.report import page_html
 
     path = tmp_path / "f.db"
@@ -206,3 +207,7 @@ def test_a_faster_trial_not_kept_is_shown_with_why(tmp_path):
     doc = json.loads(run_cli("report", str(rid), "--db", str(path), "--json"))
     assert doc["fastest_not_kept"]["at"] == 1 and doc["fastest_not_kept"]["trials"] == 3
     assert "Fastest trial: #1 streams=4" in page_html(run, trials)
+    shown = _squeezed(run_cli("db", "show", str(rid), "--db", str(path)))  # item 5
+    assert "│ fastest trial │ #1 streams=4, 323 it/s once" in shown and "not kept" in shown, shown
+    doc = json.loads(run_cli("db", "show", str(rid), "--db", str(path), "--json"))
+    assert doc["fastest_not_kept"]["at"] == 1 and abs(doc["fastest_not_kept"]["mean"] - 893 / 3) < 1e-9

@@ -37,7 +37,7 @@ class Heard(Listener):
     def trial_finished(self, record):
         self.events.append(("finish", record.index, record.error))
 
-    def locked(self, kept):
+    def locked(self, kept, passed_over=None):
         self.events.append(("locked", kept))
 
     def kept_measured(self, kept):
