@@ -3,7 +3,9 @@
 Workers 0 (the leader) and 2, the survivors, each print one line that names rank 1 and
 its cause, no traceback, nothing that says the tuning is ``done`` or what it ``kept``;
 they exit non-zero, the run is stored as ``failed``, and the launcher blames rank 1
-(whichever rank exits first). Native runtime and inside DDP alike."""
+(whichever rank exits first). Through ``autotune.session(model)``: since issue 59 it is
+the one session behind DDP's comm hook that ``autotune.session(ddp_model)`` is, so one way
+in tests both (the worker still takes ``ddp`` for a run by hand)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ def _runs(db: Path) -> list[dict]:
         return s.runs()
 
 
-@pytest.mark.parametrize("mode", ["native", "ddp"])
-def test_the_survivor_names_the_failing_rank_in_one_line(mode, tmp_path):
+def test_the_survivor_names_the_failing_rank_in_one_line(tmp_path):
+    mode = "native"
     db = tmp_path / "x.db"
     env = dict(os.environ, OMP_NUM_THREADS="1", AUTOTUNE_PROGRESS="lines",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
