@@ -108,7 +108,7 @@ from autotune.tuning.drift import Drift
 from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
-from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
+from autotune.tuning.lossy import best_lossless, judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.stakes import SENSITIVE, SPEND, Plan, SearchCosts, Stakes
@@ -297,7 +297,7 @@ class TrialSchedule:
                 self.space, config, seconds, comm_s,
                 efficiency if judged_by_goodput(self.goodput, config) else None,
                 None if self.best is None else self.best[0])
-            return kept if retune is None else self._retune(*retune)
+            return kept if retune is None else self._retune(*retune, lossless=True)
         if self.phase == WARMUP:
             return self._warmed(config, seconds, comm_s)
         if self.phase == BASELINE:
@@ -593,7 +593,9 @@ class TrialSchedule:
         the confirm phase among those measured :data:`MIN_ITERATIONS` times or more, and
         only where that bound clears the default's upper one."""
         tuner = self.tuner
-        scored = [r for r in self.driver.history if r.score is not None and r.technique != "fault"]
+        scored = [r for r in self.driver.history if r.score is not None
+                  and r.technique != "fault" and tuner is not None
+                  and tuner.space.contains(r.config)]  # a re-tune's space may be narrower
         if not scored or tuner is None:
             return None
         key = self.space.key
@@ -619,9 +621,12 @@ class TrialSchedule:
                 f"({fmt_score(top.score, unit)} once, {fmt_score(top_b[1], unit)} on average "
                 f"over {n} measurements): {why}")
 
-    def _retune(self, budget: int, first: Config) -> Config:
+    def _retune(self, budget: int, first: Config, lossless: bool = False) -> Config:
         """A re-tune of ``budget`` iterations whose first trial is ``first``. What was
-        measured describes the job before the change: the means start afresh."""
+        measured describes the job before the change: the means start afresh.
+        ``lossless``: a re-tune once a kept configuration has settled (:meth:`_lossless`)."""
+        if lossless:
+            first = self._lossless(first)
         self.retunes.append(self.iteration)
         self.kept_phase.end_settling()
         self.driver.forget()
@@ -629,6 +634,19 @@ class TrialSchedule:
         self.phase = TRIAL
         self.trial_phase.tune(budget, self.seed + self.iteration, [first], self._warmup_times())
         return self._next_trial()
+
+    def _lossless(self, first: Config | None) -> Config | None:
+        """From now on the trials are lossless, and so is ``first`` (a codec's becomes the
+        best lossless configuration measured). Codecs are tried once, in the search after
+        the sensitive phase; a later re-tune (drift, a kept codec's efficiency dropping, a
+        lost server) tries none (issue 62: a late re-tune's codec trials undid a codec's
+        lead over DDP, its loss jumping from 2.46 to 2.73)."""
+        space = self.trial_phase.space
+        if space.lossy:
+            self.trial_phase.narrow(space.lossless())
+        if first is not None and first.get("compression", "none") != "none":
+            first = best_lossless(self.driver.history, space)
+        return first
 
     def _start_over(self, failed: str | None, config: Config) -> Config:
         """After a server loss. Settled: keep the configuration if it can still run, else
@@ -646,6 +664,7 @@ class TrialSchedule:
             if self.budget == 0:
                 return self.fallback()
             budget = max(10, self.budget // 5)
+            best = self._lossless(best)
         else:
             if self.phase == TRIAL and self.trial_phase.under_way:
                 self.trial_phase.finish(None, failed or "servers lost")

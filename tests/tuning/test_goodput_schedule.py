@@ -128,3 +128,44 @@ def test_a_kept_codec_whose_efficiency_drops_starts_a_retune_from_lossless():
     assert any("statistical efficiency of the kept codec dropped" in t for t in said)
     switched = next(c for c in ran if c["compression"] != "powersgd")
     assert switched == best_lossless
+
+
+def test_a_retune_once_a_codec_is_kept_tries_no_codec():
+    """Issue 62 item 3: a late re-tune's codec trials undid a lead (the loss jumped from
+    2.46 to 2.73). Codecs are tried once, in the search after the sensitive phase: a
+    re-tune after it, here because the kept codec's efficiency dropped, tries lossless
+    configurations only, and keeps one."""
+    s = make(budget=40)
+    config = s.start([])
+    _, config = drive(s, config, 300)
+    assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
+    before = len(s.driver.history)
+    dropped = dict(EFFICIENCY, powersgd=0.25)
+    ran, config = drive(s, config, 200, efficiency=lambda c: dropped[c["compression"]])
+    assert s.retunes and s.phase == LOCKED
+    tried = [r.config for r in s.driver.history[before:]]
+    assert len(tried) >= 3, tried  # the re-tune ran trials
+    assert all(c["compression"] == "none" for c in tried), tried
+    assert s.kept["compression"] == "none"
+    switched = ran.index(next(c for c in ran if c["compression"] != "powersgd"))
+    assert all(c["compression"] == "none" for c in ran[switched:]), ran[switched:]
+
+
+def test_a_drift_retune_once_a_codec_is_kept_tries_no_codec():
+    """Issue 62 item 3, the case seen: the job's communication time drifts (here it
+    triples) under a kept codec; the re-tune it starts is lossless."""
+    from autotune.tuning.drift import Drift
+
+    s = make(budget=40, drift=Drift(0.2, 5, 12))
+    said = []
+    s.listener.say = said.append
+    config = s.start([])
+    _, config = drive(s, config, 300)
+    assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
+    before = len(s.driver.history)
+    for _ in range(200):
+        slow = 3 * seconds_of(config)
+        config = s.next(config, slow, comm_s=slow, efficiency=efficiency_of(config))
+    assert s.retunes and any("time drifted" in t for t in said), said
+    tried = [r.config for r in s.driver.history[before:]]
+    assert len(tried) >= 3 and all(c["compression"] == "none" for c in tried), tried
