@@ -280,6 +280,37 @@ def test_error_feedback_identity_over_many_steps(name, params):
     assert torch.all(ef.total()[:100] == 0)
 
 
+def test_leaving_a_codec_adds_at_most_one_gradient_of_residual():
+    """Issue 62: the runtime flushed a codec's whole residual into the first lossless step
+    (under top-k 0.1%, most of many steps' gradients), flooding the optimiser. Now a chunk
+    that leaves its codec, encoded lossless or folded, adds its residual scaled to at most
+    its own gradient's norm, and the residual is cleared; a small residual goes out
+    whole."""
+    n = 4000
+    for leave in ("encode", "fold"):
+        ef = ErrorFeedback(n)
+        codec = TopKCodec(0.001)
+        for it in range(20):
+            ef.encode(codec, chunk(n, it), whole(0, n), Context(it, 0))
+        held = ef.total()
+        g = chunk(n, 99)
+        assert held.norm() > 3 * g.norm()  # the residual is several gradients' worth
+        if leave == "encode":
+            sent = IdentityCodec().decode(ef.encode(IdentityCodec(), g, whole(0, n)), n)
+        else:
+            sent = g.clone()
+            ef.fold(sent, whole(0, n))
+        added = sent - g
+        assert ef.norm() == 0.0
+        torch.testing.assert_close(added.norm(), g.norm(), rtol=1e-5, atol=0)  # bounded
+        torch.testing.assert_close(added / added.norm(), held / held.norm())  # its direction
+    ef = ErrorFeedback(n)  # a residual under the gradient's norm is sent whole
+    ef.store(whole(0, n), 0.1 * chunk(n, 5))
+    sent = chunk(n, 6)
+    ef.fold(sent, whole(0, n))
+    torch.testing.assert_close(sent, chunk(n, 6) + 0.1 * chunk(n, 5))
+
+
 def test_residual_fold_back_across_a_layout_change_loses_nothing():
     # Three gradients (10, 25, 7 elements) in one global space of 42 elements.
     numel = 42

@@ -12,16 +12,20 @@ the chunk's own element order. Hence
   residual of the elements each new chunk holds: everything is folded back, nothing is
   dropped;
 - a chunk that now travels uncompressed (``compression=none`` or below
-  ``compress_min_bytes``) goes through :meth:`ErrorFeedback.encode` with a lossless codec,
-  which sends gradient + residual and clears the residual;
+  ``compress_min_bytes``: the codec is left) sends its gradient plus its residual scaled
+  down to at most the gradient's own norm (:func:`bounded`), and the residual is cleared:
+  the rest is dropped. Under top-k 0.1% the residual holds most of many steps'
+  gradients; added whole to one step it floods the optimiser (Adam's moments, SGD's
+  momentum) for hundreds of steps, and costs more than the codec did
+  (``benchmarks/residual_bench.py``, docs/compression.md "Leaving a codec");
 - if the flat space itself is re-laid out (another gradient order), :meth:`relayout`
   moves each gradient's residual to its new offset.
 
 In the runtime the global space is one flat buffer per dtype (``autotune.runtime.plan``'s
 flat layout) and a chunk is one range of it: ``segments = whole(chunk.offset, chunk.numel)``.
 
-Invariant (per element, per step): ``sent + new residual = gradient + old residual``,
-where ``sent = codec.decode(payload)``. The residual vector is allocated on first lossy
+Invariant (per element, per step, while a chunk is encoded lossy): ``sent + new residual
+= gradient + old residual``, where ``sent = codec.decode(payload)``. The residual vector is allocated on first lossy
 use, on the device of the first chunk.
 """
 
@@ -51,14 +55,15 @@ class ErrorFeedback:
         self, codec: Codec, chunk: torch.Tensor, segments: Segments, ctx: Context = Context()
     ) -> Payload:
         """Compensate ``chunk`` with its residual, encode it, and keep what the encoding
-        dropped as the new residual of those elements. Returns the payload."""
+        dropped as the new residual of those elements. Returns the payload. A lossless
+        ``codec`` (the codec was left) sends the residual bounded and clears it."""
+        if codec.lossless:
+            self._check(chunk, segments)
+            return codec.encode(self._leave(chunk.to(torch.float32, copy=True), segments), ctx)
         compensated = self.compensate(chunk, segments)
         payload = codec.encode(compensated, ctx)
-        if codec.lossless:
-            self.clear(segments)
-        else:
-            sent = codec.decode(payload, compensated.numel(), ctx)
-            self.store(segments, compensated - sent)
+        sent = codec.decode(payload, compensated.numel(), ctx)
+        self.store(segments, compensated - sent)
         return payload
 
     def compensate(self, chunk: torch.Tensor, segments: Segments) -> torch.Tensor:
@@ -89,17 +94,23 @@ class ErrorFeedback:
             pos += k
 
     def fold(self, view: torch.Tensor, segments: Segments) -> None:
-        """Add the residual of ``segments`` into ``view`` in place (in ``view``'s dtype)
-        and clear it: how a chunk that is not encoded here hands its residual on."""
+        """Add the residual of ``segments`` into ``view`` in place (in ``view``'s dtype),
+        its norm bounded by ``view``'s (:func:`bounded`), and clear it: how a chunk that
+        is not encoded here (the codec was left) hands its residual on."""
         if self._residual is None:
             return
         self._check(view, segments)
-        pos = 0
-        for o, k in segments:
-            r = self._residual[o:o + k]
-            view[pos:pos + k].add_(r.to(view.device))
-            r.zero_()
-            pos += k
+        self._leave(view, segments)
+
+    def _leave(self, view: torch.Tensor, segments: Segments) -> torch.Tensor:
+        """``view`` plus the bounded residual of ``segments``, in place; the residual
+        cleared."""
+        if self._residual is not None:
+            r = bounded(self.residual(segments), view)
+            if r is not None:
+                view.add_(r.to(view.device))
+            self.clear(segments)
+        return view
 
     def add(self, segments: Segments, values: torch.Tensor) -> None:
         """Add ``values`` (chunk order) to the residual of ``segments``: residual handed
@@ -184,6 +195,18 @@ class ErrorFeedback:
                 f"chunk of shape {tuple(chunk.shape)} does not match its segments ({length} elements)"
             )
         return length
+
+
+def bounded(residual: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor | None:
+    """What a chunk that leaves its codec takes of its ``residual``: scaled down, if need
+    be, to the ``gradient``'s own L2 norm (None: nothing, the residual is zero). The rule
+    chosen on real models by ``benchmarks/residual_bench.py`` (issue 62): it never adds
+    more than one gradient's worth, and where the residual is small it is all sent."""
+    held = float(residual.norm())
+    if held == 0.0:
+        return None
+    scale = float(gradient.to(torch.float32).norm()) / held
+    return residual if scale >= 1.0 else residual.mul_(scale)
 
 
 def whole(offset: int, length: int) -> tuple[tuple[int, int], ...]:
