@@ -210,12 +210,30 @@ class SearchSpace:
 
     # ---------------------------------------------------------------- validation
     def canonical(self, config: Mapping[str, Any]) -> Config:
-        """``config`` with every inactive parameter reset to its default (no checks)."""
+        """``config`` with every inactive parameter reset to its default (no checks), and
+        a codec that can encode no chunk made ``none`` (:meth:`dead_codec`), where the
+        space has ``none``: the same configuration as the runtime runs it."""
         out = dict(config)
+        if self.dead_codec(out) and "none" in self["compression"].values:
+            out["compression"] = "none"
         for p in self.params:
             if not p.active(out):
                 out[p.name] = p.default
         return out
+
+    def dead_codec(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``config`` names a codec that encodes no chunk: the runtime encodes
+        only chunks of ``compress_min_bytes`` or more, and under a codec no chunk is
+        larger than ``chunk_bytes``, so with ``compress_min_bytes > chunk_bytes`` it runs
+        lossless under a codec's name (issue 63: about half a cloud-codecs run's codec
+        trials were such, and the searchers learnt a flat codec landscape from them)."""
+        codec = config.get("compression", "none")
+        if codec == "none" or "compress_min_bytes" not in self.names:
+            return False
+        least = config.get("compress_min_bytes", self["compress_min_bytes"].default)
+        chunk = config.get("chunk_bytes", self["chunk_bytes"].default
+                           if "chunk_bytes" in self.names else None)
+        return chunk is not None and least > chunk
 
     def validate(self, config: Mapping[str, Any]) -> Config:
         """Check ``config`` and return its canonical, complete form.

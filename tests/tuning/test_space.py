@@ -81,6 +81,30 @@ def test_inactive_parameters_hold_their_default():
         s.decode([0, 0, 0, 2, 0, 0, 0])
 
 
+def test_a_codec_that_encodes_no_chunk_is_the_lossless_configuration():
+    """Issue 63: with compress_min_bytes above chunk_bytes no chunk is ever encoded, so
+    the trial ran lossless under a codec's name; about half a cloud-codecs run's codec
+    trials were such. Such a configuration is now the lossless one (same key), no draw or
+    move yields one, and the space counts it once; a codec pinned alone stays pinned."""
+    s = SearchSpace.build(k_max=0, allow_lossy=True)
+    dead = s.validate({"compression": "topk", "topk_ratio": 0.001, "chunk_bytes": 1 * MiB,
+                       "compress_min_bytes": 4 * MiB})
+    assert dead["compression"] == "none" and dead["topk_ratio"] == s["topk_ratio"].default
+    assert s.key(dead) == s.key({"chunk_bytes": 1 * MiB, "compress_min_bytes": 4 * MiB})
+    live = s.validate({"compression": "topk", "chunk_bytes": 4 * MiB,
+                       "compress_min_bytes": 4 * MiB})  # a 4 MiB chunk is encoded
+    assert live["compression"] == "topk"
+    rng = random.Random(0)
+    drawn = [s.sample(rng) for _ in range(2000)]
+    drawn += [n for c in drawn[:200] for n in s.neighbours(c)]
+    assert not any(s.dead_codec(c) for c in drawn)
+    assert sum(c["compression"] != "none" for c in drawn) > 500  # codecs are still drawn
+    assert not any(s.dead_codec(c) for c in s.all_configs())
+    pinned = SearchSpace.build(k_max=0, allow_lossy=True, fixed={"compression": "topk"})
+    kept = pinned.validate({"chunk_bytes": 1 * MiB, "compress_min_bytes": 4 * MiB})
+    assert kept["compression"] == "topk"  # no "none" to be: the user's pin holds
+
+
 def test_perturb_moves_ordinals_by_at_least_one_step():
     s = SearchSpace.build()
     rng = random.Random(1)
