@@ -38,8 +38,8 @@ import click
 
 from autotune.outpath import OutFile
 from autotune.reports.common import (db_path_option, ddp_fields, emit_json, guard,
-                                     iterations, not_kept_json, not_kept_text, not_measured, open_store,
-                                     run_fields, when)
+                                     iterations, not_kept_json, not_kept_text, not_measured,
+                                     open_store, run_fields, when)
 from autotune.reports.tables import Column, console, show
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin

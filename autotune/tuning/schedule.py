@@ -593,10 +593,12 @@ class TrialSchedule:
         the confirm phase among those measured :data:`MIN_ITERATIONS` times or more, and
         only where that bound clears the default's upper one."""
         tuner = self.tuner
+        if tuner is None:
+            return None
         scored = [r for r in self.driver.history if r.score is not None
-                  and r.technique != "fault" and tuner is not None
+                  and r.technique != "fault"
                   and tuner.space.contains(r.config)]  # a re-tune's space may be narrower
-        if not scored or tuner is None:
+        if not scored:
             return None
         key = self.space.key
         top = max(scored, key=lambda r: r.score)

@@ -25,8 +25,8 @@ In the runtime the global space is one flat buffer per dtype (``autotune.runtime
 flat layout) and a chunk is one range of it: ``segments = whole(chunk.offset, chunk.numel)``.
 
 Invariant (per element, per step, while a chunk is encoded lossy): ``sent + new residual
-= gradient + old residual``, where ``sent = codec.decode(payload)``. The residual vector is allocated on first lossy
-use, on the device of the first chunk.
+= gradient + old residual``, where ``sent = codec.decode(payload)``. The residual vector
+is allocated on first lossy use, on the device of the first chunk.
 """
 
 from __future__ import annotations
