@@ -74,6 +74,7 @@ class TuningSession(SessionResults, abc.ABC):
         self.iteration = 0  # iterations completed (step() calls that synchronised)
         self._state = "new"  # new -> open (inside ``with``) -> closed
         self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
+        self._start_s: float | None = None  # how long entering the session took
         self._t_last = 0.0
         # step() measures no iteration up to this one (the schedule's quiet_for(); inf:
         # settled, nothing more), those after this one, from this time (a finite stretch)
@@ -104,7 +105,9 @@ class TuningSession(SessionResults, abc.ABC):
         try:
             with deferred():  # (installed inside: a signal meanwhile is only recorded)
                 self._signals.install()
+                started = time.perf_counter()
                 self._open()  # releases what it made if it fails itself
+                self._start_s = time.perf_counter() - started
                 opened = True
         except BaseException as exc:  # (a stop that arrived while it ran, raised after it)
             self._state = "closed"

@@ -49,10 +49,15 @@ class SessionResults:
         """What tuning cost the job so far (leader; None elsewhere): ``iterations`` of
         trials, the ``lost_s`` seconds they lost against the default, what the kept
         configuration saves an iteration (``saved_s``) and the iteration by which that pays
-        the loss back (``payback_at``; :mod:`autotune.tuning.stakes`), and ``total_steps``."""
+        the loss back (``payback_at``; :mod:`autotune.tuning.stakes`), ``total_steps``,
+        and ``start_s``: how long entering the session took (its world, DDP's set-up in
+        place or the hook's, the store, the space; the job pays it whether or not it
+        tunes, so it is not in ``lost_s``, and DDP alone pays only its own set-up)."""
         if self.schedule is None:
             return None
-        return {**self.schedule.cost(), "total_steps": self.options.total_steps}
+        start = getattr(self, "_start_s", None)
+        return {**self.schedule.cost(), "total_steps": self.options.total_steps,
+                **({} if start is None else {"start_s": round(start, 4)})}
 
     @property
     def history(self) -> list[TrialRecord]:

@@ -364,9 +364,19 @@ def _start(costs: SearchCosts) -> str:
 
 def fmt_cost(cost: dict | None) -> str:
     """What tuning cost, in words (:meth:`Stakes.summary`): ``30 trial iterations lost
-    0.41 s against the default, paid back by iteration 180``; ``""`` when unknown."""
+    0.41 s against the default, paid back by iteration 180``; ``""`` when unknown. With
+    the session's ``start_s`` (``Session.tuning_cost``), it ends with what entering the
+    session took, which the job pays whether or not it tunes."""
     if not cost:
         return ""
+    start = cost.get("start_s")
+    said = _fmt_tuning_cost(cost)
+    if start is None or start < 0.01:
+        return said
+    return f"{said}; the session's start took {start:.2f} s (DDP's set-up included)"
+
+
+def _fmt_tuning_cost(cost: dict) -> str:
     n, lost, payback = cost.get("iterations") or 0, cost.get("lost_s") or 0.0, cost.get("payback_at")
     overhead, loading = cost.get("overhead_s") or 0.0, cost.get("loading_s") or 0.0
     switch = cost.get("switch_s") or 0.0

@@ -27,6 +27,10 @@ def test_the_reported_cost_matches_the_wall_clock(world, way) -> None:
     measured = statistics.median(walls["tuned"]) - statistics.median(walls["untuned"])
     reported = statistics.median(c["lost_s"] for c in leader["costs"])
     assert all(c["iterations"] > 0 for c in leader["costs"]), leader["costs"]
+    # the session's start, said beside the cost (issue 64), is what entering it took
+    for cost, part in zip(leader["costs"], leader["parts"]["tuned"]):
+        assert 0 < cost["start_s"] <= part["enter"] + 1e-3, (cost, part)
+        assert cost["start_s"] >= 0.8 * part["enter"] - 0.05, (cost, part)
     tolerance = max(0.5, 0.25 * abs(measured))
     assert abs(reported - measured) <= tolerance, (
         f"reported {reported:.2f} s, measured {measured:.2f} s (walls {walls}, "
