@@ -100,6 +100,11 @@ def test_a_codec_that_encodes_no_chunk_is_the_lossless_configuration():
     assert not any(s.dead_codec(c) for c in drawn)
     assert sum(c["compression"] != "none" for c in drawn) > 500  # codecs are still drawn
     assert not any(s.dead_codec(c) for c in s.all_configs())
+    from autotune.tuning.search.base import canonical_table  # what the searchers draw from
+
+    table = canonical_table(s)
+    assert len(table) == s.size()
+    assert not any(s.dead_codec(s.decode(row)) for row in table)  # every row decodes
     pinned = SearchSpace.build(k_max=0, allow_lossy=True, fixed={"compression": "topk"})
     kept = pinned.validate({"chunk_bytes": 1 * MiB, "compress_min_bytes": 4 * MiB})
     assert kept["compression"] == "topk"  # no "none" to be: the user's pin holds

@@ -250,8 +250,10 @@ def canonical_table(space: SearchSpace) -> np.ndarray:
     """Every canonical configuration of ``space`` as rows of encoded ints (cached).
 
     Enumerates with inactive parameters pinned to their default, which is much faster
-    than filtering the full product; falls back to ``space.all_configs`` when a
-    parameter's condition refers to a later parameter.
+    than filtering the full product, and leaves out what :meth:`SearchSpace.canonical`
+    maps elsewhere (a codec that encodes no chunk is its lossless twin, issue 63); falls
+    back to ``space.all_configs`` when a parameter's condition refers to a later
+    parameter.
     """
     sig = space.signature()
     if sig in _TABLES:
@@ -263,7 +265,8 @@ def canonical_table(space: SearchSpace) -> np.ndarray:
     if ordered:
         def walk(i: int, partial: dict, idx: list[int]) -> None:
             if i == len(space.params):
-                rows.append(list(idx))
+                if space.canonical(partial) == partial:
+                    rows.append(list(idx))
                 return
             p = space.params[i]
             choices: Iterable[int] = range(len(p.values)) if p.active(partial) else (p.index(p.default),)
