@@ -35,7 +35,7 @@ from autotune.sessions.options import SessionOptions
 from autotune.tuning.space import Config
 from autotune.tuning.tuner import TrialRecord
 
-__all__ = ["CallbackSession", "SessionResults", "check_options"]
+__all__ = ["CallbackResults", "CallbackSession", "check_options"]
 
 #: DDP modules a session has tuned: DDP keeps one comm hook for its life, so a module is
 #: tuned once (a framework that trains the same DDP module again gets a clear error).
@@ -164,9 +164,11 @@ class CallbackSession:
         return self.tuner.is_leader if self.tuner is not None else False
 
 
-class SessionResults:
-    """The results of a framework callback's session, as a session shows them: mixed into
-    each framework's callback, whose :class:`CallbackSession` is ``self.session``."""
+class CallbackResults:
+    """The results of a framework callback's session, as a session shows them
+    (:class:`autotune.sessions.results.SessionResults`, whose name it no longer shares):
+    mixed into each framework's callback, whose :class:`CallbackSession` is
+    ``self.session``."""
 
     session: CallbackSession
 

@@ -33,12 +33,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from autotune.integrations.callback import CallbackSession, SessionResults
+from autotune.integrations.callback import CallbackResults, CallbackSession
 
 __all__ = ["AutotuneCallback"]
 
 
-class AutotuneCallback(SessionResults, pl.Callback):
+class AutotuneCallback(CallbackResults, pl.Callback):
     """Tune the DDP communication of the ``Trainer`` this callback is given to (module
     docstring). ``budget``, ``db`` and ``options`` are :func:`autotune.session`'s keywords
     (``samples_per_step``: the per-process batch size times ``accumulate_grad_batches``,

@@ -31,13 +31,13 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from autotune.integrations.callback import CallbackSession, SessionResults
+from autotune.integrations.callback import CallbackResults, CallbackSession
 from autotune.runtime.errors import UsageError
 
 __all__ = ["AutotuneCallback"]
 
 
-class AutotuneCallback(SessionResults, TrainerCallback):
+class AutotuneCallback(CallbackResults, TrainerCallback):
     """Tune the DDP communication of ``trainer`` (module docstring); made, it adds itself to
     the trainer's callbacks. ``budget``, ``db`` and ``options`` are
     :func:`autotune.session`'s keywords, checked here; ``samples_per_step`` defaults to
