@@ -159,6 +159,9 @@ def session(
             ``{"streams": [1, 2, 4]}``; one the runtime cannot run is a
             :class:`ConfigError` at the start.
     """
+    import time
+
+    called = time.perf_counter()  # the session's start counts its import (start_s)
     from autotune.sessions import open_session
     from autotune.sessions.options import SessionOptions
 
@@ -170,7 +173,9 @@ def session(
         drift_window=drift_window, timeout=timeout, trial_iterations=trial_iterations,
         warmup=warmup, cut_short=cut_short, job=job, store=store,
         broadcast_buffers=broadcast_buffers, prior=prior, fixed=fixed or {})
-    return open_session(model, options)
+    made = open_session(model, options)
+    made._made_s = time.perf_counter() - called
+    return made
 
 
 def __getattr__(name: str) -> Any:

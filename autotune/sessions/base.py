@@ -74,7 +74,8 @@ class TuningSession(SessionResults, abc.ABC):
         self.iteration = 0  # iterations completed (step() calls that synchronised)
         self._state = "new"  # new -> open (inside ``with``) -> closed
         self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
-        self._start_s: float | None = None  # how long entering the session took
+        self._made_s = 0.0  # how long autotune.session() took to make it (its imports)
+        self._start_s: float | None = None  # that, and how long entering it took
         self._t_last = 0.0
         # step() measures no iteration up to this one (the schedule's quiet_for(); inf:
         # settled, nothing more), those after this one, from this time (a finite stretch)
@@ -107,7 +108,7 @@ class TuningSession(SessionResults, abc.ABC):
                 self._signals.install()
                 started = time.perf_counter()
                 self._open()  # releases what it made if it fails itself
-                self._start_s = time.perf_counter() - started
+                self._start_s = self._made_s + time.perf_counter() - started
                 opened = True
         except BaseException as exc:  # (a stop that arrived while it ran, raised after it)
             self._state = "closed"

@@ -50,9 +50,10 @@ class SessionResults:
         trials, the ``lost_s`` seconds they lost against the default, what the kept
         configuration saves an iteration (``saved_s``) and the iteration by which that pays
         the loss back (``payback_at``; :mod:`autotune.tuning.stakes`), ``total_steps``,
-        and ``start_s``: how long entering the session took (its world, DDP's set-up in
-        place or the hook's, the store, the space; the job pays it whether or not it
-        tunes, so it is not in ``lost_s``, and DDP alone pays only its own set-up)."""
+        and ``start_s``: how long making and entering the session took (``autotune.
+        session()``'s imports, its world, DDP's set-up in place or the hook's, the store,
+        the space; the job pays it whether or not it tunes, so it is not in ``lost_s``,
+        and DDP alone pays only its own set-up)."""
         if self.schedule is None:
             return None
         start = getattr(self, "_start_s", None)
