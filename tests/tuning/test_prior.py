@@ -224,3 +224,22 @@ def test_a_prior_that_ranks_wrongly_stops_proposing():
     assert ranks and all(i <= lost + 1 for i in ranks), (ranks, lost)
     right = _tuned(perfect, 0)
     assert sum(r.technique == PRIOR for r in right.history) > len(ranks)
+
+
+def test_the_prior_builds_its_pool_on_a_lossy_space_and_never_meets_a_dead_codec():
+    """Issue 63: a codec that encodes no chunk is its lossless twin; the prior's pool is
+    drawn from the searchers' table of the space, and its first version still held the
+    dead rows, which the pool then failed to decode ("not canonical") on every lossy space.
+    A Tuner with the simulator as its prior, on a lossy space, runs its whole budget, and
+    no configuration it proposes is dead."""
+    from autotune.sim.predict import job_prior
+
+    space = SearchSpace.build(k_max=0, workers_per_machine=1, allow_lossy=True)
+    predict = job_prior([4 << 20] * 20, machines=2, workers_per_machine=1, servers=0)
+    tuner = Tuner(space, budget=40, seed=0, prior=predict, reference=space.default())
+    asked = []
+    while (trial := tuner.ask()) is not None:
+        asked.append(trial.config)
+        tuner.tell(trial, 100.0 + trial.config["streams"])
+    assert len(asked) >= 5 and not any(space.dead_codec(c) for c in asked)
+    assert tuner.surrogate is not None and len(tuner.surrogate.keys) > 0  # the pool built
