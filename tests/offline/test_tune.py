@@ -240,8 +240,12 @@ def test_tune_on_loopback_shows_rank_0s_progress_through_a_pipe(tmp_path):
                     r"transport=\w+.*: [\d.,]+ it/s; best trial [\d.,]+ it/s \[4/8 iterations, ",
                     trials[0]), trials[0]
     # the done line (once the kept figure is final: after the verify iterations, which
-    # count) gives the table's kept figure
-    done = next(ln for ln in err if ln.startswith("tuning: done, 8/8 iterations in "))
+    # count) gives the table's kept figure; the budget may end an iteration early, when
+    # the kept configuration is separated from the runner-up by more than the noise
+    # (seen once in a fresh clone's run: "done, 7/8 iterations")
+    done = next((ln for ln in err if re.match(r"tuning: done, [1-8]/8 iterations in ", ln)),
+                None)
+    assert done is not None, log
     figure = re.search(r"; kept streams=.* at ([\d.,]+ ± [\d.,]+ it/s \(\d+ iterations\))"
                        r"(; tuning (lost|gained) [\d.]+ s against the default \(\d+ trial iterations.*)?$",
                        done)
