@@ -179,10 +179,10 @@ class Flat(nn.Module):
 
 def conservation() -> dict:
     """Gradients of known size (one parameter under DDP): with top-k (two ratios, two
-    chunk sizes), then ``none``. While top-k runs, what is delivered plus what the ranks
-    hold back is the average of every gradient produced; the first lossless step adds
-    each rank's residual bounded by its own gradient's norm (issue 62: not the whole of
-    it), and clears it; the next is plain all-reduce."""
+    chunk sizes), then ``none``: the residual each step holds back, what the first
+    lossless step adds to the plain average (each rank's residual bounded by its own
+    gradient's norm, issue 62: not the whole of it; then cleared), and how far the next
+    step is from plain all-reduce."""
     rt = runtime()
     n = 40_000
     ddp = DDP(Flat(n))
