@@ -262,10 +262,13 @@ def canonical_table(space: SearchSpace) -> np.ndarray:
     ordered = all(order.get(parent, len(order)) < order[p.name]
                   for p in space.params for parent, _ in p.when)
     rows: list[list[int]] = []
+    # the walk pins inactive parameters already; what canonical maps elsewhere besides is a
+    # codec that encodes no chunk, where the space has "none" to map it to
+    collapses = "compression" in space.names and "none" in space["compression"].values
     if ordered:
         def walk(i: int, partial: dict, idx: list[int]) -> None:
             if i == len(space.params):
-                if space.canonical(partial) == partial:
+                if not (collapses and space.dead_codec(partial)):
                     rows.append(list(idx))
                 return
             p = space.params[i]
