@@ -30,6 +30,7 @@ class SessionResults:
     trials: TrialDriver | None      # the leader's
     schedule: TrialSchedule | None  # the leader's
     config: Config | None
+    _start_s: float | None          # making and entering the session took this long
 
     @property
     def tuner(self) -> Tuner | None:
@@ -56,7 +57,7 @@ class SessionResults:
         and DDP alone pays only its own set-up)."""
         if self.schedule is None:
             return None
-        start = getattr(self, "_start_s", None)
+        start = self._start_s
         return {**self.schedule.cost(), "total_steps": self.options.total_steps,
                 **({} if start is None else {"start_s": round(start, 4)})}
 
