@@ -240,6 +240,7 @@ def misuse() -> dict:
     out["limits"] = {"servers": t.limits.servers, "max_streams": t.limits.max_streams}
     train(ddp2, 2, 1, lambda it: t.sync())  # the hook still works after the refusals
     out["averaged_again"] = t.describe()["averaged_again"]
+    out["hooked"] = t.hooked
     stop(rt)
     return out
 

@@ -69,10 +69,11 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
     model = make_model(data_seed)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     net = nn.parallel.DistributedDataParallel(model) if wrap_ddp else model
-    losses, sums, configs, settled, collectives = [], [], [], [], []
+    losses, sums, configs, settled, collectives, hooked = [], [], [], [], [], []
     kw.setdefault("spend", None)  # the search is what these tests look at, whole
     with autotune.session(net, **kw) as tuner:
         calls = count_collectives(tuner)
+        default = dict(tuner.space.default())
         for x, y in batches(data_seed, RANK, steps):
             before = calls["n"]
             loss = nn.functional.mse_loss(net(x), y)
@@ -85,6 +86,8 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
             configs.append(dict(tuner.config))
             settled.append(tuner.settled)
             collectives.append(calls["n"] - before)
+            # whether DDP's comm hook is registered (else DDP's built-in all-reduce runs)
+            hooked.append(tuner.transport.hooked and bool(tuner.ddp._comm_hooks))
     hist = [dict(index=r.index, technique=r.technique, config=r.config, iterations=r.iterations,
                  score=r.score, error=r.error) for r in tuner.history]
     numbers = {}
@@ -97,7 +100,8 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
     numbers["warmup_s"] = ((schedule.warmup_times, schedule.probe_times) if schedule  # the cap
                            else ([], []))                                             # probe's evidence
     return model, dict(losses=losses, sums=sums, configs=configs, history=hist,
-                       settled=settled, collectives=collectives,
+                       settled=settled, collectives=collectives, hooked=hooked,
+                       default=default,
                        best=tuner.best, tuning_iterations=tuner.tuning_iterations, **numbers)
 
 

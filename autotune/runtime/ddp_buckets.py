@@ -104,6 +104,11 @@ class RuntimeBuckets:
             # a fault injected for it (tests) happens in the runtime's rounds
             and not self.rt.injects_faults(config))
 
+    @property
+    def ddp_allreduce(self) -> bool:
+        """Whether DDP's own all-reduce runs the buckets under the configuration in force."""
+        return self._ddp_allreduce
+
     def sends(self) -> bool:
         """Whether the runtime's gradient hooks send: a synchronising backward whose
         buckets the runtime averages (not DDP's own all-reduce: the default

@@ -28,6 +28,16 @@ all-reduce among the workers (the runtime's engine is gloo, which stages device 
 through the host; ``streams`` and ``chunk_bytes`` change nothing there). Every other
 configuration is the runtime's.
 
+**The hook is registered when it is first needed.** Until a configuration that is not
+DDP's own all-reduce is put in force (or the buckets are sampled), no comm hook is
+registered at all: DDP runs its own built-in all-reduce, in C++, and a job that never
+leaves the default is DDP to the instruction. A Python comm hook costs each bucket a
+call into Python and a continuation of its future, about 2% of a step of the small GPT
+of ``benchmarks/clock_bench.py`` on this project's CPU machine. Meanwhile a gradient
+hook per parameter counts the gradients that arrive (:attr:`averaged`, the backward
+passes, when the last arrived) as the buckets do once the hook is in. DDP cannot take a
+comm hook back: once registered it stays, and the default runs through it from then on.
+
 **Bounds and errors.** The runtime bounds every wait by its ``timeout``; DDP's all-reduce
 is bounded by DDP's group's timeout. Every error names this rank and the bucket.
 """
@@ -52,6 +62,7 @@ __all__ = ["BucketTransport"]
 
 DEFAULT_TIMEOUT = 300.0
 _ALREADY = "can only be called once"  # DDP's message for a second comm hook
+_ATTRIBUTE = "_autotune_transport"  # where a DDP model keeps its transport
 
 
 class BucketTransport:
@@ -66,13 +77,16 @@ class BucketTransport:
         self.rank = dist.get_rank()
         self._forward_hook: Any = None  # the handle of the DDP model's forward pre-hook
         self._ddp: Any = None  # the DDP whose buckets it averages
+        self.hooked = False  # registered as the DDP's comm hook (it stays: DDP keeps it)
         self._bind(rt, process_group)
 
     def _bind(self, rt: Any, process_group: Any) -> None:
         """A fresh state over the runtime ``rt``."""
         self.buckets = RuntimeBuckets(rt, process_group)
         self._config: Optional[RuntimeConfig] = None
-        self.averaged = 0  # buckets handed to the hook so far (none under DDP's no_sync)
+        # buckets handed to the hook so far (none under DDP's no_sync); before the hook is
+        # registered, the gradients that arrived in synchronising backward passes
+        self.averaged = 0
         self.backwards = 0  # DDP's last bucket handed over: backward passes averaged
         # when the last bucket reached the hook: backward's compute ended about then, so
         # what backward takes after it is communication left exposed
@@ -80,6 +94,12 @@ class BucketTransport:
         # set by a session that measures statistical efficiency: each bucket is sampled
         # before and after averaging (autotune.runtime.gradstats)
         self.sample: Optional[GradientSample] = None
+        # before the comm hook is registered: a gradient hook per parameter counts
+        self._counters: list = []
+        self._params = 0    # parameters counted
+        self._arrived = 0   # gradients since the last training forward
+        self._expected = 0  # gradients a backward brings: every parameter's (0: DDP
+        #                     finds the unused ones, marking them ready itself)
 
     # ------------------------------------------------------------------ making
     @classmethod
@@ -102,8 +122,14 @@ class BucketTransport:
             raise TypeError(f"BucketTransport.install needs a "
                             f"torch.nn.parallel.DistributedDataParallel model, got "
                             f"{kind.__module__}.{kind.__qualname__}")
-        state = next((s for _, s in getattr(ddp_model, "_comm_hooks", ()) if isinstance(s, cls)),
-                     None)
+        hooks = getattr(ddp_model, "_comm_hooks", ())
+        if any(not isinstance(s, cls) for _, s in hooks):
+            raise UsageError(f"rank {dist.get_rank()}: a comm hook is already registered on "
+                             "this DDP model; autotune's hook tunes DDP's communication and "
+                             "replaces it: remove yours")
+        # the transport of an earlier session on this model (registered as its comm hook
+        # or not yet)
+        state = getattr(ddp_model, _ATTRIBUTE, None)
         if state is not None and state.attached:
             raise UsageError(f"rank {state.rank}: a comm hook is already registered on this "
                              "DDP model, autotune's, and its session is still open: one "
@@ -117,20 +143,32 @@ class BucketTransport:
             state._bind(rt, ddp_model.process_group)
         else:
             state = cls(rt, ddp_model.process_group)
-            state._register(ddp_model)
+            setattr(ddp_model, _ATTRIBUTE, state)
         state._ddp = ddp_model
         called = ddp_model if called is None else called
-        state._forward_hook = called.register_forward_pre_hook(
-            lambda m, _: state.buckets.forward(state._ddp))
-        state.buckets.register([p for p in ddp_model.module.parameters() if p.requires_grad])
+        state._forward_hook = called.register_forward_pre_hook(lambda m, _: state._forward())
+        params = [p for p in ddp_model.module.parameters() if p.requires_grad]
+        state.buckets.register(params)
+        if not state.hooked:
+            state._count(params)
         return state
 
     def move_to(self, ddp_model: Any) -> None:
         """Average the buckets of ``ddp_model``, a DDP built anew over the same module and
         parameters on the same group (:class:`autotune.sessions.ddp.InPlaceDDP`), from
         now on: this transport is its comm hook; the runtime's registration stays."""
-        self._register(ddp_model)
+        if self.hooked:
+            self._register(ddp_model)
+        setattr(ddp_model, _ATTRIBUTE, self)
         self._ddp = ddp_model
+        self._expected = self._expected_gradients()
+
+    def _hook(self) -> None:
+        """Register as the DDP's comm hook, for good (module docstring); the counting
+        gradient hooks go."""
+        self._register(self._ddp)
+        self.hooked = True
+        self._uncount()
 
     def _register(self, ddp_model: Any) -> None:
         """This transport as ``ddp_model``'s comm hook (DDP takes one, once)."""
@@ -161,6 +199,7 @@ class BucketTransport:
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
+        self._uncount()
         self._ddp = None
         self.buckets.rt = None
         self.sample = None
@@ -199,6 +238,8 @@ class BucketTransport:
                               f"most {limits.max_streams} streams): {e}") from None
         self._config = RuntimeConfig.of(active)
         self.buckets.put_in_force(self._config)
+        if not self.hooked and (not self.buckets.ddp_allreduce or self.sample is not None):
+            self._hook()  # every rank at once: the configuration is the same on all
         return self._config
 
     def describe(self) -> dict:
@@ -207,9 +248,46 @@ class BucketTransport:
         runtime's error feedback."""
         cfg, b = self._config, self.buckets
         return {"rank": self.rank, "config": None if cfg is None else cfg.as_dict(),
+                "hooked": self.hooked,
                 "buckets": dict(b.sizes), "rounds": dict(b.rounds), "handed": b.handed,
                 "averaged_again": b.averaged_again,
                 "residual_norms": {} if self.rt is None else self.rt.residual_norms}
+
+    # ------------------------------------------------------------------ before the hook
+    def _forward(self) -> None:
+        """Before the DDP's forward (a forward pre-hook)."""
+        self.buckets.forward(self._ddp)
+        if torch.is_grad_enabled():
+            self._arrived = 0
+
+    def _count(self, params: list) -> None:
+        """Until the comm hook is registered: a gradient hook per parameter that counts
+        what the buckets would (module docstring)."""
+        self._uncount()
+        self._counters = [p.register_post_accumulate_grad_hook(self._arrival) for p in params]
+        self._params = len(params)
+        self._expected = self._expected_gradients()
+
+    def _expected_gradients(self) -> int:
+        # with find_unused_parameters DDP marks the unused ones ready itself, no gradient
+        # hook runs for them: the first gradient after a forward is the backward's (0)
+        return 0 if getattr(self._ddp, "find_unused_parameters", False) else self._params
+
+    def _uncount(self) -> None:
+        for h in self._counters:
+            h.remove()
+        self._counters = []
+
+    def _arrival(self, _param: torch.Tensor) -> None:
+        if not self.buckets.syncs:  # inside DDP's no_sync: DDP hands no bucket over
+            return
+        with signals.deferred(raise_at_end=False):  # a stop waits for step()
+            self.averaged += 1
+            self.last_bucket_at = time.perf_counter()
+            self._arrived += 1
+            if (self._arrived % self._expected == 0 if self._expected
+                    else self._arrived == 1):
+                self.backwards += 1
 
     # ------------------------------------------------------------------ the hook
     @staticmethod

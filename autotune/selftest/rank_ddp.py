@@ -236,7 +236,8 @@ class DDPWorker(Checker):
                             checks.append(self._compare(
                                 refs, self._grads(self.hooked_model), cfg if lossy else None,
                                 # DDP's own all-reduce (it divides first) ran a bucket
-                                divided_first=self.transport.buckets.averaged_again > by_ddp))
+                                divided_first=(not self.transport.hooked or
+                                               self.transport.buckets.averaged_again > by_ddp)))
         except ConfigError as e:  # rejected by the sync, on every rank alike
             row["error"] = f"ConfigError: {e}"
         except Exception as e:

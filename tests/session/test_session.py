@@ -157,6 +157,12 @@ def test_equals_synchronous_sgd_across_config_switches(with_server):
     ref = reference(2)
     for r in ranks:
         torch.testing.assert_close(torch.tensor(r["session"]["final"]), ref, rtol=1e-5, atol=1e-6)
+        # DDP's own built-in all-reduce until the first configuration that is not the
+        # default is put in force; from then on the comm hook, for good (issue 59)
+        s = r["session"]
+        leaving = [c != s["default"] for c in s["configs"]]
+        assert s["hooked"] == [any(leaving[:i + 1]) for i in range(len(leaving))], s["hooked"]
+        assert not s["hooked"][0] and s["hooked"][-1]
 
 
 def test_run_is_recorded_in_the_store(with_server):
@@ -255,3 +261,16 @@ def test_once_settled_a_step_costs_no_collective_of_its_own(world, wrap_ddp):
         assert all(n >= 2 for n in s["collectives"][:first + 1])  # the reduce and the sync
         assert s["collectives"][first + 1:] == [0] * (steps - first - 1)
         assert len({str(c) for c in s["configs"][first:]}) == 1
+
+
+@pytest.mark.parametrize("wrap_ddp", [False, True], ids=["native", "inside-ddp"])
+def test_with_the_tuner_off_ddp_runs_its_own_all_reduce_and_no_comm_hook(world, wrap_ddp):
+    """``budget=0``: the default all along, DDP's own built-in (C++) all-reduce, no Python
+    comm hook at all (issue 59: where nothing can be won, DDP's cost), and the job ends
+    where DDP's does."""
+    r0, r1 = world(2).run("session_worker:case", steps=12, budget=0, ddp=True, wrap_ddp=wrap_ddp)
+    for r in (r0, r1):
+        torch.testing.assert_close(torch.tensor(r["session"]["final"]), torch.tensor(r["ddp"]),
+                                   rtol=1e-5, atol=1e-6)
+        assert r["session"]["hooked"] == [False] * 12
+        assert r["session"]["configs"] == [r["session"]["default"]] * 12
