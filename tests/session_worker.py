@@ -7,6 +7,7 @@ and writes ``$OUT/rank<r>.json``.
 from __future__ import annotations
 
 import hashlib
+import weakref
 import json
 import os
 import sys
@@ -74,6 +75,7 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
     with autotune.session(net, **kw) as tuner:
         calls = count_collectives(tuner)
         default = dict(tuner.space.default())
+        ddps: list = []
         for x, y in batches(data_seed, RANK, steps):
             before = calls["n"]
             loss = nn.functional.mse_loss(net(x), y)
@@ -88,6 +90,11 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
             collectives.append(calls["n"] - before)
             # whether DDP's comm hook is registered (else DDP's built-in all-reduce runs)
             hooked.append(tuner.transport.hooked and bool(tuner.ddp._comm_hooks))
+            if not any(r() is tuner.ddp for r in ddps):
+                ddps.append(weakref.ref(tuner.ddp))
+        # the DDPs built over the model that are still alive (no garbage collection run):
+        # one built anew must free the last, whose reducer would all-reduce again
+        alive = sum(r() is not None for r in ddps)
     hist = [dict(index=r.index, technique=r.technique, config=r.config, iterations=r.iterations,
                  score=r.score, error=r.error) for r in tuner.history]
     numbers = {}
@@ -101,6 +108,7 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
                            else ([], []))                                             # probe's evidence
     return model, dict(losses=losses, sums=sums, configs=configs, history=hist,
                        settled=settled, collectives=collectives, hooked=hooked,
+                       ddps=len(ddps), alive=alive,
                        default=default,
                        best=tuner.best, tuning_iterations=tuner.tuning_iterations, **numbers)
 

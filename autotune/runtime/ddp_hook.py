@@ -96,7 +96,8 @@ class BucketTransport:
         self.sample: Optional[GradientSample] = None
         # before the comm hook is registered: a gradient hook per parameter counts
         self._counters: list = []
-        self._params = 0    # parameters counted
+        self._counted: list = []  # the parameters counted
+        self._params = 0    # how many
         self._arrived = 0   # gradients since the last training forward
         self._expected = 0  # gradients a backward brings: every parameter's (0: DDP
         #                     finds the unused ones, marking them ready itself)
@@ -162,6 +163,18 @@ class BucketTransport:
         setattr(ddp_model, _ATTRIBUTE, self)
         self._ddp = ddp_model
         self._expected = self._expected_gradients()
+
+    def unhook(self, ddp_model: Any) -> None:
+        """Average the buckets of ``ddp_model``, a DDP built anew over the same module
+        and parameters with no comm hook, by DDP's built-in all-reduce from now on
+        (counted as before the hook, module docstring), until a configuration needs the
+        hook again. The configuration in force must be DDP's own all-reduce."""
+        if not self.buckets.ddp_allreduce or self.sample is not None:
+            raise UsageError("unhook() under a configuration the runtime runs")
+        self.hooked = False
+        setattr(ddp_model, _ATTRIBUTE, self)
+        self._ddp = ddp_model
+        self._count(self._counted)
 
     def _hook(self) -> None:
         """Register as the DDP's comm hook, for good (module docstring); the counting
@@ -265,6 +278,7 @@ class BucketTransport:
         what the buckets would (module docstring)."""
         self._uncount()
         self._counters = [p.register_post_accumulate_grad_hook(self._arrival) for p in params]
+        self._counted = params
         self._params = len(params)
         self._expected = self._expected_gradients()
 

@@ -171,10 +171,16 @@ class TuningSession(SessionResults, abc.ABC):
                 self.schedule.applied(time.perf_counter() - applying)
             if failed is not None:
                 quiet = 0.0
+            elif quiet == math.inf:
+                self._settled()
             self._quiet_start, self._quiet_until = self.iteration, self.iteration + quiet
             self._quiet_from = self._t_last if 0 < quiet < math.inf else None
             if self._efficiency_probe is not None:  # coordinates only where a codec's error is
                 self._efficiency_probe.sample.begin(self.iteration, coordinates=self._lossy())
+
+    def _settled(self) -> None:
+        """Every worker, at the same step: the configuration in force stays (nothing
+        measured can change it any more)."""
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:

@@ -197,6 +197,13 @@ class InPlaceDDP:
         ddp._pre_forward()
         return ddp
 
+    def plain(self) -> DDP:
+        """DDP built anew over the module, as it is (its parameters already equal on every
+        worker, unused ones found as before), with no comm hook: DDP's built-in all-reduce
+        runs it (collective over the workers: DDP checks the parameters' shapes)."""
+        self.ddp = self._build(find_unused=self.ddp.find_unused_parameters, sync=False)
+        return self.ddp
+
     # ------------------------------------------------------------------ each step
     def check(self) -> None:
         """A parameter that needs a gradient but was not there at the start (added,

@@ -52,6 +52,10 @@ from autotune.signals import shielded, status_of
 from autotune.tuning.space import Config
 
 
+# how a collective's failure reads when gloo or NCCL raises it as a plain RuntimeError
+_BACKEND_WORDS = ("gloo", "NCCL", "Connection reset", "Connection closed", "Timed out",
+                  "timed out", "Broken pipe")
+
 class Session(TuningSession):
     """What ``autotune.session(model, ...)`` returns, for a plain module (DDP applied in
     place) or a ``DistributedDataParallel`` model (kept); see the module docstring."""
@@ -136,6 +140,16 @@ class Session(TuningSession):
         self.transport.sample = probe.sample if probe is not None else None
         self._apply(self._lead(params, dist.get_backend(self.ddp.process_group))
                     if self.is_leader else None)
+
+    def _settled(self) -> None:
+        """Settled on DDP's own all-reduce with the comm hook registered (the trials
+        needed it): the in-place DDP is built anew without it, so that the rest of the
+        job runs DDP's built-in all-reduce, with no Python per bucket. A user's DDP keeps
+        the hook: DDP cannot take one back (docs/ddp.md)."""
+        t = self.transport
+        if (self.in_place is not None and t.hooked and t.buckets.ddp_allreduce
+                and t.sample is None):
+            t.unhook(self.in_place.plain())
 
     def _follow(self, ddp: DDP) -> None:
         """The in-place DDP was built anew (to find unused parameters): the comm hook
@@ -236,6 +250,9 @@ class Session(TuningSession):
                 peer = self._liveness.failure(self.info.workers, lambda r: f"rank {r}")
             if peer is None and self.transport is not None:
                 peer = self.transport.buckets.fatal
+            if peer is None and self._ddp_broke(exc):
+                peer = self.rt.blame(f"DDP's built-in all-reduce on rank {self.info.rank}",
+                                     list(self.info.workers), exc)
         try:
             self._leave(peer or exc)
         finally:
@@ -245,6 +262,15 @@ class Session(TuningSession):
                 self.in_place.remove(clean=exc is None)  # the module is plain again
         if peer is not None:
             raise peer from exc
+
+    def _ddp_broke(self, exc: Exception) -> bool:
+        """Whether ``exc`` is DDP's built-in all-reduce failing (no comm hook registered:
+        torch's error from backward, which names no rank): a ``torch.distributed``
+        error, or a runtime error the backend wrote."""
+        if self.transport is None or self.transport.hooked or self.rt is None:
+            return False
+        return isinstance(exc, dist.DistError) or (
+            isinstance(exc, RuntimeError) and any(m in str(exc) for m in _BACKEND_WORDS))
 
     def _leave(self, exc: BaseException | None) -> None:
         """Stop the others (the leader's stop at the last sync) and close the run; after

@@ -159,10 +159,12 @@ def test_equals_synchronous_sgd_across_config_switches(with_server):
         torch.testing.assert_close(torch.tensor(r["session"]["final"]), ref, rtol=1e-5, atol=1e-6)
         # DDP's own built-in all-reduce until the first configuration that is not the
         # default is put in force; from then on the comm hook, for good (issue 59)
+        # (settled on the default: the in-place DDP is built anew without the hook)
         s = r["session"]
         leaving = [c != s["default"] for c in s["configs"]]
-        assert s["hooked"] == [any(leaving[:i + 1]) for i in range(len(leaving))], s["hooked"]
-        assert not s["hooked"][0] and s["hooked"][-1]
+        assert s["hooked"] == [any(leaving[:i + 1]) and not (s["settled"][i] and not leaving[i])
+                               for i in range(len(leaving))], s["hooked"]
+        assert not s["hooked"][0] and True in s["hooked"]
 
 
 def test_run_is_recorded_in_the_store(with_server):
@@ -261,6 +263,25 @@ def test_once_settled_a_step_costs_no_collective_of_its_own(world, wrap_ddp):
         assert all(n >= 2 for n in s["collectives"][:first + 1])  # the reduce and the sync
         assert s["collectives"][first + 1:] == [0] * (steps - first - 1)
         assert len({str(c) for c in s["configs"][first:]}) == 1
+        assert s["alive"] == 1  # a DDP built anew (settled on the default) freed the last
+
+
+def test_settled_on_the_default_after_trials_the_in_place_ddp_runs_without_the_hook(world):
+    """Trials need the comm hook; when the search keeps the default (every other
+    configuration here made 50 ms slower), the in-place DDP is built anew without it, the
+    old one freed, and the job still ends where DDP's does (issue 59)."""
+    slow = ";".join(f"streams={k}@delay:0.05" for k in range(2, 17))
+    r0, r1 = world(2).run("session_worker:case", steps=40, budget=12, ddp=True,
+                          fixed={"chunk_bytes": 4 << 20, "transport": "allreduce"},
+                          env={"AUTOTUNE_FAULT": slow})
+    for r in (r0, r1):
+        s = r["session"]
+        torch.testing.assert_close(torch.tensor(s["final"]), torch.tensor(r["ddp"]),
+                                   rtol=1e-5, atol=1e-6)
+        assert s["best"] == s["default"] and True in s["settled"]
+        first = s["settled"].index(True)
+        assert True in s["hooked"][:first] and s["hooked"][first:] == [False] * (40 - first)
+        assert s["ddps"] == 2 and s["alive"] == 1, s
 
 
 @pytest.mark.parametrize("wrap_ddp", [False, True], ids=["native", "inside-ddp"])
