@@ -36,7 +36,9 @@ call into Python and a continuation of its future, about 2% of a step of the sma
 of ``benchmarks/clock_bench.py`` on this project's CPU machine. Meanwhile a gradient
 hook per parameter counts the gradients that arrive (:attr:`averaged`, the backward
 passes, when the last arrived) as the buckets do once the hook is in. DDP cannot take a
-comm hook back: once registered it stays, and the default runs through it from then on.
+comm hook back: once registered it stays, and the default runs through it from then on,
+unless the DDP is built anew without it (:meth:`BucketTransport.unhook`: the session does
+so for DDP applied in place, once the search settles on the default).
 
 **Bounds and errors.** The runtime bounds every wait by its ``timeout``; DDP's all-reduce
 is bounded by DDP's group's timeout. Every error names this rank and the bucket.
@@ -97,7 +99,6 @@ class BucketTransport:
         # before the comm hook is registered: a gradient hook per parameter counts
         self._counters: list = []
         self._counted: list = []  # the parameters counted
-        self._params = 0    # how many
         self._arrived = 0   # gradients since the last training forward
         self._expected = 0  # gradients a backward brings: every parameter's (0: DDP
         #                     finds the unused ones, marking them ready itself)
@@ -157,7 +158,8 @@ class BucketTransport:
     def move_to(self, ddp_model: Any) -> None:
         """Average the buckets of ``ddp_model``, a DDP built anew over the same module and
         parameters on the same group (:class:`autotune.sessions.ddp.InPlaceDDP`), from
-        now on: this transport is its comm hook; the runtime's registration stays."""
+        now on: this transport is its comm hook (once one is needed); the runtime's
+        registration stays."""
         if self.hooked:
             self._register(ddp_model)
         setattr(ddp_model, _ATTRIBUTE, self)
@@ -279,13 +281,12 @@ class BucketTransport:
         self._uncount()
         self._counters = [p.register_post_accumulate_grad_hook(self._arrival) for p in params]
         self._counted = params
-        self._params = len(params)
         self._expected = self._expected_gradients()
 
     def _expected_gradients(self) -> int:
         # with find_unused_parameters DDP marks the unused ones ready itself, no gradient
         # hook runs for them: the first gradient after a forward is the backward's (0)
-        return 0 if getattr(self._ddp, "find_unused_parameters", False) else self._params
+        return 0 if getattr(self._ddp, "find_unused_parameters", False) else len(self._counted)
 
     def _uncount(self) -> None:
         for h in self._counters:

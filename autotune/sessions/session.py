@@ -56,6 +56,7 @@ from autotune.tuning.space import Config
 _BACKEND_WORDS = ("gloo", "NCCL", "Connection reset", "Connection closed", "Timed out",
                   "timed out", "Broken pipe")
 
+
 class Session(TuningSession):
     """What ``autotune.session(model, ...)`` returns, for a plain module (DDP applied in
     place) or a ``DistributedDataParallel`` model (kept); see the module docstring."""
