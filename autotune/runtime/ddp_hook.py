@@ -67,6 +67,13 @@ _ALREADY = "can only be called once"  # DDP's message for a second comm hook
 _ATTRIBUTE = "_autotune_transport"  # where a DDP model keeps its transport
 
 
+def _theirs(rank: int, said: str = "") -> UsageError:
+    """The error for a DDP model that has a comm hook of the user's own."""
+    return UsageError(f"rank {rank}: a comm hook is already registered on this DDP model; "
+                      "autotune's hook tunes DDP's communication and replaces it: remove "
+                      f"yours{said}")
+
+
 class BucketTransport:
     """The state of autotune's DDP comm hook; see the module docstring. ``rt``: the
     runtime (a worker's) that averages the buckets; ``process_group``: DDP's group
@@ -126,9 +133,7 @@ class BucketTransport:
                             f"{kind.__module__}.{kind.__qualname__}")
         hooks = getattr(ddp_model, "_comm_hooks", ())
         if any(not isinstance(s, cls) for _, s in hooks):
-            raise UsageError(f"rank {dist.get_rank()}: a comm hook is already registered on "
-                             "this DDP model; autotune's hook tunes DDP's communication and "
-                             "replaces it: remove yours")
+            raise _theirs(dist.get_rank())
         # the transport of an earlier session on this model (registered as its comm hook
         # or not yet)
         state = getattr(ddp_model, _ATTRIBUTE, None)
@@ -195,9 +200,7 @@ class BucketTransport:
             hooks = getattr(ddp_model, "_comm_hooks", None)  # DDP noted ours before failing
             if hooks and hooks[-1][1] is self:
                 hooks.pop()
-            raise UsageError(f"rank {self.rank}: a comm hook is already registered on this "
-                             "DDP model; autotune's hook tunes DDP's communication and "
-                             f"replaces it: remove yours (DDP said: {e})") from None
+            raise _theirs(self.rank, f" (DDP said: {e})") from None
 
     @property
     def attached(self) -> bool:
