@@ -74,14 +74,16 @@ HOST_BYTES = 1 << 20
 
 #: most residual evaluations (each simulates every observation) one fit may spend
 FIT_EVALUATIONS = 400
-#: most CPU seconds one fit may spend
-FIT_SECONDS = 0.5
+#: most simulation one fit may spend, in the simulator's machine-independent work units
+#: (:data:`autotune.sim.model.WORK_PER_CHUNK`; about 0.5 s of CPU on the 2-core machine),
+#: so that a fit ends at the same point on every run
+FIT_WORK = 5000.0
 #: most observations one fit reads (each residual simulates every one)
 FIT_OBSERVATIONS = 32
 
 
 class _OutOfTime(Exception):
-    """A fit's CPU budget is spent."""
+    """A fit's budget is spent."""
 
 
 class CalibrationError(AutotuneError, ValueError):
@@ -267,16 +269,16 @@ class Observation:
 def fit(job: Job, cluster: ClusterSpec, calibration: Calibration,
         observations: Sequence[Observation], *, names: Sequence[str] = FITTED,
         evaluations: int = FIT_EVALUATIONS,
-        seconds: float = FIT_SECONDS) -> tuple[Calibration, float]:
+        budget: float = FIT_WORK) -> tuple[Calibration, float]:
     """Fit the constants ``names`` to ``observations`` (module docstring): returns the
     new calibration (the fitted constants marked ``"fitted"``) and the root mean square
     of the log errors it leaves on the observations. Constants the observations do not
     move stay as they were; so does everything when nothing can be simulated. At most
-    ``evaluations`` residual vectors and ``seconds`` of CPU are spent (then the best
-    point so far is taken)."""
+    ``evaluations`` residual vectors and ``budget`` work units of simulation
+    (:func:`autotune.sim.model.work`) are spent (then the best point so far is taken)."""
     from scipy.optimize import least_squares
 
-    from .model import simulate
+    from .model import simulate, work
 
     obs = [o for o in observations if o.step_s > 0 and math.isfinite(o.step_s)]
     if len(obs) > FIT_OBSERVATIONS:  # the most measured (the last told among equals)
@@ -300,7 +302,7 @@ def fit(job: Job, cluster: ClusterSpec, calibration: Calibration,
     sigma = np.array([SPREAD.get(calibration.source(n), SPREAD["default"]) for n in active])
     weight = np.sqrt(np.array([max(1, o.count) for o in obs], dtype=float))
     target = np.log([o.step_s for o in obs])
-    spent = [0]
+    spent = [0.0]  # work units
 
     def steps(x: np.ndarray) -> np.ndarray:
         values = dict(zip(active, np.exp(x)))
@@ -308,17 +310,17 @@ def fit(job: Job, cluster: ClusterSpec, calibration: Calibration,
         out = np.empty(len(obs))
         for i, o in enumerate(obs):
             try:
-                out[i] = simulate(j, c, o.config).step_s
+                estimate = simulate(j, c, o.config)
+                out[i] = estimate.step_s
             except AutotuneError:
-                out[i] = math.nan
-        spent[0] += 1
+                estimate, out[i] = None, math.nan
+            spent[0] += work(estimate)
         return out
 
     best: list = [math.inf, x0, None]  # cost, point, its simulated steps
-    began = time.process_time()
 
     def bounded(x: np.ndarray) -> np.ndarray:  # residuals, remembering the best point
-        if time.process_time() - began > seconds and best[2] is not None:
+        if spent[0] > budget and best[2] is not None:
             raise _OutOfTime
         s = steps(x)
         r = np.concatenate([weight * np.where(np.isfinite(s) & (s > 0),
@@ -335,7 +337,7 @@ def fit(job: Job, cluster: ClusterSpec, calibration: Calibration,
     try:
         least_squares(bounded, x0, bounds=(lo, hi), method="trf", diff_step=0.02,
                       max_nfev=max(1, evaluations // (len(active) + 1)), x_scale=1.0)
-    except _OutOfTime:  # a slow simulator: the best point so far
+    except _OutOfTime:  # a large plan or many observations: the best point so far
         pass
     x, s = best[1], best[2]
     fitted = dict(zip(active, (float(v) for v in np.exp(x))))

@@ -45,7 +45,7 @@ is exactly ``2(n-1)M/(nB)`` for all-reduce and ``2n(n-1)M/((n^2+kn-2k)B)`` for p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, NamedTuple
 
 from autotune.runtime.config import (DEFAULT_POWERSGD_RANK, DEFAULT_RANDOMK_RATIO,
@@ -102,6 +102,7 @@ class IterationEstimate:
     bottleneck: str
     chunks: int
     breakdown: dict[str, float] = field(default_factory=dict)
+    work: float = 1.0  # what computing this estimate cost (WORK_PER_CHUNK)
     config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,6 +124,22 @@ def _check_config(config: Mapping[str, Any], cluster: ClusterSpec,
     return {k: rc[k] for k in DEFAULT_CONFIG}
 
 
+#: What a prediction costs, in units that do not depend on the machine or its load, so
+#: that a budget spent in them (the prior's pool, a calibration fit) ends at the same
+#: prediction on every run of a seed (:attr:`IterationEstimate.work`): one unit a
+#: configuration, plus these a chunk of its plan by transport (the schedule of push/pull
+#: walks each chunk through its owner's links). Measured 2026-12-03 on the 2-core machine
+#: over the tuner suites' jobs: about 0.2 ms a configuration, 12 us a push/pull chunk and
+#: 2.5 us an all-reduce chunk; a unit came to 0.05-0.18 ms of CPU from job to job.
+WORK_PER_CHUNK = {"pushpull": 0.08, "allreduce": 0.02}
+
+
+def work(estimate: "IterationEstimate | None") -> float:
+    """What one :func:`simulate` call cost in work units (:data:`WORK_PER_CHUNK`): one for
+    a configuration the model refused (``None``)."""
+    return 1.0 if estimate is None else estimate.work
+
+
 def simulate(job: Job, cluster: ClusterSpec, config: Mapping[str, Any]) -> IterationEstimate:
     """Predict one iteration of ``job`` on ``cluster`` under ``config`` (a Config dict
     of :mod:`autotune.tuning.space`; missing keys take their defaults, unknown keys are ignored)."""
@@ -138,7 +155,8 @@ def simulate(job: Job, cluster: ClusterSpec, config: Mapping[str, Any]) -> Itera
     _charge_worker_cpu_and_codec(s, ch)
     if s.N == 1:  # nothing to exchange
         ch, s.plan = _Charges(), ChunkPlan([], [], [], [], [])
-    return _estimate(job, s, ch)
+    estimate = _estimate(job, s, ch)
+    return replace(estimate, work=1.0 + WORK_PER_CHUNK[s.transport] * estimate.chunks)
 
 
 @dataclass

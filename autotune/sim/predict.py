@@ -16,10 +16,10 @@ from typing import Any, Mapping, Sequence
 
 from autotune.errors import AutotuneError
 
-from .calibration import FIT_SECONDS, Calibration, Observation, fit
+from .calibration import FIT_WORK, Calibration, Observation, fit
 from .cluster import ClusterSpec
 from .job import Job
-from .model import simulate
+from .model import simulate, work
 
 
 class ModelPrior:
@@ -31,7 +31,9 @@ class ModelPrior:
     :meth:`fit` refits those constants to measured scores
     (:func:`autotune.sim.calibration.fit`), so the prior learns the machine from the
     trials; :attr:`fit_error` is the root mean square log error it left. Predictions are
-    cached until the constants change."""
+    cached until the constants change. :attr:`work` counts what the predictions made so
+    far cost, in the simulator's machine-independent units (:func:`autotune.sim.model.
+    work`): the budget the surrogate spends on them."""
 
     def __init__(self, job: Job, cluster: ClusterSpec, calibration: Calibration | None = None):
         self.base_job, self.base_cluster = job, cluster
@@ -39,6 +41,7 @@ class ModelPrior:
         self.started_from = self.calibration  # what it knew before any trial
         self.fit_error: float | None = None
         self.fits = 0
+        self.work = 0.0
         self._use(self.calibration)
 
     def _use(self, calibration: Calibration) -> None:
@@ -52,9 +55,11 @@ class ModelPrior:
         hit = self._cache.get(key)
         if hit is None:
             try:
-                hit = simulate(self.job, self.cluster, config).step_s
+                estimate = simulate(self.job, self.cluster, config)
             except AutotuneError:
-                hit = math.inf
+                estimate = None
+            self.work += work(estimate)
+            hit = math.inf if estimate is None else estimate.step_s
             self._cache[key] = hit
         return hit
 
@@ -67,14 +72,14 @@ class ModelPrior:
         return out
 
     def fit(self, measured: Sequence[tuple[Mapping[str, Any], float, int]], *,
-            seconds: float = FIT_SECONDS) -> bool:
+            budget: float = FIT_WORK) -> bool:
         """Refit the constants to ``measured`` ``(config, mean score, iterations)``, within
-        ``seconds`` of CPU; whether the predictions changed."""
+        ``budget`` work units of simulation; whether the predictions changed."""
         batch = self.base_job.batch_per_worker
         obs = [Observation(dict(c), batch / score, n) for c, score, n in measured
                if score and score > 0 and math.isfinite(score)]
         fitted, rms = fit(self.base_job, self.base_cluster, self.calibration, obs,
-                          seconds=seconds)
+                          budget=budget)
         if fitted is self.calibration:
             return False
         self.fits += 1

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 import warnings
 from typing import Callable, Mapping, Sequence
 
@@ -47,7 +46,7 @@ from autotune.tuning.trust import PROPOSE, SCREEN, Trust, log_score
 Prior = Callable[[Sequence[Config]], Sequence[float]]
 
 POOL = 6000          # configurations the surrogate ranks (all of them in smaller spaces)
-POOL_SECONDS = 1.0   # CPU the first prediction of the pool may take (a slow prior ranks fewer)
+POOL_WORK = 10000.0  # the prior's work the pool's first prediction may take (see Surrogate)
 BATCH = 25           # configurations per call of the prior (the CPU budgets are checked between)
 REFIT_AT = (4, 8, 16, 32)  # measured configurations at which a fittable prior is refitted
 GP_FIT_AT = 3        # scored configurations from which the residual GP is fitted
@@ -56,12 +55,20 @@ NEIGHBOURS_OF = 5    # large spaces: the pool also holds the neighbours of the b
 
 
 class Surrogate:
-    """The prior, calibrated on the trials told (see the module docstring)."""
+    """The prior, calibrated on the trials told (see the module docstring).
+
+    What the prior may spend predicting the pool (:data:`POOL_WORK`, at the first
+    prediction and at each refit) is counted in its own work units where it keeps a
+    count (``prior.work``: :class:`autotune.sim.predict.ModelPrior` counts the simulator's
+    machine-independent units, about 10,000 to a CPU-second), else one a configuration.
+    Never in seconds: a slow prior ranks fewer configurations, but the same ones on
+    every run of a seed, whatever the machine's load."""
 
     def __init__(self, space: SearchSpace, prior: Prior, seed: int = 0, pool: int = POOL):
         self.space = space
         self.prior = prior
         self.rng = random.Random(seed)
+        self._seed = seed
         self.obs = Observations(space)
         self._pool = pool
         self.keys: list[Key] = []
@@ -78,35 +85,55 @@ class Surrogate:
         self._refitted = 0
         self._tuned_at = 0  # configurations measured when the GP's kernel was last optimised
         self._kernel = None
+        self._predicted = 0  # configurations the prior was asked for
+        self._floor = 0.0  # the log prediction of a configuration it cannot run (_filled)
+
+    def _spent(self) -> float:
+        """The prior's work so far (:class:`Surrogate`)."""
+        own = getattr(self.prior, "work", None)
+        return float(own) if isinstance(own, (int, float)) else float(self._predicted)
 
     def _build(self) -> None:
         """Predict the pool with the prior, on first use (so a session can let its prior
         learn from the warm-up iterations before the first prediction): in batches, until
-        the pool or :data:`POOL_SECONDS` of CPU is spent (a slow prior ranks fewer)."""
+        the pool or :data:`POOL_WORK` of the prior's work is spent."""
         if self._ready:
             return
         self._ready = True
         table = canonical_table(self.space)
         if len(table) > self._pool:
             table = table[np.asarray(self.rng.sample(range(len(table)), self._pool))]
-        began = time.process_time()
-        parts: list[np.ndarray] = []
+            order = np.arange(len(table))
+        else:  # predicted in the seed's random order, so that a budget spent before the
+            # end leaves a fair sample of the space, not its first rows (the smallest
+            # chunks); kept in the table's order
+            order = np.random.default_rng(self._seed).permutation(len(table))
+        began = self._spent()
+        done, parts = [], []
         for lo in range(0, len(table), BATCH):
-            rows = table[lo:lo + BATCH]
-            parts.append(self._predict_prior([self.space.decode(r) for r in rows]))
-            self.keys += [tuple(int(v) for v in r) for r in rows]
-            if time.process_time() - began > POOL_SECONDS:
+            rows = order[lo:lo + BATCH]
+            parts.append(self._predict_prior([self.space.decode(table[i]) for i in rows]))
+            done.append(rows)
+            if self._spent() - began > POOL_WORK:
                 break
+        taken = np.concatenate(done) if done else np.zeros(0, dtype=int)
+        kept = np.argsort(taken, kind="stable")  # back in the table's order
+        self.keys = [tuple(int(v) for v in table[i]) for i in taken[kept]]
         self._index = {k: i for i, k in enumerate(self.keys)}
-        self.log_prior = np.concatenate(parts) if parts else np.zeros(0)
+        log_prior = np.concatenate(parts)[kept] if parts else np.zeros(0)
+        if np.isfinite(log_prior).any():
+            self._floor = float(np.nanmax(log_prior)) + math.log(1e-6)
+        self.log_prior = self._filled(log_prior)
         self.features = self._features(np.asarray(self.keys, dtype=float))
 
     # ------------------------------------------------------------------ inputs
     def _predict_prior(self, configs: Sequence[Config]) -> np.ndarray:
-        """log of the prior's predictions; a prior that fails is dropped (a warning that
-        says why, then a flat prior: the GP alone) so that it never stops training."""
+        """log of the prior's predictions, NaN for a configuration it cannot run (no
+        positive finite rate; :meth:`_filled`); a prior that fails is dropped (a warning
+        that says why, then a flat prior: the GP alone) so that it never stops training."""
         if self.failed is not None:
             return np.zeros(len(configs))
+        self._predicted += len(configs)
         try:
             values = np.asarray(self.prior(list(configs)), dtype=float)
             if values.shape != (len(configs),):
@@ -118,10 +145,14 @@ class Surrogate:
             self.log_prior = np.zeros(len(self.log_prior))
             return np.zeros(len(configs))
         usable = np.isfinite(values) & (values > 0)
-        if not usable.any():  # e.g. no communication to predict: every rate infinite
-            return np.zeros(len(configs))
-        values = np.where(usable, values, values[usable].max() * 1e-6)
-        return np.log(values)
+        return np.log(np.where(usable, values, np.nan))
+
+    def _filled(self, log_prior: np.ndarray) -> np.ndarray:
+        """``log_prior`` with a configuration the prior cannot run predicted a
+        million times slower than the pool's best, the same for every such configuration
+        (flat where the pool has no usable prediction: e.g. no communication to predict,
+        every rate infinite)."""
+        return np.where(np.isnan(log_prior), self._floor, log_prior)
 
     def _features(self, rows: np.ndarray) -> np.ndarray:
         """Each parameter's value index scaled to [0, 1] (ordinal parameters) or one-hot
@@ -147,7 +178,7 @@ class Surrogate:
             i = len(self.keys)
             self.keys.append(k)
             self._index[k] = i
-            self.log_prior = np.append(self.log_prior, self._predict_prior([c]))
+            self.log_prior = np.append(self.log_prior, self._filled(self._predict_prior([c])))
             self.features = np.vstack([self.features,
                                        self._features(np.asarray([k], dtype=float))])
         return i
@@ -178,7 +209,7 @@ class Surrogate:
     def _refit(self, scored: list) -> None:
         """Refit the prior's constants to the measured means, then predict anew the
         configurations measured and the pool's best :data:`REPREDICT`, best first, while
-        :data:`POOL_SECONDS` of CPU last; the rest of the pool moves by the median change
+        :data:`POOL_WORK` of the prior's work lasts; the rest of the pool moves by the median change
         of those (a refit mostly rescales)."""
         refit = getattr(self.prior, "fit", None)
         if refit is None or self.failed is not None:
@@ -195,17 +226,19 @@ class Surrogate:
         known = set(told)
         top = [i for i in np.argsort(-self.log_prior, kind="stable")[:REPREDICT]
                if i not in known]
-        began, idx, parts = time.process_time(), list(told), []
+        began, idx, parts = self._spent(), list(told), []
         parts.append(self._predict_prior([self._config(i) for i in told]))
         for lo in range(0, len(top), BATCH):  # the best first, while the CPU budget lasts
-            if time.process_time() - began > POOL_SECONDS:
+            if self._spent() - began > POOL_WORK:
                 break
             idx += top[lo:lo + BATCH]
             parts.append(self._predict_prior([self._config(i) for i in top[lo:lo + BATCH]]))
         idx_a, fresh = np.asarray(idx, dtype=int), np.concatenate(parts)
-        shift = float(np.median(fresh - self.log_prior[idx_a]))
+        moved = fresh - self.log_prior[idx_a]
+        shift = float(np.median(moved[np.isfinite(moved)])) if np.isfinite(moved).any() else 0.0
+        self._floor += shift
         self.log_prior = self.log_prior + shift
-        self.log_prior[idx_a] = fresh
+        self.log_prior[idx_a] = self._filled(fresh)
 
     def _config(self, i: int) -> Config:
         return self.space.decode(np.asarray(self.keys[i]))

@@ -90,7 +90,7 @@ def test_the_fit_recovers_what_the_trials_inform():
     before, tau_before = error(prior), tau(prior)
     # scores are 1 / step (it/s); no CPU limit, so the fit is the same on any machine (its
     # evaluation budget bounds it; the CPU limit is there for the tuner's sake, not accuracy)
-    assert prior.fit([(c, 1.0 / s, 6) for c, s in told], seconds=math.inf)
+    assert prior.fit([(c, 1.0 / s, 6) for c, s in told], budget=math.inf)
     after, tau_after = error(prior), tau(prior)
     # on 44 configurations it was not told: from wrong by a factor e^0.5 and ranking them
     # no better than chance, to within 15 % and ranking them well
