@@ -29,6 +29,15 @@ benchmarks/results/clock/clock.json:
     sudo .venv/bin/python benchmarks/clock_bench.py --budget 0      # the runtime alone
     sudo .venv/bin/python benchmarks/clock_bench.py --unknown-length  # no total_steps
     sudo .venv/bin/python benchmarks/clock_bench.py --budget 0 --fixed '{"transport": "pushpull"}'
+    sudo .venv/bin/python benchmarks/clock_bench.py --batch 16     # a step of about 50 ms
+
+Much to win (``--model demo``): ``make demo``'s job instead of the GPT (ResNet-50's 161
+gradients at base width 32, 26 MiB, with emulated compute: a 40 ms forward and a 120 ms
+backward that yields the gradients in ready order; :mod:`autotune.workload`), on the
+demo's cluster; the sessions may use the ``--servers`` hosts (DDP runs on the worker
+hosts alone, as in the demo). DDP takes about 400 s a run:
+
+    sudo .venv/bin/python benchmarks/clock_bench.py --model demo --workers 4 --servers 4 --rate 300mbit
 
 Each rank is this file again (``--job train``); a rank that fails stops the benchmark
 with its name and output; every wait is bounded (``--rank-timeout``).
@@ -73,12 +82,21 @@ def train_main(a: argparse.Namespace) -> None:
     from tta_bench import GPTTask
 
     torch.set_num_threads(1)
+    if os.environ.get("AUTOTUNE_ROLE") == "server":  # a Summation Service: serves, exits
+        import autotune
+
+        with autotune.session(torch.nn.Linear(1, 1), store=False, timeout=a.rank_timeout):
+            pass
+        return
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", timeout=timedelta(seconds=a.rank_timeout))
-    task = GPTTask(a.seed, rank, world, a.batch)
+    task = GPTTask(a.seed, rank, world, a.batch) if a.model == "gpt" else DemoTask(rank)
     model, opt = task.model, task.optimizer()
     batches = [task.next_batch() for _ in range(a.steps)]  # data off the clock
-    dist.barrier()  # every rank at the start line
+    if world == a.workers:
+        dist.barrier()  # every rank at the start line
+    # else the servers are in the world, inside their session: the rendezvous just made
+    # (every rank, servers included) is the start line
     t0 = time.perf_counter()
     kw = dict(total_steps=None if a.unknown_length else a.steps,
               samples_per_step=a.batch, store=False,
@@ -93,7 +111,10 @@ def train_main(a: argparse.Namespace) -> None:
     else:
         import autotune
 
-        net = model if a.variant == "native" else DDP(model)
+        if a.variant == "native":
+            net = model
+        else:  # with servers in the world, DDP on the workers' group (docs/ddp.md)
+            net = DDP(model, process_group=autotune.workers_group() if world > a.workers else None)
         ctx = autotune.session(net, **kw)
     losses = []
     parts: dict[str, list[float]] = {p: [] for p in PARTS}  # each step's seconds, by part
@@ -129,14 +150,51 @@ def train_main(a: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+class DemoTask:
+    """``make demo``'s job (module docstring) in the GPT task's shape: no data, no
+    optimizer; the loss is the sleepy model's scalar."""
+
+    def __init__(self, rank: int) -> None:
+        from autotune.workload import model_shapes, sleepy_model
+
+        self.model = sleepy_model(model_shapes("resnet50/32"), 0.040, 0.120, rank + 1)
+
+    def optimizer(self) -> Any:
+        return _NoOptimizer(self.model)
+
+    def next_batch(self) -> tuple[Any, None]:
+        import torch
+
+        return torch.ones(1), None
+
+    @staticmethod
+    def loss(net: Any, x: Any, _y: None) -> Any:
+        return net(x)
+
+
+class _NoOptimizer:
+    """No update; ``zero_grad`` zeroes the model's gradients, as the demo does."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def step(self) -> None:
+        pass
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        self.model.zero_grad(set_to_none=set_to_none)
+
+
 def launch_run(c: Any, a: argparse.Namespace, variant: str, seed: int) -> dict:
     argv = [sys.executable, os.path.abspath(__file__), "--job", "train", "--variant", variant,
             "--seed", str(seed), "--steps", str(a.steps), "--batch", str(a.batch),
+            "--model", a.model, "--workers", str(a.workers),
             "--rank-timeout", str(a.rank_timeout)] + (["--verbose"] if a.verbose else []) + (
                 [] if a.budget is None else ["--budget", str(a.budget)]) + (
                 ["--fixed", json.dumps(a.fixed)] if a.fixed else []) + (
                 ["--unknown-length"] if a.unknown_length else [])
     return launch_json(c, argv, workers=a.workers, timeout_s=a.rank_timeout + 600,
+                       servers=0 if variant == "ddp" else a.servers,
                        verbose=a.verbose, failed=f"clock_bench: {variant}, seed {seed}")
 
 
@@ -149,7 +207,7 @@ def run(a: argparse.Namespace) -> dict:
     con = Console(stderr=True)
     started = time.time()
     runs: dict[str, list] = {v: [] for v in a.variant_list}
-    with Cluster(hosts=a.workers, rate=a.rate, flow_cap=a.flow_cap,
+    with Cluster(hosts=a.workers + a.servers, rate=a.rate, flow_cap=a.flow_cap,
                  congestion=a.congestion) as c:
         con.print(f"cluster {c.describe()}")
         for i in range(a.runs):
@@ -173,7 +231,8 @@ def run(a: argparse.Namespace) -> dict:
         ref = rows["ddp"]["wall_s"]["median"]
         for row in rows.values():  # > 1: slower than DDP
             row["vs_ddp"] = row["wall_s"]["median"] / ref
-    return {"benchmark": "clock_bench", "workers": a.workers, "rate": a.rate,
+    return {"benchmark": "clock_bench", "model": a.model, "workers": a.workers,
+            "servers": a.servers, "rate": a.rate,
             "budget": a.budget, "fixed": a.fixed, "unknown_length": a.unknown_length,
             "steps": a.steps, "runs": a.runs, "variants": rows, "target_vs_ddp": 1.03,
             "wall_s": time.time() - started,
@@ -211,6 +270,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--servers", type=int, default=0,
+                    help="server hosts the sessions may use (DDP runs on the workers alone)")
+    ap.add_argument("--model", choices=("gpt", "demo"), default="gpt",
+                    help="gpt: little to win (module docstring); demo: make demo's job")
     add_cluster_args(ap)
     ap.set_defaults(rate="1gbit")
     ap.add_argument("--seed", type=int, default=0)
@@ -227,7 +290,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path, default=OUT_DIR / "clock.json")
     ap.add_argument("--job", choices=("train",), help=argparse.SUPPRESS)
     ap.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
-    ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=32,
+                    help="samples a rank a step: 32, about 88 ms a step on the 2-core machine; "
+                         "16, about 50 ms")
     a = ap.parse_args(argv)
     if a.job == "train":
         train_main(a)
