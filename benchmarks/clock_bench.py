@@ -34,8 +34,9 @@ benchmarks/results/clock/clock.json:
 Much to win (``--model demo``): ``make demo``'s job instead of the GPT (ResNet-50's 161
 gradients at base width 32, 26 MiB, with emulated compute: a 40 ms forward and a 120 ms
 backward that yields the gradients in ready order; :mod:`autotune.workload`), on the
-demo's cluster; the sessions may use the ``--servers`` hosts (DDP runs on the worker
-hosts alone, as in the demo). DDP takes about 400 s a run:
+demo's cluster; the sessions may use the ``--servers`` hosts (``hook`` builds DDP on
+``autotune.workers_group()`` there, docs/ddp.md; plain DDP runs on the worker hosts alone,
+as in the demo). DDP takes about 400 s a run:
 
     sudo .venv/bin/python benchmarks/clock_bench.py --model demo --workers 4 --servers 4 --rate 300mbit
 

@@ -47,7 +47,7 @@ Prior = Callable[[Sequence[Config]], Sequence[float]]
 
 POOL = 6000          # configurations the surrogate ranks (all of them in smaller spaces)
 POOL_WORK = 10000.0  # the prior's work the pool's first prediction may take (see Surrogate)
-BATCH = 25           # configurations per call of the prior (the CPU budgets are checked between)
+BATCH = 25           # configurations per call of the prior (the budgets are checked between)
 REFIT_AT = (4, 8, 16, 32)  # measured configurations at which a fittable prior is refitted
 GP_FIT_AT = 3        # scored configurations from which the residual GP is fitted
 REPREDICT = 400      # after a refit, the pool's best this many are predicted anew
@@ -209,8 +209,8 @@ class Surrogate:
     def _refit(self, scored: list) -> None:
         """Refit the prior's constants to the measured means, then predict anew the
         configurations measured and the pool's best :data:`REPREDICT`, best first, while
-        :data:`POOL_WORK` of the prior's work lasts; the rest of the pool moves by the median change
-        of those (a refit mostly rescales)."""
+        :data:`POOL_WORK` of the prior's work lasts; the rest of the pool moves by the
+        median change of those (a refit mostly rescales)."""
         refit = getattr(self.prior, "fit", None)
         if refit is None or self.failed is not None:
             return
@@ -228,7 +228,7 @@ class Surrogate:
                if i not in known]
         began, idx, parts = self._spent(), list(told), []
         parts.append(self._predict_prior([self._config(i) for i in told]))
-        for lo in range(0, len(top), BATCH):  # the best first, while the CPU budget lasts
+        for lo in range(0, len(top), BATCH):  # the best first, while the budget lasts
             if self._spent() - began > POOL_WORK:
                 break
             idx += top[lo:lo + BATCH]
