@@ -39,7 +39,7 @@ from typing import IO, Sequence
 
 import click
 
-from autotune import progress, ranks
+from autotune import forked, progress, ranks
 from autotune.ranks import Rank, describe_exit
 
 TAIL_LINES = 25
@@ -164,7 +164,7 @@ def _is_terminal(stream: IO[str]) -> bool:
 
 def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int | None = None,
             grace: float = 10.0, out: IO[str] | None = None, err: IO[str] | None = None,
-            live: bool | None = None) -> int:
+            live: bool | None = None, fork: bool | None = None) -> int:
     """Start the job, stream its output, return 0 or the first failing rank's exit code.
 
     Every line is passed on as it comes. ``live`` (default: whether ``out`` is a
@@ -172,17 +172,24 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
     below the ranks' lines (:class:`autotune.progress.Terminal`); otherwise rank 0 prints a
     plain line per trial (``AUTOTUNE_PROGRESS``, when set, is left as it is).
 
+    ``fork`` (default: :func:`autotune.forked.default`, yes unless
+    ``AUTOTUNE_LAUNCH_FORK=0``): torch is imported here once and the ranks are forked
+    from this process (:mod:`autotune.forked`) rather than started as fresh interpreters.
+
     A bad job shape raises ``click.BadParameter`` before anything starts."""
     check_world(workers, servers, machines)
     out = out or sys.stdout
     err = err or sys.stderr
     live = _is_terminal(out) if live is None else live
     # The rendezvous port is bound before the ranks start and the store is hosted on it
-    # after (_Rendezvous): the launcher's import of torch (~1.4 s of CPU) overlaps the
-    # ranks' own instead of coming before them. A rank that connects first waits in the
+    # after (_Rendezvous): fresh ranks import torch while the launcher does (~1.4 s of
+    # CPU); forked ones have it from the launcher. A rank that connects first waits in the
     # socket's backlog.
     rendezvous = _Rendezvous(workers + servers)
     procs = plan_processes(script, workers, servers, machines, port=rendezvous.port)
+    fork = forked.default() if fork is None else fork
+    if fork:  # once here, rather than once a rank (they overlap no longer, but cost 1/N)
+        forked.preload()
     terminal = None
     if live:
         terminal = progress.Terminal(out)
@@ -196,7 +203,7 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
 
     try:
         job = ranks.run([p.as_rank() for p in procs], grace=grace, emit=emit,
-                        keep=TAIL_LINES, on_lost=lost, on_started=rendezvous.host)
+                        keep=TAIL_LINES, on_lost=lost, on_started=rendezvous.host, fork=fork)
         failed = _to_blame(job, rendezvous.store)
         stopped = _stopped(job, rendezvous.store) if failed is not None else None
     finally:
@@ -304,10 +311,15 @@ def _to_blame(job: ranks.Outcome, store: object) -> ranks.Exit | None:
               help="Emulate this many machines (sets AUTOTUNE_MACHINE); must divide --workers.")
 @click.option("--grace", type=float, default=10.0, show_default=True,
               help="Seconds the others may take to finish after one process failed.")
+@click.option("--fork/--no-fork", default=None,
+              help="Fork the ranks from this launcher once it has imported torch (the "
+                   "default, saving each rank about 2.5 CPU-s of imports; "
+                   "AUTOTUNE_LAUNCH_FORK=0 changes the default), or start each as a "
+                   "fresh python.")
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def launch(workers: int, servers: int, machines: int | None, grace: float, script: str,
-           args: tuple[str, ...]) -> None:
+def launch(workers: int, servers: int, machines: int | None, grace: float, fork: bool | None,
+           script: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT as N workers plus K servers on this machine.
 
     Everything after SCRIPT goes to the script: autotune launch's own options come
@@ -331,7 +343,7 @@ def launch(workers: int, servers: int, machines: int | None, grace: float, scrip
     # out; the leader closes its run as aborted), then this exits 130 or 143
     try:
         with TerminateAsInterrupt():
-            code = run_job([script, *args], workers, servers, machines, grace)
+            code = run_job([script, *args], workers, servers, machines, grace, fork=fork)
     except KeyboardInterrupt as exc:
         code = exit_code(exc)
         sys.stderr.write(f"autotune launch: {'stopped by SIGTERM' if code == 143 else 'interrupted'}"

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, TextIO
 
+from autotune import forked
 from autotune.progress import is_event
 
 POLL_S = 0.05
@@ -102,7 +103,8 @@ def describe_exit(code: int) -> str:
 def run(ranks: Sequence[Rank], *, grace: float, timeout_s: float | None = None,
         emit: Callable[[str], None] | None = None, keep: int | None = None,
         detach: bool = False, on_lost: Callable[[Rank, int], None] | None = None,
-        term_s: float = 5.0, on_started: Callable[[], None] | None = None) -> Outcome:
+        term_s: float = 5.0, on_started: Callable[[], None] | None = None,
+        fork: bool = False) -> Outcome:
     """Start every rank, wait under the failure policy (module docstring), stop the rest.
 
     ``emit`` gets each output line as ``[tag] line\\n``, one at a time; ``keep`` bounds
@@ -110,20 +112,29 @@ def run(ranks: Sequence[Rank], *, grace: float, timeout_s: float | None = None,
     with no stdin and signals its whole process group (for ranks behind a wrapper such as
     ``ip netns exec``). ``on_lost(rank, code)`` is called when a server is seen to fail.
     ``on_started()`` is called once every rank is started, before the wait (what it
-    raises stops them). Stopping sends SIGTERM, then SIGKILL after ``term_s`` seconds."""
+    raises stops them). Stopping sends SIGTERM, then SIGKILL after ``term_s`` seconds.
+    ``fork``: ranks that run this Python are forked from this process
+    (:mod:`autotune.forked`; call :func:`autotune.forked.preload` first), where it has no
+    thread of its own yet; otherwise, and for the others, fresh processes."""
     lock = threading.Lock()
-    started: list[tuple[Rank, subprocess.Popen, collections.deque]] = []
+    started: list[tuple[Rank, subprocess.Popen | forked.Forked, collections.deque]] = []
     readers: list[threading.Thread] = []
     t0 = time.monotonic()
     seen = _Seen()
+    # forked only from a launcher with no thread yet, and only this Python running a script
+    fork = fork and not detach and threading.active_count() == 1 and all(
+        forked.forkable(r.argv) for r in ranks)
     try:
-        for r in ranks:
-            extra = dict(stdin=subprocess.DEVNULL, start_new_session=True) if detach else {}
-            p = subprocess.Popen(r.argv, env=r.env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True, errors="replace",
-                                 bufsize=1, **extra)
-            sink: collections.deque = collections.deque(maxlen=keep)
-            started.append((r, p, sink))
+        for r in ranks:  # every rank started before any reader thread (a fork needs that)
+            if fork:
+                p: subprocess.Popen | forked.Forked = forked.start(r.argv, r.env)
+            else:
+                extra = dict(stdin=subprocess.DEVNULL, start_new_session=True) if detach else {}
+                p = subprocess.Popen(r.argv, env=r.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors="replace",
+                                     bufsize=1, **extra)
+            started.append((r, p, collections.deque(maxlen=keep)))
+        for r, p, sink in started:
             th = threading.Thread(target=_pump, args=(p, r.tag, sink, lock, emit), daemon=True)
             th.start()
             readers.append(th)

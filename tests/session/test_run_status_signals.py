@@ -89,12 +89,15 @@ def test_launch_stopped_by_a_signal_closes_the_run_as_aborted(tmp_path, sig, cod
 
 
 def _rank_pid(launcher: int, rank: int) -> int:
-    """The pid of ``rank``'s process among the launcher's children."""
-    for child in Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split():
-        env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-        if f"RANK={rank}".encode() in env:
-            return int(child)
-    pytest.fail(f"no rank {rank} among the children of {launcher}")
+    """The pid of ``rank``'s process among the launcher's children: the launcher starts
+    them in rank order (a forked rank's ``/proc/<pid>/environ`` is the launcher's, so its
+    ``RANK`` cannot be read there)."""
+    children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+    started = sorted(children, key=lambda c: int(
+        Path(f"/proc/{c}/stat").read_text().rsplit(") ", 1)[1].split()[19]))
+    if rank >= len(started):
+        pytest.fail(f"no rank {rank} among the children of {launcher}: {started}")
+    return int(started[rank])
 
 
 def test_a_group_sigint_to_a_background_launch_is_ignored_by_every_rank(tmp_path):

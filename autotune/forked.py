@@ -1,0 +1,237 @@
+"""Ranks forked from the launcher once it has imported torch, instead of fresh interpreters.
+
+Every rank of a job imports torch, and its optimizer imports ``torch._dynamo``
+(``Optimizer.add_param_group``): about 2.5 CPU-seconds a rank before any work, more than a
+short job's training on a small machine. ``autotune launch`` imports them once
+(:func:`preload`) and forks each rank from itself (:func:`start`), as Lightning's
+``ddp_fork`` strategy and Accelerate's ``notebook_launcher`` start theirs; the pages
+share the imported code until written. ``--no-fork`` (or ``AUTOTUNE_LAUNCH_FORK=0``)
+starts each rank as a fresh ``python`` instead.
+
+A forked rank is made to look like ``python script.py args`` (or ``python -m module``)
+started with the rank's environment:
+
+* ``os.environ`` is the rank's; ``sys.argv``, ``sys.path[0]`` and ``__main__`` are the
+  script's (:mod:`runpy`); stdin is the launcher's, stdout and stderr the rank's pipe;
+  every other descriptor is closed (as ``subprocess``'s ``close_fds``);
+* the launcher's own modules (``autotune``, ``click``, ``rich``) are forgotten, so the
+  script imports them afresh, with none of the launcher's state; torch and the standard
+  library stay loaded (nothing of them has run but their imports);
+* every signal as a fresh interpreter has it: the launcher's handlers go, a signal
+  ignored stays ignored (a ``SIGINT`` ignored from a shell's ``&``, which Python and
+  the launcher keep); the exception hooks are Python's own; ``random`` and numpy's global
+  generator are seeded afresh (they would otherwise repeat in every rank);
+* it ends as the interpreter would: non-daemon threads joined, ``atexit`` functions run,
+  the streams flushed; the exit code of ``sys.exit``, 1 after an uncaught exception
+  (printed by ``sys.excepthook``), death by SIGINT after an uncaught
+  ``KeyboardInterrupt``. Then ``os._exit``: objects still alive are not finalised, so a
+  gloo process group never left is not torn down by the interpreter's exit.
+
+What differs from a fresh interpreter: ``/proc/<pid>/cmdline`` and ``environ`` show the
+launcher's (``ps`` lists every rank as the launch command), string hashes share one seed
+across the ranks, and modules the launcher imported stay imported. Forking needs a
+launcher with no thread of its own yet: :func:`autotune.ranks.run` forks every rank
+before it starts its readers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import io
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import threading
+import time
+from types import TracebackType
+from typing import Sequence
+
+#: imported once by the launcher, before it forks: what every rank imports
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo")
+#: the launcher's own packages: a forked rank imports them afresh
+LAUNCHER_PACKAGES = ("autotune", "click", "rich")
+#: ``0`` starts every rank as a fresh interpreter
+ENV = "AUTOTUNE_LAUNCH_FORK"
+POLL_S = 0.02
+
+#: what Python itself ignores at start
+_PYTHON_IGNORES = {signal.SIGPIPE, signal.SIGXFSZ}
+
+
+def default() -> bool:
+    """Whether ranks are forked unless told otherwise: yes, but for ``AUTOTUNE_LAUNCH_FORK=0``."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "no", "false", "off")
+
+
+def forkable(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` is this Python running a script or a module (what can be forked)."""
+    return (len(argv) >= 2 and argv[0] == sys.executable
+            and (argv[1] == "-m" and len(argv) >= 3 or not argv[1].startswith("-")))
+
+
+def preload() -> None:
+    """Import what every rank imports (:data:`PRELOAD`), once, in the launcher."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
+class Forked:
+    """A forked rank, with the part of :class:`subprocess.Popen` that
+    :func:`autotune.ranks.run` uses: ``pid``, ``stdout`` (its output, as text lines),
+    ``returncode``, :meth:`poll` and :meth:`wait`."""
+
+    def __init__(self, pid: int, stdout: io.TextIOBase) -> None:
+        self.pid = pid
+        self.stdout = stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: its code is lost
+                self.returncode = 1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"rank pid {self.pid}", timeout)
+            time.sleep(POLL_S)
+        assert self.returncode is not None
+        return self.returncode
+
+
+def start(argv: Sequence[str], env: dict[str, str]) -> Forked:
+    """Fork a rank that runs ``argv`` (``[sys.executable, script, ...]`` or
+    ``[sys.executable, "-m", module, ...]``) with ``env``; its stdout and stderr are one
+    pipe, read through the returned :class:`Forked`'s ``stdout``."""
+    if not forkable(argv):
+        raise ValueError(f"cannot fork {list(argv)}: not this Python running a script")
+    if threading.active_count() > 1:
+        raise RuntimeError("the launcher forks its ranks before it starts any thread")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the rank: never returns into the launcher's code
+        os.close(read)
+        _become(list(argv[1:]), env, write)
+    os.close(write)
+    return Forked(pid, open(read, encoding="utf-8", errors="replace", buffering=1))
+
+
+def _become(args: list[str], env: dict[str, str], out: int) -> None:
+    code = 1
+    try:
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.closerange(3, _max_fd())
+        _fresh_signals()
+        os.environ.clear()
+        os.environ.update(env)
+        for name in [m for m in sys.modules if m.split(".")[0] in LAUNCHER_PACKAGES]:
+            del sys.modules[name]
+        sys.stdout = sys.__stdout__ = _stream(1, "strict")
+        sys.stderr = sys.__stderr__ = _stream(2, "backslashreplace")
+        sys.excepthook = sys.__excepthook__
+        threading.excepthook = threading.__excepthook__
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        gc.collect()
+        code = _run(args)
+    finally:
+        os._exit(code)
+
+
+def _fresh_signals() -> None:
+    """Each signal as a fresh interpreter would have it: one ignored here stays ignored
+    (inherited so, as from a shell's ``&``: the launcher keeps a stop signal inherited as
+    ignored), the launcher's handlers go: ``SIGINT`` raises ``KeyboardInterrupt``, the
+    rest take their default action, but those Python itself ignores."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN or sig in _PYTHON_IGNORES:
+                how = signal.SIG_IGN
+            elif sig == signal.SIGINT:
+                how = signal.default_int_handler
+            else:
+                how = signal.SIG_DFL
+            signal.signal(sig, how)
+        except (OSError, ValueError, TypeError):  # one that cannot be set (a real-time one)
+            pass
+
+
+def _run(args: list[str]) -> int:
+    """Run the script as ``__main__``, then end as the interpreter would; the exit code."""
+    interrupted = False
+    try:
+        if args[0] == "-m":
+            sys.argv = [args[1], *args[2:]]  # runpy puts the module's file first
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(args)
+            sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
+            runpy.run_path(args[0], run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = _exit_code(e.code)
+    except BaseException as e:  # noqa: BLE001 - printed as the interpreter prints it
+        tb = _from_script(e.__traceback__)
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        code, interrupted = 1, isinstance(e, KeyboardInterrupt)
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if interrupted:  # as Python ends after an uncaught KeyboardInterrupt: killed by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return code
+
+
+def _from_script(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the script's own frames on, as ``python script.py`` shows it
+    (without this module's and runpy's)."""
+    skip = {__file__, runpy.__file__, "<frozen runpy>"}
+    while tb is not None and tb.tb_next is not None and \
+            tb.tb_frame.f_code.co_filename in skip:
+        tb = tb.tb_next
+    return tb
+
+
+def _exit_code(code: object) -> int:
+    """``sys.exit(code)``'s exit status, as the interpreter computes it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _stream(fd: int, errors: str) -> io.TextIOWrapper:
+    """A text stream on ``fd`` as an unbuffered interpreter makes it (the launcher runs
+    its ranks with ``PYTHONUNBUFFERED=1``): every write goes straight to the pipe."""
+    return io.TextIOWrapper(open(fd, "wb", buffering=0, closefd=False), encoding="utf-8",
+                            errors=errors, line_buffering=True, write_through=True)
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        return 1024
