@@ -21,8 +21,9 @@ started with the rank's environment:
   ignored stays ignored (a ``SIGINT`` ignored from a shell's ``&``, which Python and
   the launcher keep); the exception hooks are Python's own; ``random`` and numpy's global
   generator are seeded afresh (they would otherwise repeat in every rank);
-* it ends as the interpreter would: non-daemon threads joined, ``atexit`` functions run,
-  the streams flushed; the exit code of ``sys.exit``, 1 after an uncaught exception
+* it ends as the interpreter would: non-daemon threads joined, ``atexit`` functions and
+  ``weakref`` finalizers run (those of torch's import and the script's, none of the
+  launcher's), the streams flushed; the exit code of ``sys.exit``, 1 after an uncaught exception
   (printed by ``sys.excepthook``), death by SIGINT after an uncaught
   ``KeyboardInterrupt``. Then ``os._exit``: objects still alive are not finalised, so a
   gloo process group never left is not torn down by the interpreter's exit.
@@ -30,8 +31,8 @@ started with the rank's environment:
 What differs from a fresh interpreter: ``/proc/<pid>/cmdline`` and ``environ`` show the
 launcher's (``ps`` lists every rank as the launch command), string hashes share one seed
 across the ranks, and modules the launcher imported stay imported. Forking needs a
-launcher with no thread of its own yet: :func:`autotune.ranks.run` forks every rank
-before it starts its readers.
+launcher whose import of torch was the preload's (:func:`preload`) and with no thread of
+its own yet: :func:`autotune.ranks.run` forks every rank before it starts its readers.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from types import TracebackType
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 #: imported once by the launcher, before it forks: what every rank imports
 PRELOAD = ("torch", "torch.distributed", "torch._dynamo")
@@ -73,10 +75,42 @@ def forkable(argv: Sequence[str]) -> bool:
             and (argv[1] == "-m" and len(argv) >= 3 or not argv[1].startswith("-")))
 
 
-def preload() -> None:
-    """Import what every rank imports (:data:`PRELOAD`), once, in the launcher."""
-    for name in PRELOAD:
-        importlib.import_module(name)
+class _Preloaded:
+    """What the preload's imports left to run at exit (``atexit`` functions, ``weakref``
+    finalizers): a forked rank keeps these, as a fresh interpreter importing torch makes
+    them, and none of the launcher's own (a temporary folder's clean-up among them)."""
+
+    at_exit: list[tuple[Callable[..., Any], tuple, dict]] = []
+    finalizers: set[weakref.finalize] = set()
+    done = False
+
+
+def preload() -> bool:
+    """Import what every rank imports (:data:`PRELOAD`), once, in the launcher; whether its
+    ranks may be forked. Only a process where these imports are torch's first may fork
+    (``autotune launch``, ``tune``, ``selftest``): there what torch leaves to run at exit
+    is known (:class:`_Preloaded`); elsewhere (a notebook, a test process that has
+    imported torch) the ranks are fresh interpreters."""
+    if _Preloaded.done:
+        return True
+    if "torch" in sys.modules:
+        return False
+    register = atexit.register
+    before = set(weakref.finalize._registry)  # type: ignore[attr-defined]
+
+    def record(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        _Preloaded.at_exit.append((func, args, kwargs))
+        return register(func, *args, **kwargs)
+
+    atexit.register = record
+    try:
+        for name in PRELOAD:
+            importlib.import_module(name)
+    finally:
+        atexit.register = register
+    _Preloaded.finalizers = set(weakref.finalize._registry) - before  # type: ignore[attr-defined]
+    _Preloaded.done = True
+    return True
 
 
 class Forked:
@@ -116,6 +150,8 @@ def start(argv: Sequence[str], env: dict[str, str]) -> Forked:
     pipe, read through the returned :class:`Forked`'s ``stdout``."""
     if not forkable(argv):
         raise ValueError(f"cannot fork {list(argv)}: not this Python running a script")
+    if not _Preloaded.done:
+        raise RuntimeError("preload() first: a fork needs torch imported by it")
     if threading.active_count() > 1:
         raise RuntimeError("the launcher forks its ranks before it starts any thread")
     read, write = os.pipe()
@@ -144,10 +180,26 @@ def _become(args: list[str], env: dict[str, str], out: int) -> None:
         threading.excepthook = threading.__excepthook__
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
+        _fresh_exit()
         gc.collect()
         code = _run(args)
     finally:
         os._exit(code)
+
+
+def _fresh_exit() -> None:
+    """Only what the preload's imports registered runs at this rank's exit: none of the
+    launcher's ``atexit`` functions or ``weakref`` finalizers (they would clean up its
+    temporary folders under it)."""
+    for f in list(weakref.finalize._registry):  # type: ignore[attr-defined]
+        if f not in _Preloaded.finalizers:
+            f.detach()
+    atexit._clear()
+    if _Preloaded.finalizers:  # their exit function, wherever the launcher registered it
+        atexit.register(weakref.finalize._exitfunc)  # type: ignore[attr-defined]
+    for func, args, kwargs in _Preloaded.at_exit:
+        if func != weakref.finalize._exitfunc:  # type: ignore[attr-defined]
+            atexit.register(func, *args, **kwargs)
 
 
 def _fresh_signals() -> None:

@@ -188,8 +188,8 @@ def run_job(script: Sequence[str], workers: int, servers: int = 0, machines: int
     rendezvous = _Rendezvous(workers + servers)
     procs = plan_processes(script, workers, servers, machines, port=rendezvous.port)
     fork = forked.default() if fork is None else fork
-    if fork:  # once here, rather than once a rank (they overlap no longer, but cost 1/N)
-        forked.preload()
+    # torch imported once here rather than once a rank (in a process that has not yet)
+    fork = fork and forked.preload()
     terminal = None
     if live:
         terminal = progress.Terminal(out)

@@ -77,3 +77,35 @@ def test_sigint_ignored_by_inheritance_stays_ignored_in_a_forked_rank(tmp_path):
     assert all(f["signals"]["SIGINT"] == str(signal.SIG_IGN) for f in facts), facts
     code, out, facts = _launch(tmp_path, "fork")
     assert all(f["signals"]["SIGINT"] == str(signal.default_int_handler) for f in facts)
+
+
+LAUNCHER_WITH_A_TEMPORARY_FOLDER = """
+import sys, tempfile
+from pathlib import Path
+from autotune.launch import run_job
+with tempfile.TemporaryDirectory() as tmp:
+    code = run_job([sys.argv[1], str(Path(tmp) / "facts")], workers=2, fork=True)
+    kept = sorted(p.name for p in Path(tmp).iterdir())
+print(code, kept)
+"""
+
+
+def test_the_launchers_exit_functions_do_not_run_in_its_ranks(tmp_path):
+    """A launcher's temporary folder (a ``weakref`` finalizer run at exit) outlives its
+    forked ranks' exits: ``autotune tune`` and ``selftest --json`` read their result
+    there after the job."""
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER_WITH_A_TEMPORARY_FOLDER, FACTS],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    code, kept = proc.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert code == "0" and "facts.0.json" in kept and "facts.1.atexit" in kept, proc.stdout
+
+
+def test_a_process_that_imported_torch_first_starts_fresh_ranks():
+    """Only a launcher whose import of torch is the preload's forks (what torch left to
+    run at exit is known there); this test process imported torch long before."""
+    import torch  # noqa: F401
+
+    from autotune import forked
+
+    assert forked.preload() is False
