@@ -1,10 +1,10 @@
-"""What a rank sees of its own process, for tests/test_forked.py: run by ``autotune
-launch`` with and without ``--fork``, each rank writes ``OUT.<rank>.json``.
+"""What a rank sees of its own process, for tests/test_forked.py: each rank writes
+``OUT.<rank>.json``, then ends as its rank says.
 
-``python forked_facts.py OUT [exit CODE | raise | message]``: rank 1 then ends that way
-(``sys.exit(CODE)``, an uncaught exception, ``sys.exit("...")``); rank 0 ends normally.
-Every rank also registers an ``atexit`` function and starts a non-daemon thread that
-writes late, which the interpreter's exit must wait for.
+``python forked_facts.py OUT``: rank 0 ends normally, rank 1 by ``sys.exit(3)``, rank 2
+by an uncaught exception, rank 3 by ``sys.exit("...")``. Every rank also registers an
+``atexit`` function and starts a non-daemon thread that writes late, which the
+interpreter's exit must wait for.
 """
 
 import atexit
@@ -41,7 +41,7 @@ facts = {
     "signals": {s.name: str(signal.getsignal(s)) for s in
                 (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGHUP, signal.SIGUSR1)},
     "excepthook": sys.excepthook is sys.__excepthook__,
-    "autotune_loaded": sorted(m for m in sys.modules if m.split(".")[0] in ("autotune", "click")),
+    "launcher_modules": sorted(m for m in sys.modules if m.split(".")[0] in ("autotune", "click")),
     "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
     "threads": threading.active_count(),
     "random": random.random(), "numpy": float(np.random.rand()),
@@ -49,9 +49,9 @@ facts = {
 with open(f"{OUT}.{RANK}.json", "w") as f:
     json.dump(facts, f)
 print(f"rank {RANK} wrote its facts", end="")  # no newline: the launcher must still see it
-if RANK == "1" and len(sys.argv) > 2:
-    if sys.argv[2] == "exit":
-        sys.exit(int(sys.argv[3]))
-    if sys.argv[2] == "raise":
-        raise ValueError("raised on purpose in forked_facts")
+if RANK == "1":
+    sys.exit(3)
+if RANK == "2":
+    raise ValueError("raised on purpose in forked_facts")
+if RANK == "3":
     sys.exit("said on purpose in forked_facts")
