@@ -109,8 +109,10 @@ def preload() -> bool:
     finally:
         atexit.register = register
     _Preloaded.finalizers = set(weakref.finalize._registry) - before  # type: ignore[attr-defined]
-    _Preloaded.done = True
-    return True
+    # CUDA cannot be used in a child forked after it was initialised: nothing imported
+    # here initialises it, and a launcher where something did starts fresh ranks
+    _Preloaded.done = not sys.modules["torch"].cuda.is_initialized()
+    return _Preloaded.done
 
 
 class Forked:
