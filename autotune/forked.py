@@ -38,7 +38,6 @@ its own yet: :func:`autotune.ranks.run` forks every rank before it starts its re
 from __future__ import annotations
 
 import atexit
-import gc
 import importlib
 import io
 import os
@@ -183,7 +182,6 @@ def _become(args: list[str], env: dict[str, str], out: int) -> None:
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
         _fresh_exit()
-        gc.collect()
         code = _run(args)
     finally:
         os._exit(code)
