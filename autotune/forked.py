@@ -228,6 +228,7 @@ def _run(args: list[str]) -> int:
     try:
         if args[0] == "-m":
             sys.argv = [args[1], *args[2:]]  # runpy puts the module's file first
+            sys.path[0] = os.getcwd()  # as ``python -m`` has it
             runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         else:
             sys.argv = list(args)
