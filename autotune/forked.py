@@ -195,8 +195,10 @@ def _fresh_exit() -> None:
         if f not in _Preloaded.finalizers:
             f.detach()
     atexit._clear()
-    if _Preloaded.finalizers:  # their exit function, wherever the launcher registered it
-        atexit.register(weakref.finalize._exitfunc)  # type: ignore[attr-defined]
+    # the finalizers' exit function first (it runs last), wherever the launcher registered
+    # it: the class believes it registered, and the script's finalizers count on it
+    atexit.register(weakref.finalize._exitfunc)  # type: ignore[attr-defined]
+    weakref.finalize._registered_with_atexit = True  # type: ignore[attr-defined]
     for func, args, kwargs in _Preloaded.at_exit:
         if func != weakref.finalize._exitfunc:  # type: ignore[attr-defined]
             atexit.register(func, *args, **kwargs)

@@ -3,8 +3,8 @@
 
 ``python forked_facts.py OUT``: rank 0 ends normally, rank 1 by ``sys.exit(3)``, rank 2
 by an uncaught exception, rank 3 by ``sys.exit("...")``. Every rank also registers an
-``atexit`` function and starts a non-daemon thread that writes late, which the
-interpreter's exit must wait for.
+``atexit`` function and a ``weakref`` finalizer for the exit, and starts a non-daemon
+thread that writes late, which the interpreter's exit must wait for.
 """
 
 import atexit
@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -34,6 +35,8 @@ def _at_exit() -> None:
 
 
 atexit.register(_at_exit)
+# a finalizer left for the interpreter's exit, as a temporary folder's clean-up is
+weakref.finalize(_at_exit, lambda: open(f"{OUT}.{RANK}.finalizer", "w").close())
 threading.Thread(target=_late).start()
 facts = {
     "argv": sys.argv, "name": __name__, "file": __file__, "path0": sys.path[0],

@@ -79,7 +79,8 @@ def test_a_forked_rank_sees_what_a_fresh_one_does(jobs):
 def test_a_forked_rank_ends_as_python_does(jobs):
     """Exit codes (normal, ``sys.exit(3)``, an uncaught exception, ``sys.exit(message)``),
     what is printed (a traceback that starts at the script, the message), the output line
-    left without a newline, the non-daemon thread joined and ``atexit`` run."""
+    left without a newline, the non-daemon thread joined, ``atexit`` and the script's
+    ``weakref`` finalizer run."""
     assert jobs["fork"]["codes"] == jobs["fresh"]["codes"] == [0, 3, 1, 1], jobs
     assert jobs["fork"]["lines"] == jobs["fresh"]["lines"], jobs
     lines = jobs["fork"]["lines"]
@@ -89,7 +90,8 @@ def test_a_forked_rank_ends_as_python_does(jobs):
     assert "said on purpose in forked_facts" in lines[3]
     for way in ("fork", "fresh"):
         for r in range(RANKS):
-            assert {f"{way}.{r}.thread", f"{way}.{r}.atexit"} <= set(jobs[way]["files"]), \
+            assert {f"{way}.{r}.thread", f"{way}.{r}.atexit", f"{way}.{r}.finalizer"} <= \
+                set(jobs[way]["files"]), \
                 (way, r, jobs[way]["files"])
 
 
