@@ -74,6 +74,13 @@ def forkable(argv: Sequence[str]) -> bool:
             and (argv[1] == "-m" and len(argv) >= 3 or not argv[1].startswith("-")))
 
 
+def can_fork(argvs: Sequence[Sequence[str]]) -> bool:
+    """Whether these ranks can be forked from this process now: :func:`preload` made it
+    ready, it has no thread of its own yet, and each runs this Python."""
+    return (_Preloaded.done and threading.active_count() == 1
+            and all(forkable(argv) for argv in argvs))
+
+
 class _Preloaded:
     """What the preload's imports left to run at exit (``atexit`` functions, ``weakref``
     finalizers): a forked rank keeps these, as a fresh interpreter importing torch makes
@@ -149,12 +156,8 @@ def start(argv: Sequence[str], env: dict[str, str]) -> Forked:
     """Fork a rank that runs ``argv`` (``[sys.executable, script, ...]`` or
     ``[sys.executable, "-m", module, ...]``) with ``env``; its stdout and stderr are one
     pipe, read through the returned :class:`Forked`'s ``stdout``."""
-    if not forkable(argv):
-        raise ValueError(f"cannot fork {list(argv)}: not this Python running a script")
-    if not _Preloaded.done:
-        raise RuntimeError("preload() first: a fork needs torch imported by it")
-    if threading.active_count() > 1:
-        raise RuntimeError("the launcher forks its ranks before it starts any thread")
+    if not can_fork([argv]):
+        raise RuntimeError(f"cannot fork {list(argv)} here (see can_fork)")
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the rank: never returns into the launcher's code

@@ -113,17 +113,15 @@ def run(ranks: Sequence[Rank], *, grace: float, timeout_s: float | None = None,
     ``ip netns exec``). ``on_lost(rank, code)`` is called when a server is seen to fail.
     ``on_started()`` is called once every rank is started, before the wait (what it
     raises stops them). Stopping sends SIGTERM, then SIGKILL after ``term_s`` seconds.
-    ``fork``: ranks that run this Python are forked from this process
-    (:mod:`autotune.forked`; call :func:`autotune.forked.preload` first), where it has no
-    thread of its own yet; otherwise, and for the others, fresh processes."""
+    ``fork``: the ranks are forked from this process where
+    :func:`autotune.forked.can_fork` allows (after :func:`autotune.forked.preload`),
+    otherwise started as fresh processes."""
     lock = threading.Lock()
     started: list[tuple[Rank, subprocess.Popen | forked.Forked, collections.deque]] = []
     readers: list[threading.Thread] = []
     t0 = time.monotonic()
     seen = _Seen()
-    # forked only from a launcher with no thread yet, and only this Python running a script
-    fork = fork and not detach and threading.active_count() == 1 and all(
-        forked.forkable(r.argv) for r in ranks)
+    fork = fork and not detach and forked.can_fork([r.argv for r in ranks])
     try:
         for r in ranks:  # every rank started before any reader thread (a fork needs that)
             if fork:
