@@ -42,7 +42,7 @@ chromium:
 	$(call apt_install,command -v chromium >/dev/null || command -v chromium-browser >/dev/null,chromium,the HTML report's browser test)
 
 # The whole suite (docs/testing.md), in two parts: everything that may share the machine,
-# three test processes at once (pytest-xdist, a file's tests together so its shared world
+# two test processes at once (pytest-xdist, a file's tests together so its shared world
 # starts once; tests/conftest.py groups them); then what must run alone (timing).
 # Bytecode is compiled once first: hundreds of rank processes import autotune and the
 # tests' helpers, and where PYTHONDONTWRITEBYTECODE is set each would compile them anew
@@ -51,7 +51,7 @@ PYTEST := $(BIN)/python -m pytest -q
 COMPILE := $(BIN)/python -m compileall -q autotune tests examples >/dev/null
 test: $(STAMP) postgres chromium
 	$(COMPILE)
-	$(PYTEST) -n 3 --dist loadgroup --no-loadscope-reorder -m "not serial" --durations=20
+	$(PYTEST) -n 2 --dist loadgroup --no-loadscope-reorder -m "not serial" --durations=20
 	$(PYTEST) -m serial --durations=10
 
 # The quick tier, while working: unit tests and one real-process smoke per package,
