@@ -1,5 +1,8 @@
 # Two entry points (see README): `make demo` runs the main job, `make test` the tests.
 # Both create .venv from pyproject.toml first; nothing is installed by hand.
+# pip installs without compiling (it compiles one file at a time); compileall then writes
+# the bytecode on every core: where PYTHONDONTWRITEBYTECODE is set, a module without it is
+# compiled again by every process that imports it.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,8 +12,8 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt torch 2>&1 | grep -v "is ignored: it is neither" || true
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev,plot,optuna,postgresql,lightning,transformers,accelerate]' 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/pip install -q --no-compile -c constraints.txt torch -e '.[dev,plot,optuna,postgresql,lightning,transformers,accelerate]' 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
 	$(BIN)/python -c "import autotune, torch, optuna, skopt, networkx, sqlite_utils, sqlalchemy, psycopg"
 	touch $(STAMP)
 
@@ -46,8 +49,11 @@ chromium:
 # starts once; tests/conftest.py groups them); then what must run alone (timing).
 # Bytecode is compiled once first: hundreds of rank processes import autotune and the
 # tests' helpers, and where PYTHONDONTWRITEBYTECODE is set each would compile them anew
-# (about a second a process); cached .pyc files are read whatever it says.
-PYTEST := $(BIN)/python -m pytest -q
+# (about a second a process); cached .pyc files are read whatever it says. pytest itself
+# runs with it unset: it caches the test modules it rewrites (for its assertions) only
+# where bytecode may be written, and without that cache every test process rewrites all
+# of them at collection (about 4 CPU-s a process).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q
 COMPILE := $(BIN)/python -m compileall -q autotune tests examples >/dev/null
 test: $(STAMP) postgres chromium
 	$(COMPILE)
