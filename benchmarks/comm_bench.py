@@ -10,7 +10,7 @@
 It starts the job itself with ``autotune launch`` (N workers, K servers) and re-enters this
 file on every worker. Gradient shapes come from :mod:`autotune.zoo` (built on torch's meta
 device), in ready order. For each model, every configuration is timed ``--repeats`` times
-after one warm-up: ``sync`` to the configuration, then ``retry()`` averages the ``.grad``
+after one warm-up: ``sync`` to the configuration, then ``wait()`` (with no backward) averages the ``.grad``
 values as they stand (no backward, so no overlap: pure communication time); the time of a
 repeat is the slowest worker's. References, timed the same way in the same job:
 
@@ -171,7 +171,7 @@ def _worker(args: argparse.Namespace) -> None:
 
             def run() -> None:
                 rt.sync(full_cfg if leader else None)
-                rt.retry()
+                rt.wait()
             rows.append({"name": label(full_cfg), "config": full_cfg, **timed(run),
                          "messages": len(rt.setup.plan)})
         for row in rows:

@@ -3,7 +3,7 @@
 Run under ``autotune launch`` (by the tests, through :func:`launch_group`)::
 
     python tests/runtime_helpers.py sweep OUTDIR     # correctness sweep + error cases
-    python tests/runtime_helpers.py faults OUTDIR    # injected fault + retry, killed server
+    python tests/runtime_helpers.py faults OUTDIR    # injected fault + a second wait, killed server
     python tests/runtime_helpers.py stall OUTDIR     # a silent peer -> timeout
     python tests/runtime_helpers.py staged OUTDIR    # the sweep through host staging
     python tests/runtime_helpers.py views OUTDIR     # the same with .grad as views
@@ -324,7 +324,7 @@ def run_sweep(out: Path, full: bool) -> None:
             q.grad.mul_(0.5)
     err["changed_lent"] = _expect_error(rt.wait, UsageError)
     rec["after_changed"] = _iteration(rt, wg, params, use, it + 1, base, False)
-    # injected fault (streams=7, pushpull): wait() raises, .grad intact, retry() averages
+    # injected fault (streams=7, pushpull): wait() raises, .grad intact, a second wait() averages
     faulty = {**base, "transport": "pushpull", "servers": 1, "streams": 7}
     rt.sync(faulty if leader else None)
     g = torch.Generator().manual_seed(777 + info.rank)
@@ -345,7 +345,7 @@ def run_sweep(out: Path, full: bool) -> None:
     good = {**base, "transport": "pushpull", "servers": 2, "streams": 3, "intra": "scatter"}
     rt.sync(good if leader else None)
     refs = _reference(params, use, wg, len(info.workers))
-    rt.retry()
+    rt.wait()
     err["retry_ratio"] = max(
         ((q.grad.float() - r.float()).abs() / (r.float().abs() + 1)).max().item()
         / (1e-5 if q.dtype == torch.float32 else 2e-2)
@@ -373,9 +373,9 @@ def _viewed(rt: Any, params: list, working: bool = False) -> int:
 
 def run_staged(out: Path) -> None:
     """2 workers + 1 server under :func:`staged_cases`, then an injected fault and
-    ``retry()``. With ``AUTOTUNE_STAGE_CPU=1`` the CPU gradients go through host staging
+    a second ``wait()``. With ``AUTOTUNE_STAGE_CPU=1`` the CPU gradients go through host staging
     (Staged copies handed to the rounds, waited for by the stream threads, copied back
-    through ``HostStaging.to_device``; retry repacks through staging); with
+    through ``HostStaging.to_device``; a second wait repacks through staging); with
     ``AUTOTUNE_GRAD_VIEWS=1`` (mode ``views``) ``.grad`` becomes a view of the averages."""
     import torch
     import torch.distributed as dist
@@ -405,7 +405,7 @@ def run_staged(out: Path) -> None:
         # gradients whose layout allows a view (a channels_last one keeps its own tensor)
         case["dense"] = sum(1 for q in params if q.grad is not None and q.grad.is_contiguous())
         rec["cases"].append(case)
-    # an injected fault (streams=7 under pushpull), then retry() under another configuration;
+    # an injected fault (streams=7 under pushpull), then a second wait() under another configuration;
     # the gradients zeroed in place (with grad views: views of the runtime's buffers)
     base = dict(cases[0][1])
     rt.sync({**base, "transport": "pushpull", "servers": 1, "streams": 7} if leader else None)
@@ -427,7 +427,7 @@ def run_staged(out: Path) -> None:
     rt.sync({**base, "transport": "allreduce", "streams": 3, "intra": "scatter"}
             if leader else None)
     refs = _reference(params, use, wg, len(info.workers))
-    rt.retry()
+    rt.wait()
     rec["retry_exact"] = all(torch.equal(q.grad, r) for q, r in zip(params, refs))
     rt.sync(stop=True) if leader else rt.sync()
     rt.shutdown()
@@ -491,7 +491,7 @@ def run_faults(out: Path) -> None:
     except Exception as e:
         rec["after"] = f"{type(e).__name__}: {e}"
     rt.sync({"transport": "allreduce", "streams": 2} if leader else None)
-    rt.retry()
+    rt.wait()
     rec["retried"] = all(torch.allclose(q.grad, torch.full_like(q, 1.5)) for q in params)
     rt.sync(stop=True) if leader else rt.sync()
     rec["lost_servers"] = list(rt.lost_servers)

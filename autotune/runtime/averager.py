@@ -164,14 +164,17 @@ class Averager:
         lent = self.copies.lend(pos, grad) if it.lend else None
         return (None if lent is not None else self.copies.pack(pos, grad)), lent
 
-    def complete(self, repack_all: bool, write: bool = True) -> None:
-        """Pack what did not arrive (everything with ``repack_all``), wait for the round
-        and, with ``write``, put the averages into ``.grad`` (and let the layout learn the
-        ready order, :meth:`Layout.learn`). Raises the round's error."""
+    def complete(self, write: bool = True) -> None:
+        """Pack what did not arrive, wait for the round and, with ``write``, put the
+        averages into ``.grad`` and, where backward handed gradients to the round, let the
+        layout learn their ready order (:meth:`Layout.learn`). After a fault (the round
+        reset) nothing has arrived: every gradient is packed as it stands in ``.grad``, so
+        a second ``wait()`` averages the same iteration again. Raises the round's error."""
         it = self.current or self.arm()
         params = self.layout.params
+        from_backward = any(it.fired)
         for pos, reg in enumerate(self.layout.order):
-            if repack_all or not it.fired[pos]:
+            if not it.fired[pos]:
                 staged = lent = None
                 if write:  # (a discarded round sends whatever the buffers hold)
                     g = params[reg].grad
@@ -183,7 +186,7 @@ class Averager:
             self.reset()
             raise RuntimeFault(
                 f"injected fault for configuration {self.active.config} (AUTOTUNE_FAULT); the "
-                "gradients are intact: sync() and retry()", recoverable=True)
+                "gradients are intact: sync() and wait() again", recoverable=True)
         self._await(it)
         self.reset()
         if it.error is None and it.started:
@@ -212,7 +215,7 @@ class Averager:
         if write:
             self.copies.write_back(self._had_grad)
             leader = self.info.rank == self.info.leader
-            self.layout.learn(list(it.order), leader and not repack_all)
+            self.layout.learn(list(it.order), leader and from_backward)
 
     def progress(self) -> tuple[int, int]:
         """(chunks completed, chunks) of the round under way; (0, 0) if none."""

@@ -104,7 +104,7 @@ class Blame:
     def drop_servers(self, dead: list[int], err: OpError) -> ServerLost:
         """Servers ``dead`` stopped: tell every rank, and on a worker go on without any
         server (control over the workers' group, all-reduce only; the iteration's
-        gradients are intact, so it is averaged again: ``sync`` then ``retry``)."""
+        gradients are intact, so it is averaged again: ``sync`` then ``wait``)."""
         self.liveness.post_lost(dead)
         who = ", ".join(self.describe(r) for r in dead)
         if self.plane.group is not self.plane.workers_group:
@@ -118,7 +118,7 @@ class Blame:
             self.averager.reset()
             text = (f"{who} stopped (no heartbeat) during {err.what}: {err.cause}. The workers "
                     "go on without servers (all-reduce); the gradients are intact: sync() and "
-                    "retry()")
+                    "wait() again")
         else:
             text = f"{who} stopped during {err.what}: the workers go on without servers"
         return ServerLost(text, servers=tuple(dead))

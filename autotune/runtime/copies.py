@@ -21,7 +21,7 @@ active configuration (:class:`~autotune.runtime.reconfigure.Active`), one small 
   view of the averages in the flat buffer, and the next round packs into a spare buffer
   of the same size (:meth:`~autotune.runtime.reconfigure.Active.rotate`), so that no
   reduction writes into memory that ``.grad`` shows: after a fault the gradients are
-  intact and ``retry()`` averages them again. The pack copy stays (but see :meth:`lend`),
+  intact and a second ``wait()`` averages them again. The pack copy stays (but see :meth:`lend`),
   for that reason (gradients written straight into the buffer would be reduced in place
   by an all-reduce). The price, and
   why it is not the default: ``.grad`` is a new tensor after every round (zeroing it in

@@ -25,7 +25,7 @@ Faults: see :class:`~autotune.runtime.errors.RuntimeFault`, :mod:`autotune.runti
 and :mod:`autotune.runtime.blame`. ``.grad`` is written only after every chunk of the
 iteration completed, so a failed ``wait`` leaves the local gradients intact; after a
 *recoverable* fault all ranks ``sync`` again (the leader with a known-good configuration)
-and workers call :meth:`Runtime.retry` to average the same gradients again.
+and workers call :meth:`Runtime.wait` again to average the same gradients.
 """
 
 from __future__ import annotations
@@ -241,24 +241,11 @@ class Runtime:
         self._check_alive()
         self._need_worker("wait")
         self._check_registration()
-        self._rounds.complete(repack_all=False)
+        self._rounds.complete()
 
     @property
     def layout_in_force(self) -> bool:  # workers: a sync put the registration in force
         return self._active.setup is not None and not self._layout.dirty
-
-    def retry(self) -> None:
-        """Workers, after a recoverable :class:`RuntimeFault` from :meth:`wait` and a
-        :meth:`sync` on every rank (the leader's a known-good configuration): average the
-        iteration's local gradients, intact in ``.grad``, again instead of running
-        backward again. Returns like :meth:`wait`."""
-        self._check_alive()
-        self._need_worker("retry")
-        self._check_registration()
-        it = self._averager.current
-        if it is not None and any(it.fired):
-            raise UsageError("retry() while an iteration is under way; call wait()")
-        self._rounds.complete(repack_all=True)
 
     def _check_registration(self) -> None:
         if self._layout.dirty:

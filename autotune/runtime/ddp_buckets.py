@@ -24,8 +24,8 @@ and its future: the hook returns a future per bucket; at DDP's last bucket
 with ``gradient_as_bucket_view``, they are the same memory) and completes the futures.
 So backward returns with DDP's gradients averaged, as under DDP's own hook.
 
-**DDP's own all-reduce** (:meth:`RuntimeBuckets.fallback`: divided by the group size,
-all-reduced on DDP's process group, bounded by its timeout) averages a bucket when the
+**DDP's own all-reduce** (:meth:`RuntimeBuckets.fallback`: torch's default hook,
+``allreduce_hook``, on DDP's process group, bounded by its timeout) averages a bucket when the
 runtime does not run the iteration: before the first ``sync`` (no layout in force), under
 the default configuration, for CUDA buckets on an NCCL group under any lossless
 all-reduce among the workers (:mod:`autotune.runtime.ddp_hook`), and after a recoverable
@@ -45,6 +45,7 @@ from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from .config import Intra, RuntimeConfig, Transport
 from .errors import RuntimeFault
@@ -59,7 +60,6 @@ class RuntimeBuckets:
     def __init__(self, rt: Any, group: Any = None):
         self.rt = rt  # None: no runtime (a closed session's), DDP's all-reduce runs
         self.group = group if group is not None else dist.group.WORLD
-        self.size = dist.get_world_size(self.group)
         # CUDA gradients on an NCCL group: a lossless flat all-reduce is DDP's own
         self.device_engine = "nccl" in str(dist.get_backend(self.group))
         self.cuda = False          # the registered parameters are on a GPU
@@ -70,8 +70,8 @@ class RuntimeBuckets:
         self.rounds: dict[int, int] = {}  # bucket index -> hook calls
         self.handed = 0            # buckets the runtime averaged
         self.averaged_again = 0    # buckets DDP's all-reduce averaged instead
-        # (future, bucket index, its buffer, its parameters, their views in the buffer)
-        self._pending: list[tuple[torch.futures.Future, int, torch.Tensor, list, list]] = []
+        # (future, the bucket, its buffer, its parameters, their views in the buffer)
+        self._pending: list[tuple[torch.futures.Future, Any, torch.Tensor, list, list]] = []
         self._failure: RuntimeFault | None = None
         # the fault that ended the averaging (DDP's backward raises torch's error around it)
         self.fatal: RuntimeFault | None = None
@@ -126,34 +126,32 @@ class RuntimeBuckets:
         if self.rt is not None and self.rt.layout_in_force and self.sends():
             self.handed += 1
             fut: torch.futures.Future = torch.futures.Future()
-            self._pending.append((fut, idx, buf, bucket.parameters(), bucket.gradients()))
+            self._pending.append((fut, bucket, buf, bucket.parameters(), bucket.gradients()))
         else:
             self.averaged_again += 1
-            fut = self.fallback(buf, idx)
+            fut = self.fallback(bucket)
         if bucket.is_last() and self._pending:
             self._finish()
         return fut
 
-    def fallback(self, buf: torch.Tensor, idx: int) -> torch.futures.Future:
-        """Bucket ``idx`` (``buf``) averaged as DDP's default hook does: divided by the
-        group size, then all-reduced on DDP's group (bounded by its timeout); its failure
-        names this rank and the bucket."""
-        rank = dist.get_rank()
-        buf.div_(self.size)
+    def fallback(self, bucket: Any) -> torch.futures.Future:
+        """``bucket`` averaged by DDP's default hook, torch's ``allreduce_hook``: divided
+        by the group size, then all-reduced on DDP's group (bounded by its timeout); its
+        failure names this rank and the bucket."""
+        idx = bucket.index()
         try:
-            work = dist.all_reduce(buf, group=self.group, async_op=True)
+            averaged = allreduce_hook(self.group, bucket)
         except Exception as e:
-            raise RuntimeFault(f"rank {rank}: bucket {idx}: starting DDP's all-reduce failed: "
-                               f"{type(e).__name__}: {e}") from e
+            raise RuntimeFault(f"rank {dist.get_rank()}: bucket {idx}: starting DDP's "
+                               f"all-reduce failed: {type(e).__name__}: {e}") from e
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
             try:
-                fut.wait()
+                return fut.wait()
             except Exception as e:
                 raise self._fatal(f"bucket {idx}: DDP's all-reduce", e) from e
-            return buf
 
-        return work.get_future().then(done)
+        return averaged.then(done)
 
     def _finish(self) -> None:
         """Wait for the round (it writes the averages into ``.grad``), copy them into the
@@ -172,9 +170,9 @@ class RuntimeBuckets:
             self._failure = e
             self.handed -= len(pending)
             self.averaged_again += len(pending)
-            for fut, idx, buf, _, _ in pending:
+            for fut, bucket, *_ in pending:
                 try:
-                    fut.set_result(self.fallback(buf, idx).wait())
+                    fut.set_result(self.fallback(bucket).wait())
                 except BaseException as again:
                     fut.set_exception(_as_exception(again))
             return

@@ -24,7 +24,7 @@ class RuntimeFault(AutotuneError, RuntimeError):
     the fault happened identically on every rank before any byte of the iteration moved
     (an injected fault, a configuration every rank could not apply): the gradients in
     ``.grad`` are intact and the iteration can be averaged again under another
-    configuration (``sync`` then ``retry``). ``False`` after a dead peer or a timeout: the
+    configuration (``sync``, then ``wait`` again). ``False`` after a dead peer or a timeout: the
     process groups may hold half-finished operations, the runtime refuses further work.
     """
 
@@ -61,8 +61,8 @@ class ServerLost(RuntimeFault):
 
     On a worker the runtime has already dropped every server: from now on it runs
     all-reduce among the workers only (over groups made at bootstrap), the iteration's
-    gradients are intact, so ``sync`` (with a configuration without servers) and ``retry``
-    average them again and no step is lost. On a surviving server it means: leave, the
+    gradients are intact, so ``sync`` (with a configuration without servers) and a second
+    ``wait`` average them again and no step is lost. On a surviving server it means: leave, the
     workers go on without servers. ``servers``: the ranks that stopped.
     """
 

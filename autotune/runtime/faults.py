@@ -14,7 +14,7 @@ configuration) and a mode:
 * ``fail``: every iteration averaged under a matching configuration fails identically on
   all ranks before any byte moves: ``wait()`` raises a *recoverable*
   :class:`~autotune.runtime.errors.RuntimeFault`, servers skip the iteration. The
-  gradients stay intact, so the iteration can be averaged again (``sync`` + ``retry``).
+  gradients stay intact, so the iteration can be averaged again (``sync``, then ``wait`` again).
 * ``configure:R``: rank ``R`` fails to apply a matching configuration; the vote in
   ``sync`` makes every rank raise a recoverable ``RuntimeFault`` naming ``R`` and keep the
   previous configuration.

@@ -306,7 +306,7 @@ def pushes_from_grad(config: Mapping[str, Any]) -> bool:
     (``transport=pushpull``, ``intra=flat``, ``compression=none``). There a worker only
     reads what it pushes (the network, or the colocated Summation Service, takes it as it
     is) and the sum is pulled into the second buffer, so ``.grad`` is never written before
-    the round completes, and a failed round leaves the gradients intact for ``retry()``.
+    the round completes, and a failed round leaves the gradients intact for a second ``wait()``.
     Not under ``allreduce`` nor intra ``root``/``scatter``, whose collectives reduce in
     place, nor with a codec, which encodes with error feedback."""
     return _lossless_flat(config, Transport.PUSHPULL)

@@ -26,10 +26,10 @@ class Rounds:
         self._blame = blame
         self.iterations = 0  # rounds that wrote .grad (workers) or were served (servers)
 
-    def complete(self, repack_all: bool, write: bool = True) -> None:
+    def complete(self, write: bool = True) -> None:
         """Complete the open round (:meth:`Averager.complete`), its failure as a fault."""
         try:
-            self._averager.complete(repack_all, write)
+            self._averager.complete(write)
         except UsageError:
             raise
         except Exception as e:
@@ -44,7 +44,7 @@ class Rounds:
         warnings.warn("rt.sync() before rt.wait(): the open iteration is completed and its "
                       "result discarded", RuntimeWarning, stacklevel=3)
         try:
-            self.complete(repack_all=False, write=False)
+            self.complete(write=False)
         except RuntimeFault as e:
             if not e.recoverable:
                 raise

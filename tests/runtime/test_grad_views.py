@@ -8,7 +8,7 @@ equal ``torch.distributed.all_reduce``'s bit for bit, and after each round ``.gr
 show the runtime's buffers. The gradients are zeroed in place in every third case (the
 views are then the next round's gradients: the rotation of buffers must keep the
 reduction out of them), and before an injected fault, after which they must be intact
-and ``retry()`` must give the exact average again.
+and a second ``wait()`` must give the exact average again.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_pushpull_flat_lossless_cases_copied_gradients_neither_way(
         assert all(c["lent"] == 0 for c in res["cases"] if not pushes_from_grad(c["config"]))
 
 
-def test_views_are_intact_after_a_fault_and_retry_averages_them(results: list[dict]) -> None:
+def test_views_are_intact_after_a_fault_and_a_second_wait_averages_them(results: list[dict]) -> None:
     for res in results:
         assert res["fault_viewed"] > 0  # the faulty round's gradients were views
         assert res["injected"] == "recoverable=True"

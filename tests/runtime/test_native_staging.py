@@ -61,7 +61,7 @@ def test_staged_chunks_still_leave_during_backward(results: list[dict]) -> None:
     assert checked >= 4
 
 
-def test_staged_retry_after_an_injected_fault(results: list[dict]) -> None:
+def test_staged_second_wait_after_an_injected_fault(results: list[dict]) -> None:
     for res in results:
         assert res["injected"] == "recoverable=True"
         assert res["retry_exact"]

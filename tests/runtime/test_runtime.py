@@ -149,7 +149,7 @@ def test_bad_configs_and_registrations_raise_everywhere(results: list[dict]) -> 
         assert res["after_changed"]["ratio"] <= 1.0
 
 
-def test_injected_fault_keeps_gradients_and_retry_averages(results: list[dict]) -> None:
+def test_injected_fault_keeps_gradients_and_a_second_wait_averages(results: list[dict]) -> None:
     for res in results:
         err = res["errors"]
         assert err["injected"].startswith("recoverable=True"), err["injected"]
