@@ -6,7 +6,8 @@ width, ``resnet50/32``: 161 tensors, 26 MiB) and emulated compute (the forward s
 ``--fwd-ms``, the backward yields the gradients one by one in ready order over
 ``--bwd-ms``, so communication overlaps it). Cases (``--cases``, all by default):
 
-1. ``capped``: the cloud case of RESULTS.md, every TCP flow capped (``--flow-cap``, default
+1. ``capped``: the cloud case (benchmarks/notes/2026-11-23.md, "The cloud case"), every TCP
+   flow capped (``--flow-cap``, default
    100mbit) on NICs of ``--rate`` (default 400mbit); no server hosts. Target: DDP+hook
    at least 1.3x DDP.
 2. ``servers``: uncapped at ``--rate``, with k = n server hosts (Summation Services:
@@ -46,6 +47,9 @@ kept configurations; the target, MET or MISSED. One table; JSON in
     sudo .venv/bin/python benchmarks/ddp_hook_bench.py
     # = --model resnet50/32 --workers 4 --rate 400mbit --flow-cap 100mbit --fwd-ms 50
     #   --bwd-ms 150 --budget 30 --measure 5 --repeats 3 --cases capped,servers,uncapped,intra
+    # the servers case with the tuner off at one configuration (issue 59, item 5)
+    sudo .venv/bin/python benchmarks/ddp_hook_bench.py --cases servers --budget 0 \\
+        --fixed '{"transport": "pushpull", "servers": 4, "streams": 2, "chunk_bytes": 131072}'
     # smoke (35 s uncapped, 40 s servers, 70 s capped, on a machine shared with others)
     sudo .venv/bin/python benchmarks/ddp_hook_bench.py --budget 6 --measure 3 --repeats 1 \\
         --cases uncapped --json /tmp/ddp_hook_smoke.json
@@ -54,6 +58,7 @@ kept configurations; the target, MET or MISSED. One table; JSON in
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -122,7 +127,7 @@ def pair_main(a: argparse.Namespace) -> None:
     # spend=None: the benchmark measures what `budget` trial iterations find (as the
     # demo does); a job of unknown length would otherwise wait to pay for a search
     with autotune.session(wrapped, budget=a.budget, samples_per_step=1, store=False,
-                          spend=None,
+                          spend=None, fixed=json.loads(a.fixed) if a.fixed else None,
                           trial_iterations=a.trial_iterations, seed=a.seed, warmup=WARMUP,
                           verbose=rank == 0, timeout=600) as tuner:
         workers = tuner.rt.workers_group  # the runtime's: servers are not in it
@@ -166,7 +171,7 @@ def run(a: argparse.Namespace, cases: list[str]) -> dict:
           "--model", a.model, "--fwd-ms", str(a.fwd_ms), "--bwd-ms", str(a.bwd_ms),
           "--warmup", str(a.warmup), "--measure", str(a.measure), "--budget", str(a.budget),
           "--trial-iterations", str(a.trial_iterations), "--timeout", str(a.timeout),
-          "--bucket-mb", str(a.bucket_mb)]
+          "--bucket-mb", str(a.bucket_mb)] + (["--fixed", a.fixed] if a.fixed else [])
     echo = sys.stderr if a.verbose else None
     started = time.time()
     out: dict = {}
@@ -316,7 +321,8 @@ def summarize(a: argparse.Namespace, cases: list[str], out: dict, wall: float) -
         "tensors": first["tensors"], "workers": a.workers, "rate": a.rate,
         "flow_cap": a.flow_cap, "fwd_ms": a.fwd_ms, "bwd_ms": a.bwd_ms, "warmup": a.warmup,
         "bucket_mb": a.bucket_mb,
-        "budget": a.budget, "measure": a.measure, "trial_iterations": a.trial_iterations,
+        "budget": a.budget, "fixed": json.loads(a.fixed) if a.fixed else None,
+        "measure": a.measure, "trial_iterations": a.trial_iterations,
         "repeats": a.repeats, "seed": a.seed, "cases": cases, "rows": rows, "raw": out,
         "wall_s": wall, "command": "benchmarks/ddp_hook_bench.py " + " ".join(sys.argv[1:]),
         "machine": machine(),
@@ -411,6 +417,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="DDP's bucket_cap_mb, plain DDP and DDP + hook alike")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0, help="repeat r tunes with seed + r")
+    ap.add_argument("--fixed", default=None,
+                    help="knobs pinned for the session, as JSON (e.g. "
+                         "'{\"transport\": \"pushpull\", \"servers\": 4, \"streams\": 2, "
+                         "\"chunk_bytes\": 131072}'): every knob pinned runs one configuration, "
+                         "the tuner off (issue 59, item 5)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per job, seconds")
     ap.add_argument("--verbose", action="store_true", help="echo the ranks' output")
     ap.add_argument("--json", type=Path, default=None)
@@ -424,6 +435,12 @@ def main(argv: list[str] | None = None) -> None:
         cases = parse_cases(a.cases)
     except ValueError as e:
         ap.error(str(e))
+    if a.fixed:
+        try:
+            if not isinstance(json.loads(a.fixed), dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            ap.error(f"--fixed {a.fixed!r}: {e}")
     if a.measure < 1 or a.repeats < 1 or a.budget < 0:
         ap.error("--measure and --repeats must be >= 1, --budget >= 0")
     if "intra" in cases and (a.workers < 4 or a.workers % 2):

@@ -19,7 +19,8 @@ whose NIC rate is the measured duplex B:
 
 Prints a table, writes JSON (``--json``, default ``benchmarks/results/sim_calibration.json``:
 the measured rows with their raw times, B, the gradient sizes, and the predictions) and,
-with ``--results-md``, appends a section to ``benchmarks/RESULTS.md``. ``--reevaluate
+with ``--results-md FILE``, appends the table as a section to FILE (a dated note under
+``benchmarks/notes/``; ``benchmarks/RESULTS.md`` keeps only the latest figures). ``--reevaluate
 [JSON]`` re-runs the predictions and the fit on saved measurements, without the emulator
 (after a change to the simulator), and writes them to ``--json`` (default: the saved file
 itself; its measurements are copied unchanged, its predictions replaced).

@@ -24,8 +24,8 @@ from .world import WorldInfo
 # out, and up to TAIL_DEPTH chunks in flight in all, counting those whose push is done
 # and whose sum is not yet pulled (``pushpull``). A Summation Service sums a unit once
 # every part is in, so a chunk's pull cannot start before its push ends; letting later
-# pushes go out meanwhile keeps both directions of every NIC busy (benchmarks/RESULTS.md,
-# "Goodput"). A Summation Service stream keeps SUM_DEPTH units posted, within
+# pushes go out meanwhile keeps both directions of every NIC busy (benchmarks/notes/2026-11-23.md,
+# "Goodput vs the optimum"). A Summation Service stream keeps SUM_DEPTH units posted, within
 # SUM_INFLIGHT_BYTES of receive buffers.
 SEND_DEPTH = 4
 TAIL_DEPTH = 32

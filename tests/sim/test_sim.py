@@ -76,7 +76,8 @@ def test_pushpull_summation_is_store_and_forward() -> None:
     """A Summation Service sends a sum back only once every part is in (the runtime's
     summation.py), so big chunks cost their pull on top of the steady state: one chunk
     alone takes its push and then its pull, and with a dedicated server the step grows
-    with the chunk size, as measured on the emulated cluster (benchmarks/RESULTS.md)."""
+    with the chunk size, as measured on the emulated cluster (benchmarks/notes/2026-11-23.md,
+    "Goodput vs the optimum")."""
     n, B = 3, 10.0 * GBIT
     cluster = ClusterSpec(machines=n, server_machines=1, **IDEAL)
     one = Job((16 * MiB,))
