@@ -43,19 +43,23 @@ def did_you_mean(name: object, known: Sequence[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-#: how long another rank waits, uncaught, for rank 0 to print the same error and the
-#: launcher to stop the job (torchrun stops the others at once; ``autotune launch`` after
-#: its 10 s grace), before it prints the error itself
+#: how long another rank waits, uncaught, for rank 0 to print the same error, before it
+#: prints the error itself
 QUIET_WAIT_S = 30.0
+#: the key rank 0 sets in the job's rendezvous store once it has printed its error
+SHOWN_KEY = "autotune/shown-by-rank-0"
+POLL_S = 0.05
 
 
 def shown_by_rank_0(exc: BaseException) -> BaseException:
     """``exc``, raised alike on every rank of a job for one cause (a misspelled option,
     checked when the session or callback is made), marked so that it is printed once: on
     a rank other than 0 (``$RANK`` set by the launcher), uncaught, it waits up to
-    :data:`QUIET_WAIT_S` for the launcher to stop the job after rank 0 printed it and
-    exited, and prints it as one line only if that did not come (rank 0 did not fail).
-    The process exits 1 as for any uncaught error. Caught, it is the same exception."""
+    :data:`QUIET_WAIT_S` for rank 0 to say, in the job's rendezvous store (the
+    launcher's, which outlives rank 0: ``autotune launch``'s or torchrun's agent's), that
+    it printed its error, then exits 1 without a word; it prints the error as one line
+    only if that did not come (rank 0 did not fail, or no store could be reached).
+    Caught, it is the same exception."""
     if os.environ.get("RANK", "0") != "0":
         exc.autotune_quiet = True  # type: ignore[attr-defined]
         install_excepthook()
@@ -87,12 +91,16 @@ def install_excepthook() -> None:
 
     def hook(kind: type, value: BaseException, tb: object) -> None:
         if getattr(value, "autotune_quiet", False):
-            time.sleep(QUIET_WAIT_S)  # stopped here by the launcher, as a rule
+            if _shown_by_rank_0(QUIET_WAIT_S):
+                return  # rank 0 said it: this rank exits 1 without a word
             sys.stderr.write(f"autotune (rank {os.environ.get('RANK')}): "
                              f"{kind.__name__}: {value}\n")
         elif getattr(value, "one_line", False):
             where = _callers_line(tb) if getattr(value, "show_where", False) else ""
             sys.stderr.write(f"autotune: {value}{where}\n")
+            sys.stderr.flush()
+            if os.environ.get("RANK", "0") == "0":
+                _say_shown()
         else:
             previous(kind, value, tb)
             return
@@ -100,3 +108,51 @@ def install_excepthook() -> None:
 
     hook.autotune = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+def _job_store() -> Any:
+    """A client of the job's rendezvous store (``MASTER_ADDR``/``MASTER_PORT``, where the
+    launcher keeps it), or ``None`` where there is none to reach (no launcher, or torch
+    was never imported: nothing distributed ran)."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port or "torch.distributed" not in sys.modules:
+        return None
+    try:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        return dist.TCPStore(addr, int(port), is_master=False, wait_for_workers=False,
+                             timeout=timedelta(seconds=2))
+    except Exception:  # noqa: BLE001 - no store: the ranks fall back to waiting
+        return None
+
+
+def _key() -> str:
+    # one per attempt: torchrun's agent keeps its store across a job's restarts
+    return f"{SHOWN_KEY}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
+def _say_shown() -> None:
+    """Rank 0 printed its error: tell the ranks waiting to stay quiet (best effort)."""
+    store = _job_store()
+    if store is not None:
+        try:
+            store.set(_key(), "1")
+        except Exception:  # noqa: BLE001 - they print theirs after their wait
+            pass
+
+
+def _shown_by_rank_0(wait_s: float) -> bool:
+    """Whether rank 0 says it printed its error, within ``wait_s`` seconds (bounded)."""
+    store = _job_store()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if store is not None:
+            try:
+                if store.check([_key()]):
+                    return True
+            except Exception:  # noqa: BLE001 - the launcher's store is gone: wait it out
+                store = None
+        time.sleep(POLL_S)
+    return False

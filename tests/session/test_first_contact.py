@@ -208,12 +208,14 @@ def test_a_mistake_in_the_loop_is_one_line_once(tmp_path):
     """Issue 65: step() with no backward printed 31 lines under `autotune launch`: each
     rank's traceback, then rank 0's again, replayed by the launcher. Now rank 0 says it
     once, in one line that names the line of the user's code; the launcher adds only that
-    the rank failed."""
+    the rank failed. The other rank, which made the same mistake, ends as soon as rank 0
+    has said it (rank 0 tells it through the launcher's store): with a grace longer than
+    its wait (30 s), it used to wait, then print its own line."""
     script = tmp_path / "mistake.py"
     script.write_text(MISTAKE)
     proc = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
-                           str(script)], capture_output=True, text=True, timeout=300,
-                          env=_env(), cwd=tmp_path)
+                           "--grace", "120", str(script)], capture_output=True, text=True,
+                          timeout=300, env=_env(), cwd=tmp_path)
     lines = [x for x in (proc.stdout + proc.stderr).splitlines() if x.strip()]
     assert proc.returncode == 1, lines
     assert lines == [
