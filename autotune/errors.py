@@ -98,13 +98,12 @@ def install_excepthook() -> None:
         elif getattr(value, "one_line", False):
             where = _callers_line(tb) if getattr(value, "show_where", False) else ""
             sys.stderr.write(f"autotune: {value}{where}\n")
-            sys.stderr.flush()
-            if os.environ.get("RANK", "0") == "0":
-                _say_shown()
         else:
             previous(kind, value, tb)
             return
         sys.stderr.flush()
+        if os.environ.get("RANK", "0") == "0":
+            _say_shown()  # the ranks waiting quiet for rank 0's line may end
 
     hook.autotune = True  # type: ignore[attr-defined]
     sys.excepthook = hook
