@@ -11,9 +11,11 @@ starts each rank as a fresh ``python`` instead.
 A forked rank is made to look like ``python script.py args`` (or ``python -m module``)
 started with the rank's environment:
 
-* ``os.environ`` is the rank's; ``sys.argv``, ``sys.path[0]`` and ``__main__`` are the
-  script's (:mod:`runpy`); stdin is the launcher's, stdout and stderr the rank's pipe;
-  every other descriptor is closed (as ``subprocess``'s ``close_fds``);
+* ``os.environ`` is the rank's; ``sys.argv``, ``sys.path`` (its ``PYTHONPATH``, its
+  script's folder) and ``__main__`` are the script's (:mod:`runpy`); torch uses
+  ``OMP_NUM_THREADS`` threads where the rank's environment sets it; stdin is the
+  launcher's, stdout and stderr the rank's pipe; every other descriptor is closed (as
+  ``subprocess``'s ``close_fds``);
 * the launcher's own modules (``autotune``, ``click``, ``rich``) are forgotten, so the
   script imports them afresh, with none of the launcher's state; torch and the standard
   library stay loaded (nothing of them has run but their imports);
@@ -48,6 +50,7 @@ import sys
 import threading
 import time
 import weakref
+import types
 from types import TracebackType
 from typing import Any, Callable, Sequence
 
@@ -84,11 +87,27 @@ def can_fork(argvs: Sequence[Sequence[str]]) -> bool:
 class _Preloaded:
     """What the preload's imports left to run at exit (``atexit`` functions, ``weakref``
     finalizers): a forked rank keeps these, as a fresh interpreter importing torch makes
-    them, and none of the launcher's own (a temporary folder's clean-up among them)."""
+    them, and none of the launcher's own (a temporary folder's clean-up among them).
+    ``path``: ``sys.path`` without the preloading process's own ``PYTHONPATH`` entries
+    and script folder, what a fresh interpreter's path is built on.
+
+    The class is kept in ``sys.modules`` (:data:`STATE`), outside the packages a forked
+    rank forgets: a launcher that was itself forked (by ``tests/zygote.py``) finds its
+    preload done and forks its own ranks."""
 
     at_exit: list[tuple[Callable[..., Any], tuple, dict]] = []
     finalizers: set[weakref.finalize] = set()
+    path: list[str] = []
     done = False
+
+
+#: where the preload's record outlives a fresh import of this module (in a forked process)
+STATE = "_autotune_forked_preload"
+if STATE in sys.modules:
+    _Preloaded = sys.modules[STATE].Preloaded  # type: ignore[misc]  # noqa: F811
+else:
+    sys.modules[STATE] = types.ModuleType(STATE, "autotune.forked's preload, kept across a fork")
+    sys.modules[STATE].Preloaded = _Preloaded  # type: ignore[attr-defined]
 
 
 def preload() -> bool:
@@ -115,6 +134,8 @@ def preload() -> bool:
     finally:
         atexit.register = register
     _Preloaded.finalizers = set(weakref.finalize._registry) - before  # type: ignore[attr-defined]
+    own = set(_pythonpath(os.environ))
+    _Preloaded.path = [p for p in sys.path[1:] if p not in own]
     # CUDA cannot be used in a child forked after it was initialised: nothing imported
     # here initialises it, and a launcher where something did starts fresh ranks
     _Preloaded.done = not sys.modules["torch"].cuda.is_initialized()
@@ -167,17 +188,28 @@ def start(argv: Sequence[str], env: dict[str, str]) -> Forked:
     return Forked(pid, open(read, encoding="utf-8", errors="replace", buffering=1))
 
 
-def _become(args: list[str], env: dict[str, str], out: int) -> None:
+def _become(args: list[str], env: dict[str, str], out: int, err: int | None = None,
+            stdin: int | None = None) -> None:
+    """Turn this forked child into ``python ARGS`` with ``env``: stdout to ``out``, stderr
+    to ``err`` (else ``out`` too), stdin from ``stdin`` (else this process's); never
+    returns."""
     code = 1
     try:
+        if stdin is not None:
+            os.dup2(stdin, 0)
         os.dup2(out, 1)
-        os.dup2(out, 2)
+        os.dup2(out if err is None else err, 2)
         os.closerange(3, _max_fd())
         _fresh_signals()
         os.environ.clear()
         os.environ.update(env)
         for name in [m for m in sys.modules if m.split(".")[0] in LAUNCHER_PACKAGES]:
             del sys.modules[name]
+        sys.path[1:] = _pythonpath(env) + _Preloaded.path
+        # OpenMP read OMP_NUM_THREADS when torch loaded, in the preloading process
+        threads = env.get("OMP_NUM_THREADS", "").strip()
+        if threads.isdigit() and int(threads) > 0:
+            sys.modules["torch"].set_num_threads(int(threads))
         sys.stdout = sys.__stdout__ = _stream(1, "strict")
         sys.stderr = sys.__stderr__ = _stream(2, "backslashreplace")
         sys.excepthook = sys.__excepthook__
@@ -188,6 +220,11 @@ def _become(args: list[str], env: dict[str, str], out: int) -> None:
         code = _run(args)
     finally:
         os._exit(code)
+
+
+def _pythonpath(env: dict[str, str] | os._Environ) -> list[str]:
+    """The entries ``PYTHONPATH`` puts on a fresh interpreter's path."""
+    return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
 def _fresh_exit() -> None:

@@ -47,8 +47,12 @@ facts = {
     "launcher_modules": sorted(m for m in sys.modules if m.split(".")[0] in ("autotune", "click")),
     "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
     "threads": threading.active_count(),
-    "random": random.random(), "numpy": float(np.random.rand()),
+    "random": random.random(), "numpy": float(np.random.rand()), "path": sys.path,
 }
+if RANK == "0":  # the threads torch computes with, which OMP_NUM_THREADS sets
+    import torch
+
+    facts["torch_threads"] = torch.get_num_threads()
 with open(f"{OUT}.{RANK}.json", "w") as f:
     json.dump(facts, f)
 print(f"rank {RANK} wrote its facts", end="")  # no newline: the launcher must still see it

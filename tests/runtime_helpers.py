@@ -25,6 +25,7 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
+import zygote
 
 KiB, MiB = 1024, 1024 * 1024
 STREAMS = (1, 2, 3, 4, 5, 8)          # 6 and 7 are reserved for the injected faults
@@ -105,7 +106,7 @@ def launch_group(mode: str, out: Path, workers: int, servers: int, machines: int
     env = dict(os.environ, **(extra_env or {}))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent),
                                   env.get("PYTHONPATH", "")])
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+    proc = zygote.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
     return proc.returncode, proc.stdout + proc.stderr
 

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.tuning.search import TECHNIQUES
+import zygote
 
 
 def _commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -91,7 +92,7 @@ def _trials(db) -> list[dict]:
 ])
 def test_a_mistyped_command_gets_did_you_mean(args, wanted):
     # a fresh process, as a person meets it: no command module loaded yet
-    proc = subprocess.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True,
+    proc = zygote.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[-1] == f"Error: {wanted}", proc.stderr
@@ -101,7 +102,7 @@ def test_launch_hints_at_its_own_options_after_the_script(tmp_path):
     script = tmp_path / "show_args.py"
     script.write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     args = ["--servers", "1", "--epochs", "3", "--grace=5", "-n", "2", "--", "--workers", "4"]
-    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "1",
+    proc = zygote.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "1",
                            str(script), *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     # still passed to the script, every one
@@ -112,7 +113,7 @@ def test_launch_hints_at_its_own_options_after_the_script(tmp_path):
                      f"to give it to autotune launch, put it before {script}"
                      for opt in ("--servers", "--grace", "-n")], proc.stderr
     # nothing to say where only the script's own options follow it
-    quiet = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "1",
+    quiet = zygote.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "1",
                             str(script), "--epochs", "3"], capture_output=True, text=True,
                            timeout=120)
     assert quiet.returncode == 0 and "autotune launch:" not in quiet.stderr, quiet.stderr

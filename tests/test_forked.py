@@ -12,6 +12,7 @@ preload first, as ``autotune launch`` does, with a temporary folder of its own o
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -48,7 +49,8 @@ with tempfile.TemporaryDirectory() as tmp:  # its clean-up is the launcher's, at
 def _jobs(tmp_path: Path, *ways: str, ignore_sigint: bool = False) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", LAUNCHER, FACTS, str(tmp_path), *ways], capture_output=True,
-        text=True, timeout=240,
+        text=True, timeout=240, env={k: v for k, v in os.environ.items()
+                                     if k not in ("OMP_NUM_THREADS", "AUTOTUNE_LAUNCH_FORK")},
         preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint
         else None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -63,13 +65,16 @@ def jobs(tmp_path_factory) -> dict:
 def test_a_forked_rank_sees_what_a_fresh_one_does(jobs):
     fork, fresh = jobs["fork"]["facts"], jobs["fresh"]["facts"]
     for r in range(RANKS):
-        for key in ("name", "file", "path0", "rank", "world_size", "signals",
+        for key in ("name", "file", "path0", "path", "rank", "world_size", "signals",
                     "excepthook", "launcher_modules", "fds", "threads"):
             assert fork[r][key] == fresh[r][key], (r, key, fork[r][key], fresh[r][key])
         assert fork[r]["argv"][0] == fresh[r]["argv"][0] == FACTS
         assert [Path(a).name for a in (fork[r]["argv"][1], fresh[r]["argv"][1])] == ["fork", "fresh"]
         assert fork[r]["name"] == "__main__"
         assert fork[r]["signals"]["SIGINT"] == str(signal.default_int_handler)
+    # the rank's OMP_NUM_THREADS (1, the launcher's default), though the launcher's torch
+    # was loaded without it
+    assert fork[0]["torch_threads"] == fresh[0]["torch_threads"] == 1, (fork[0], fresh[0])
     # nothing of the launcher's own packages is loaded before the script imports them
     assert fork[0]["launcher_modules"] == [], fork[0]["launcher_modules"]
     # each rank's generators are its own, as in fresh interpreters

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
+import zygote
 
 MISSING = "/nonexistent-autotune-dir/sub"
 
@@ -46,7 +47,7 @@ def test_parent_is_a_file(tmp_path):
 
 
 def test_real_process_no_traceback(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "autotune.cli", "report", "latest", "--out",
+    p = zygote.run([sys.executable, "-m", "autotune.cli", "report", "latest", "--out",
                         f"{MISSING}/r.png"], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 2
     assert p.stdout == ""

@@ -38,6 +38,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 from unittest import mock
+import zygote
 
 TESTS = Path(__file__).resolve().parent
 TASKS = Path("/proc/self/task")
@@ -84,7 +85,7 @@ class World:
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
         self.log = self.dir / "launch.log"
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(
+            self.proc = zygote.Popen(
                 [sys.executable, "-m", "autotune.launch", "-n", str(self.workers), "-k", "0",
                  *(["-m", str(self.machines)] if self.machines else []),
                  "--grace", "10", __file__, str(self.dir)],

@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from autotune import demo
+import zygote
 
 ALLREDUCE = {"streams": 1, "chunk_bytes": 4 << 20, "transport": "allreduce", "servers": 0,
              "intra": "flat", "compression": "none"}
@@ -89,7 +90,7 @@ def test_the_demo_on_the_emulated_cluster(tmp_path):
            "--model", "resnet50/16", "--budget", "6", "--after", "2", "--ddp-iterations",
            "3", "--ddp-warmup", "1", "--link-repeats", "2", "--timeout", "80",
            "--json", str(out), "--db", str(db)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    proc = zygote.run(cmd, capture_output=True, text=True, timeout=150, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     rows = {r["name"]: r for r in res["rows"]}
@@ -104,7 +105,7 @@ def test_the_demo_on_the_emulated_cluster(tmp_path):
     for name in rows:
         assert name in proc.stdout
     assert "vs DDP" in proc.stdout
-    runs = subprocess.run([sys.executable, "-m", "autotune.cli", "db", "runs", "--json",
+    runs = zygote.run([sys.executable, "-m", "autotune.cli", "db", "runs", "--json",
                            "--db", str(db)], capture_output=True, text=True, timeout=60)
     assert runs.returncode == 0, runs.stderr
     stored = json.loads(runs.stdout)

@@ -19,6 +19,7 @@ from autotune.emulate import (Cluster, EmulatorError, ShapingError, cleanup,
                               congestion_controls, leftovers, measure_bandwidth, parse_rate)
 from autotune.emulate.launcher import RankSpec, run_ranks
 from autotune.emulate.shaping import LinkSpec, format_rate, parse_latency, tc_lines
+import zygote
 
 HERE = Path(__file__).parents[1]
 PY = sys.executable
@@ -233,9 +234,9 @@ def test_flows_from_two_hosts_with_the_same_ports_each_get_the_cap():
     nbytes = 3 << 20
     with Cluster(hosts=3, rate="200mbit", flow_cap="40mbit") as c:
         cap = c.link.flow_cap_bps / 8
-        recv = subprocess.Popen(c.wrap(0, [PY, str(HERE / "flows_helper.py"), "recv", "5101",
+        recv = zygote.Popen(c.wrap(0, [PY, str(HERE / "flows_helper.py"), "recv", "5101",
                                            "2", str(nbytes)]), stdout=subprocess.PIPE, text=True)
-        sends = [subprocess.Popen(c.wrap(h, [PY, str(HERE / "flows_helper.py"), "send",
+        sends = [zygote.Popen(c.wrap(h, [PY, str(HERE / "flows_helper.py"), "send",
                                              c.hosts[0].addr, "5101", "40002", str(nbytes)]))
                  for h in (1, 2)]
         out, _ = recv.communicate(timeout=90)
@@ -261,9 +262,9 @@ def test_flows_from_neighbouring_peers_with_neighbouring_ports_each_get_the_cap(
     flows = [(1, 40003, 5111), (2, 40001, 5109)]
     with Cluster(hosts=3, rate="200mbit", flow_cap="40mbit") as c:
         cap = c.link.flow_cap_bps / 8
-        recvs = [subprocess.Popen(c.wrap(0, [PY, helper, "recv", str(port), "1", str(nbytes)]),
+        recvs = [zygote.Popen(c.wrap(0, [PY, helper, "recv", str(port), "1", str(nbytes)]),
                                   stdout=subprocess.PIPE, text=True) for _, _, port in flows]
-        sends = [subprocess.Popen(c.wrap(h, [PY, helper, "send", c.hosts[0].addr, str(port),
+        sends = [zygote.Popen(c.wrap(h, [PY, helper, "send", c.hosts[0].addr, str(port),
                                              str(sport), str(nbytes)]))
                  for h, sport, port in flows]
         outs = [r.communicate(timeout=90)[0] for r in recvs]
@@ -302,9 +303,9 @@ def test_hosts_use_the_congestion_control_asked_for():
     assert want != default
     with Cluster(hosts=2, rate="200mbit", congestion=want) as c:
         assert f"TCP {want}" in c.describe()
-        recv = subprocess.Popen(c.wrap(0, [PY, "-c", _CC_RECV]), stdout=subprocess.PIPE,
+        recv = zygote.Popen(c.wrap(0, [PY, "-c", _CC_RECV]), stdout=subprocess.PIPE,
                                 text=True)
-        send = subprocess.run(c.wrap(1, [PY, "-c", _CC_SEND, c.hosts[0].addr]),
+        send = zygote.run(c.wrap(1, [PY, "-c", _CC_SEND, c.hosts[0].addr]),
                               capture_output=True, text=True, timeout=30)
         out, _ = recv.communicate(timeout=30)
     assert send.stdout.split() == ["CC", want], send.stdout + send.stderr
@@ -337,7 +338,7 @@ def _child(body: str) -> subprocess.Popen:
     """A Python process that brings up a cluster, prints its name and runs ``body``."""
     code = ("import sys, time\nfrom autotune.emulate import Cluster\n"
             "c = Cluster(hosts=2, rate='100mbit')\n" + body)
-    return subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    return zygote.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
 
 
 def _sleepers(pids_file: str) -> str:
@@ -382,5 +383,5 @@ def test_timeout_and_failure_tear_down(cluster):
                          timeout_s=60)
     assert res.stopped_early and res.ranks[1].returncode == 7
     for ns in cluster.namespaces():  # the cluster itself is still fine, and empty
-        assert subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+        assert zygote.run(["ip", "netns", "pids", ns], capture_output=True,
                               text=True).stdout.split() == []

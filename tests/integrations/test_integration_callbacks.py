@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import zygote
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -28,7 +29,7 @@ def test_importing_the_integrations_package_imports_no_framework():
     code = ("import sys, autotune, autotune.integrations; "
             "print(sorted(m for m in ('torch', 'lightning', 'transformers', 'accelerate') "
             "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    out = zygote.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.strip() == "[]", out
 
@@ -74,7 +75,7 @@ def test_a_mistake_made_alike_on_every_rank_is_printed_once(tmp_path, where):
     script.write_text("import os, time\nif os.environ['RANK'] == '0':\n    time.sleep(2)\n"
                       + MISTAKES[where])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
+    proc = zygote.run([str(torchrun), "--standalone", "--nproc-per-node", "2",
                            "--tee", "3", str(script)], capture_output=True, text=True,
                           timeout=120, env=env, cwd=tmp_path)
     out = proc.stdout + proc.stderr
@@ -92,7 +93,7 @@ def test_lightning_checks_options_warns_without_ddp_and_passes_over_skipped_batc
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("AUTOTUNE_DB", None)
-    proc = subprocess.run([sys.executable, str(HERE / "lightning_one_process.py"), str(db)],
+    proc = zygote.run([sys.executable, str(HERE / "lightning_one_process.py"), str(db)],
                           capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])

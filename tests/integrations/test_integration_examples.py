@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -51,7 +52,7 @@ def launch(launcher: list[str], name: str, tmp_path: Path, *args: str,
            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("AUTOTUNE_DB", None)
-    return subprocess.run([str(exe), *launcher[1:], str(ROOT / "examples" / f"{name}.py"),
+    return zygote.run([str(exe), *launcher[1:], str(ROOT / "examples" / f"{name}.py"),
                            *args], capture_output=True, text=True, timeout=timeout,
                           cwd=tmp_path, env=env)
 
@@ -175,7 +176,7 @@ def test_ctrl_c_under_a_framework_launcher_aborts_the_run(tmp_path, launcher):
     db = tmp_path / "c.db"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     env.pop("AUTOTUNE_DB", None)
-    proc = subprocess.Popen(
+    proc = zygote.Popen(
         [str(exe), *LAUNCHERS[launcher][1:], str(ROOT / "examples" / "train_accelerate.py"),
          "--steps", "100000", "--budget", "100000", "--db", str(db)], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,

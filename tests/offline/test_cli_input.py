@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from autotune.launch import check_world, launch, process_limit, run_job
 from autotune.server import main as server_main
+import zygote
 
 DIST_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "AUTOTUNE_TIMEOUT",
             "AUTOTUNE_MACHINE")
@@ -80,7 +81,7 @@ def test_the_process_limit_follows_cpus_and_ulimit():
         hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
         resource.setrlimit(resource.RLIMIT_NPROC, (soft, hard))
 
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    out = zygote.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, preexec_fn=lower)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(soft // 2)
@@ -89,7 +90,7 @@ def test_the_process_limit_follows_cpus_and_ulimit():
 # ------------------------------------------------------------------ python -m autotune.server
 def _server(*args: str, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in DIST_ENV}
-    return subprocess.run([sys.executable, "-m", "autotune.server", *args], capture_output=True,
+    return zygote.run([sys.executable, "-m", "autotune.server", *args], capture_output=True,
                           text=True, timeout=60, env={**base, **env})
 
 
@@ -199,7 +200,7 @@ def test_the_cli_imports_no_command_and_its_help_no_torch():
     code = ("import sys, autotune.cli as c; loaded = set(sys.modules); "
             "c.cli(['--help'], standalone_mode=False); "
             "print(sorted(m for m in loaded if m.startswith('autotune')), 'torch' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    proc = zygote.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     *help_text, last = proc.stdout.strip().splitlines()

@@ -30,6 +30,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.store import Store
 from autotune.store.fingerprint import fingerprint, normalize
+import zygote
 
 TESTS = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
@@ -221,7 +222,7 @@ def test_tune_on_loopback_shows_rank_0s_progress_through_a_pipe(tmp_path):
            "--workers", "2", "--budget", "8", "--trial-iterations", "2", "--db", str(db),
            "--compare-ddp", "--verify-iterations", "2", "--verify-seconds", "0"]
     env = {k: v for k, v in ENV.items() if k != "AUTOTUNE_PROGRESS"}
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
+    proc = zygote.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     err = proc.stderr.splitlines()
@@ -271,7 +272,7 @@ def tuned(tmp_path_factory) -> tuple[dict, Path]:
     cmd = [sys.executable, "-m", "autotune.cli", "tune", "--model", "tune_helpers:tiny",
            "--workers", "2", "--budget", str(BUDGET), "--db", str(db), "--compare-ddp",
            "--verify-iterations", "2", "--json"]
-    proc = subprocess.run(cmd, env=ENV, cwd=tmp, capture_output=True, text=True, timeout=600)
+    proc = zygote.run(cmd, env=ENV, cwd=tmp, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(proc.stdout), db
 
@@ -335,7 +336,7 @@ def test_a_later_session_starts_from_the_tuned_best(tuned, tmp_path):
     out = tmp_path / "history.json"
     cmd = [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
            str(TESTS / "tune_helpers.py"), ",".join(map(str, dbs)), str(out), "8"]
-    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = zygote.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     histories = json.loads(out.read_text())
     for copy, history, unit in zip(dbs, histories, ("samples/s", "it/s")):

@@ -19,6 +19,7 @@ import torch
 
 from autotune.probes.cluster import round_robin
 from autotune.probes.graph import from_json
+import zygote
 
 HERE = Path(__file__).resolve().parents[1]
 WORKER = HERE / "probes_helpers.py"
@@ -35,7 +36,7 @@ def run_world(out: Path, configs: list[str], envs: list[dict[str, str]],
         cmd = (prefixes[rank] if prefixes else []) + [
             sys.executable, str(WORKER), str(rank), str(len(envs)), str(init), str(out),
             ",".join(configs)]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+        procs.append(zygote.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outputs = []
     try:

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from runtime_helpers import ROOT
+import zygote
 
 
 # ---------------------------------------------------------------------- processes
@@ -154,7 +155,7 @@ def test_the_hook_imports_nothing_from_tuning_or_session():
     code = ("import sys, autotune.runtime.ddp_hook, autotune.runtime.staging; "
             "print(sorted(m for m in sys.modules if m.startswith(('autotune.tuning', "
             "'autotune.sessions', 'autotune.search'))))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+    out = zygote.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

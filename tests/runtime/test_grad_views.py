@@ -18,6 +18,7 @@ from __future__ import annotations
 import pytest
 
 import runtime_helpers as rh
+import zygote
 
 WORKERS, SERVERS, MACHINES = 2, 1, 1
 CASES = rh.staged_cases()
@@ -90,7 +91,7 @@ def test_the_cpu_per_gb_benchmark_runs_and_checks_its_averages(tmp_path) -> None
     import sys
 
     out = tmp_path / "gv.json"
-    proc = subprocess.run(
+    proc = zygote.run(
         [sys.executable, "-m", "autotune.launch", "-n", "2", "-k", "1",
          str(rh.ROOT / "benchmarks" / "grad_views_bench.py"), "--mib", "4", "--tensors", "4",
          "--iterations", "2", "--warmup", "1", "--configs",

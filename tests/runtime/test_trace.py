@@ -24,6 +24,7 @@ from autotune.runtime.plan import cut
 
 sys.path.insert(0, str(rh.ROOT / "benchmarks"))
 import timeline  # noqa: E402
+import zygote
 
 SIZES = (70_000, 30_000, 100_000)  # float32 gradients
 CHUNK = 64 * 1024
@@ -109,7 +110,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     prog = out / "rank.py"
     prog.write_text(RANK_PROGRAM)
     env = {**os.environ, "AUTOTUNE_TRACE": str(out)}  # the server's trace
-    proc = subprocess.run([sys.executable, "-m", "autotune.launch", "-n", "2", "-k", "1",
+    proc = zygote.run([sys.executable, "-m", "autotune.launch", "-n", "2", "-k", "1",
                            str(prog), str(out)], cwd=rh.ROOT, capture_output=True, text=True,
                           timeout=240, env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

@@ -22,6 +22,7 @@ from autotune.runtime.config import TRANSPORTS, Limits, RuntimeConfig
 from autotune.selftest import SelftestError
 from autotune.selftest.bounds import TINY, half_codec_bound, lossless_bound, norm_factor
 from autotune.selftest.sweep import CHUNKS, LOSSY_CODECS, STREAMS, label, shapes, sweep, sweep_of
+import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTOTUNE = Path(sys.executable).parent / "autotune"  # the console script: a Python file
@@ -197,7 +198,7 @@ def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], message: str,
     """The command as users run it (a process, not click's test runner): the cause in
     one line on stderr, no traceback, nothing started."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "selftest", *args],
+    proc = zygote.run([sys.executable, "-m", "autotune.cli", "selftest", *args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [message] and proc.stdout == ""
@@ -206,7 +207,7 @@ def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], message: str,
 
 def test_inside_a_job_the_world_options_are_refused(tmp_path: Path) -> None:
     env = dict(os.environ, RANK="0", WORLD_SIZE="1")
-    proc = subprocess.run([sys.executable, "-m", "autotune.selftest", "--workers", "2"],
+    proc = zygote.run([sys.executable, "-m", "autotune.selftest", "--workers", "2"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
@@ -219,7 +220,7 @@ def _run(cmd: list[str], tmp: Path, env: dict[str, str] | None = None,
          timeout: float = 150) -> tuple[int, str]:
     full = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_FAULT"}
     full.update(env or {})
-    proc = subprocess.run(cmd, cwd=tmp, env=full, capture_output=True, text=True,
+    proc = zygote.run(cmd, cwd=tmp, env=full, capture_output=True, text=True,
                           timeout=timeout)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -286,7 +287,7 @@ def test_ddp_selftest_checks_the_hook_in_real_ddp(tmp_path: Path, servers: int) 
     (``-k 1``) the sweep has push/pull through it and through the workers' own Summation
     Services, on DDP's buckets. ``--json``: the result alone on stdout, the table and the
     job's lines on stderr."""
-    proc = subprocess.run([str(AUTOTUNE), "selftest", "--ddp", "--workers", "2", "--servers",
+    proc = zygote.run([str(AUTOTUNE), "selftest", "--ddp", "--workers", "2", "--servers",
                            str(servers), *QUICK, "--json"], cwd=tmp_path, capture_output=True,
                           text=True,
                           timeout=150, env={k: v for k, v in os.environ.items()

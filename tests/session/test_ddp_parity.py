@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from runtime_helpers import ROOT
+import zygote
 
 pytestmark = pytest.mark.slow
 WORKER = Path(__file__).parents[1] / "ddp_worker.py"
@@ -125,7 +126,7 @@ def test_server_at_rank_0_under_torchrun(tmp_path):
         pytest.skip("torchrun is not installed beside this Python")
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "3", str(WORKER),
+    proc = zygote.run([str(torchrun), "--standalone", "--nproc-per-node", "3", str(WORKER),
                            "server0", str(tmp_path)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import tests.ddp_servers_worker as w
+import zygote
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ def launch(tmp: Path, workers: int, servers: int, machines: int | None, scenario
            family: str) -> list[dict]:
     cmd = [sys.executable, "-m", "autotune.cli", "launch", "-n", str(workers), "-k", str(servers),
            *(["-m", str(machines)] if machines else []), w.__file__, scenario, str(tmp), family]
-    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+    proc = zygote.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
                           text=True, timeout=300)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]

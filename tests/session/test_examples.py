@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ def test_example_tunes_and_records_the_run(example, servers, tmp_path):
            str(servers), str(ROOT / "examples" / f"{example}.py"), "--steps", "200", "--budget", "6",
            "--total-steps", "100000",
            "--db", str(db)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    proc = zygote.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

@@ -23,6 +23,7 @@ import torch
 
 import fault_worker as fw
 from runtime_helpers import ROOT
+import zygote
 
 pytestmark = pytest.mark.slow
 MARGIN = 12.0  # seconds past the timeout, for a heartbeat check on a loaded 2-core machine
@@ -39,7 +40,7 @@ def run(scenario: str, tmp: Path) -> tuple[int, str, list[dict | None]]:
            str(Path(fw.__file__)), scenario, str(tmp)]
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    proc = zygote.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
     ranks = [json.loads(p.read_text()) if p.exists() else None
              for p in (tmp / f"rank{r}.json" for r in range(2))]
     return proc.returncode, proc.stdout + proc.stderr, ranks

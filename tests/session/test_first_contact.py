@@ -31,6 +31,7 @@ import torch
 import autotune
 from autotune.errors import ArgumentError
 from autotune.runtime.errors import UsageError
+import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -66,7 +67,7 @@ except TypeError as e:
     assert "nn.Module" in str(e), e
 print("ok", len(skipped))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    out = zygote.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, env=_env(), cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("ok")
@@ -147,7 +148,7 @@ def test_a_session_used_outside_with_is_a_usage_error():
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["native", "ddp"])
 def test_one_worker_trains_keeps_the_default_and_finishes(tmp_path, kind):
-    proc = subprocess.run(
+    proc = zygote.run(
         [sys.executable, "-m", "autotune.cli", "launch", "--workers", "1",
          str(TESTS / "first_contact_worker.py"), kind, str(tmp_path)],
         capture_output=True, text=True, timeout=300, env=_env(), cwd=tmp_path)
@@ -172,7 +173,7 @@ def test_one_worker_trains_keeps_the_default_and_finishes(tmp_path, kind):
 @pytest.mark.slow
 def test_twenty_jobs_stopped_at_random_moments_all_end_aborted(tmp_path):
     out = tmp_path / "jobs.json"
-    proc = subprocess.run([sys.executable, str(TESTS / "interrupt_jobs.py"), str(out),
+    proc = zygote.run([sys.executable, str(TESTS / "interrupt_jobs.py"), str(out),
                            "--jobs", "20", "--seed", "38"],
                           capture_output=True, text=True, timeout=900, env=_env(), cwd=tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -213,7 +214,7 @@ def test_a_mistake_in_the_loop_is_one_line_once(tmp_path):
     its wait (30 s), it used to wait, then print its own line."""
     script = tmp_path / "mistake.py"
     script.write_text(MISTAKE)
-    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
+    proc = zygote.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
                            "--grace", "120", str(script)], capture_output=True, text=True,
                           timeout=300, env=_env(), cwd=tmp_path)
     lines = [x for x in (proc.stdout + proc.stderr).splitlines() if x.strip()]
@@ -248,12 +249,12 @@ def test_plain_python_with_no_launcher_trains_as_one_worker():
     one in-process and says so once. A half-set environment is still the error."""
     env = {k: v for k, v in _env().items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR",
                                                         "MASTER_PORT", "LOCAL_RANK")}
-    out = subprocess.run([sys.executable, "-c", ALONE], capture_output=True, text=True,
+    out = zygote.run([sys.executable, "-c", ALONE], capture_output=True, text=True,
                          timeout=300, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("ok 1"), out.stdout[-2000:]
     assert (out.stdout + out.stderr).count("no launcher started this process") == 1, out.stderr
-    half = subprocess.run([sys.executable, "-c", ALONE], capture_output=True, text=True,
+    half = zygote.run([sys.executable, "-c", ALONE], capture_output=True, text=True,
                           timeout=300, env={**env, "RANK": "0"}, cwd=ROOT)
     assert half.returncode != 0 and "missing env: MASTER_ADDR, MASTER_PORT, WORLD_SIZE" \
         in half.stderr, half.stderr[-2000:]

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "peer_fail_worker.py"
@@ -35,7 +36,7 @@ def test_the_survivor_names_the_failing_rank_in_one_line(tmp_path):
     db = tmp_path / "x.db"
     env = dict(os.environ, OMP_NUM_THREADS="1", AUTOTUNE_PROGRESS="lines",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "autotune.launch", "-n", "3", "--grace", "60",
+    proc = zygote.run([sys.executable, "-m", "autotune.launch", "-n", "3", "--grace", "60",
                            str(WORKER), mode, str(db)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=180)
     log = proc.stdout + proc.stderr

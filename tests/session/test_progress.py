@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from autotune import progress
+import zygote
 
 BUDGET, STEPS = 12, 30
 
@@ -67,7 +68,7 @@ def _cmd(script: Path) -> list[str]:
 def test_plain_trial_lines_come_while_training_goes_on_through_a_pipe(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    proc = subprocess.Popen(_cmd(script), env=_env(), stdout=subprocess.PIPE,
+    proc = zygote.Popen(_cmd(script), env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
     seen: list[tuple[float, str]] = []
     try:
@@ -115,7 +116,7 @@ def test_launch_in_a_terminal_draws_the_bar_while_the_job_runs(tmp_path):
     # training iterations") beside the count: at 120 columns rich cuts the count off the
     # frames drawn after the lock, and whether a "12/12" frame came before them was a race
     env = {**_env(), "COLUMNS": "250"}
-    proc = subprocess.Popen(_cmd(script), env=env, stdout=slave, stderr=slave,
+    proc = zygote.Popen(_cmd(script), env=env, stdout=slave, stderr=slave,
                             stdin=subprocess.DEVNULL, close_fds=True)
     os.close(slave)
     chunks: list[tuple[float, bytes]] = []

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ def _store_runs(db: Path) -> list[dict]:
 
 
 def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=tmp_path,
+    return zygote.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
                                 [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])})
@@ -108,7 +109,7 @@ def test_a_group_sigint_to_a_background_launch_is_ignored_by_every_rank(tmp_path
     no replayed output, exit 143, the run aborted."""
     pytest.importorskip("lightning.pytorch", reason="lightning is not installed")
     db = tmp_path / "x.db"
-    proc = subprocess.Popen(
+    proc = zygote.Popen(
         [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
          str(ROOT / "examples" / "train_lightning.py"), "--steps", "100000", "--budget",
          "100000", "--db", str(db)], cwd=tmp_path, stdout=subprocess.PIPE,
@@ -199,7 +200,7 @@ def test_tune_local_stopped_by_sigterm_is_aborted(tmp_path):
 
 
 def _namespaces() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    out = zygote.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
     return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
 
 

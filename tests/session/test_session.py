@@ -32,6 +32,7 @@ import pytest
 import torch
 
 import session_worker as sw
+import zygote
 
 STEPS, BUDGET = 60, 40
 pytestmark = pytest.mark.slow
@@ -44,7 +45,7 @@ def launch(tmp: Path, workers: int, servers: int, env: dict[str, str],
            str(Path(sw.__file__)), str(tmp)]
     full = {**os.environ, "SESSION_STEPS": str(STEPS), "SESSION_BUDGET": str(BUDGET),
             "OMP_NUM_THREADS": "1", **env}
-    proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=600)
+    proc = zygote.run(cmd, env=full, capture_output=True, text=True, timeout=600)
     if not check:  # the launch must fail: its output
         assert proc.returncode != 0, proc.stdout[-4000:] + proc.stderr[-4000:]
         return proc.stdout + proc.stderr

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from autotune.signals import Terminated, TerminateAsInterrupt, exit_code, shielded, status_of
+import zygote
 
 
 def test_status_and_exit_code_of_an_exception():
@@ -147,7 +148,7 @@ def test_sigint_inherited_as_ignored_is_ignored_by_the_launcher_and_every_rank(t
 
     script, opened = tmp_path / "job.py", tmp_path / "opened"
     script.write_text(JOB)
-    proc = subprocess.Popen(
+    proc = zygote.Popen(
         [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2", str(script),
          str(opened)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import zygote
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ def test_a_second_job_on_alike_machines_starts_calibrated(world, tmp_path):
         rows = store.calibrations.all()
     assert len(rows) == 1 and rows[0]["runs"] == 2
 
-    shown = subprocess.run([sys.executable, "-m", "autotune.cli", "db", "calibrations",
+    shown = zygote.run([sys.executable, "-m", "autotune.cli", "db", "calibrations",
                             "--db", str(db)], capture_output=True, text=True, timeout=120,
                            env={**os.environ, "COLUMNS": "200"})
     assert shown.returncode == 0, shown.stderr

@@ -22,6 +22,7 @@ from autotune.store import Store
 from autotune.store.origin import BUDGET_ZERO, NO_SEARCH, WARM_START, fmt_origin
 from autotune.tuning.schedule import SETTLED_SAMPLES
 from store_helpers import table_field
+import zygote
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -45,7 +46,7 @@ SCRIPT = textwrap.dedent("""
 def _launch(script, db, budget: int, steps: int, *extra: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_PROGRESS"}
     env.update(OMP_NUM_THREADS="1", COLUMNS="200")
-    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
+    proc = zygote.run([sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
                            str(script), str(db), str(budget), str(steps), *extra],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -18,6 +18,7 @@ import pytest
 from autotune.runtime.plan import DTYPE_BYTES, coalesces, make_plan
 from autotune.runtime.world import WorldInfo
 from autotune.sim import ClusterSpec, Job, simulate
+import zygote
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -153,4 +154,4 @@ def test_ready_times_follow_the_runtime_chunks() -> None:
 def test_importing_the_simulator_does_not_import_torch() -> None:
     code = ("import sys, autotune.sim, autotune.runtime.plan; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    assert zygote.run([sys.executable, "-c", code]).returncode == 0

@@ -16,6 +16,7 @@ from autotune.store import Store, schema
 from autotune.store.rows import host
 from autotune.store.sqltext import sql
 from store_helpers import CNN, WORLD, cluster, model, old_store
+import zygote
 
 
 def _start(s: Store, job: str = "j") -> int:
@@ -24,7 +25,7 @@ def _start(s: Store, job: str = "j") -> int:
 
 
 def _dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p = zygote.Popen([sys.executable, "-c", "pass"])
     p.wait()
     return p.pid
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from autotune.store import Store
+import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -40,7 +41,7 @@ def test_a_job_on_another_host_starts_warm_from_the_shared_store(tmp_path):
             assert db_host.addr in url
 
             def on_host(i: int, argv: list[str]) -> subprocess.CompletedProcess:
-                proc = subprocess.run(cluster.wrap(i, argv), env=ENV, cwd=tmp_path,
+                proc = zygote.run(cluster.wrap(i, argv), env=ENV, cwd=tmp_path,
                                       capture_output=True, text=True, timeout=600)
                 assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
                 return proc

@@ -22,6 +22,7 @@ from autotune.store import Store
 from autotune.store.sqltext import sql
 from autotune.store.summary import summarize
 from store_helpers import CNN, TRANSFORMER, WORLD, cluster, model
+import zygote
 
 TECHNIQUES = ["grid", "bayes", "pbt", "hyperband"]
 
@@ -156,7 +157,7 @@ def _as_other_user(*args) -> tuple[int, str]:
         return r.exit_code, r.output
     cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
            "-m", "autotune.cli", *map(str, args)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+    p = zygote.run(cmd, capture_output=True, text=True, timeout=60,
                        env={**os.environ, "HOME": tempfile.gettempdir()})
     return p.returncode, p.stdout + p.stderr
 
@@ -165,7 +166,7 @@ def _as_other_user(*args) -> tuple[int, str]:
 def shared_dir():
     """A directory another user can reach (pytest's tmp_path is private to root)."""
     if os.geteuid() == 0:
-        if shutil.which("setpriv") is None or subprocess.run(
+        if shutil.which("setpriv") is None or zygote.run(
                 ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "true"],
                 capture_output=True).returncode != 0:
             pytest.skip("as root this needs setpriv to drop to another user")

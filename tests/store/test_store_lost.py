@@ -21,6 +21,7 @@ import pytest
 
 from autotune.store import Store, StoreError
 from postgres_server import PostgresServer
+import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ def _trials(url: str) -> int:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd,
+    return zygote.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -47,7 +48,7 @@ def test_a_store_lost_mid_run_goes_on_locally_and_comes_back_by_import(tmp_path)
         pytest.skip(reason)
     with PostgresServer() as server:
         url = server.database()
-        job = subprocess.Popen(
+        job = zygote.Popen(
             [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
              str(ROOT / "examples" / "train_mlp.py"), "--steps", "600", "--budget", "300",
              # said to be long, so that 600 steps of this small MLP search (a job of 600

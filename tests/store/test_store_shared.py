@@ -24,6 +24,7 @@ from autotune.store import mounts
 from autotune.store.connection import CONNECT_TIMEOUT_S
 from postgres_server import PASSWORD
 from store_helpers import CNN, WORLD, add_run, cluster, model
+import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -162,7 +163,7 @@ def test_a_session_whose_store_is_down_trains_warns_once_and_keeps_its_run_local
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
 
     def train() -> str:
-        proc = subprocess.run([sys.executable, "-m", "autotune.cli", "launch", "--workers",
+        proc = zygote.run([sys.executable, "-m", "autotune.cli", "launch", "--workers",
                                "1", str(script)], capture_output=True, text=True,
                               timeout=300, cwd=tmp_path, env=env)
         out = proc.stdout + proc.stderr
