@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import random
+import select
 import signal
 import sqlite3
 import sys
@@ -49,9 +50,9 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> 
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)
         try:
-            # the rendezvous store is this script's (held open in the parent, as `autotune
-            # launch` does): no port picked, closed and then bound again, which another
-            # process may take in between
+            # the rendezvous store is this script's (held open by a keeper process, as
+            # `autotune launch` holds its own): no port picked, closed and then bound
+            # again, which another process may take in between
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                               WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
                               TORCHELASTIC_USE_AGENT_STORE="True")
@@ -113,11 +114,12 @@ class Job:
                  device: str = "cpu") -> None:
         self.index, self.way, self.delay, self.ddp = index, way, delay, ddp
         self.db = root / f"job{index}.db"
-        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                                   timeout=timedelta(seconds=60))
-        port = self.store.port
+        self.keeper, port = _keep_store()
         self.logs = [root / f"job{index}.rank{r}.log" for r in range(2)]
         self.pids: list[int] = []
+        threads = len(os.listdir("/proc/self/task"))
+        if threads != 1:  # see _keep_store
+            raise RuntimeError(f"{threads} threads in the process that forks the ranks")
         for r in range(2):
             pid = os.fork()
             if pid == 0:
@@ -172,6 +174,10 @@ class Job:
                     _signal(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
                     self.codes[i] = -9
+        if None not in self.codes and self.keeper:
+            _signal(self.keeper, signal.SIGKILL)
+            os.waitpid(self.keeper, 0)
+            self.keeper = 0
         return None not in self.codes
 
     def result(self) -> dict:
@@ -180,6 +186,36 @@ class Job:
                 "opened": _status(self.db) is not None, "codes": self.codes,
                 "killed": self.killed, "status": _status(self.db),
                 "logs": [p.read_text()[-2000:] if p.exists() else "" for p in self.logs]}
+
+
+def _keep_store() -> tuple[int, int]:
+    """A process that holds a job's rendezvous store (as ``autotune launch`` holds its
+    ranks'), until killed; its pid and the store's port. The store's server thread runs
+    there, not here: this process forks every rank, and a fork is only safe from a
+    process with no thread but the forking one (one rank in a full run once hung before
+    its first collective, forked while another job's store thread ran here)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                  timeout=timedelta(seconds=60))
+            os.write(write, str(store.port).encode())
+            os.close(write)
+            while True:
+                time.sleep(60)
+        finally:
+            os._exit(1)
+    os.close(write)
+    ready, _, _ = select.select([read], [], [], 60)
+    port = os.read(read, 16) if ready else b""
+    os.close(read)
+    if not port:
+        _signal(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise RuntimeError("no rendezvous store in 60 s")
+    return pid, int(port)
 
 
 def _signal(pid: int, sig: int) -> None:
