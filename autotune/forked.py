@@ -110,9 +110,9 @@ else:
     sys.modules[STATE].Preloaded = _Preloaded  # type: ignore[attr-defined]
 
 
-def preload() -> bool:
-    """Import what every rank imports (:data:`PRELOAD`), once, in the launcher; whether its
-    ranks may be forked. Only a process where these imports are torch's first may fork
+def preload(extra: Sequence[str] = ()) -> bool:
+    """Import what every rank imports (:data:`PRELOAD`), and the modules ``extra``, once,
+    in the launcher; whether its ranks may be forked. Only a process where these imports are torch's first may fork
     (``autotune launch``, ``tune``, ``selftest``): there what torch leaves to run at exit
     is known (:class:`_Preloaded`); elsewhere (a notebook, a test process that has
     imported torch) the ranks are fresh interpreters."""
@@ -129,7 +129,7 @@ def preload() -> bool:
 
     atexit.register = record
     try:
-        for name in PRELOAD:
+        for name in (*PRELOAD, *extra):
             importlib.import_module(name)
     finally:
         atexit.register = register

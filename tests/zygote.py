@@ -3,8 +3,8 @@
 A test that runs ``python -m autotune.cli launch ...`` (or ``tune``, or a job's script)
 pays about 3 CPU-seconds before the process does anything: importing torch and
 ``torch._dynamo``. The suite starts about a hundred of them on two cores. A *zygote*
-(one per test process, started on first use) imports them once
-(:func:`autotune.forked.preload`) and forks each of these processes from itself, as
+(one per test process, started on first use) imports them once, and what a tuning session
+imports besides (:data:`PRELOAD`; :func:`autotune.forked.preload`), and forks each of these processes from itself, as
 ``autotune launch`` forks its ranks (:mod:`autotune.forked`: what a forked process shares
 with a fresh interpreter and what it does not). A launcher forked so finds its preload
 done and forks its own ranks in turn.
@@ -45,6 +45,10 @@ MAX_MESSAGE = 1 << 20
 POLL_S = 0.02
 START_S = 120.0
 TESTS = Path(__file__).resolve().parent
+#: imported by the zygote beside torch: what a tuning session's leader imports (the
+#: tuner's scikit-optimize and scikit-learn, with scipy and pandas: about 1.2 CPU-s) and
+#: the store's (SQLAlchemy, networkx)
+PRELOAD = ("skopt", "sklearn.gaussian_process", "sqlalchemy", "networkx")
 
 # Popen._execute_child's parameters on the Pythons this was written against (3.11+):
 # another signature means a fresh process for every command
@@ -63,7 +67,7 @@ def serve(fd: int) -> None:
     from autotune import forked
 
     sock = socket.socket(fileno=fd)
-    if not forked.preload():
+    if not forked.preload(extra=PRELOAD):
         raise SystemExit("zygote: torch was imported before the preload")
     statuses: dict[int, int] = {}  # child pid -> the write end of its status pipe
     while True:  # until the tests' process closes its end (it has ended)
