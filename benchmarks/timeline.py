@@ -115,9 +115,13 @@ def analyse(ranks: dict[int, dict], label: str | None = None, index: int = -1,
     all_in: dict[int, float] = defaultdict(float)
     for (c, _), t in part_in.items():
         all_in[c] = max(all_in[c], t)
+    # the sum sent: its first send after the last part came in. An earlier send in the
+    # window is the previous iteration's, to a worker that began this one later than the
+    # window's first (CI and a fresh clone's `make test` saw a negative summation stage)
     sum_out: dict[int, float] = {}
     for o in sends:
-        sum_out[o["chunk"]] = min(sum_out.get(o["chunk"], o["issued"]), o["issued"])
+        if o["chunk"] in all_in and o["issued"] >= all_in[o["chunk"]]:
+            sum_out[o["chunk"]] = min(sum_out.get(o["chunk"], o["issued"]), o["issued"])
     # pull on the wire: not before its sum was sent, nor before the flow's previous pull
     for o in pulls:
         o["sent"] = sum_out.get(o["chunk"], o["issued"])

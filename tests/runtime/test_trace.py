@@ -144,3 +144,21 @@ def test_the_timeline_joins_every_chunk_of_a_real_push_pull_iteration(traced: Pa
                + [("pull", 2, w, s) for w in (0, 1) for s in (0, 1)])
     with pytest.raises(SystemExit, match="no iteration 'nope'"):
         timeline.analyse(ranks, "nope")
+
+
+@pytest.mark.serial  # the same job as above (its fixture)
+def test_a_sum_sent_before_its_last_part_came_in_is_the_previous_iterations(traced: Path) -> None:
+    """The window opens at the first worker's start of the iteration; the server may still
+    be sending the previous sum to a worker that starts later. Such a send, though inside
+    the window, is not this iteration's (the stage came out negative in a full run)."""
+    import copy
+
+    ranks = timeline.load(traced)
+    before = timeline.analyse(ranks)["stages"]["summation"]
+    _, _, marks = timeline.window(ranks, None, -1)
+    t0 = min(m["issued"] for m in marks)
+    sends = [e for e in ranks[2]["events"] if "send sum to" in e["what"]]
+    late = copy.deepcopy(sends[-1])  # a send of the same chunk, issued as the window opens
+    late.update(issued=t0 + 1e-6, waited=t0 + 2e-6, done=t0 + 3e-6)
+    ranks[2]["events"].append(late)
+    assert timeline.analyse(ranks)["stages"]["summation"] == before
