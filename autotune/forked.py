@@ -49,8 +49,8 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 import types
+import weakref
 from types import TracebackType
 from typing import Any, Callable, Sequence
 
@@ -91,9 +91,9 @@ class _Preloaded:
     ``path``: ``sys.path`` without the preloading process's own ``PYTHONPATH`` entries
     and script folder, what a fresh interpreter's path is built on.
 
-    The class is kept in ``sys.modules`` (:data:`STATE`), outside the packages a forked
-    rank forgets: a launcher that was itself forked (by ``tests/zygote.py``) finds its
-    preload done and forks its own ranks."""
+    The class is kept in a module of its own in ``sys.modules`` (:data:`STATE`), outside
+    the packages a forked rank forgets: a launcher that was itself forked (by
+    ``tests/zygote.py``) finds its preload done and forks its own ranks."""
 
     at_exit: list[tuple[Callable[..., Any], tuple, dict]] = []
     finalizers: set[weakref.finalize] = set()
@@ -112,10 +112,10 @@ else:
 
 def preload(extra: Sequence[str] = ()) -> bool:
     """Import what every rank imports (:data:`PRELOAD`), and the modules ``extra``, once,
-    in the launcher; whether its ranks may be forked. Only a process where these imports are torch's first may fork
-    (``autotune launch``, ``tune``, ``selftest``): there what torch leaves to run at exit
-    is known (:class:`_Preloaded`); elsewhere (a notebook, a test process that has
-    imported torch) the ranks are fresh interpreters."""
+    in the launcher; whether its ranks may be forked. Only a process where these imports
+    are torch's first may fork (``autotune launch``, ``tune``, ``selftest``): there what
+    torch leaves to run at exit is known (:class:`_Preloaded`); elsewhere (a notebook, a
+    test process that has imported torch) the ranks are fresh interpreters."""
     if _Preloaded.done:
         return True
     if "torch" in sys.modules:
@@ -183,16 +183,16 @@ def start(argv: Sequence[str], env: dict[str, str]) -> Forked:
     pid = os.fork()
     if pid == 0:  # the rank: never returns into the launcher's code
         os.close(read)
-        _become(list(argv[1:]), env, write)
+        become(list(argv[1:]), env, write)
     os.close(write)
     return Forked(pid, open(read, encoding="utf-8", errors="replace", buffering=1))
 
 
-def _become(args: list[str], env: dict[str, str], out: int, err: int | None = None,
-            stdin: int | None = None) -> None:
-    """Turn this forked child into ``python ARGS`` with ``env``: stdout to ``out``, stderr
-    to ``err`` (else ``out`` too), stdin from ``stdin`` (else this process's); never
-    returns."""
+def become(args: list[str], env: dict[str, str], out: int, err: int | None = None,
+           stdin: int | None = None) -> None:
+    """Turn a child just forked from a preloaded process into ``python ARGS`` with
+    ``env`` (the module docstring says how alike): stdout to ``out``, stderr to ``err``
+    (else ``out`` too), stdin from ``stdin`` (else this process's); never returns."""
     code = 1
     try:
         if stdin is not None:

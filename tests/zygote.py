@@ -3,11 +3,12 @@
 A test that runs ``python -m autotune.cli launch ...`` (or ``tune``, or a job's script)
 pays about 3 CPU-seconds before the process does anything: importing torch and
 ``torch._dynamo``. The suite starts about a hundred of them on two cores. A *zygote*
-(one per test process, started on first use) imports them once, and what a tuning session
-imports besides (:data:`PRELOAD`; :func:`autotune.forked.preload`), and forks each of these processes from itself, as
-``autotune launch`` forks its ranks (:mod:`autotune.forked`: what a forked process shares
-with a fresh interpreter and what it does not). A launcher forked so finds its preload
-done and forks its own ranks in turn.
+(one per test process, started on first use) imports them once, and what a tuning
+session imports besides (:data:`PRELOAD`; :func:`autotune.forked.preload`), and forks
+each of these processes from itself, as ``autotune launch`` forks its ranks
+(:mod:`autotune.forked`: what a forked process shares with a fresh interpreter and what
+it does not). A launcher forked so finds its preload done and forks its own ranks in
+turn.
 
 :class:`Popen` is :class:`subprocess.Popen` with only the start changed: its pipes,
 ``communicate``, timeouts, signals (the process has its own pid; ``start_new_session``
@@ -94,7 +95,7 @@ def _serve_one(sock: socket.socket, statuses: dict[int, int]) -> bool:
         except BaseException as e:  # noqa: BLE001 - as exec's failure: said, exit 1
             os.write(err, f"zygote: {e}\n".encode())
             os._exit(1)
-        forked._become(req["argv"][1:], req["env"], out, err, stdin)
+        forked.become(req["argv"][1:], req["env"], out, err, stdin)
     for f in (stdin, out, err):
         os.close(f)
     statuses[pid] = status
