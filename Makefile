@@ -13,9 +13,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS := dev,plot,optuna,postgresql,lightning,transformers,accelerate
+# what the project's processes import, in two processes at once (the frameworks apart)
 IMPORTS := import autotune, torch._dynamo, optuna, skopt, sklearn.gaussian_process, networkx, \
-	sqlite_utils, sqlalchemy, psycopg, matplotlib.pyplot, lightning, transformers, accelerate, \
-	click, rich, pytest, xdist
+	sqlite_utils, sqlalchemy, psycopg, matplotlib.pyplot, click, rich, pytest, xdist
+FRAMEWORKS := import lightning, transformers, accelerate
 
 .PHONY: setup demo test check bench clean postgres chromium
 
@@ -24,7 +25,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q --no-compile -c constraints.txt torch uv 2>&1 | grep -v "is ignored: it is neither" || true
 	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[$(EXTRAS)]' || \
 	  $(BIN)/pip install -q --no-compile -c constraints.txt -e '.[$(EXTRAS)]' 2>&1 | grep -v "is ignored: it is neither" || true
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c "$(IMPORTS)"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c "$(FRAMEWORKS)" & frameworks=$$!; \
+	  env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c "$(IMPORTS)" && wait $$frameworks
 	touch $(STAMP)
 
 setup: $(STAMP)

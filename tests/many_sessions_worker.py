@@ -29,11 +29,17 @@ def _threads() -> int:
     return len(os.listdir(f"/proc/{os.getpid()}/task"))
 
 
-def _idle_cpu(seconds: float = 3.0) -> float:
-    """Share of one core this process used while it slept ``seconds``."""
-    cpu, wall = time.process_time(), time.monotonic()
-    time.sleep(seconds)
-    return (time.process_time() - cpu) / (time.monotonic() - wall)
+def _idle_cpu(seconds: float = 1.5, windows: int = 2) -> float:
+    """Share of one core this process used while it slept, the least of ``windows``
+    sleeps of ``seconds``: what is left running burns in every window, a one-off (a late
+    flush, the collector) in one (a full run once saw 2.7% after against 1.5% before,
+    over one 3-second sleep)."""
+    shares = []
+    for _ in range(windows):
+        cpu, wall = time.process_time(), time.monotonic()
+        time.sleep(seconds)
+        shares.append((time.process_time() - cpu) / (time.monotonic() - wall))
+    return min(shares)
 
 
 def sessions(out: str, way: str, n: int, same: bool, steps: int = 30,
