@@ -170,10 +170,12 @@ def enabled() -> bool:
 
 
 def _forkable(argv: Any, executable: Any, shell: bool) -> bool:
+    """This Python running a script or a module, as :func:`autotune.forked.forkable` says."""
+    from autotune import forked
+
     return (not shell and executable is None and isinstance(argv, (list, tuple))
-            and len(argv) >= 2 and argv[0] == sys.executable and all(
-                isinstance(a, (str, os.PathLike)) for a in argv)
-            and (argv[1] == "-m" and len(argv) >= 3 or not str(argv[1]).startswith("-")))
+            and all(isinstance(a, (str, os.PathLike)) for a in argv)
+            and forked.forkable([os.fsdecode(a) for a in argv]))
 
 
 class Popen(subprocess.Popen):
@@ -233,15 +235,12 @@ class Popen(subprocess.Popen):
     def _wait(self, timeout):  # noqa: ANN001
         if self._status is None and self.returncode is None:
             return super()._wait(timeout)
-        if timeout is None:
-            self._read_status(None)
-        else:
-            deadline = time.monotonic() + timeout
-            while self.returncode is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise subprocess.TimeoutExpired(self.args, timeout)
-                self._read_status(left)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._read_status(left)
         return self.returncode
 
 
