@@ -41,7 +41,6 @@ from pathlib import Path
 
 from autotune.store.location import shown
 from autotune.speedup import Speedup, measure, measure_times
-from autotune.workload import check_average, time_ddp
 
 MARK = "DEMO "  # a rank's result line: MARK + JSON
 WARMUP = 3  # the session's warm-up iterations (its default)
@@ -62,6 +61,8 @@ def ddp_job(a: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
+    from autotune.workload import check_average, time_ddp
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -79,6 +80,7 @@ def session_job(a: argparse.Namespace) -> None:
     import torch
 
     import autotune
+    from autotune.workload import check_average
 
     torch.set_num_threads(1)
     if os.environ.get("AUTOTUNE_ROLE") == "server":
@@ -238,7 +240,11 @@ def table(res: dict):
 def emulated(a: argparse.Namespace) -> dict:
     from rich.console import Console
 
-    from autotune import progress
+    from autotune import forked, progress
+
+    # torch imported here first, once: the hosts' ranks are forked from this process
+    # (while it has one thread: no spinner runs during a launch)
+    forked.preload()
     from autotune.emulate import Cluster, measure_bandwidth
     from autotune.workload import gradient_bytes, model_shapes
     from autotune.units import fmt_bytes
@@ -256,17 +262,17 @@ def emulated(a: argparse.Namespace) -> dict:
               "per iteration (emulated)")
     echo = (lambda line: con.print(line.rstrip("\n"), markup=False)) if a.verbose else None
     with Cluster(hosts=a.workers + a.servers, rate=a.rate) as c:
-        with con.status("measuring the link (B)"):
-            m = measure_bandwidth(c, 0, 1, nbytes=16 << 20, repeats=a.link_repeats,
-                                  timeout_s=a.timeout)
+        con.print("measuring the link (B) ...")
+        m = measure_bandwidth(c, 0, 1, nbytes=16 << 20, repeats=a.link_repeats,
+                              timeout_s=a.timeout)
         link = m.to_dict()
         con.print(f"link: {m.bytes_per_s / 1e6:.1f} MB/s host to host "
                   f"({m.ratio:.0%} of the nominal rate)")
-        with con.status(f"DDP (gloo, 25 MB buckets): {a.ddp_warmup} + {a.ddp_iterations} "
-                        "iterations on the worker hosts"):
-            job = c.launch(me + ["--job", "ddp", "--ddp-iterations", str(a.ddp_iterations),
-                                 "--ddp-warmup", str(a.ddp_warmup)] + common,
-                           workers=a.workers, timeout_s=a.timeout, echo=echo).check()
+        con.print(f"DDP (gloo, 25 MB buckets): {a.ddp_warmup} + {a.ddp_iterations} "
+                  "iterations on the worker hosts ...")
+        job = c.launch(me + ["--job", "ddp", "--ddp-iterations", str(a.ddp_iterations),
+                             "--ddp-warmup", str(a.ddp_warmup)] + common,
+                       workers=a.workers, timeout_s=a.timeout, echo=echo).check()
         ddp = job.last_json(MARK)
         ddp_m, ddp_s, _ = measure_times(ddp["times_s"])
         con.print(f"DDP: {ddp_m:.3f} ± {ddp_s:.3f} it/s")

@@ -173,26 +173,50 @@ class Forked:
         return self.returncode
 
 
-def start(argv: Sequence[str], env: dict[str, str]) -> Forked:
+def start(argv: Sequence[str], env: dict[str, str], *, detach: bool = False,
+          enter: Callable[[], None] | None = None) -> Forked:
     """Fork a rank that runs ``argv`` (``[sys.executable, script, ...]`` or
     ``[sys.executable, "-m", module, ...]``) with ``env``; its stdout and stderr are one
-    pipe, read through the returned :class:`Forked`'s ``stdout``."""
+    pipe, read through the returned :class:`Forked`'s ``stdout``. ``detach``: the rank
+    leads a session of its own (its process group can be signalled) and reads no stdin,
+    as ``subprocess``'s ``start_new_session`` and ``stdin=DEVNULL``. ``enter()`` runs in
+    the rank before the script (an emulated host's namespaces); an ``OSError`` from it is
+    printed to the rank's output and the rank exits 1."""
     if not can_fork([argv]):
         raise RuntimeError(f"cannot fork {list(argv)} here (see can_fork)")
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the rank: never returns into the launcher's code
-        os.close(read)
-        become(list(argv[1:]), env, write)
+        try:
+            os.close(read)
+            stdin = None
+            if detach:
+                os.setsid()
+                stdin = os.open(os.devnull, os.O_RDONLY)
+        except BaseException:
+            os._exit(1)
+        become(list(argv[1:]), env, write, stdin=stdin, enter=enter)
     os.close(write)
+    if detach:  # its group exists before the launcher may signal it
+        deadline = time.monotonic() + 5.0
+        while _pgid(pid) not in (pid, None) and time.monotonic() < deadline:
+            time.sleep(0.001)
     return Forked(pid, open(read, encoding="utf-8", errors="replace", buffering=1))
 
 
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def become(args: list[str], env: dict[str, str], out: int, err: int | None = None,
-           stdin: int | None = None) -> None:
+           stdin: int | None = None, enter: Callable[[], None] | None = None) -> None:
     """Turn a child just forked from a preloaded process into ``python ARGS`` with
     ``env`` (the module docstring says how alike): stdout to ``out``, stderr to ``err``
-    (else ``out`` too), stdin from ``stdin`` (else this process's); never returns."""
+    (else ``out`` too), stdin from ``stdin`` (else this process's); ``enter()`` first,
+    where given (see :func:`start`); never returns."""
     code = 1
     try:
         if stdin is not None:
@@ -212,6 +236,12 @@ def become(args: list[str], env: dict[str, str], out: int, err: int | None = Non
             sys.modules["torch"].set_num_threads(int(threads))
         sys.stdout = sys.__stdout__ = _stream(1, "strict")
         sys.stderr = sys.__stderr__ = _stream(2, "backslashreplace")
+        if enter is not None:
+            try:
+                enter()
+            except OSError as e:
+                print(f"autotune: cannot start {' '.join(args)}: {e}", file=sys.stderr)
+                return
         sys.excepthook = sys.__excepthook__
         threading.excepthook = threading.__excepthook__
         if "numpy" in sys.modules:

@@ -1,7 +1,7 @@
 """Run a job's rank processes on this machine: the one rank launcher.
 
 Both ``autotune launch`` (:mod:`autotune.launch`, ranks as plain processes) and the
-emulated cluster (:mod:`autotune.emulate.launcher`, ranks wrapped to enter a network
+emulated cluster (:mod:`autotune.emulate.launcher`, ranks that enter a host's network
 namespace) start their ranks through :func:`run`. It starts one process per
 :class:`Rank`, streams every output line as ``[tag] line``, keeps each rank's lines (all,
 or the last few), and applies the one failure policy:
@@ -45,13 +45,18 @@ KILL_WAIT_S = 2.0  # after SIGKILL, how long to wait before reporting a process 
 @dataclass
 class Rank:
     """One process to start: its rank, role (``"worker"`` or ``"server"``), command line,
-    environment, and the tag its output lines are shown with (``[tag] line``)."""
+    environment, and the tag its output lines are shown with (``[tag] line``).
+    ``wrapper`` goes before ``argv`` in a fresh process (``ip netns exec NS``);
+    ``enter()`` does its work in a forked one (a rank with a wrapper and no ``enter`` is
+    never forked)."""
 
     rank: int
     role: str
     argv: list[str]
     env: dict[str, str]
     tag: str
+    wrapper: list[str] = field(default_factory=list)
+    enter: Callable[[], None] | None = None
 
 
 @dataclass
@@ -110,7 +115,7 @@ def run(ranks: Sequence[Rank], *, grace: float, timeout_s: float | None = None,
     ``emit`` gets each output line as ``[tag] line\\n``, one at a time; ``keep`` bounds
     the lines kept per rank (None: all). ``detach`` starts each rank in its own session
     with no stdin and signals its whole process group (for ranks behind a wrapper such as
-    ``ip netns exec``). ``on_lost(rank, code)`` is called when a server is seen to fail.
+    ``ip netns exec``, whose children would outlive a signal to the wrapper alone). ``on_lost(rank, code)`` is called when a server is seen to fail.
     ``on_started()`` is called once every rank is started, before the wait (what it
     raises stops them). Stopping sends SIGTERM, then SIGKILL after ``term_s`` seconds.
     ``fork``: the ranks are forked from this process where
@@ -121,14 +126,16 @@ def run(ranks: Sequence[Rank], *, grace: float, timeout_s: float | None = None,
     readers: list[threading.Thread] = []
     t0 = time.monotonic()
     seen = _Seen()
-    fork = fork and not detach and forked.can_fork([r.argv for r in ranks])
+    fork = (fork and all(r.enter is not None or not r.wrapper for r in ranks)
+            and forked.can_fork([r.argv for r in ranks]))
     try:
         for r in ranks:  # every rank started before any reader thread (a fork needs that)
             if fork:
-                p: subprocess.Popen | forked.Forked = forked.start(r.argv, r.env)
+                p: subprocess.Popen | forked.Forked = forked.start(
+                    r.argv, r.env, detach=detach, enter=r.enter)
             else:
                 extra = dict(stdin=subprocess.DEVNULL, start_new_session=True) if detach else {}
-                p = subprocess.Popen(r.argv, env=r.env, stdout=subprocess.PIPE,
+                p = subprocess.Popen(r.wrapper + r.argv, env=r.env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, errors="replace",
                                      bufsize=1, **extra)
             started.append((r, p, collections.deque(maxlen=keep)))

@@ -21,6 +21,7 @@ It applies to both ends of every connection between hosts, senders and receivers
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import secrets
@@ -34,7 +35,7 @@ from typing import Callable, Sequence, TextIO
 
 from autotune.emulate import netns
 from autotune.emulate.launcher import JobResult, RankSpec, run_ranks
-from autotune.emulate.netns import PREFIX, EmulatorError
+from autotune.emulate.netns import ETC_NETNS, PREFIX, EmulatorError
 from autotune.emulate.shaping import LinkSpec, format_rate, tc_lines
 from autotune.ranks import kill_pids, pid_alive
 
@@ -42,7 +43,6 @@ SUBNET = "10.77.0"
 IFNAME = "eth0"
 MAX_HOSTS = 200
 STATE_DIR = Path("/run/autotune-emulate")
-ETC_NETNS = Path("/etc/netns")  # `ip netns exec NS` bind-mounts /etc/netns/NS/* over /etc
 
 
 @dataclass(frozen=True)
@@ -286,7 +286,9 @@ class Cluster:
         for rank, host in enumerate(placement):
             role = "worker" if rank < workers else "server"
             cmd = list(argv if role == "worker" or server_argv is None else server_argv)
-            specs.append(RankSpec(rank=rank, role=role, host=host, argv=self.wrap(host, cmd),
+            specs.append(RankSpec(rank=rank, role=role, host=host, argv=cmd,
+                                  wrapper=self.wrap(host, []),
+                                  enter=functools.partial(netns.enter, self.hosts[host].netns),
                                   env=self.env(rank=rank, world_size=world, host=host, role=role,
                                                master_port=port, extra=env)))
         result = run_ranks(specs, timeout_s=timeout_s, echo=echo)

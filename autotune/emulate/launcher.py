@@ -2,7 +2,9 @@
 
 A :class:`RankSpec` says where a rank runs (host index, namespace), what it runs and with
 which environment; :func:`run_ranks` starts them all through the one rank launcher
-(:func:`autotune.ranks.run`: prefixed output, the failure policy, a timeout), collects
+(:func:`autotune.ranks.run`: prefixed output, the failure policy, a timeout), forked
+from this process once it has imported torch (:mod:`autotune.forked`; ``ip netns exec``
+before a fresh interpreter where it cannot fork, or ``AUTOTUNE_LAUNCH_FORK=0``), collects
 their whole output, and always kills every process it started (process groups, SIGTERM
 then SIGKILL) before returning or raising, including on KeyboardInterrupt.
 """
@@ -13,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
-from autotune import ranks
+from autotune import forked, ranks
 from autotune.emulate.netns import EmulatorError
 from autotune.ranks import Rank
 
@@ -25,8 +27,10 @@ class RankSpec:
     rank: int
     role: str  # "worker" or "server"
     host: int
-    argv: list[str]  # already wrapped to enter the host's namespace
+    argv: list[str]
     env: dict[str, str]
+    wrapper: list[str] = field(default_factory=list)  # enters the host in a fresh process
+    enter: Callable[[], None] | None = None  # enters it in a forked one
 
     @property
     def tag(self) -> str:
@@ -88,7 +92,7 @@ class JobResult:
 
 def run_ranks(specs: list[RankSpec], timeout_s: float = 300.0,
               echo: TextIO | Callable[[str], None] | None = None,
-              fail_grace_s: float = 5.0) -> JobResult:
+              fail_grace_s: float = 5.0, fork: bool | None = None) -> JobResult:
     """Start every rank, wait for all of them (or the timeout), return their results.
 
     ``echo``: a stream (e.g. ``sys.stdout``) or callable that gets each output line as it
@@ -99,9 +103,13 @@ def run_ranks(specs: list[RankSpec], timeout_s: float = 300.0,
     """
     if not specs:
         raise EmulatorError("no ranks to run")
-    job = ranks.run([Rank(s.rank, s.role, s.argv, s.env, s.tag) for s in specs],
+    fork = forked.default() if fork is None else fork
+    # torch imported once here rather than once a rank (where this process has not yet)
+    fork = fork and forked.preload()
+    job = ranks.run([Rank(s.rank, s.role, s.argv, s.env, s.tag, wrapper=s.wrapper,
+                          enter=s.enter) for s in specs],
                     grace=fail_grace_s, timeout_s=timeout_s, emit=ranks.emitter(echo),
-                    detach=True, term_s=2.0)
+                    detach=True, term_s=2.0, fork=fork)
     results = [RankResult(rank=s.rank, role=s.role, host=s.host, returncode=e.returncode,
                           output="".join(e.lines), pid=e.pid)
                for s, e in zip(specs, job.exits)]

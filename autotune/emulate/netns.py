@@ -2,20 +2,31 @@
 
 Everything the emulator does to the system goes through here: checking that namespaces
 can be used at all, creating and deleting namespaces, finding and killing the processes
-inside them, and listing what is left over. Nothing is created in the root namespace.
+inside them, listing what is left over, and moving a process into a host's namespaces
+(:func:`enter`). Nothing is created in the root namespace.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import socket
 import subprocess
 from functools import lru_cache
+from pathlib import Path
 
 from autotune.errors import AutotuneError
 from autotune.ranks import kill_pids  # the emulator stops what runs in a namespace with it
 
 PREFIX = "atemu"  # every namespace the emulator creates starts with this
+NETNS_DIR = Path("/run/netns")  # where `ip netns add` pins each namespace
+ETC_NETNS = Path("/etc/netns")  # `ip netns exec NS` bind-mounts /etc/netns/NS/* over /etc
+
+# <sched.h>, <sys/mount.h>
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWNET = 0x00020000, 0x04000000, 0x40000000
+_MS_RDONLY, _MS_BIND, _MS_REC, _MS_SLAVE = 1, 1 << 12, 1 << 14, 1 << 19
+_MNT_DETACH = 2
 
 
 class EmulatorError(AutotuneError, RuntimeError):
@@ -122,3 +133,35 @@ def root_links(prefix: str = PREFIX) -> list[str]:
             if name.startswith(prefix):
                 links.append(name)
     return links
+
+
+def enter(ns: str) -> None:
+    """Move this process into namespace ``ns`` as ``ip netns exec NS unshare --uts`` with
+    the host name ``NS`` would start a command there: the network namespace joined, a
+    mount namespace of its own (mounts seen from the root one, none made here seen
+    there) with ``/sys`` showing the namespace's devices and ``/etc/netns/NS/*`` over
+    ``/etc``, and a UTS namespace of its own named ``ns``. For a process with one thread
+    (a rank just forked, :func:`autotune.forked.start`); Python 3.11 has no ``os.setns``
+    and ``os.unshare``, so libc's. Raises ``OSError`` naming the step that failed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def call(what: str, ret: int) -> None:
+        if ret != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what} for namespace {ns}: {os.strerror(err)}")
+
+    fd = os.open(NETNS_DIR / ns, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        call("setns", libc.setns(fd, _CLONE_NEWNET))
+    finally:
+        os.close(fd)
+    call("unshare", libc.unshare(_CLONE_NEWNS | _CLONE_NEWUTS))
+    call("mount --make-rslave /", libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None))
+    flags = _MS_RDONLY if os.statvfs("/sys").f_flag & os.ST_RDONLY else 0
+    if libc.umount2(b"/sys", _MNT_DETACH) == 0:
+        call("mount /sys", libc.mount(ns.encode(), b"/sys", b"sysfs", flags, None))
+    etc = ETC_NETNS / ns
+    for f in sorted(etc.iterdir()) if etc.is_dir() else []:
+        call(f"mount --bind {f} /etc/{f.name}", libc.mount(
+            bytes(f), f"/etc/{f.name}".encode(), b"none", _MS_BIND, None))
+    socket.sethostname(ns)

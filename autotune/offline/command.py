@@ -274,6 +274,10 @@ def _checked(o: TuneOptions) -> _Request:
         cluster = _simulated_cluster(o)
     else:
         _check_local_world(o)
+        from autotune import forked
+
+        # torch imported first here, once: the job's ranks are forked from this process
+        forked.preload()
     fixed = _fixed(o, cluster)
     name = _resolve_model(o.model)
     if cms == "measure":

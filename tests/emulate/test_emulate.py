@@ -22,6 +22,7 @@ from autotune.emulate.shaping import LinkSpec, format_rate, parse_latency, tc_li
 import zygote
 
 HERE = Path(__file__).parents[1]
+ROOT = HERE.parent
 PY = sys.executable
 
 
@@ -385,3 +386,27 @@ def test_timeout_and_failure_tear_down(cluster):
     for ns in cluster.namespaces():  # the cluster itself is still fine, and empty
         assert zygote.run(["ip", "netns", "pids", ns], capture_output=True,
                               text=True).stdout.split() == []
+
+
+@root
+@pytest.mark.timeout(240)
+def test_a_rank_forked_into_a_host_sees_what_one_started_by_ip_netns_exec_does():
+    """The emulated hosts' ranks are forked from a launcher that has imported torch
+    (:func:`autotune.emulate.netns.enter` in place of ``ip netns exec``): each sees its
+    host as a fresh one does, and the root namespace's ``/sys`` is left as it was."""
+    before = sorted(os.listdir("/sys/class/net"))
+    run = zygote.run([PY, str(HERE / "hosts_job.py")], capture_output=True, text=True,
+                     timeout=200, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    reports = json.loads(run.stdout.splitlines()[-1])
+    forked, fresh = reports["1"], reports["0"]
+    assert [r["forked"] for r in forked] == [True, True], forked
+    assert [r["forked"] for r in fresh] == [False, False], fresh
+    for one, other in zip(forked, fresh):
+        assert {**one, "forked": None} == {**other, "forked": None}
+    assert forked[0]["netns"] != forked[1]["netns"]
+    assert forked[0]["hostname"].endswith("-h0") and forked[1]["hostname"].endswith("-h1")
+    assert forked[0]["sys_class_net"] == ["eth0", "lo"] and forked[0]["sum"] == 3.0
+    assert forked[0]["group_leader"] and forked[0]["stdin"] == "/dev/null"
+    assert forked[0]["hostname"] in forked[0]["etc_hosts"]
+    assert sorted(os.listdir("/sys/class/net")) == before

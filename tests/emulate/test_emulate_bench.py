@@ -8,12 +8,16 @@ from __future__ import annotations
 # own world: the benchmarks' own jobs on emulated hosts
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import zygote
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import benchlib  # noqa: E402
 import ddp_hook_bench  # noqa: E402
@@ -95,18 +99,21 @@ def test_ddp_hook_bench_cases_and_summary():
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_ddp_hook_bench_runs_end_to_end(tmp_path, capsys):
-    """The benchmark, tiny: 2 workers (+ 2 server hosts, which the hook's push/pull may
-    use), ResNet-50 at 1/8 width (2 MiB), 4 tuning iterations; every gradient checked
-    exactly (~25 s)."""
+def test_ddp_hook_bench_runs_end_to_end(tmp_path):
+    """The benchmark, tiny, as a user runs it: 2 workers (+ 2 server hosts, which the
+    hook's push/pull may use), ResNet-50 at 1/8 width (2 MiB), 4 tuning iterations; every
+    gradient checked exactly (~15 s)."""
     out = tmp_path / "ddp_hook.json"
-    ddp_hook_bench.main(["--workers", "2", "--model", "resnet50/8", "--budget", "4",
-                         "--measure", "2", "--repeats", "1", "--cases", "servers,uncapped",
-                         "--fwd-ms", "5", "--bwd-ms", "15", "--json", str(out)])
+    run = zygote.run([sys.executable, ddp_hook_bench.__file__, "--workers", "2", "--model",
+                      "resnet50/8", "--budget", "4", "--measure", "2", "--repeats", "1",
+                      "--cases", "servers,uncapped", "--fwd-ms", "5", "--bwd-ms", "15",
+                      "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                     timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     res = json.loads(out.read_text())
     assert [r["case"] for r in res["rows"]] == ["servers", "uncapped"]
     for r in res["rows"]:
         assert r["ddp_s"] > 0 and r["hook_s"] > 0 and r["kept_iterations"] == [2]
     assert res["raw"]["servers"]["runs"][0]["world"] == 4
     assert 0 < res["rows"][0]["hook_of_byteps"]
-    assert "BytePS optimum with them" in capsys.readouterr().out  # the servers case's line
+    assert "BytePS optimum with them" in run.stdout  # the servers case's line
