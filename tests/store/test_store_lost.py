@@ -50,8 +50,8 @@ def test_a_store_lost_mid_run_goes_on_locally_and_comes_back_by_import(tmp_path)
         url = server.database()
         job = zygote.Popen(
             [sys.executable, "-m", "autotune.cli", "launch", "--workers", "2",
-             str(ROOT / "examples" / "train_mlp.py"), "--steps", "600", "--budget", "300",
-             # said to be long, so that 600 steps of this small MLP search (a job of 600
+             str(ROOT / "examples" / "train_mlp.py"), "--steps", "300", "--budget", "150",
+             # said to be long, so that 300 steps of this small MLP search (a job of 300
              # affords none: a search's start costs more than 5% of it)
              "--total-steps", "100000", "--db", url], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
