@@ -99,7 +99,7 @@ def session(
     broadcast_buffers: bool = True,
     prior: bool = True,
     fixed: Mapping[str, Any] | None = None,
-) -> TuningSession:
+) -> Session:
     """Tune the gradient communication of ``model`` while it trains.
 
     Use the result as a context manager around the training loop and call its ``step()``

@@ -28,7 +28,7 @@ def job(out: str, db: str, budget: int = 30, steps: int = 40) -> dict | None:
             s.step()
             opt.step()
             opt.zero_grad()
-    tuners = s._tuners
+    tuners = s.leader.tuners if s.leader is not None else None
     if tuners is None or tuners.model is None:
         return None
     m = tuners.model

@@ -57,11 +57,11 @@ def count_collectives(tuner) -> dict:
     """Count the session's own collectives (its per-iteration reduce, and putting a
     configuration in force), each still run as it is."""
     calls = {"n": 0}
-    for name in ("_worker_sum", "_put_in_force"):
-        def counted(*a, _real=getattr(tuner, name), **k):
+    for name in ("worker_sum", "put_in_force"):
+        def counted(*a, _real=getattr(tuner.hooked, name), **k):
             calls["n"] += 1
             return _real(*a, **k)
-        setattr(tuner, name, counted)
+        setattr(tuner.hooked, name, counted)
     return calls
 
 
@@ -89,7 +89,7 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
             settled.append(tuner.settled)
             collectives.append(calls["n"] - before)
             # whether DDP's comm hook is registered (else DDP's built-in all-reduce runs)
-            hooked.append(tuner.transport.hooked and bool(tuner.ddp._comm_hooks))
+            hooked.append(tuner.hooked.transport.hooked and bool(tuner.ddp._comm_hooks))
             if not any(r() is tuner.ddp for r in ddps):
                 ddps.append(weakref.ref(tuner.ddp))
         # the DDPs built over the model that are still alive (no garbage collection run):

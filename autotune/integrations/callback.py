@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import autotune
 from autotune.errors import did_you_mean, shown_by_rank_0
 from autotune.runtime.errors import UsageError
-from autotune.sessions.base import TuningSession
+from autotune.sessions.session import Session
 from autotune.sessions.world import launcher_hint
 from autotune.sessions.options import SessionOptions
 from autotune.tuning.space import Config
@@ -78,7 +78,7 @@ class CallbackSession:
         self.options = check_options(options)
         #: the session (open, or the last one, closed); None before training started or
         #: where there is nothing to tune (:attr:`inactive`)
-        self.tuner: TuningSession | None = None
+        self.tuner: Session | None = None
         #: why no session was opened (one process, no process group), or None
         self.inactive: str | None = None
         self._open = False
@@ -173,7 +173,7 @@ class CallbackResults:
     session: CallbackSession
 
     @property
-    def tuner(self) -> TuningSession | None:
+    def tuner(self) -> Session | None:
         """The session (the last one, once closed); None before training started."""
         return self.session.tuner
 

@@ -10,10 +10,12 @@ Tuning iterations train the model like any other: no step is wasted. DDP's seman
 DDP's own (``docs/ddp.md``).
 
 - :mod:`~autotune.sessions.options`: :class:`SessionOptions`, the settings, checked;
-- :mod:`~autotune.sessions.base`: :class:`TuningSession`, what every step does: the
-  iteration, the apply-and-retry loop, the leader's tuning, the results;
-- :mod:`~autotune.sessions.session`: :class:`Session`, the one session: the runtime
-  behind DDP's comm hook, each step, faults, the close;
+- :mod:`~autotune.sessions.session`: :class:`Session`, the one session: each step, the
+  apply-and-retry loop, faults, the close;
+- :mod:`~autotune.sessions.hooked`: :class:`~autotune.sessions.hooked.HookedDDP`, how the
+  gradients are averaged: DDP with the runtime behind its comm hook;
+- :mod:`~autotune.sessions.leader`: the leader's run, trial schedule and Tuners;
+- :mod:`~autotune.sessions.results`: what a session reports (``best``, ``history``);
 - :mod:`~autotune.sessions.ddp`: DDP applied to a plain module in place
   (:class:`~autotune.sessions.ddp.InPlaceDDP`), and the workers' group for DDP;
 - :mod:`~autotune.sessions.world`: the ``torch.distributed`` world a session runs in;
@@ -29,14 +31,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.sessions.base import TuningSession
-from autotune.sessions.session import DDPSession, Session
+from autotune.sessions.session import DDPSession, Session, TuningSession
 from autotune.sessions.options import SessionOptions
 from autotune.tuning.schedule import PROBE_STREAMS, SWITCH_MARGIN, trial_seconds
 from autotune.tuning.tuner import TrialRecord
 
 
-def open_session(model: Any, options: SessionOptions) -> TuningSession:
+def open_session(model: Any, options: SessionOptions) -> Session:
     """The session of ``model``: a plain module or a ``DistributedDataParallel`` model
     alike (:class:`Session`)."""
     return Session(model, options)

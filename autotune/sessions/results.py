@@ -1,6 +1,6 @@
 """What a tuning session reports: its results, read from the leader's schedule and trials.
 
-:class:`SessionResults` is the part of :class:`~autotune.sessions.base.TuningSession` that
+:class:`SessionResults` is the part of :class:`~autotune.sessions.session.Session` that
 answers "what did it settle on, and how fast": the kept configuration (``best``), every
 trial (``history``, ``failures``), the kept and default configurations' scores with their
 spread, the unit, whether it is still tuning. It only reads: the trials' numbers come from

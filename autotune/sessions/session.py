@@ -1,19 +1,17 @@
-"""The session: one runtime behind DDP's comm hook, whichever model the user passes.
+"""The session: what ``autotune.session(model, ...)`` returns, whichever model the user passes.
 
 ``autotune.session(ddp_model)`` keeps the user's ``DistributedDataParallel``;
-``autotune.session(model)`` applies DDP to the module in place
-(:class:`~autotune.sessions.ddp.InPlaceDDP`) and is from then on the same session. DDP
-owns what it owns (the start, buffers, ``no_sync``, unused parameters, buckets and their
-overlap with backward, checkpoints); autotune's comm hook
-(:class:`~autotune.runtime.ddp_hook.BucketTransport`) averages each bucket under the
-configuration in force, the untuned default being DDP's own all-reduce. The
-:class:`~autotune.runtime.core.Runtime` joins the world (servers included), puts the
-leader's configuration in force at every ``step()`` (``Runtime.sync``: the configuration
-as int64s, nothing pickled) and runs everything else: push/pull through the Summation
-Services, the intra-machine modes, several streams, codecs
-(:mod:`autotune.runtime.ddp_buckets`). ``step()`` counts the iteration (the gradients are
-averaged when backward returns), measures it and puts in force what the leader's trial
-schedule runs next.
+``autotune.session(model)`` applies DDP to the module in place; from then on both are one
+session: DDP with autotune's runtime behind its comm hook
+(:class:`~autotune.sessions.hooked.HookedDDP`, which knows nothing of tuning). The
+:class:`Session` measures each iteration, and on the leader the trial schedule
+(:mod:`autotune.tuning.schedule`) says what the next one runs; it puts that in force on
+every rank (the apply-and-retry loop), records to the store, shows the progress and ends
+with the table; its results (``best``, ``history``, the scores) are
+:class:`~autotune.sessions.results.SessionResults`'.
+
+``step()`` counts the iteration (the gradients are averaged when backward returns),
+measures it and puts in force what the leader's trial schedule runs next.
 
 **Faults.** A configuration that fails is scored as failed; the hook has averaged the
 iteration's buckets again with DDP's all-reduce, and the last good configuration is put
@@ -21,194 +19,318 @@ in force; lost servers shrink the space. A rank whose own code fails posts its e
 in the rendezvous store as it leaves; a rank whose session then ends by an error (DDP's
 own all-reduce broken in backward) raises the :class:`~autotune.runtime.errors.PeerFailed`
 that names the failed rank and its cause instead.
-
-**Servers.** DDP's process group holds only the workers: a Summation Service runs no
-forward or backward. The in-place DDP is built on the workers' group; a user's DDP on
-:func:`~autotune.sessions.ddp.workers_group` (``DDP(model,
-process_group=autotune.workers_group())``). A server rank that runs the user's script
-serves until the job stops, then leaves the process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import signal
 import time
-import warnings
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
-import torch.distributed as dist
 
-from autotune.errors import AutotuneError, install_excepthook
-from autotune.runtime.bootstrap import rendezvous_store
+from autotune.errors import shown_by_rank_0
+from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, ServerLost, UsageError
-from autotune.runtime.faults import Liveness
-from autotune.sessions.base import DDP, TuningSession
-from autotune.sessions.ddp import InPlaceDDP, group_for, unfinished_error
+from autotune.sessions.calibrate import measure_link
+from autotune.sessions.display import SessionDisplay, report
+from autotune.sessions.efficiency_probe import EfficiencyProbe
+from autotune.sessions.hooked import DDP, HookedDDP
+from autotune.sessions.leader import Leader
 from autotune.sessions.options import SessionOptions
+from autotune.sessions.record import SessionRun
+from autotune.sessions.results import SessionResults
 from autotune.sessions.tuners import job_space
-from autotune.sessions.world import init_world
-from autotune.signals import shielded, status_of
-from autotune.tuning.space import Config
+from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
+from autotune.tuning.schedule import Drift
+from autotune.tuning.space import Config, SearchSpace
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+#: Configurations tried in a row before putting one in force is given up as broken.
+MAX_APPLY_TRIES = 1000
 
 
-# how a collective's failure reads when gloo or NCCL raises it as a plain RuntimeError
-_BACKEND_WORDS = ("gloo", "NCCL", "Connection reset", "Connection closed", "Timed out",
-                  "timed out", "Broken pipe")
-
-
-class Session(TuningSession):
-    """What ``autotune.session(model, ...)`` returns, for a plain module (DDP applied in
-    place) or a ``DistributedDataParallel`` model (kept); see the module docstring."""
+class Session(SessionResults):
+    """What :func:`autotune.session` returns, for a plain module (DDP applied in place) or
+    a ``DistributedDataParallel`` model (kept): use it as a context manager around the
+    training loop and call :meth:`step` after each iteration's backward (the settings:
+    :class:`~autotune.sessions.options.SessionOptions`; the module docstring says the
+    rest)."""
 
     def __init__(self, model: torch.nn.Module, options: SessionOptions | None = None) -> None:
-        super().__init__(model, options)
-        self.rt: Any = None
-        self._user_ddp: DDP | None = model if isinstance(model, DDP) else None
-        self.in_place: InPlaceDDP | None = None  # for a plain module
-        self.transport: Any = None
-        self._liveness: Liveness | None = None  # reads the failure a peer posted
+        _check_model(model)
+        options = options if options is not None else SessionOptions()
+        self.model = model
+        self.options = options
+        self._drift = (Drift(options.retune_on_drift, options.drift_window,
+                             max(10, options.budget // 5))
+                       if options.retune_on_drift else None)
+        self._run = SessionRun(options.db, options.job,
+                               model.module if isinstance(model, DDP) else model)
+        self.display = SessionDisplay(options.verbose, self.unit, lambda: self.best_score,
+                                      lambda: self.tuning_cost)
+        self.hooked = HookedDDP(model, options)  # how the gradients are averaged
+        self.leader: Leader | None = None  # the leader's tuning
+        self.info: Any = None                       # the world (runtime.world.WorldInfo)
+        self.space: SearchSpace | None = None
+        self.config: Config | None = None
+        self.iteration = 0  # iterations completed (step() calls that synchronised)
+        self._state = "new"  # new -> open (inside ``with``) -> closed
+        self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
+        self._made_s = 0.0  # how long autotune.session() took to make it (its imports)
+        self._start_s: float | None = None  # that, and how long entering it took
+        self._t_last = 0.0
+        # step() measures no iteration up to this one (the schedule's quiet_for(); inf:
+        # settled, nothing more), those after this one, from this time (a finite stretch)
+        self._quiet_until: float = 0
+        self._quiet_start = 0
+        self._quiet_from: float | None = None
+        # allow_lossy scored by goodput, with several workers: made by _open
+        self._efficiency_probe: EfficiencyProbe | None = None
+        self._link: dict[str, float] = {}  # the link as timed at the start (_measures)
         self._servers_dropped = False
-        self._accumulating = False  # inside tuner.no_sync()
-        # the hook's counts at the last step: buckets, backwards, forwards inside
-        # no_sync(), synchronising forwards
-        self._seen = (0, 0, 0, 0)
-
-    @property
-    def ddp(self) -> DDP | None:
-        """The DDP that averages the gradients: the user's, or the one applied in place
-        (None once that one is let go)."""
-        return self.in_place.ddp if self.in_place is not None else self._user_ddp
 
     @property
     def is_leader(self) -> bool:
-        """Whether this rank is the runtime's leader: the first *worker*, whichever ranks
+        """Whether this rank is the session's leader: the first *worker*, whichever ranks
         are servers. It tunes, records to the store, shows progress and sends the stop."""
         return self.rt is not None and self.rt.info.rank == self.rt.info.leader
 
+    @property
+    def rt(self) -> Any:
+        """The runtime (:class:`~autotune.runtime.core.Runtime`)."""
+        return self.hooked.rt
+
+    @property
+    def ddp(self) -> DDP | None:
+        """The DDP that averages the gradients: the user's, or the one applied in place."""
+        return self.hooked.ddp
+
+    @property
+    def driver(self) -> Any:
+        """The leader's trials (:class:`~autotune.tuning.trials.TrialDriver`)."""
+        return self.leader.driver if self.leader is not None else None
+
+    @property
+    def schedule(self) -> Any:
+        """The leader's :class:`~autotune.tuning.schedule.TrialSchedule`."""
+        return self.leader.schedule if self.leader is not None else None
+
+    def __enter__(self) -> Self:
+        if self._state != "new":
+            raise UsageError("this session was already entered: make a new one with "
+                             "autotune.session(model, ...) for another `with` block")
+        # Ctrl-C and SIGTERM, until __exit__: recorded inside the library and raised at a
+        # safe point, so the run closes as ``aborted`` (autotune.signals)
+        self._signals = TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM),
+                                             on_signal=self._close_now)
+        opened = False
+        try:
+            with deferred():  # (installed inside: a signal meanwhile is only recorded)
+                self._signals.install()
+                started = time.perf_counter()
+                self._open()  # releases what it made if it fails itself
+                self._start_s = self._made_s + time.perf_counter() - started
+                opened = True
+        except BaseException as exc:  # (a stop that arrived while it ran, raised after it)
+            self._state = "closed"
+            try:
+                if opened:
+                    with shielded():
+                        self._close(exc)
+            finally:
+                self._restore_signals()
+            raise
+        self._state = "open"
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: Any) -> None:
+        self._state = "closed"
+        if exc_type is not None and exc is None:
+            exc = exc_type()
+        try:
+            with deferred():
+                self._close(exc)
+        finally:
+            self._restore_signals()
+
+    def step(self) -> None:
+        """After the iteration's backward: return once every ``.grad`` holds the gradient
+        averaged over the workers, measure the iteration and put in force what the leader's
+        trial schedule runs next. Collective: every worker calls it once per iteration.
+        A micro-step whose backward ran inside ``no_sync()`` (gradient accumulation, as
+        Accelerate's ``accumulate()`` does) is not an iteration: it returns at once."""
+        self._require_open("step()")
+        check()  # a stop recorded during backward (in a gradient hook) ends the loop here
+        with deferred():
+            try:
+                averaged = self._await_average()
+            except UsageError as e:  # the same loop on every worker: the same mistake
+                raise shown_by_rank_0(e)
+            if averaged is None:
+                return
+            failed, waited = averaged
+            self.iteration += 1
+            if self.iteration <= self._quiet_until and failed is None:
+                if self.hooked.needs_sync:  # no collective of its own, but a sync
+                    self._apply(None)            # where push/pull or servers need one
+                self._t_last = time.perf_counter()
+                return
+            if self._quiet_from is not None:  # a quiet stretch ended (a failure cuts it)
+                if self.is_leader:
+                    self.schedule.skipped(self.iteration - 1 - self._quiet_start,
+                                          self._t_last - self._quiet_from)
+            elapsed = time.perf_counter() - self._t_last
+            slowest, comm_s, efficiency, quiet = self._reduce(
+                float("inf") if failed else elapsed, waited)
+            nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
+                                      efficiency=efficiency)
+                   if self.is_leader else None)
+            applying = time.perf_counter()
+            self._apply(nxt)
+            if self.is_leader:  # the switch is on the job's clock (the search's, tuning)
+                self.schedule.applied(time.perf_counter() - applying)
+            if failed is not None:
+                quiet = 0.0
+            elif quiet == math.inf:
+                self.hooked.settle()
+            self._quiet_start, self._quiet_until = self.iteration, self.iteration + quiet
+            self._quiet_from = self._t_last if 0 < quiet < math.inf else None
+            if self._efficiency_probe is not None:  # coordinates only where a codec's error is
+                self._efficiency_probe.sample.begin(self.iteration, coordinates=self._lossy())
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """As DDP's ``no_sync``: backward passes inside only accumulate into ``.grad``
+        locally; the next backward outside it communicates the accumulated gradient and
+        :meth:`step` returns its average (``docs/ddp.md``)."""
+        self._require_open("no_sync()")
+        with self.hooked.accumulate():
+            yield
+
+    def _reduce(self, elapsed: float, waited: float | None
+                ) -> tuple[float, float | None, float | None, float]:
+        """Collective over the workers, one all-reduce (SUM) an iteration: the slowest
+        worker's time (a failure anywhere is infinity), the least any worker waited for
+        the averaged gradients (the communication the configuration leaves exposed;
+        None where the kind cannot tell), when scored by goodput the iteration's
+        statistical efficiency (:mod:`autotune.sessions.efficiency_probe`; else None), and whether
+        how many iterations after this one the leader's schedule needs no measurement of
+        (:meth:`TrialSchedule.quiet_for`, before this iteration; ``inf``: settled, from the
+        next iteration on :meth:`step` measures nothing). Each
+        worker's times go in a slot of its own."""
+        n = len(self.info.workers)
+        me = self.info.workers.index(self.info.rank)
+        probe = self._efficiency_probe
+        extra = probe.payload() if probe is not None else torch.zeros(0, dtype=torch.float64)
+        t = torch.zeros(2 * n + 1 + len(extra), dtype=torch.float64)
+        t[me], t[n + me] = elapsed, waited if waited is not None else math.nan
+        t[2 * n] = float(self.schedule.quiet_for()) if self.is_leader else 0.0
+        t[2 * n + 1:] = extra
+        self.hooked.worker_sum(t)
+        slowest, least = float(t[:n].max()), float(t[n:2 * n].min())
+        efficiency = probe.finish(t[2 * n + 1:], self._lossy()) if probe is not None else None
+        return slowest, None if math.isnan(least) else least, efficiency, float(t[2 * n])
+
+    def _lossy(self) -> bool:
+        """Whether the active configuration runs a codec (the same on every rank)."""
+        return (self.config or {}).get("compression", "none") != "none"
+
+    def _measures(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Called by :meth:`_open` on every worker, before the leader leads:
+        measure efficiency if it is scored; time the link for the leader's prior if it
+        will tune with one (:func:`autotune.sessions.calibrate.measure_link`)."""
+        o, workers = self.options, len(self.info.workers)
+        if o.goodput and workers > 1:
+            self._efficiency_probe = EfficiencyProbe(params, workers, self.info.rank)
+            self._efficiency_probe.sample.begin(0)
+        if o.prior and o.budget and workers > 1 and self.info.n_machines > 1:
+            self._link = measure_link(self.hooked.worker_sum, workers=workers)
+
     # ------------------------------------------------------------------ set-up
     def _open(self) -> None:
-        from autotune.runtime import Runtime
-
-        alone = init_world(self.options.timeout)
-        if alone is not None and self.options.verbose:
-            from autotune.progress import message
-
-            message(alone)
-        install_excepthook()  # a peer's failure, uncaught, is one line
-        # the runtime writes the averages into DDP's bucket buffers
-        self.rt = Runtime.bootstrap(timeout=self.options.timeout, grad_views=False)
-        if self.rt.info.role == "server":
-            # A server rank that ran the user's script: serve, then leave the process.
-            from autotune.server import serve_to_the_end
-
-            serve_to_the_end(self.rt)
-            raise SystemExit(0)
+        """Join the world (a server rank serves, then leaves the process); workers start
+        DDP with the hook, build the space, and put the first configuration in force
+        (the leader's: :class:`~autotune.sessions.leader.Leader`)."""
+        self.hooked.join()
         try:
-            self._start()
+            self.info = self.rt.info
+            self.hooked.start()
+            self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
+                                   fixed=self.options.fixed)
+            params = self.hooked.params
+            self._measures(params)
+            probe = self._efficiency_probe
+            self.hooked.transport.sample = probe.sample if probe is not None else None
+            first = None
+            if self.is_leader:
+                self.leader = Leader(self.options, self._run, self.display)
+                first = self.leader.start(self.model, self.info, self.space, params,
+                                          self.hooked.backend, self.score_unit,
+                                          link=self._link, drift=self._drift,
+                                          goodput=probe is not None)
+            self._apply(first)
         except BaseException as exc:
             # e.g. the workers' models differ: release the runtime, close the run (if the
             # leader opened one), let the error out.
             self._close(exc)
             raise
 
-    def _start(self) -> None:
-        """Workers: DDP applied in place (a plain module) or DDP's group checked, the hook
-        installed, the space built, the first configuration in force."""
-        from autotune.runtime.ddp_hook import BucketTransport
-
-        self.info = info = self.rt.info
-        if self.ddp is None:
-            self.in_place = InPlaceDDP(self.model, self.rt, group_for(self.rt),
-                                       broadcast_buffers=self.options.broadcast_buffers)
-            self.in_place.rebuilt = self._follow
-        else:
-            ranks = list(dist.get_process_group_ranks(self.ddp.process_group))
-            if ranks != list(info.workers):
-                raise UsageError(
-                    f"DDP's process group holds ranks {ranks}, the job's workers are "
-                    f"{list(info.workers)}"
-                    + (f" (ranks {list(info.servers)} are Summation Service servers): build "
-                       "DDP with process_group=autotune.workers_group()" if info.servers else
-                       ": autotune inside DDP averages among every worker of the world"))
-        self._liveness = Liveness(rendezvous_store(), info.rank)
-        self.transport = BucketTransport.install(self.ddp, self.rt, called=self.model)
-        self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
-                               fixed=self.options.fixed)
-        params = [p for p in self.ddp.module.parameters() if p.requires_grad]
-        self._measures(params)
-        probe = self._efficiency_probe
-        self.transport.sample = probe.sample if probe is not None else None
-        self._apply(self._lead(params, dist.get_backend(self.ddp.process_group))
-                    if self.is_leader else None)
-
-    def _settled(self) -> None:
-        """Settled on DDP's own all-reduce with the comm hook registered (the trials
-        needed it): the in-place DDP is built anew without it, so that the rest of the
-        job runs DDP's built-in all-reduce, with no Python per bucket. A user's DDP keeps
-        the hook: DDP cannot take one back (docs/ddp.md)."""
-        t = self.transport
-        if (self.in_place is not None and t.hooked and t.buckets.ddp_allreduce
-                and t.sample is None):
-            t.unhook(self.in_place.plain())
-
-    def _follow(self, ddp: DDP) -> None:
-        """The in-place DDP was built anew (to find unused parameters): the comm hook
-        goes with it."""
-        self.transport.move_to(ddp)
-
     # ------------------------------------------------------------ the hot path
     def _await_average(self) -> tuple[str | None, float | None] | None:
-        """DDP has averaged the gradients when backward returns (a round the runtime
-        failed was averaged again by the hook: the fallback is put in force, lost servers
-        dropped). A step whose backward sent no bucket and whose forward ran inside
-        ``no_sync()`` is a micro-step of gradient accumulation (as Accelerate's
-        ``accumulate()`` runs): not an iteration."""
-        t = self.transport
-        if self.in_place is not None:
-            self.in_place.check()  # a parameter replaced would get no bucket
-        if self._accumulating:  # (inside DDP's own no_sync(), as Accelerate's
-            # accumulate() calls step(), a micro-step is no mistake)
-            raise UsageError("tuner.step() inside tuner.no_sync(): leave the block for the "
-                             "last micro-batch's backward, then call step()")
-        now = (t.averaged, t.backwards, *t.buckets.forwards)
-        seen, self._seen = self._seen, now
-        buckets, backwards, micro, synced = (a - b for a, b in zip(now, seen))
-        if not buckets:
-            if micro and not synced:  # its forwards ran inside no_sync()
-                return None
-            if synced and any(p.grad is not None for p in self.ddp.module.parameters()):
-                raise unfinished_error(self.ddp.module)  # a bucket never filled
-            raise UsageError("tuner.step() with no backward since the last step: call it "
-                             "once per iteration, after loss.backward()")
-        if not backwards:  # buckets left, the last never: DDP could not finish
-            raise unfinished_error(self.ddp.module)
-        if backwards > 1:
-            raise UsageError(
-                f"{backwards} backward passes since the last step, each averaged over the "
-                "wire: for gradient accumulation run all but the last inside "
-                "tuner.no_sync() (then call tuner.step() once per iteration)")
-        # the exposed communication: from the last bucket's hook call to backward's end
-        waited = time.perf_counter() - t.last_bucket_at
-        failure = t.buckets.take_failure()
-        if failure is None:
-            return None, waited
+        """Wait until ``.grad`` holds the average (:meth:`HookedDDP.await_average`):
+        ``(failed, waited)``, the failure the iteration was averaged again after (the
+        fallback is then put in force, lost servers dropped) and the seconds this rank
+        waited; None for a micro-step that only accumulated."""
+        averaged = self.hooked.await_average()
+        if averaged is None or averaged[0] is None:
+            return averaged  # type: ignore[return-value]
+        failure = averaged[0]
         if isinstance(failure, ServerLost):
             self._lose_servers(failure)
         self._apply(self.schedule.fallback() if self.is_leader else None, retrying=True)
         return str(failure), None
 
-    def _worker_sum(self, t: torch.Tensor) -> None:
-        self.rt.worker_sum(t)
-
-    @contextlib.contextmanager
-    def _accumulate(self) -> Iterator[None]:
-        with self.ddp.no_sync():  # DDP's own (``ddp_model.no_sync()`` is the same)
-            self._accumulating = True
+    # --------------------------------------------------- apply, and retry if it fails
+    def _apply(self, config: Config | None, retrying: bool = False) -> None:
+        """Put ``config`` in force on every rank (:meth:`HookedDDP.put_in_force`) until one is. One
+        that cannot be applied fails identically on every rank: the leader's schedule says
+        what instead (the trial fails, or the fallback), the others just put it again."""
+        for _ in range(MAX_APPLY_TRIES):
             try:
-                yield
-            finally:
-                self._accumulating = False
+                active = self.hooked.put_in_force(config)
+            except ConfigError as exc:
+                config = self._rejected(config, exc, retrying)
+                continue
+            except RuntimeFault as exc:
+                config = self._apply_fault(exc, config, retrying)
+                continue
+            # the runtime's configuration, as a point of this session's space
+            self.config = {k: active[k] for k in self.space.names}
+            self._t_last = time.perf_counter()
+            return
+        raise RuntimeFault(f"no configuration could be applied: {MAX_APPLY_TRIES} in a row "
+                           "failed")
+
+    def _apply_fault(self, exc: RuntimeFault, config: Config | None,
+                     retrying: bool) -> Config | None:
+        """A :class:`RuntimeFault` while putting ``config`` in force: what to try instead;
+        raises what it cannot survive."""
+        if not exc.recoverable:
+            raise exc
+        if isinstance(exc, ServerLost):
+            # lost at an iteration boundary: nothing to average again; keep the
+            # configuration if it can still run, the tuner starts over next step
+            self._lose_servers(exc)
+            if self.is_leader and config is not None and not self.schedule.allowed(config):
+                config = self.schedule.fallback()
+            return config
+        return self._rejected(config, exc, retrying)
 
     def _lose_servers(self, exc: ServerLost) -> None:
         """Servers stopped; the runtime already dropped them. Shrink the space to what is
@@ -221,57 +343,31 @@ class Session(TuningSession):
         if self.is_leader:
             self.schedule.servers_lost(self.space, exc.servers, str(exc), self.config)
 
-    def _put_in_force(self, config: Config | None) -> Mapping[str, Any]:
-        return self.transport.sync(config)  # the runtime's world and the hook alike
+    def _rejected(self, config: Config | None, exc: Exception, retrying: bool) -> Config | None:
+        """``config`` could not run: the leader's schedule says what instead."""
+        return self.schedule.rejected(config, str(exc), retrying) if self.is_leader else config
 
-    def _sync_each_iteration(self) -> bool:
-        return self.rt.needs_sync  # push/pull: the Summation Services serve a round a sync
-
-    def _apply_fault(self, exc: RuntimeFault, config: Config | None,
-                     retrying: bool) -> Config | None:
-        if not exc.recoverable:
-            raise exc
-        if isinstance(exc, ServerLost):
-            # lost at an iteration boundary: nothing to average again; keep the
-            # configuration if it can still run, the tuner starts over next step
-            self._lose_servers(exc)
-            if self.is_leader and config is not None and not self.schedule.allowed(config):
-                config = self.schedule.fallback()
-            return config
-        return self._rejected(config, exc, retrying)
+    def _require_open(self, call: str) -> None:
+        if self._state == "new":
+            raise UsageError(
+                f"tuner.{call} outside its `with` block: a session is a context manager; "
+                "write `with autotune.session(model, ...) as tuner:` around the training loop "
+                f"and call tuner.{call} inside it")
+        if self._state == "closed":
+            raise UsageError(f"tuner.{call} after the session's `with` block ended: the "
+                             "session is closed; open a new one for more training")
 
     # ------------------------------------------------------------------ closing
     def _close(self, exc: BaseException | None) -> None:
-        # DDP's own all-reduce broke in backward (torch's error, which names no rank):
-        # the failure another rank posted, if any; autotune's errors name their cause
-        # (the failure another rank posted, else the fault the hook blamed on a peer)
-        peer = None
-        if isinstance(exc, Exception) and not isinstance(exc, (AutotuneError, TypeError)):
-            if self._liveness is not None:
-                peer = self._liveness.failure(self.info.workers, lambda r: f"rank {r}")
-            if peer is None and self.transport is not None:
-                peer = self.transport.buckets.fatal
-            if peer is None and self._ddp_broke(exc):
-                peer = self.rt.blame(f"DDP's built-in all-reduce on rank {self.info.rank}",
-                                     list(self.info.workers), exc)
+        """Leave: stop the others and close the run (``exc``: what ended the block; DDP's
+        own all-reduce broken by a peer is raised as that peer's failure)."""
+        peer = self.hooked.peer_failure(exc)
         try:
             self._leave(peer or exc)
         finally:
-            if self.transport is not None:
-                self.transport.detach()  # a user's DDP is plain DDP again, ready for another
-            if self.in_place is not None:
-                self.in_place.remove(clean=exc is None)  # the module is plain again
+            self.hooked.release(clean=exc is None)
         if peer is not None:
             raise peer from exc
-
-    def _ddp_broke(self, exc: Exception) -> bool:
-        """Whether ``exc`` is DDP's built-in all-reduce failing (no comm hook registered:
-        torch's error from backward, which names no rank): a ``torch.distributed``
-        error, or a runtime error the backend wrote."""
-        if self.transport is None or self.transport.hooked or self.rt is None:
-            return False
-        return isinstance(exc, dist.DistError) or (
-            isinstance(exc, RuntimeError) and any(m in str(exc) for m in _BACKEND_WORDS))
 
     def _leave(self, exc: BaseException | None) -> None:
         """Stop the others (the leader's stop at the last sync) and close the run; after
@@ -282,29 +378,60 @@ class Session(TuningSession):
             # Stopped by Ctrl-C/SIGTERM: no further signal cuts the closing short.
             with shielded(isinstance(exc, KeyboardInterrupt)):
                 self.display.settled(None, status_of(exc))
-                self.rt.shutdown(failed=exc)
+                self.hooked.shutdown(failed=exc)
                 if self.is_leader:
                     self._finish(exc)
             return
         try:
-            with warnings.catch_warnings():
-                # The sync after the last step() opened an iteration nobody runs; the
-                # runtime closes it (and says so): expected here.
-                warnings.simplefilter("ignore", RuntimeWarning)
-                if self.is_leader:
-                    self.rt.sync(self.config, stop=True)
-                else:
-                    self.rt.sync()
+            self.hooked.stop(self.config, self.is_leader)
         except BaseException as stopped:  # e.g. SIGTERM while stopping: close the run
             with shielded(isinstance(stopped, KeyboardInterrupt)):
-                self.rt.shutdown()
+                self.hooked.shutdown()
                 if self.is_leader:
                     self._finish(stopped)
             raise
-        self.rt.shutdown()
+        self.hooked.shutdown()
         if self.is_leader:
             self._finish(None)
 
+    def _finish(self, exc: BaseException | None) -> None:
+        """On the leader, when the session ends (``exc``: the exception that ended it):
+        stop the display, close the run (``finished``; ``aborted`` for Ctrl-C or SIGTERM,
+        with the trials so far and the best of them; ``failed`` otherwise: nothing then
+        says ``done`` or ``kept``) and, when it went well, print the table."""
+        status = status_of(exc)
+        ok = status == "finished"
+        with shielded(status == "aborted"):
+            self.display.settled(self.best if ok else None, status)
+            if self.leader is not None:
+                self.leader.close(status, kept=self.best, cost=self.tuning_cost)
+        if ok and self.options.verbose and self.driver is not None:
+            report(self)
 
-#: The same class by its former name (a DDP model's session), kept for old imports.
-DDPSession = Session
+    def _close_now(self, signum: int) -> None:
+        """SIGINT or SIGTERM arrived (called from the signal watcher's thread, at once,
+        even while this rank waits in a collective that a stopped peer never joins): close
+        the run as ``aborted`` now; :meth:`_finish` closes it again when the main thread
+        gets there (with the truth, if it carries on)."""
+        if self.driver is not None:
+            self.driver.close("aborted", kept=self.best)
+
+    def _restore_signals(self) -> None:
+        if self._signals is not None:
+            self._signals.restore()
+
+
+#: The same class by its former names (the session's base; a DDP model's session),
+#: kept for old imports.
+TuningSession = DDPSession = Session
+
+
+def _check_model(model: Any) -> None:
+    """A model autotune cannot tune: an error that says what to pass instead."""
+    if isinstance(model, torch.nn.DataParallel):
+        raise TypeError(
+            "session() got a model wrapped in DataParallel (one process, several GPUs), "
+            "which autotune cannot tune: use DistributedDataParallel "
+            "(autotune.session(DistributedDataParallel(model), ...)) or pass the module")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"session() needs an nn.Module, got {type(model).__name__}")
