@@ -115,7 +115,8 @@ def run(ranks: Sequence[Rank], *, grace: float, timeout_s: float | None = None,
     ``emit`` gets each output line as ``[tag] line\\n``, one at a time; ``keep`` bounds
     the lines kept per rank (None: all). ``detach`` starts each rank in its own session
     with no stdin and signals its whole process group (for ranks behind a wrapper such as
-    ``ip netns exec``, whose children would outlive a signal to the wrapper alone). ``on_lost(rank, code)`` is called when a server is seen to fail.
+    ``ip netns exec``, whose children would outlive a signal to the wrapper alone).
+    ``on_lost(rank, code)`` is called when a server is seen to fail.
     ``on_started()`` is called once every rank is started, before the wait (what it
     raises stops them). Stopping sends SIGTERM, then SIGKILL after ``term_s`` seconds.
     ``fork``: the ranks are forked from this process where

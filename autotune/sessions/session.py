@@ -178,7 +178,7 @@ class Session(SessionResults):
             self.iteration += 1
             if self.iteration <= self._quiet_until and failed is None:
                 if self.hooked.needs_sync:  # no collective of its own, but a sync
-                    self._apply(None)            # where push/pull or servers need one
+                    self._apply(None)        # where push/pull or servers need one
                 self._t_last = time.perf_counter()
                 return
             if self._quiet_from is not None:  # a quiet stretch ended (a failure cuts it)
@@ -218,12 +218,12 @@ class Session(SessionResults):
         """Collective over the workers, one all-reduce (SUM) an iteration: the slowest
         worker's time (a failure anywhere is infinity), the least any worker waited for
         the averaged gradients (the communication the configuration leaves exposed;
-        None where the kind cannot tell), when scored by goodput the iteration's
-        statistical efficiency (:mod:`autotune.sessions.efficiency_probe`; else None), and whether
-        how many iterations after this one the leader's schedule needs no measurement of
+        None after a failure), when scored by goodput the iteration's statistical
+        efficiency (:mod:`autotune.sessions.efficiency_probe`; else None), and how many
+        iterations after this one the leader's schedule needs no measurement of
         (:meth:`TrialSchedule.quiet_for`, before this iteration; ``inf``: settled, from the
-        next iteration on :meth:`step` measures nothing). Each
-        worker's times go in a slot of its own."""
+        next iteration on :meth:`step` measures nothing). Each worker's times go in a slot
+        of its own."""
         n = len(self.info.workers)
         me = self.info.workers.index(self.info.rank)
         probe = self._efficiency_probe
@@ -298,9 +298,10 @@ class Session(SessionResults):
 
     # --------------------------------------------------- apply, and retry if it fails
     def _apply(self, config: Config | None, retrying: bool = False) -> None:
-        """Put ``config`` in force on every rank (:meth:`HookedDDP.put_in_force`) until one is. One
-        that cannot be applied fails identically on every rank: the leader's schedule says
-        what instead (the trial fails, or the fallback), the others just put it again."""
+        """Put ``config`` in force on every rank (:meth:`HookedDDP.put_in_force`) until one
+        is. One that cannot be applied fails identically on every rank: the leader's
+        schedule says what instead (the trial fails, or the fallback), the others just put
+        it again."""
         for _ in range(MAX_APPLY_TRIES):
             try:
                 active = self.hooked.put_in_force(config)
