@@ -274,11 +274,11 @@ def _checked(o: TuneOptions) -> _Request:
         cluster = _simulated_cluster(o)
     else:
         _check_local_world(o)
+    fixed = _fixed(o, cluster)
+    if cluster is None:  # local or emulated ranks: forked from this process
         from autotune import forked
 
-        # torch imported first here, once: the job's ranks are forked from this process
-        forked.preload()
-    fixed = _fixed(o, cluster)
+        forked.preload()  # torch's first import here, once the options are checked
     name = _resolve_model(o.model)
     if cms == "measure":
         if ":" in name:
