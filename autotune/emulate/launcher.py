@@ -104,8 +104,9 @@ def run_ranks(specs: list[RankSpec], timeout_s: float = 300.0,
     if not specs:
         raise EmulatorError("no ranks to run")
     fork = forked.default() if fork is None else fork
-    # torch imported once here rather than once a rank (where this process has not yet)
-    fork = fork and forked.preload()
+    # torch imported once here rather than once a rank (where this process has not yet),
+    # when every rank runs this Python
+    fork = fork and all(forked.forkable(s.argv) for s in specs) and forked.preload()
     job = ranks.run([Rank(s.rank, s.role, s.argv, s.env, s.tag, wrapper=s.wrapper,
                           enter=s.enter) for s in specs],
                     grace=fail_grace_s, timeout_s=timeout_s, emit=ranks.emitter(echo),
