@@ -27,10 +27,11 @@ class SessionResults:
 
     options: SessionOptions
     space: SearchSpace | None
-    trials: TrialDriver | None      # the leader's
+    driver: TrialDriver | None      # the leader's
     schedule: TrialSchedule | None  # the leader's
     config: Config | None
     _start_s: float | None          # making and entering the session took this long
+    _quiet_until: float             # inf once settled
 
     @property
     def tuner(self) -> Tuner | None:

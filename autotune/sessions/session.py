@@ -44,8 +44,9 @@ from autotune.sessions.record import SessionRun
 from autotune.sessions.results import SessionResults
 from autotune.sessions.tuners import job_space
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
-from autotune.tuning.schedule import Drift
+from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.trials import TrialDriver
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -111,13 +112,13 @@ class Session(SessionResults):
         return self.hooked.ddp
 
     @property
-    def driver(self) -> Any:
-        """The leader's trials (:class:`~autotune.tuning.trials.TrialDriver`)."""
+    def driver(self) -> TrialDriver | None:  # type: ignore[override]
+        """The leader's trials (None on the other ranks)."""
         return self.leader.driver if self.leader is not None else None
 
     @property
-    def schedule(self) -> Any:
-        """The leader's :class:`~autotune.tuning.schedule.TrialSchedule`."""
+    def schedule(self) -> TrialSchedule | None:  # type: ignore[override]
+        """The leader's trial schedule (None on the other ranks)."""
         return self.leader.schedule if self.leader is not None else None
 
     def __enter__(self) -> Self:
