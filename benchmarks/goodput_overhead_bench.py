@@ -70,9 +70,9 @@ def rank_main(a: argparse.Namespace) -> None:
             opt.zero_grad(set_to_none=False)
             if i >= a.warmup:
                 times.append(time.perf_counter() - t)
-            if i == a.warmup - 1 and tuner._efficiency_probe is not None:
-                tuner._efficiency_probe.seconds = 0.0  # the probe's time over the timed steps only
-        probe = tuner._efficiency_probe.seconds if tuner._efficiency_probe is not None else 0.0
+            if i == a.warmup - 1 and tuner.meter.probe is not None:
+                tuner.meter.probe.seconds = 0.0  # the probe's time over the timed steps only
+        probe = tuner.meter.probe.seconds if tuner.meter.probe is not None else 0.0
     mine = torch.tensor([median(times), probe / a.iterations], dtype=torch.float64)
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)  # the slower rank's
     if rank == 0:

@@ -33,4 +33,4 @@ def job(out: str, db: str, budget: int = 30, steps: int = 40) -> dict | None:
         return None
     m = tuners.model
     return {"started": json.loads(m.started_from.to_json()),
-            "ended": json.loads(m.calibration.to_json()), "fits": m.fits, "link": s._link}
+            "ended": json.loads(m.calibration.to_json()), "fits": m.fits, "link": s.meter.link}

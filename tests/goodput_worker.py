@@ -56,7 +56,7 @@ def job(kind: str, score: str, out: str, device: str = "cpu") -> dict | None:
                "iterations": r.iterations, "throughput": r.throughput,
                "efficiency": r.efficiency} for r in tuner.history]
     return {"trials": trials, "best": tuner.best, "db": str(out / "goodput.db"),
-            "noise_scale": tuner._efficiency_probe.noise_scale if tuner._efficiency_probe is not None else None}
+            "noise_scale": tuner.meter.probe.noise_scale if tuner.meter.probe is not None else None}
 
 
 def main() -> None:

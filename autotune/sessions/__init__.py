@@ -15,6 +15,7 @@ DDP's own (``docs/ddp.md``).
 - :mod:`~autotune.sessions.hooked`: :class:`~autotune.sessions.hooked.HookedDDP`, how the
   gradients are averaged: DDP with the runtime behind its comm hook;
 - :mod:`~autotune.sessions.leader`: the leader's run, trial schedule and Tuners;
+- :mod:`~autotune.sessions.iteration`: what each iteration measures, in one all-reduce;
 - :mod:`~autotune.sessions.results`: what a session reports (``best``, ``history``);
 - :mod:`~autotune.sessions.ddp`: DDP applied to a plain module in place
   (:class:`~autotune.sessions.ddp.InPlaceDDP`), and the workers' group for DDP;

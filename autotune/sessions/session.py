@@ -27,17 +27,16 @@ import contextlib
 import math
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
 from autotune.errors import shown_by_rank_0
 from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, ServerLost, UsageError
-from autotune.sessions.calibrate import measure_link
 from autotune.sessions.display import SessionDisplay, report
-from autotune.sessions.efficiency_probe import EfficiencyProbe
 from autotune.sessions.hooked import DDP, HookedDDP
+from autotune.sessions.iteration import IterationMeter
 from autotune.sessions.leader import Leader
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
@@ -90,9 +89,7 @@ class Session(SessionResults):
         self._quiet_until: float = 0
         self._quiet_start = 0
         self._quiet_from: float | None = None
-        # allow_lossy scored by goodput, with several workers: made by _open
-        self._efficiency_probe: EfficiencyProbe | None = None
-        self._link: dict[str, float] = {}  # the link as timed at the start (_measures)
+        self.meter = IterationMeter(self.hooked)  # what each iteration measures
         self._servers_dropped = False
 
     @property
@@ -187,8 +184,9 @@ class Session(SessionResults):
                     self.schedule.skipped(self.iteration - 1 - self._quiet_start,
                                           self._t_last - self._quiet_from)
             elapsed = time.perf_counter() - self._t_last
-            slowest, comm_s, efficiency, quiet = self._reduce(
-                float("inf") if failed else elapsed, waited)
+            slowest, comm_s, efficiency, quiet = self.meter.reduce(
+                float("inf") if failed else elapsed, waited,
+                float(self.schedule.quiet_for()) if self.is_leader else 0.0, self._lossy())
             nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
                                       efficiency=efficiency)
                    if self.is_leader else None)
@@ -202,8 +200,7 @@ class Session(SessionResults):
                 self.hooked.settle()
             self._quiet_start, self._quiet_until = self.iteration, self.iteration + quiet
             self._quiet_from = self._t_last if 0 < quiet < math.inf else None
-            if self._efficiency_probe is not None:  # coordinates only where a codec's error is
-                self._efficiency_probe.sample.begin(self.iteration, coordinates=self._lossy())
+            self.meter.begin(self.iteration, self._lossy())
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -214,44 +211,9 @@ class Session(SessionResults):
         with self.hooked.accumulate():
             yield
 
-    def _reduce(self, elapsed: float, waited: float | None
-                ) -> tuple[float, float | None, float | None, float]:
-        """Collective over the workers, one all-reduce (SUM) an iteration: the slowest
-        worker's time (a failure anywhere is infinity), the least any worker waited for
-        the averaged gradients (the communication the configuration leaves exposed;
-        None after a failure), when scored by goodput the iteration's statistical
-        efficiency (:mod:`autotune.sessions.efficiency_probe`; else None), and how many
-        iterations after this one the leader's schedule needs no measurement of
-        (:meth:`TrialSchedule.quiet_for`, before this iteration; ``inf``: settled, from the
-        next iteration on :meth:`step` measures nothing). Each worker's times go in a slot
-        of its own."""
-        n = len(self.info.workers)
-        me = self.info.workers.index(self.info.rank)
-        probe = self._efficiency_probe
-        extra = probe.payload() if probe is not None else torch.zeros(0, dtype=torch.float64)
-        t = torch.zeros(2 * n + 1 + len(extra), dtype=torch.float64)
-        t[me], t[n + me] = elapsed, waited if waited is not None else math.nan
-        t[2 * n] = float(self.schedule.quiet_for()) if self.is_leader else 0.0
-        t[2 * n + 1:] = extra
-        self.hooked.worker_sum(t)
-        slowest, least = float(t[:n].max()), float(t[n:2 * n].min())
-        efficiency = probe.finish(t[2 * n + 1:], self._lossy()) if probe is not None else None
-        return slowest, None if math.isnan(least) else least, efficiency, float(t[2 * n])
-
     def _lossy(self) -> bool:
         """Whether the active configuration runs a codec (the same on every rank)."""
         return (self.config or {}).get("compression", "none") != "none"
-
-    def _measures(self, params: Sequence[torch.nn.Parameter]) -> None:
-        """Called by :meth:`_open` on every worker, before the leader leads:
-        measure efficiency if it is scored; time the link for the leader's prior if it
-        will tune with one (:func:`autotune.sessions.calibrate.measure_link`)."""
-        o, workers = self.options, len(self.info.workers)
-        if o.goodput and workers > 1:
-            self._efficiency_probe = EfficiencyProbe(params, workers, self.info.rank)
-            self._efficiency_probe.sample.begin(0)
-        if o.prior and o.budget and workers > 1 and self.info.n_machines > 1:
-            self._link = measure_link(self.hooked.worker_sum, workers=workers)
 
     # ------------------------------------------------------------------ set-up
     def _open(self) -> None:
@@ -265,15 +227,15 @@ class Session(SessionResults):
             self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
                                    fixed=self.options.fixed)
             params = self.hooked.params
-            self._measures(params)
-            probe = self._efficiency_probe
+            self.meter.start(self.options, self.info, params)
+            probe = self.meter.probe
             self.hooked.transport.sample = probe.sample if probe is not None else None
             first = None
             if self.is_leader:
                 self.leader = Leader(self.options, self._run, self.display)
                 first = self.leader.start(self.model, self.info, self.space, params,
                                           self.hooked.backend, self.score_unit,
-                                          link=self._link, drift=self._drift,
+                                          link=self.meter.link, drift=self._drift,
                                           goodput=probe is not None)
             self._apply(first)
         except BaseException as exc:
