@@ -31,14 +31,15 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time, loaded on fir
     from autotune.tuning.schedule import TrialSchedule
     from autotune.runtime.config import ConfigError
     from autotune.tuning.space import Config, SearchSpace
-    from autotune.tuning.tuner import Trial, Tuner
+    from autotune.tuning.trial import Trial
+    from autotune.tuning.tuner import Tuner
 
 _EXPORTS = {
     "TuningSession": "autotune.sessions",
     "Session": "autotune.sessions",
     "DDPSession": "autotune.sessions",
     "Tuner": "autotune.tuning.tuner",
-    "Trial": "autotune.tuning.tuner",
+    "Trial": "autotune.tuning.trial",
     "SearchSpace": "autotune.tuning.space",
     "Config": "autotune.tuning.space",
     "ConfigError": "autotune.runtime.config",

@@ -117,8 +117,8 @@ def session_job(a: argparse.Namespace) -> None:
             "best": tuner.best, "best_score": tuner.best_score,
             "best_spread": tuner.best_spread, "default": tuner.space.default(),
             "default_score": tuner.default_score, "default_spread": tuner.default_spread,
-            "best_iterations": (tuner.driver.measured(tuner.best) or (0, 0, 0))[2],
-            "default_iterations": (tuner.driver.measured(tuner.space.default()) or (0, 0, 0))[2],
+            "best_iterations": (tuner.ledger.measured(tuner.best) or (0, 0, 0))[2],
+            "default_iterations": (tuner.ledger.measured(tuner.space.default()) or (0, 0, 0))[2],
             "unit": tuner.unit, "history": history, "tuning_s": tuning_s,
             # rank 0's own times after tuning; the first pays the switch
             "kept_times_s": kept_times[1:]}), flush=True)

@@ -2,7 +2,7 @@
 
 For every cell of (GPUs, model, NIC rate, servers, per-flow cap) the Tuner tunes offline
 against :class:`autotune.sim.SimulatedObjective` (``autotune.offline.simulated.tune_simulated``:
-the session's trial driver, the simulator as its physics prior, 3% noise, a throw-away
+the session's trial ledger, the simulator as its physics prior, 3% noise, a throw-away
 database), and the row gives the configuration it keeps and its predicted speed-up over
 DDP on NCCL (:func:`autotune.sim.nccl.ddp_nccl`: 25 MiB buckets overlapping backward, each
 all-reduced by the ring or tree and protocol NCCL's cost model picks for its size) on the

@@ -98,11 +98,11 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
     hist = [dict(index=r.index, technique=r.technique, config=r.config, iterations=r.iterations,
                  score=r.score, error=r.error) for r in tuner.history]
     numbers = {}
-    if tuner.driver is not None:  # the leader: what "best" and "default" mean
+    if tuner.ledger is not None:  # the leader: what "best" and "default" mean
         numbers = dict(best_score=tuner.best_score, best_spread=tuner.best_spread,
                        default_score=tuner.default_score, default_spread=tuner.default_spread,
-                       unit=tuner.unit, measured_best=tuner.driver.measured(tuner.best),
-                       measured_default=tuner.driver.measured(tuner.space.default()))
+                       unit=tuner.unit, measured_best=tuner.ledger.measured(tuner.best),
+                       measured_default=tuner.ledger.measured(tuner.space.default()))
     schedule = tuner.schedule  # the leader's
     numbers["warmup_s"] = ((schedule.warmup_times, schedule.probe_times) if schedule  # the cap
                            else ([], []))                                             # probe's evidence

@@ -33,7 +33,7 @@ from autotune.sessions.session import Session
 from autotune.sessions.world import launcher_hint
 from autotune.sessions.options import SessionOptions
 from autotune.tuning.space import Config
-from autotune.tuning.tuner import TrialRecord
+from autotune.tuning.trial import Trial
 
 __all__ = ["CallbackResults", "CallbackSession", "check_options"]
 
@@ -154,7 +154,7 @@ class CallbackSession:
         return self.tuner.best if self.tuner is not None else None
 
     @property
-    def history(self) -> list[TrialRecord]:
+    def history(self) -> list[Trial]:
         """Every trial (on the leader; empty elsewhere)."""
         return self.tuner.history if self.tuner is not None else []
 
@@ -182,7 +182,7 @@ class CallbackResults:
         return self.session.best
 
     @property
-    def history(self) -> list[TrialRecord]:
+    def history(self) -> list[Trial]:
         return self.session.history
 
     @property

@@ -6,7 +6,7 @@ of the model's gradients on the described cluster, for clusters of any size. The
 recorded like a session's (warm start from the nearest stored runs first, each said and,
 when kept, stored with the run it came from; the default
 configuration measured as long as the kept one, every trial stored, through the same
-:class:`~autotune.tuning.trials.TrialDriver`) but marked ``simulated``, under
+:class:`~autotune.tuning.ledger.Ledger`) but marked ``simulated``, under
 the model's fingerprint (the real zoo module built on the meta device: no memory) and the
 topology graph a session records (:func:`autotune.probes.graph.job_graph`, the builder
 ``Session._cluster_graph`` calls) for the simulated world. Its scores are simulated
@@ -69,7 +69,7 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     from autotune.store.fingerprint import model_graph
     from autotune.store.origin import warm_start_line
     from autotune.store.warmstart import warm_start_sources
-    from autotune.tuning.trials import TrialDriver
+    from autotune.tuning.ledger import Ledger
     from autotune.tuning.tuner import Tuner
 
     cluster = cluster_src if isinstance(cluster_src, ClusterSpec) else ClusterSpec.from_json(cluster_src)
@@ -97,21 +97,21 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
         tuner = Tuner(space, budget=budget, techniques=techniques, seed=seed, warm_start=warm,
                       reference=default, prior=prior(sim_job, cluster),
                       **({"trial_iterations": trial_iterations} if trial_iterations else {}))
-        driver = TrialDriver(space, tuner, store, run_id)
+        ledger = Ledger(space, tuner, store, run_id)
         for config, origin in sources:
-            driver.came_from(config, origin)
+            ledger.came_from(config, origin)
         shown = display or TuningDisplay(budget)
         if sources and display is not None:  # which stored runs it starts from
             shown.say(warm_start_line([o for _, o in sources]))
         top: float | None = None  # the best trial's score so far (what the display shows)
         try:
-            while (trial := driver.ask()) is not None:
+            while (trial := ledger.ask()) is not None:
                 shown.describe(describe_trial(trial.index, trial.technique, top, SHOWN_UNIT))
                 scores = objective.samples(trial.config, trial.iterations)
                 for x in scores:
-                    driver.sample(trial.config, x)
+                    ledger.sample(trial.config, x)
                 step = objective.estimate(trial.config).step_s
-                rec = driver.finish(trial, sum(scores) / len(scores),
+                rec = ledger.finish(trial, sum(scores) / len(scores),
                                     wall_time=trial.iterations * step)
                 shown.advance(trial.iterations)
                 top = rec.score if top is None or (rec.score or 0) > top else top
@@ -119,11 +119,11 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
                             rec.error)
         except BaseException as exc:  # Ctrl-C/SIGTERM: aborted, trials kept; else failed
             with shielded(isinstance(exc, KeyboardInterrupt)):
-                driver.close(status_of(exc))
+                ledger.close(status_of(exc))
                 shown.stop()
             raise
-        driver.close("finished")
-        result = driver.results()
+        ledger.close("finished")
+        result = ledger.results()
         shown.stop(kept_summary(result["best_config"], result["best_score"], SHOWN_UNIT))
         run = store.run(run_id)
         trials = store.trials(run_id)

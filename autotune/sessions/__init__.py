@@ -35,7 +35,7 @@ from typing import Any
 from autotune.sessions.session import DDPSession, Session, TuningSession
 from autotune.sessions.options import SessionOptions
 from autotune.tuning.schedule import PROBE_STREAMS, SWITCH_MARGIN, trial_seconds
-from autotune.tuning.tuner import TrialRecord
+from autotune.tuning.trial import Trial
 
 
 def open_session(model: Any, options: SessionOptions) -> Session:
@@ -45,4 +45,4 @@ def open_session(model: Any, options: SessionOptions) -> Session:
 
 
 __all__ = ["TuningSession", "Session", "DDPSession", "SessionOptions", "open_session",
-           "TrialRecord", "PROBE_STREAMS", "SWITCH_MARGIN", "trial_seconds"]
+           "Trial", "PROBE_STREAMS", "SWITCH_MARGIN", "trial_seconds"]

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from autotune.speedup import Side
 from autotune.tuning.schedule import Listener
 from autotune.tuning.space import Config
-from autotune.tuning.tuner import Trial, TrialRecord
+from autotune.tuning.trial import Trial
 
 
 class SessionDisplay(Listener):
@@ -64,7 +64,7 @@ class SessionDisplay(Listener):
         if self._progress is not None:
             self._progress.advance(iterations)
 
-    def trial_finished(self, record: TrialRecord) -> None:
+    def trial_finished(self, record: Trial) -> None:
         if record.score is not None and (self._top is None or record.score > self._top):
             self._top = record.score
         if self._progress is None:
@@ -160,7 +160,7 @@ def report(session: Any) -> None:
     t.add_column("value")
     for k, v in shown_params(s.best).items():
         t.add_row(k, fmt_value(k, v))
-    measured = s.driver.measured
+    measured = s.ledger.measured
     n_best = (measured(s.best) or (0, 0, 0))[2]
     n_default = (measured(s.space.default()) or (0, 0, 0))[2]
     efficiency = s.best_efficiency
@@ -178,7 +178,7 @@ def report(session: Any) -> None:
         if s.best_score:  # refused ("– (n<4: ...)") under 4 scored iterations a side
             t.add_row("speed-up", Speedup.of((s.best_score, s.best_spread, n_best),
                                              (s.default_score, s.default_spread, n_default)).shown())
-    came = s.driver.origin(s.best)
+    came = s.ledger.origin(s.best)
     if came:
         from autotune.store.origin import fmt_origin
 

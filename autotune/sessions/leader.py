@@ -3,7 +3,7 @@ Tuners, and the run's end.
 
 The leader (the first worker) tunes for every rank: :meth:`Leader.start` opens the run
 in the store (:mod:`autotune.sessions.record`), makes the trials' record
-(:class:`~autotune.tuning.trials.TrialDriver`), the job's Tuners with the physics prior
+(:class:`~autotune.tuning.ledger.Ledger`), the job's Tuners with the physics prior
 (:class:`~autotune.sessions.tuners.JobTuners`) and the trial schedule
 (:class:`~autotune.tuning.schedule.TrialSchedule`) that says what each iteration runs,
 and picks the first configuration: the default, the stored best or the warm start.
@@ -23,14 +23,14 @@ from autotune.sessions.record import SessionRun
 from autotune.sessions.tuners import JobTuners
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.trials import TrialDriver
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.tuner import GP_LIBRARIES
 
 DDP = torch.nn.parallel.DistributedDataParallel
 
 
 class Leader:
-    """The leader's tuning: ``driver`` (the trials), ``schedule`` (what runs next) and
+    """The leader's tuning: ``ledger`` (the trials), ``schedule`` (what runs next) and
     ``tuners``, made by :meth:`start`."""
 
     def __init__(self, options: SessionOptions, run: SessionRun,
@@ -38,7 +38,7 @@ class Leader:
         self.options = options
         self.run = run
         self.display = display
-        self.driver: TrialDriver | None = None
+        self.ledger: Ledger | None = None
         self.schedule: TrialSchedule | None = None
         self.tuners: JobTuners | None = None
 
@@ -52,7 +52,7 @@ class Leader:
         if o.store:  # fingerprinted as the module, with or without DDP around it
             module = model.module if isinstance(model, DDP) else model
             run.open(module, info, backend, space, score_unit)
-        self.driver = TrialDriver(space, None, run.store, run.run_id, elsewhere=run.elsewhere)
+        self.ledger = Ledger(space, None, run.store, run.run_id, elsewhere=run.elsewhere)
         tuners = self.tuners = JobTuners(
             info, params, techniques=o.techniques, trial_iterations=o.trial_iterations,
             samples_per_step=o.samples_per_step, prior=o.prior, link=link,
@@ -62,7 +62,7 @@ class Leader:
                              "to gain; keeping the default (or the stored best) untuned")
             budget = 0
         self.schedule = TrialSchedule(
-            space, self.driver, tuners, budget=budget, warmup=o.warmup,
+            space, self.ledger, tuners, budget=budget, warmup=o.warmup,
             cut_short=o.cut_short, samples_per_step=o.samples_per_step, drift=drift,
             seed=o.seed, probe=info.n_machines > 1, capped=tuners.capped,
             listener=self.display, gradient_bytes=sum(tuners.sizes), goodput=goodput,
@@ -77,7 +77,7 @@ class Leader:
         if restarted is not None or budget == 0:
             stored, said = run.provenance(warm, restarted, budget)
             for config, origin in stored:
-                self.driver.came_from(config, origin)
+                self.ledger.came_from(config, origin)
             first = self.schedule.start(warm, keep=restarted)
             if said is not None:  # through the tuning display, once it is there
                 self.display.say(said)
@@ -87,7 +87,7 @@ class Leader:
     def close(self, status: str, kept: Config | None, cost: dict | None) -> None:
         """Close the run as ``status`` with the configuration ``kept`` and what tuning
         ``cost``; keep the prior's calibration for the next run on this machine."""
-        if self.driver is not None:
-            self.driver.close(status, kept=kept, cost=cost)
+        if self.ledger is not None:
+            self.ledger.close(status, kept=kept, cost=cost)
         if self.tuners is not None and self.tuners.model is not None:
             self.run.save_calibration(self.tuners.model)

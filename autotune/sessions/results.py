@@ -4,7 +4,7 @@
 answers "what did it settle on, and how fast": the kept configuration (``best``), every
 trial (``history``, ``failures``), the kept and default configurations' scores with their
 spread, the unit, whether it is still tuning. It only reads: the trials' numbers come from
-the leader's :class:`~autotune.tuning.trials.TrialDriver` (``driver``), the kept
+the leader's :class:`~autotune.tuning.ledger.Ledger` (``ledger``), the kept
 configuration and the current Tuner from its
 :class:`~autotune.tuning.schedule.TrialSchedule` (``schedule``); on other ranks these are
 None and the results fall back to the active configuration or nothing.
@@ -18,8 +18,9 @@ from autotune.sessions.options import SessionOptions
 from autotune.tuning.lossy import judged_by_goodput
 from autotune.tuning.schedule import TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.trials import TrialDriver
-from autotune.tuning.tuner import TrialRecord, Tuner
+from autotune.tuning.ledger import Ledger
+from autotune.tuning.trial import Trial
+from autotune.tuning.tuner import Tuner
 
 
 class SessionResults:
@@ -27,7 +28,7 @@ class SessionResults:
 
     options: SessionOptions
     space: SearchSpace | None
-    driver: TrialDriver | None      # the leader's
+    ledger: Ledger | None      # the leader's
     schedule: TrialSchedule | None  # the leader's
     config: Config | None
     _start_s: float | None          # making and entering the session took this long
@@ -63,17 +64,17 @@ class SessionResults:
                 **({} if start is None else {"start_s": round(start, 4)})}
 
     @property
-    def history(self) -> list[TrialRecord]:
+    def history(self) -> list[Trial]:
         """Every trial so far (leader)."""
-        return self.driver.history if self.driver is not None else []
+        return self.ledger.history if self.ledger is not None else []
 
     @property
-    def failures(self) -> list[TrialRecord]:
-        return self.driver.failures if self.driver is not None else []
+    def failures(self) -> list[Trial]:
+        return self.ledger.failures if self.ledger is not None else []
 
     def _numbers(self, config: Config | None) -> tuple[float | None, float | None]:
         """``config``'s mean and spread over its scored iterations (leader)."""
-        m = self.driver.measured(config) if self.driver is not None and config else None
+        m = self.ledger.measured(config) if self.ledger is not None and config else None
         return (m[0], m[1]) if m else (None, None)
 
     @property

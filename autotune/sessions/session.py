@@ -45,7 +45,7 @@ from autotune.sessions.tuners import job_space
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.trials import TrialDriver
+from autotune.tuning.ledger import Ledger
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -109,9 +109,9 @@ class Session(SessionResults):
         return self.hooked.ddp
 
     @property
-    def driver(self) -> TrialDriver | None:  # type: ignore[override]
+    def ledger(self) -> Ledger | None:  # type: ignore[override]
         """The leader's trials (None on the other ranks)."""
-        return self.leader.driver if self.leader is not None else None
+        return self.leader.ledger if self.leader is not None else None
 
     @property
     def schedule(self) -> TrialSchedule | None:  # type: ignore[override]
@@ -369,7 +369,7 @@ class Session(SessionResults):
             self.display.settled(self.best if ok else None, status)
             if self.leader is not None:
                 self.leader.close(status, kept=self.best, cost=self.tuning_cost)
-        if ok and self.options.verbose and self.driver is not None:
+        if ok and self.options.verbose and self.ledger is not None:
             report(self)
 
     def _close_now(self, signum: int) -> None:
@@ -377,8 +377,8 @@ class Session(SessionResults):
         even while this rank waits in a collective that a stopped peer never joins): close
         the run as ``aborted`` now; :meth:`_finish` closes it again when the main thread
         gets there (with the truth, if it carries on)."""
-        if self.driver is not None:
-            self.driver.close("aborted", kept=self.best)
+        if self.ledger is not None:
+            self.ledger.close("aborted", kept=self.best)
 
     def _restore_signals(self) -> None:
         if self._signals is not None:

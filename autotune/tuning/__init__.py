@@ -4,8 +4,9 @@
   (``SearchSpace``), built from the runtime's limits and its table of knobs
   (:data:`autotune.runtime.config.KNOBS`);
 - :mod:`~autotune.tuning.tuner`: the ensemble under the bandit with a budget (``Tuner``,
-  ``ask``/``tell``), its settings groups, ``Trial`` and the one trial record type
-  (``TrialRecord``);
+  ``ask``/``tell``) and its settings groups;
+- :mod:`~autotune.tuning.trial`: ``Trial``, the one record of a trial from its ask to its
+  end (asked, running, scored, cut, failed), and the cut-short rule;
 - :mod:`~autotune.tuning.noise`: the noise model (each configuration's log mean and
   standard error, the lower bound that picks the kept one);
 - :mod:`~autotune.tuning.confirm`: the confirm phase (LUCB: the leader, the reference and
@@ -16,12 +17,12 @@
 - :mod:`~autotune.tuning.prior`: the physics prior calibrated online (``Surrogate``);
 - :mod:`~autotune.tuning.efficiency`: the gradient noise scale and a codec's statistical
   efficiency (goodput);
-- :mod:`~autotune.tuning.trials`: the trial driver (ask, measure, tell, record);
+- :mod:`~autotune.tuning.ledger`: the ledger of a job's trials (ask, measure, tell, record;
+  the one history, the one writer to the store);
 - :mod:`~autotune.tuning.schedule`: what each training iteration runs (``TrialSchedule``:
   warm-up, trials, lock, re-tune, start-over), for the session and the DDP hook; its
   parts: :mod:`~autotune.tuning.warmup` (the warm-up and the flow-cap probe),
   :mod:`~autotune.tuning.trial_phase` (the current Tuner's trials: ``TrialPhase``),
-  :mod:`~autotune.tuning.trial_run` (the trial under way, the cut-short rule),
   :mod:`~autotune.tuning.kept` (the kept configuration and its watches),
   :mod:`~autotune.tuning.drift` (the drift watch), :mod:`~autotune.tuning.lossy` (the
   goodput guards) and :mod:`~autotune.tuning.listener` (what a person is told).

@@ -26,10 +26,10 @@ import statistics
 from autotune.speedup import beats, measure
 from autotune.tuning.drift import Drift, DriftWatch
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
-from autotune.tuning.lossy import EFFICIENCY_WINDOW, best_lossless, dropped
+from autotune.tuning.lossy import EFFICIENCY_WINDOW, dropped
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.trial_run import throughput, unit_of
-from autotune.tuning.trials import TrialDriver
+from autotune.tuning.trial import throughput, unit_of
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.tuner import Tuner
 
 #: Standard errors of the difference of the means by which a kept configuration's
@@ -40,12 +40,12 @@ Z_KEPT = 1.0
 class KeptPhase:
     """The kept configuration of one schedule (module docstring). ``budget``: the
     schedule's tuning budget; ``samples_per_step``: what a score counts
-    (:func:`~autotune.tuning.trial_run.throughput`). It owns the settled iterations'
+    (:func:`~autotune.tuning.trial.throughput`). It owns the settled iterations'
     scores, the drift watch and a kept codec's window of efficiencies."""
 
-    def __init__(self, driver: TrialDriver, listener: Listener, drift: Drift | None,
+    def __init__(self, ledger: Ledger, listener: Listener, drift: Drift | None,
                  budget: int, samples_per_step: int | None) -> None:
-        self.driver = driver
+        self.ledger = ledger
         self.listener = listener
         self.drift = drift
         self.watch = None if drift is None else DriftWatch(drift)
@@ -90,7 +90,7 @@ class KeptPhase:
                 return None
             self.settled_left -= 1
             score = throughput(self.samples_per_step, seconds) * efficiency
-            self.driver.sample(config, score)
+            self.ledger.sample(config, score)
             self.scores.append(score)
             if self.settled_left == 0:
                 why = self.not_proven(space)
@@ -109,7 +109,7 @@ class KeptPhase:
         default = space.default()
         if self.keeping is None or space.key(self.keeping) == space.key(default):
             return None
-        base = self.driver.samples.get(space.key(default)) or []
+        base = self.ledger.samples.get(space.key(default)) or []
         if len(base) < 2 or len(self.scores) < 2:
             return None
         kept, default_side = measure(self.scores), measure(base)
@@ -145,7 +145,7 @@ class KeptPhase:
         drop = self._dropped(efficiency)
         if drop is not None:
             measured, now = drop
-            lossless = best_lossless(self.driver.history, space)
+            lossless = self.ledger.best_lossless(space)
             self.listener.say(f"[yellow]statistical efficiency of the kept codec dropped[/] "
                               f"from {measured:.2f} to {now:.2f}: back to lossless "
                               f"({lossless.get('compression', 'none')}) and re-tuning")

@@ -10,7 +10,7 @@ from typing import Callable
 
 from autotune.speedup import Side
 from autotune.tuning.space import Config
-from autotune.tuning.tuner import Trial, TrialRecord
+from autotune.tuning.trial import Trial
 
 #: How many iterations after tuning count as scored iterations of the kept configuration.
 SETTLED_SAMPLES = 20
@@ -28,7 +28,7 @@ class Listener:
     def advanced(self, iterations: int) -> None:
         """``iterations`` of the tuning budget went by."""
 
-    def trial_finished(self, record: TrialRecord) -> None:
+    def trial_finished(self, record: Trial) -> None:
         """A trial ended (``record.error`` set when it failed)."""
 
     def measured_by(self, measured: Callable[[Config | None], Side | None]) -> None:

@@ -3,7 +3,7 @@
 With lossy codecs allowed and scored by goodput, the caller passes each iteration's
 statistical efficiency (:mod:`autotune.tuning.efficiency`; 1 for a lossless
 configuration). A lossy trial's score is then its throughput times its mean
-efficiency (the trial under way keeps them: :class:`~autotune.tuning.trial_run.TrialRun`),
+efficiency (the trial under way keeps them: :class:`~autotune.tuning.trial.Trial`),
 and three guards apply:
 
 * the warm-up lasts at least :data:`~autotune.tuning.efficiency.LOSSY_WARMUP`
@@ -15,7 +15,7 @@ and three guards apply:
   :data:`~autotune.tuning.efficiency.DROPPED` of what its trials measured, or below
   ``COLLAPSED``, is dropped (:func:`dropped`; the kept phase keeps the window,
   :class:`~autotune.tuning.kept.KeptPhase`): the schedule re-tunes from the best lossless
-  configuration (:func:`best_lossless`).
+  configuration (:meth:`~autotune.tuning.ledger.Ledger.best_lossless`).
 
 Pure functions of values: each piece of state has one owner (the trial under way, the
 trial phase, the kept phase). Nothing here imports torch.
@@ -23,11 +23,8 @@ trial phase, the kept phase). Nothing here imports torch.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from autotune.tuning.efficiency import COLLAPSED, DROPPED
-from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.tuner import TrialRecord
+from autotune.tuning.space import Config
 
 UNKNOWN_EFFICIENCY = ("its statistical efficiency is unknown: the gradient noise scale is not "
                       "stable yet, so a lossy codec cannot be judged")
@@ -62,11 +59,3 @@ def dropped(measured: float, now: float) -> bool:
     window now averages ``now`` is dropped (module docstring)."""
     return now < max(COLLAPSED, DROPPED * measured)
 
-
-def best_lossless(history: Sequence[TrialRecord], space: SearchSpace) -> Config:
-    """The best-scored lossless configuration of the trials so far, else the default."""
-    scored = [r for r in history
-              if r.score is not None and r.config.get("compression", "none") == "none"]
-    if not scored:
-        return space.default()
-    return dict(max(scored, key=lambda r: r.score).config)

@@ -108,14 +108,14 @@ from autotune.tuning.drift import Drift
 from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
-from autotune.tuning.lossy import best_lossless, judged_by_goodput, scored_efficiency
+from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.stakes import SENSITIVE, SPEND, Plan, SearchCosts, Stakes
 from autotune.tuning.trial_phase import NewTuner, TrialPhase
-from autotune.tuning.trials import TrialDriver
-from autotune.tuning.trial_run import SWITCH_MARGIN, throughput, trial_seconds, unit_of
-from autotune.tuning.tuner import SEED, TrialRecord, Tuner
+from autotune.tuning.ledger import Ledger
+from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, throughput, trial_seconds, unit_of
+from autotune.tuning.tuner import SEED, Tuner
 from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 
 # re-exported: the session, its display and the tests import them from here
@@ -155,7 +155,7 @@ class StoredStart:
 class TrialSchedule:
     """The leader's schedule of one job (module docstring).
 
-    ``driver`` measures, tells and records trials; ``new_tuner(budget, seed, warm,
+    ``ledger`` measures, tells and records trials; ``new_tuner(budget, seed, warm,
     space, warmup)`` makes the Tuner for a (re-)tune (:data:`~autotune.tuning.trial_phase.
     NewTuner`); ``capped(times, probe_times)`` says whether
     the warm-up's times show a per-flow cap. The phases are parts of their own, each the
@@ -168,7 +168,7 @@ class TrialSchedule:
     def __init__(
         self,
         space: SearchSpace,
-        driver: TrialDriver,
+        ledger: Ledger,
         new_tuner: NewTuner,
         *,
         budget: int,
@@ -187,7 +187,7 @@ class TrialSchedule:
         costs: SearchCosts | None = None,
     ) -> None:
         _check(budget, warmup, cut_short)
-        self.driver = driver
+        self.ledger = ledger
         # what the job can win and what the trials cost it (autotune.tuning.stakes)
         self.stakes = Stakes(total_steps, spend, costs)
         self._plan = Plan(budget)  # the search the job affords (at the warm-up's end)
@@ -200,7 +200,7 @@ class TrialSchedule:
         self.seed = seed
         self._capped = capped
         self.listener = listener or Listener()
-        self.listener.measured_by(driver.measured)
+        self.listener.measured_by(ledger.measured)
         self.phase = WARMUP
         self.iteration = 0          # iterations measured (next() calls)
         self.goodput = goodput
@@ -218,10 +218,10 @@ class TrialSchedule:
         self._loading_iterations = 0  # the default's, run unscored while they loaded
         self._ended_at: int | None = None  # the iteration the last trials ended at
         # the current Tuner, the trial under way, the best so far
-        self.trial_phase = TrialPhase(driver, self.listener, new_tuner, samples_per_step,
+        self.trial_phase = TrialPhase(ledger, self.listener, new_tuner, samples_per_step,
                                       cut_short, space, goodput)
         # after tuning: the kept configuration's settled figure and its watches
-        self.kept_phase = KeptPhase(driver, self.listener, drift, budget, samples_per_step)
+        self.kept_phase = KeptPhase(ledger, self.listener, drift, budget, samples_per_step)
 
     # ---------------------------------------------------------------- start
     def start(self, warm: Sequence[Config], keep: Config | None = None,
@@ -334,8 +334,8 @@ class TrialSchedule:
         self._replan = True
         self.listener.say(f"[red]lost server(s)[/] {list(servers)}: {error}. Training goes "
                           "on with all-reduce among the workers.")
-        self.driver.record(TrialRecord(self.trial_phase.index + 1, "fault", dict(config or {}), 0,
-                                       None, f"lost server(s) {list(servers)}: {error}"))
+        self.ledger.record(Trial(self.trial_phase.index + 1, dict(config or {}), 0, "fault",
+                                 state=FAILED, error=f"lost server(s) {list(servers)}: {error}"))
 
     def fallback(self) -> Config:
         """The last configuration that ran, if it is still allowed, else the default."""
@@ -453,9 +453,9 @@ class TrialSchedule:
         default = self.space.default()
         if not self.allowed(config) or self.space.key(config) == self.space.key(default):
             return None
-        self.driver.came_from(config, origin)
+        self.ledger.came_from(config, origin)
         for seconds in self.warmup_phase.times[1:]:
-            self.driver.sample(default, throughput(self.samples_per_step, seconds))
+            self.ledger.sample(default, throughput(self.samples_per_step, seconds))
         return config
 
     def _baseline(self, config: Config, seconds: float | None, failed: str | None,
@@ -465,8 +465,8 @@ class TrialSchedule:
         stored best is kept, its settled iterations confirming it."""
         default = self.space.default()
         if seconds is not None and failed is None and not switched and math.isfinite(seconds):
-            self.driver.sample(default, throughput(self.samples_per_step, seconds))
-        if len(self.driver.samples.get(self.space.key(default), [])) < MIN_ITERATIONS:
+            self.ledger.sample(default, throughput(self.samples_per_step, seconds))
+        if len(self.ledger.samples.get(self.space.key(default), [])) < MIN_ITERATIONS:
             self.phase = BASELINE
             return default
         self.phase = LOCKED
@@ -486,7 +486,7 @@ class TrialSchedule:
             self.listener.say(f"codecs wait for the first {SENSITIVE:.0%} of training "
                               f"(iteration {self.codecs.at}); tuning lossless until then")
         for config, origin in self._stored.warm:  # the warm start is used: said, recorded
-            self.driver.came_from(config, origin)
+            self.ledger.came_from(config, origin)
         if self._stored.line:
             self.listener.say(self._stored.line)
         started = time.perf_counter()
@@ -530,7 +530,7 @@ class TrialSchedule:
         configuration's measured step, and the ``loading`` iterations the first trial
         waited for the search's libraries (when it did)."""
         kept = self.kept if self.kept is not None else self.fallback()
-        m = self.driver.measured(kept)
+        m = self.ledger.measured(kept)
         kept_s = None if not m or not m[0] else (self.samples_per_step or 1) / m[0]
         loading = {"loading": self._loading_iterations} if self._loading_iterations else {}
         at = self._ended_at if self._ended_at is not None and self.phase == LOCKED \
@@ -595,7 +595,7 @@ class TrialSchedule:
         tuner = self.tuner
         if tuner is None:
             return None
-        scored = [r for r in self.driver.history if r.score is not None
+        scored = [r for r in self.ledger.history if r.score is not None
                   and r.technique != "fault"
                   and tuner.space.contains(r.config)]  # a re-tune's space may be narrower
         if not scored:
@@ -631,7 +631,7 @@ class TrialSchedule:
             first = self._lossless(first)
         self.retunes.append(self.iteration)
         self.kept_phase.end_settling()
-        self.driver.forget()
+        self.ledger.forget()
         self.trial_phase.set_best(None)
         self.phase = TRIAL
         self.trial_phase.tune(budget, self.seed + self.iteration, [first], self._warmup_times())
@@ -647,7 +647,7 @@ class TrialSchedule:
         if space.lossy:
             self.trial_phase.narrow(space.lossless())
         if first is not None and first.get("compression", "none") != "none":
-            first = best_lossless(self.driver.history, space)
+            first = self.ledger.best_lossless(space)
         return first
 
     def _start_over(self, failed: str | None, config: Config) -> Config:

@@ -1,7 +1,7 @@
 """The trial phase of the trial schedule: one (re-)tune's Tuner and the trials it asks for.
 
 :class:`TrialPhase` owns what lasts from one ``Tuner`` to the next: the Tuner itself, the
-trial under way (a :class:`~autotune.tuning.trial_run.TrialRun`), the trials' running index,
+trial under way (a running :class:`~autotune.tuning.trial.Trial`), the trials' running index,
 the best configuration so far and the iterations spent in trials. The
 :class:`~autotune.tuning.schedule.TrialSchedule` decides *when* trials run (after the
 warm-up, until the budget is spent, again after drift or a server loss); this class says,
@@ -18,10 +18,10 @@ from typing import Callable
 from autotune.tuning.listener import Listener
 from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, judged_by_goodput
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.trial_run import TrialRun, throughput, trial_seconds
-from autotune.tuning.trials import TrialDriver
+from autotune.tuning.trial import Trial, throughput, trial_seconds
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.trust import PROPOSE
-from autotune.tuning.tuner import Trial, Tuner
+from autotune.tuning.tuner import Tuner
 
 #: ``new_tuner(budget, seed, warm, space, warmup)``: the Tuner of a (re-)tune of
 #: ``budget`` iterations over ``space``, warm-started from ``warm``; ``warmup``: the
@@ -33,15 +33,15 @@ class TrialPhase:
     """The trials of the schedule's current Tuner (module docstring).
 
     ``new_tuner`` makes a Tuner (:data:`NewTuner`); ``samples_per_step``: what an
-    iteration's score counts (:func:`~autotune.tuning.trial_run.throughput`);
+    iteration's score counts (:func:`~autotune.tuning.trial.throughput`);
     ``cut_short``: the fraction of the best score under which a trial ends early (None:
     never); ``goodput``: lossy trials are scored by goodput. It owns the Tuner, the trial
     under way, the best so far and each lossy trial's efficiency (:attr:`efficiency`)."""
 
-    def __init__(self, driver: TrialDriver, listener: Listener, new_tuner: NewTuner,
+    def __init__(self, ledger: Ledger, listener: Listener, new_tuner: NewTuner,
                  samples_per_step: int | None, cut_short: float | None, space: SearchSpace,
                  goodput: bool = False) -> None:
-        self.driver = driver
+        self.ledger = ledger
         self.listener = listener
         self._new_tuner = new_tuner
         self.samples_per_step = samples_per_step
@@ -49,7 +49,7 @@ class TrialPhase:
         self.space = space
         self.goodput = goodput
         self.tuner: Tuner | None = None
-        self.run: TrialRun | None = None  # the trial under way (or the last one)
+        self.trial: Trial | None = None   # the trial under way (or the last one)
         self.index = -1                   # the last trial's index
         self.best: tuple[Config, float] | None = None  # (config, the Tuner's mean score)
         self.iterations = 0               # iterations spent inside trials
@@ -57,19 +57,14 @@ class TrialPhase:
         self._prior_dropped = False       # the prior's drop below PROPOSE was said
 
     @property
-    def trial(self) -> Trial | None:
-        """The trial under way (after it: the last one)."""
-        return None if self.run is None else self.run.trial
-
-    @property
     def under_way(self) -> bool:
         """Whether a trial has iterations left."""
-        return self.run is not None and self.run.left > 0
+        return self.trial is not None and self.trial.left > 0
 
     def narrow(self, space: SearchSpace) -> None:
         """The trials run over ``space`` from now on (servers lost; codecs waiting or
-        let in): the driver records against it too."""
-        self.space = self.driver.space = space
+        let in): the ledger records against it too."""
+        self.space = self.ledger.space = space
 
     def set_best(self, best: tuple[Config, float] | None) -> None:
         """The best so far is ``best`` (``None``: none yet, a re-tune starting afresh)."""
@@ -80,7 +75,7 @@ class TrialPhase:
         """A new Tuner over :attr:`space` with ``budget`` iterations, warm-started;
         ``warmup``: the warm-up's times (:data:`NewTuner`)."""
         self.tuner = self._new_tuner(budget, seed, warm, self.space, warmup)
-        self.driver.space, self.driver.tuner = self.space, self.tuner
+        self.ledger.space, self.ledger.tuner = self.space, self.tuner
         if budget > 0:
             self.listener.tuning(budget)
 
@@ -92,7 +87,8 @@ class TrialPhase:
         trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
         if trial is None:
             return None
-        self.run = TrialRun(trial, judged_by_goodput(self.goodput, trial.config))
+        trial.start(judged_by_goodput(self.goodput, trial.config))
+        self.trial = trial
         self.index += 1
         self.listener.trial_started(self.index, trial)
         return trial.config
@@ -104,54 +100,52 @@ class TrialPhase:
         multiplied by, :func:`~autotune.tuning.lossy.scored_efficiency`): the
         configuration to run next, None when the Tuner has no trial left (or ``stop``,
         :meth:`next_trial`)."""
-        run = self.run
-        assert run is not None and self.tuner is not None
-        trial = run.trial
+        trial = self.trial
+        assert trial is not None and self.tuner is not None
         self.iterations += 1
-        first = run.step(switched)
-        if failed is None and seconds != float("inf") and run.lossy:
-            failed = run.judged(efficiency, first)
+        first = trial.step(switched)
+        if failed is None and seconds != float("inf") and trial.lossy:
+            failed = trial.judged(efficiency, first)
         if failed is not None or seconds == float("inf"):
             self.finish(None, failed or "a worker failed under this configuration")
             return self.next_trial(stop)
-        mean = run.efficiency  # so far (this iteration's judged above)
-        run.record(seconds, first)
+        mean = trial.mean_efficiency()  # so far (this iteration's judged above)
+        trial.record(seconds, first)
         score = throughput(self.samples_per_step, seconds) * (mean or 1.0)
         if not first:
-            self.driver.sample(trial.config, score)
+            self.ledger.sample(trial.config, score)
         self.listener.advanced(1)
         best = self.tuner.best
-        if (run.left > 0 and not run.clearly_slow(score, first, best and best[1], self.cut_short)
-                and not self.tuner.enough(trial, len(run.times))):
+        if (trial.left > 0 and not trial.clearly_slow(score, first, best and best[1],
+                                                      self.cut_short)
+                and not self.tuner.enough(trial, len(trial.times))):
             return trial.config
         if mean is None:  # only its switch iteration was seen, with no efficiency
             self.finish(None, UNKNOWN_EFFICIENCY)
             return self.next_trial(stop)
         speed = throughput(self.samples_per_step,
-                           trial_seconds(run.times, seconds, cut=run.left > 0))
-        self.finish(speed * mean, None, speed if run.lossy else None)
+                           trial_seconds(trial.times, seconds, cut=trial.left > 0))
+        self.finish(speed * mean, None, speed if trial.lossy else None)
         return self.next_trial(stop)
 
     def finish(self, score: float | None, error: str | None,
                throughput: float | None = None) -> None:
         """The trial under way ends: ``score`` (None: failed, ``error`` says why); a lossy
         trial scored by goodput also has its ``throughput`` and efficiency recorded."""
-        run = self.run
-        assert run is not None and self.tuner is not None
-        trial = run.trial
+        trial = self.trial
+        assert trial is not None and self.tuner is not None
         # A failed trial still used its iterations so far (the Tuner counts them all);
         # one cut short gives the rest back to the budget.
         if score is None:
-            self.listener.advanced(run.left)
-        efficiency = run.efficiency if run.lossy else None
+            self.listener.advanced(trial.left)
+        efficiency = trial.mean_efficiency() if trial.lossy else None
         if efficiency is not None and score is not None:
             self.efficiency[self.space.key(trial.config)] = efficiency
-        rec = self.driver.finish(trial, score, iterations=run.used,
-                                 measured=len(run.times), error=error,
-                                 wall_time=time.perf_counter() - run.started,
+        rec = self.ledger.finish(trial, score, iterations=trial.used,
+                                 measured=len(trial.times), error=error,
+                                 wall_time=time.perf_counter() - trial.started,
                                  index=self.index, throughput=throughput,
                                  efficiency=efficiency)
-        rec.switch_s = run.switch_s
         if error is not None:
             self.listener.say(f"[yellow]trial {rec.index} failed[/] ({trial.technique}, "
                               f"{rec.config}): {error}")
@@ -164,5 +158,4 @@ class TrialPhase:
                               "nothing more")
         best = self.tuner.best
         self.best = (dict(best[0]), best[1]) if best else self.best
-        run.left = 0
         self.listener.trial_finished(rec)

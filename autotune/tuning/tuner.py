@@ -65,49 +65,16 @@ from autotune.tuning.screen import JUDGE, PRIOR, Screen, ScreenSettings
 from autotune.tuning.search import TECHNIQUES, make_searcher
 from autotune.tuning.search.base import Key, Observations, Searcher
 from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.trial import Trial
 
 __all__ = ["BanditSettings", "CONFIRM", "ConfirmSettings", "DEFAULT_TECHNIQUES",
-           "MIN_CONFIRMED", "PRIOR", "ScreenSettings", "Trial", "TrialLengths",
-           "TrialRecord", "Tuner"]
+           "MIN_CONFIRMED", "PRIOR", "ScreenSettings", "Trial", "LengthSettings",
+           "Tuner"]
 
 DEFAULT_TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
 WARM = "warm"  # technique name of warm-start trials
 DEFAULT = "default"  # a queued configuration that is the space's default
 SEED = "seed"  # a queued configuration that is one of the space's other seeds
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One configuration to run for ``iterations`` training iterations; ``trust``: the
-    physics prior's weight when it was asked (:mod:`autotune.tuning.trust`; ``None``
-    without a prior)."""
-
-    index: int
-    config: Config
-    iterations: int
-    technique: str
-    trust: float | None = None
-
-
-@dataclass
-class TrialRecord:
-    """What happened to one trial: the one record type of the Tuner's history, the trial
-    driver's, the session's and the store's. ``score`` is ``None`` for a failed trial
-    (``error`` says why); ``iterations`` is how many of its iterations ran (a trial cut
-    short gives the rest back to the budget)."""
-
-    index: int
-    technique: str
-    config: Config
-    iterations: int
-    score: float | None
-    error: str | None = None
-    wall_time: float = 0.0
-    switch_s: float | None = None  # the session: its first, unscored iteration's time
-    new_best: bool = False         # the Tuner: it made its configuration the best so far
-    throughput: float | None = None  # scored by goodput: the speed alone (score = x eff.)
-    efficiency: float | None = None  # scored by goodput: its statistical efficiency
-    trust: float | None = None     # the prior's weight when the trial was asked
 
 
 @dataclass
@@ -117,7 +84,7 @@ class _Pending:
 
 
 @dataclass(frozen=True)
-class TrialLengths:
+class LengthSettings:
     """How long trials are, in training iterations: ``trial_iterations`` an ordinary one,
     at least ``min_iterations`` any; the ``reference``'s first trial
     ``reference_iterations`` (None: as any trial), so that a speed-up over it has
@@ -152,7 +119,7 @@ class BanditSettings:
             raise ValueError(f"credit_quantile must be in (0, 1], got {self.credit_quantile}")
 
 
-SETTINGS = (TrialLengths, BanditSettings, ScreenSettings, ConfirmSettings)
+SETTINGS = (LengthSettings, BanditSettings, ScreenSettings, ConfirmSettings)
 
 
 def split_settings(settings: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -189,7 +156,7 @@ class Tuner:
     """The ensemble under the bandit, with a budget (module docstring).
 
     ``settings`` are the keyword arguments of the groups of :data:`SETTINGS`:
-    :class:`TrialLengths` (``trial_iterations``, ``min_iterations``,
+    :class:`LengthSettings` (``trial_iterations``, ``min_iterations``,
     ``reference_iterations``), :class:`BanditSettings` (``window``, ``C``,
     ``credit_quantile``), :class:`~autotune.tuning.screen.ScreenSettings` (``screen``,
     ``unscreened``, ``judge``) and :class:`~autotune.tuning.confirm.ConfirmSettings`
@@ -214,7 +181,7 @@ class Tuner:
         self.space = space
         self.budget = int(budget)
         self.seed = seed
-        self.lengths: TrialLengths = lengths
+        self.lengths: LengthSettings = lengths
         self.trial_iterations = int(lengths.trial_iterations)
         self.min_iterations = int(lengths.min_iterations)
         self.credit_quantile = float(bandit.credit_quantile)
@@ -231,7 +198,7 @@ class Tuner:
         self.screening = Screen(screen, self.searchers, self.bandit, self.surrogate)
         self.confirming = ConfirmPhase(confirm, self.budget, space, self.obs,
                                        self.noise_model, self.reference)
-        self.history: list[TrialRecord] = []
+        self.history: list[Trial] = []
         self.spent = 0
         self._exhausted: set[str] = set()
         self._stalled = False  # nothing left to propose and nothing to re-measure
@@ -425,7 +392,7 @@ class Tuner:
         return SEED if any(key == self.space.key(c) for c in self.space.seeds()) else WARM
 
     def tell(self, trial: Trial, score: float | None, iterations: int | None = None,
-             measured: int | None = None) -> TrialRecord:
+             measured: int | None = None) -> Trial:
         """Report the score of ``trial`` (maximised; ``None`` for a failed trial).
 
         ``iterations``: how many of its iterations the trial ran, when it was cut short
@@ -439,9 +406,10 @@ class Tuner:
                              f"not {iterations}")
         measured = used if measured is None else max(0, min(int(measured), used))
         weight = max(1, measured)
-        pending = self._pending.pop(trial.index, None)
-        if pending is None or pending.trial != trial:
+        pending = self._pending.get(trial.index)
+        if pending is None or pending.trial is not trial:
             raise ValueError(f"trial {trial.index} was not asked for, or was already told")
+        del self._pending[trial.index]
         self.spent -= trial.iterations - used
         before = self.obs.best()
         before_key = None if before is None else self.space.key(before[0])
@@ -464,11 +432,10 @@ class Tuner:
             # the window counts training iterations, so a long trial weighs more
             for _ in range(used):
                 self.bandit.credit(trial.technique, success)
-        record = TrialRecord(trial.index, trial.technique, dict(trial.config), used,
-                             None if score is None else float(score), new_best=new_best,
-                             trust=trial.trust)
-        self.history.append(record)
-        return record
+        trial.end(score, used)
+        trial.new_best = new_best
+        self.history.append(trial)
+        return trial
 
     def _top(self, score: float | None) -> bool:
         """Whether ``score`` ranks in the best ``credit_quantile`` of every trial's score so

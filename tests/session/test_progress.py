@@ -321,7 +321,7 @@ def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
     line shows. The display closes, once the kept figure is final, with that figure as
     the table shows it: mean ± spread (iterations)."""
     from autotune.sessions.display import SessionDisplay
-    from autotune.tuning.tuner import TrialRecord
+    from autotune.tuning.trial import Trial
     from autotune.units import fmt_score
 
     kept = {"streams": 2}
@@ -334,7 +334,7 @@ def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
     for i, (score, kept_mean) in enumerate(trials):
         mean[0] = kept_mean
         display.advanced(2)
-        display.trial_finished(TrialRecord(i, "confirm" if i > 1 else "grid", kept, 2, score))
+        display.trial_finished(Trial(i, kept, 2, "confirm" if i > 1 else "grid", score=score))
     display.locked(kept)
     assert len(shown.getvalue().splitlines()) == 1 + len(trials)  # no done line yet
     took = display._progress.elapsed_s()
@@ -355,7 +355,7 @@ def test_the_done_line_says_why_the_fastest_trial_was_not_kept():
     """Issue 65 item 5: why a faster-looking trial was not kept is in the done line (the
     clause the schedule hands the display at the lock, tests/tuning/test_stakes.py)."""
     from autotune.sessions.display import SessionDisplay
-    from autotune.tuning.tuner import TrialRecord
+    from autotune.tuning.trial import Trial
 
     kept = {"streams": 2}
     why = ("not the fastest trial's streams=4 (130 it/s once, 98 it/s on average over 5 "
@@ -365,7 +365,7 @@ def test_the_done_line_says_why_the_fastest_trial_was_not_kept():
     display._progress = progress.Lines(4, out=shown)
     display.measured_by(lambda c: (101.5, 6.5, 25) if c == kept else None)
     display.advanced(4)
-    display.trial_finished(TrialRecord(0, "grid", {"streams": 4}, 4, 130.0))
+    display.trial_finished(Trial(0, {"streams": 4}, 4, "grid", score=130.0))
     display.locked(kept, why)
     display.kept_measured(kept)
     done = shown.getvalue().splitlines()[-1]

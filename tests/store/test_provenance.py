@@ -21,7 +21,7 @@ from autotune.store import Store, schema
 from autotune.store.origin import BUDGET_ZERO, WARM_START, fmt_origin, origin_of
 from autotune.store.warmstart import warm_start_sources
 from autotune.tuning.space import SearchSpace
-from autotune.tuning.trials import TrialDriver
+from autotune.tuning.ledger import Ledger
 from autotune.units import fmt_number, fmt_score
 from store_helpers import (CNN, OLD_FINISHED_RUN, WORLD, add_run, cluster, model, old_store,
                            table_field)
@@ -52,12 +52,12 @@ def test_a_warm_start_says_which_run_and_the_kept_one_is_stored_with_it(tmp_path
         # a later run tries it first, measures it and keeps it
         rid = store.start_run(job="later", world=WORLD, backend="gloo", model_graph=g,
                               topology_graph=t, space_facts={})
-        driver = TrialDriver(space, None, store, rid)
+        ledger = Ledger(space, None, store, rid)
         for config, origin in sources:
-            driver.came_from(config, origin)
+            ledger.came_from(config, origin)
         for x in (1000.0, 1040.0, 980.0, 1020.0):
-            driver.sample(stored, x)
-        driver.close("finished", kept=stored)
+            ledger.sample(stored, x)
+        ledger.close("finished", kept=stored)
         later = store.run(rid)
     assert later["kept_from"] == {"run": first, "job": "earlier", "created": earlier["created"],
                                   "how": WARM_START, "distance": 0.0, "speedup": None,
@@ -81,11 +81,11 @@ def test_a_configuration_not_kept_leaves_no_provenance(tmp_path):
     with Store(tmp_path / "p.db") as store:
         rid = store.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),
                               topology_graph=cluster(2), space_facts={})
-        driver = TrialDriver(space, None, store, rid)
+        ledger = Ledger(space, None, store, rid)
         warm = space.validate({"streams": 2})
-        driver.came_from(warm, {"run": 7, "job": "x", "created": None, "how": BUDGET_ZERO})
-        driver.sample(space.default(), 5.0)
-        driver.close("finished", kept=space.default())
+        ledger.came_from(warm, {"run": 7, "job": "x", "created": None, "how": BUDGET_ZERO})
+        ledger.sample(space.default(), 5.0)
+        ledger.close("finished", kept=space.default())
         assert store.run(rid)["kept_from"] is None
 
 

@@ -10,7 +10,7 @@ from autotune.tuning.lossy import UNKNOWN_EFFICIENCY
 from autotune.tuning.schedule import LOCKED, TRIAL, TrialSchedule
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.stakes import SearchCosts
-from autotune.tuning.trials import TrialDriver
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.tuner import Tuner
 
 # a codec is faster per step, and each has its statistical efficiency
@@ -31,7 +31,7 @@ def efficiency_of(config) -> float:
 def make(budget=60, goodput=True, warmup=3, **kw):
     space = SearchSpace.build(k_max=0, allow_lossy=True,
                               fixed={"streams": [1, 2], "chunk_bytes": 4 << 20})
-    driver = TrialDriver(space, None)
+    ledger = Ledger(space, None)
 
     def new_tuner(b, seed, warm, space, warmup):
         return Tuner(space, budget=b, seed=seed, warm_start=warm,
@@ -39,7 +39,7 @@ def make(budget=60, goodput=True, warmup=3, **kw):
                      trial_iterations=3)
 
     kw.setdefault("costs", SearchCosts(0.0, 0.0))  # the stakes' own tests count them
-    return TrialSchedule(space, driver, new_tuner, budget=budget, warmup=warmup,
+    return TrialSchedule(space, ledger, new_tuner, budget=budget, warmup=warmup,
                          goodput=goodput, **kw)
 
 
@@ -62,22 +62,22 @@ def test_the_warmup_is_lossless_until_the_noise_scale_can_be_stable():
 def test_a_lossy_trial_is_scored_by_throughput_times_efficiency():
     s = make()
     drive(s, s.start([]), 200)
-    lossy = [r for r in s.driver.history if r.config["compression"] != "none"]
+    lossy = [r for r in s.ledger.history if r.config["compression"] != "none"]
     scored = [r for r in lossy if r.score is not None]
-    assert scored, s.driver.history
+    assert scored, s.ledger.history
     for r in scored:
         assert r.efficiency == pytest.approx(efficiency_of(r.config))
         assert r.score == pytest.approx(r.throughput * r.efficiency)
         if r.iterations > 1:  # (one cut short after its switch iteration: trial_seconds)
             assert r.throughput == pytest.approx(1 / seconds_of(r.config), rel=1e-9)
     assert all(r.efficiency is None and r.throughput is None
-               for r in s.driver.history if r.config["compression"] == "none")
+               for r in s.ledger.history if r.config["compression"] == "none")
 
 
 def test_a_collapsed_codec_fails_with_its_efficiency_and_is_never_kept():
     s = make()
     drive(s, s.start([]), 200)
-    collapsed = [r for r in s.driver.history
+    collapsed = [r for r in s.ledger.history
                  if r.config["compression"] in ("topk", "randomk", "onebit")]
     assert collapsed
     failed = [r for r in collapsed if r.score is None]
@@ -100,13 +100,13 @@ def test_scored_by_throughput_the_collapsed_codec_is_kept():
     drive(s, s.start([]), 200)
     assert s.phase == LOCKED and s.kept["compression"] == "topk"
     assert EFFICIENCY["topk"] * SPEED["topk"] < SPEED["none"]  # slower to the target
-    assert all(r.efficiency is None for r in s.driver.history)
+    assert all(r.efficiency is None for r in s.ledger.history)
 
 
 def test_an_unknown_efficiency_fails_the_lossy_trial():
     s = make()
     drive(s, s.start([]), 200, efficiency=lambda c: None if c["compression"] != "none" else 1.0)
-    lossy = [r for r in s.driver.history if r.config["compression"] != "none"]
+    lossy = [r for r in s.ledger.history if r.config["compression"] != "none"]
     assert lossy and all(r.score is None and r.error == UNKNOWN_EFFICIENCY for r in lossy)
     assert s.kept["compression"] == "none"
 
@@ -118,7 +118,7 @@ def test_a_kept_codec_whose_efficiency_drops_starts_a_retune_from_lossless():
     config = s.start([])
     _, config = drive(s, config, 300)
     assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
-    best_lossless = max((r for r in s.driver.history
+    best_lossless = max((r for r in s.ledger.history
                          if r.score is not None and r.config["compression"] == "none"),
                         key=lambda r: r.score).config
     # a critical regime: the kept codec now keeps a third of the progress per step
@@ -139,11 +139,11 @@ def test_a_retune_once_a_codec_is_kept_tries_no_codec():
     config = s.start([])
     _, config = drive(s, config, 300)
     assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
-    before = len(s.driver.history)
+    before = len(s.ledger.history)
     dropped = dict(EFFICIENCY, powersgd=0.25)
     ran, config = drive(s, config, 200, efficiency=lambda c: dropped[c["compression"]])
     assert s.retunes and s.phase == LOCKED
-    tried = [r.config for r in s.driver.history[before:]]
+    tried = [r.config for r in s.ledger.history[before:]]
     assert len(tried) >= 3, tried  # the re-tune ran trials
     assert all(c["compression"] == "none" for c in tried), tried
     assert s.kept["compression"] == "none"
@@ -162,10 +162,10 @@ def test_a_drift_retune_once_a_codec_is_kept_tries_no_codec():
     config = s.start([])
     _, config = drive(s, config, 300)
     assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
-    before = len(s.driver.history)
+    before = len(s.ledger.history)
     for _ in range(200):
         slow = 3 * seconds_of(config)
         config = s.next(config, slow, comm_s=slow, efficiency=efficiency_of(config))
     assert s.retunes and any("time drifted" in t for t in said), said
-    tried = [r.config for r in s.driver.history[before:]]
+    tried = [r.config for r in s.ledger.history[before:]]
     assert len(tried) >= 3 and all(c["compression"] == "none" for c in tried), tried

@@ -14,7 +14,7 @@ from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, REFERENCE_ITERATION
                                       Listener, TrialSchedule, flow_probe)
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.stakes import SearchCosts
-from autotune.tuning.trials import TrialDriver
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.tuner import Tuner
 
 
@@ -49,7 +49,7 @@ class Heard(Listener):
 
 def make(space=None, budget=20, trial_iterations=2, **kw):
     space = space or SearchSpace.build(k_max=2)
-    driver = TrialDriver(space, None)
+    ledger = Ledger(space, None)
     heard = Heard()
 
     def new_tuner(b, seed, warm, space, warmup):
@@ -60,7 +60,7 @@ def make(space=None, budget=20, trial_iterations=2, **kw):
 
     kw.setdefault("listener", heard)
     kw.setdefault("costs", SearchCosts(0.0, 0.0))  # the stakes' own tests count them
-    return TrialSchedule(space, driver, new_tuner, budget=budget, **kw), heard
+    return TrialSchedule(space, ledger, new_tuner, budget=budget, **kw), heard
 
 
 def drive(schedule, config, n, time_of=seconds_of):
@@ -79,7 +79,7 @@ def test_warmup_runs_the_default_and_is_no_trial():
     ran, nxt = drive(s, first, 3)
     assert ran == [s.space.default()] * 3
     assert s.warmup_times == [1.0] * 3 and s.probe_times == []
-    assert s.driver.history == [] and s.phase == TRIAL and s.trial_phase.iterations == 0
+    assert s.ledger.history == [] and s.phase == TRIAL and s.trial_phase.iterations == 0
     assert s.trial_phase.trial is not None and nxt == s.trial_phase.trial.config
     assert ("tuning", 20) in heard.events and ("start", 0) in heard.events
 
@@ -109,9 +109,46 @@ def test_switch_iteration_is_not_scored():
     times = iter([10.0] + [0.5] * 20)
     for _ in range(trial.iterations):
         cfg = s.next(cfg, next(times))
-    rec = s.driver.history[0]
+    rec = s.ledger.history[0]
     assert rec.score == pytest.approx(1 / 0.5) and rec.switch_s == 10.0
     assert rec.iterations == trial.iterations
+
+
+def test_a_trial_is_one_record_from_its_ask_to_the_ledger():
+    """Issue 60: one trial is one object. The Tuner asks for it (``asked``), the schedule
+    runs it (``running``), it ends ``scored``, ``cut`` or ``failed``; the Tuner's history
+    and the ledger's hold that same object, its switch iteration filled in as it ran (not
+    patched onto a copy), its number the run's."""
+    from autotune.tuning.trial import ASKED, CUT, FAILED, RUNNING, SCORED
+
+    s, _ = make(warmup=0, budget=40, cut_short=0.5, trial_iterations=3)
+    cfg = s.start([])
+    first = s.trial_phase.trial
+    assert first.state == RUNNING and first.left == first.iterations
+    slow = {**s.space.default(), "streams": 2}
+
+    def time_of(c):  # the default fast, one configuration failing, the rest 10x slower
+        return 0.1 if c == s.space.default() else math.inf if c == slow else 1.0
+
+    asked = []
+    for _ in range(30):
+        trial = s.trial_phase.trial
+        if trial is not None and trial not in asked:
+            asked.append(trial)
+        cfg = s.next(cfg, time_of(cfg))
+    tuner, history = s.tuner, s.ledger.history
+    assert history and all(any(r is t for t in tuner.history) for r in history)
+    assert [r.index for r in history] == list(range(len(history)))
+    ended = {r.state for r in history}
+    assert ended <= {SCORED, CUT, FAILED} and SCORED in ended and CUT in ended, ended
+    assert all(r.switch_s is not None for r in history if r.state != FAILED)
+    for r in history:
+        assert any(r is t for t in asked)  # the object the schedule ran
+        assert (r.state == FAILED) == (r.score is None)
+        assert r.state != CUT or r.iterations < 3
+    # what the Tuner hands out next is asked, not yet running
+    nxt = s.tuner.ask() if not s.tuner.done else None
+    assert nxt is None or (nxt.state == ASKED and nxt.score is None)
 
 
 def test_clearly_slow_trials_end_early_and_give_iterations_back():
@@ -122,7 +159,7 @@ def test_clearly_slow_trials_end_early_and_give_iterations_back():
         return 0.1 if c == s.space.default() else 1.0
 
     drive(s, cfg, 30, time_of)
-    slow = [r for r in s.driver.history if r.config != s.space.default() and r.score]
+    slow = [r for r in s.ledger.history if r.config != s.space.default() and r.score]
     assert slow, "some trial of another configuration ran"
     # cut on the switch iteration: 10x slower is below cut_short even after SWITCH_MARGIN
     assert all(r.iterations == 1 for r in slow)
@@ -134,9 +171,9 @@ def test_failed_iteration_fails_the_trial_and_moves_on():
     cfg = s.start([])
     index = s.trial_phase.trial.index
     nxt = s.next(cfg, math.inf, "rank 1 timed out")
-    rec = s.driver.history[-1]
+    rec = s.ledger.history[-1]
     assert rec.score is None and rec.error == "rank 1 timed out"
-    assert s.driver.failures == [rec] and s.trial_phase.trial.index == index + 1 and nxt == s.trial_phase.trial.config
+    assert s.ledger.failures == [rec] and s.trial_phase.trial.index == index + 1 and nxt == s.trial_phase.trial.config
     assert ("finish", 0, "rank 1 timed out") in heard.events
 
 
@@ -148,7 +185,7 @@ def test_rejected_configuration():
     drive(s, cfg, 2)
     bad = s.trial_phase.trial.config
     nxt = s.rejected(bad, "no group for stream 3")
-    assert s.driver.history[-1].error == "could not apply the configuration: no group for stream 3"
+    assert s.ledger.history[-1].error == "could not apply the configuration: no group for stream 3"
     assert nxt == s.trial_phase.trial.config
 
 
@@ -160,7 +197,7 @@ def test_budget_spent_locks_the_best():
             break
         cfg = s.next(cfg, seconds_of(cfg))
     assert s.phase == LOCKED and not s.tuning
-    scored = [r for r in s.driver.history if r.score]
+    scored = [r for r in s.ledger.history if r.score]
     assert cfg == s.kept == max(scored, key=lambda r: r.score).config
     assert heard.events[-1] == ("locked", s.kept)
     assert s.next(cfg, seconds_of(cfg)) == s.kept  # stays
@@ -172,29 +209,29 @@ def test_settled_iterations_are_scored_iterations_of_the_kept_configuration():
     while s.phase != LOCKED:
         cfg = s.next(cfg, seconds_of(cfg))
     kept = s.kept
-    mean, _, n = s.driver.measured(kept)
+    mean, _, n = s.ledger.measured(kept)
     assert mean == pytest.approx(1 / seconds_of(kept))
-    others = {k: list(v) for k, v in s.driver.samples.items() if k != s.space.key(kept)}
+    others = {k: list(v) for k, v in s.ledger.samples.items() if k != s.space.key(kept)}
     # the first iteration after the last trial switches to the kept configuration (unless
     # the last trial was it): not scored; then 3 settled iterations, twice as slow
-    switch = s.driver.history[-1].config != kept
+    switch = s.ledger.history[-1].config != kept
     slow = 2 * seconds_of(kept)
     for _ in range(4):
         cfg = s.next(cfg, slow)
     assert cfg == kept
     scored = 4 - switch
-    mean2, _, n2 = s.driver.measured(kept)
+    mean2, _, n2 = s.ledger.measured(kept)
     assert n2 == n + scored
     assert mean2 == pytest.approx((n * mean + scored / slow) / (n + scored))
     # a failed iteration is no score; nothing else's samples change
     s.next(cfg, float("inf"))
-    assert s.driver.measured(kept)[2] == n2
-    assert {k: v for k, v in s.driver.samples.items() if k != s.space.key(kept)} == others
+    assert s.ledger.measured(kept)[2] == n2
+    assert {k: v for k, v in s.ledger.samples.items() if k != s.space.key(kept)} == others
     # only the first SETTLED_SAMPLES after tuning: a later, slower compute step (no
     # re-tune) does not move the mean away from the default's, measured during the trials
     for _ in range(SETTLED_SAMPLES + 10):
         cfg = s.next(cfg, 10 * slow)
-    assert s.driver.measured(kept)[2] == n + SETTLED_SAMPLES
+    assert s.ledger.measured(kept)[2] == n + SETTLED_SAMPLES
 
 
 def test_budget_zero_keeps_the_first_warm_start():
@@ -217,15 +254,15 @@ def test_the_default_is_measured_long_enough_for_a_speedup(warmup, spent):
     while s.phase != LOCKED:
         cfg = s.next(cfg, seconds_of(cfg))
     default = s.space.default()
-    first = next(r for r in s.driver.history if r.config == default)
+    first = next(r for r in s.ledger.history if r.config == default)
     assert first.iterations == spent and first.technique == "default"
     assert (first.switch_s is None) == (warmup > 0)
-    assert s.driver.measured(default)[2] >= MIN_ITERATIONS
-    assert sum(r.iterations for r in s.driver.history) <= 20
+    assert s.ledger.measured(default)[2] >= MIN_ITERATIONS
+    assert sum(r.iterations for r in s.ledger.history) <= 20
     for _ in range(SETTLED_SAMPLES + 1):
         cfg = s.next(cfg, seconds_of(cfg))
     assert heard.events.count(("measured", s.kept)) == 1  # its figure is final once
-    shown = Speedup.of(s.driver.measured(s.kept), s.driver.measured(default))
+    shown = Speedup.of(s.ledger.measured(s.kept), s.ledger.measured(default))
     assert shown.refused is None and shown.ratio == pytest.approx(
         seconds_of(default) / seconds_of(s.kept))
 
@@ -235,7 +272,7 @@ def test_a_trial_that_did_not_switch_scores_its_first_iteration():
     cfg = s.start(s.space.seeds())
     while s.phase != LOCKED:
         cfg = s.next(cfg, seconds_of(cfg))
-    history = s.driver.history
+    history = s.ledger.history
     for before, rec in zip(history, history[1:]):
         # a switch iteration is timed apart (switch_s) and not scored
         assert (rec.switch_s is None) == (rec.config == before.config), rec
@@ -248,7 +285,7 @@ def test_a_configuration_kept_untuned_is_scored_after_a_warmup():
     for i in range(3 + SETTLED_SAMPLES + 5):
         # the first iterations pay for first allocations: far slower, never scored
         cfg = s.next(cfg, 10.0 if i < 3 else seconds_of(cfg))
-    assert s.driver.measured(pushpull) == pytest.approx((1 / seconds_of(pushpull), 0.0,
+    assert s.ledger.measured(pushpull) == pytest.approx((1 / seconds_of(pushpull), 0.0,
                                                          SETTLED_SAMPLES))
     assert heard.events == [("measured", pushpull)]
 
@@ -266,7 +303,7 @@ def test_drift_starts_a_short_retune_from_the_old_best():
         cfg = s.next(cfg, 3 * seconds_of(cfg))
     assert s.phase == TRIAL and s.tuner.budget == 8 and s.best is None
     assert s.trial_phase.trial.config == old and s.trial_phase.trial.technique == "warm"
-    assert s.driver.samples == {}  # measured on the job before the change: forgotten
+    assert s.ledger.samples == {}  # measured on the job before the change: forgotten
     # the kept figure was final before its 20 settled iterations: said before the re-tune
     events = heard.events
     assert events.index(("measured", old)) < len(events) - 1 - events[::-1].index(("tuning", 8))
@@ -344,18 +381,18 @@ def test_server_loss_mid_trial_starts_over_on_the_smaller_space(tmp_path):
 
     s, heard = make(warmup=0, budget=40)
     store = Store(tmp_path / "t.db")
-    s.driver.store = store
-    s.driver.run_id = store.start_run(job="j", world={}, backend="gloo", model_graph=None,
+    s.ledger.store = store
+    s.ledger.run_id = store.start_run(job="j", world={}, backend="gloo", model_graph=None,
                                       topology_graph=None, space_facts={}, unit="it/s")
     cfg = s.start(s.space.seeds())
     cfg = s.next(cfg, seconds_of(cfg))
     left_before = s.tuner.remaining
     small = SearchSpace.build(k_max=0, max_streams=4, transports=("allreduce",))
     s.servers_lost(small, [2], "rank 2 stopped", cfg)
-    assert [t["technique"] for t in store.trials(s.driver.run_id)] == ["fault"]
+    assert [t["technique"] for t in store.trials(s.ledger.run_id)] == ["fault"]
     assert any(e[0] == "say" and "lost server(s)" in e[1] for e in heard.events)
     nxt = s.next(cfg, math.inf, "server lost")
-    assert s.driver.history[-1].error == "server lost"  # the trial under way failed
+    assert s.ledger.history[-1].error == "server lost"  # the trial under way failed
     assert s.space is small and s.tuner.space is small
     assert s.tuner.budget <= left_before
     assert small.contains(nxt)
@@ -420,7 +457,7 @@ def test_the_first_trial_waits_for_the_tuners_imports(tmp_path, monkeypatch):
                      reference=space.default(), reference_iterations=REFERENCE_ITERATIONS)
 
     # a long job: the 10 s iterations beside the import, charged, leave the trials room
-    s = TrialSchedule(space, TrialDriver(space, None), new_tuner, budget=20, warmup=2,
+    s = TrialSchedule(space, Ledger(space, None), new_tuner, budget=20, warmup=2,
                       total_steps=100_000)
     cfg = s.start([])
     _, cfg = drive(s, cfg, 2)  # the warm-up; the Tuner is made at its end
@@ -440,13 +477,13 @@ def test_the_first_trial_waits_for_the_tuners_imports(tmp_path, monkeypatch):
         time.sleep(0.01)
     assert not loading() and s.phase == TRIAL and waited >= 5
     assert s.cost()["loading"] == waited
-    assert s.driver.history == [] and s.trial_phase.iterations == 0
-    assert s.driver.measured(space.default()) is None or \
-        s.driver.measured(space.default())[2] == 0
+    assert s.ledger.history == [] and s.trial_phase.iterations == 0
+    assert s.ledger.measured(space.default()) is None or \
+        s.ledger.measured(space.default())[2] == 0
     while s.phase != LOCKED:
         cfg = s.next(cfg, seconds_of(cfg))
     # the default's figure is its trial's (1 s), not the loading iterations' (10 s)
-    assert s.driver.measured(space.default())[0] == pytest.approx(1.0)
+    assert s.ledger.measured(space.default())[0] == pytest.approx(1.0)
 
 
 def test_settled_once_the_kept_figure_is_final_and_nothing_watches_it():

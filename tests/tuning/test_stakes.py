@@ -18,7 +18,7 @@ from autotune.tuning.schedule import (LOCKED, PAUSED, TRIAL, WAITING, Listener,
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.stakes import (FIXED_S, MIN_SEARCH, SENSITIVE, SPEND, TRIAL_LOSS,
                                     WIN_SHARE, SearchCosts, Stakes)
-from autotune.tuning.trials import TrialDriver
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.tuner import Tuner
 
 STEP = 0.066  # the default's step, seconds
@@ -38,14 +38,14 @@ class Said(Listener):
 
 
 def make(space, budget=100, total_steps=None, warmup=3, costs=FREE):
-    driver = TrialDriver(space, None)
+    ledger = Ledger(space, None)
     said = Said()
 
     def new_tuner(b, seed, warm, space, warmup):
         return Tuner(space, budget=b, seed=seed, warm_start=warm,
                      techniques=("grid", "pbt"), reference=space.default())
 
-    schedule = TrialSchedule(space, driver, new_tuner, budget=budget, warmup=warmup,
+    schedule = TrialSchedule(space, ledger, new_tuner, budget=budget, warmup=warmup,
                              total_steps=total_steps, listener=said, costs=costs)
     return schedule, said
 
@@ -70,7 +70,7 @@ def test_a_short_job_with_no_headroom_does_not_search():
     space = SearchSpace.build(k_max=0)
     s, said = make(space, total_steps=300)
     ran = run(s, 40, faster_with_streams, lambda c: 0.0005)
-    assert s.phase == LOCKED and s.tuner is None and s.driver.history == []
+    assert s.phase == LOCKED and s.tuner is None and s.ledger.history == []
     assert all(c == space.default() for c in ran)
     assert s.best is None and s.kept is None
     assert any("nothing to win" in line for line in said.lines), said.lines
@@ -81,7 +81,7 @@ def test_headroom_too_small_for_the_steps_left_does_not_search():
     search."""
     s, said = make(SearchSpace.build(k_max=0), total_steps=60)
     run(s, 20, faster_with_streams, lambda c: 0.1 * STEP)
-    assert s.phase == LOCKED and s.driver.history == []
+    assert s.phase == LOCKED and s.ledger.history == []
     assert any("cannot pay for itself" in line for line in said.lines), said.lines
 
 
@@ -126,7 +126,7 @@ def test_a_job_whose_win_cannot_pay_the_fixed_cost_does_not_search():
     space = SearchSpace.build(k_max=0)
     s, said = make(space, budget=100, total_steps=300, costs=SearchCosts(6.0, 0.0))
     ran = run(s, 20, faster_with_streams, lambda c: 0.5 * STEP)
-    assert s.phase == LOCKED and s.tuner is None and s.driver.history == []
+    assert s.phase == LOCKED and s.tuner is None and s.ledger.history == []
     assert all(c == space.default() for c in ran)
     [line] = [x for x in said.lines if "cannot pay for itself" in x]
     assert "about 6.0 s to start a search, measured on this machine" not in line
@@ -135,13 +135,13 @@ def test_a_job_whose_win_cannot_pay_the_fixed_cost_does_not_search():
     # search either, and says the figure is not this machine's
     s, said = make(space, budget=100, total_steps=300, costs=SearchCosts())
     run(s, 20, faster_with_streams, lambda c: 0.5 * STEP)
-    assert s.phase == LOCKED and s.driver.history == []
+    assert s.phase == LOCKED and s.ledger.history == []
     assert any(f"about {FIXED_S:.1f} s to start a search, unmeasured here" in line
                for line in said.lines), said.lines
     # each trial iteration's decisions count too: free to start but 0.3 s a decision
     s, said = make(space, budget=100, total_steps=300, costs=SearchCosts(0.0, 0.3))
     run(s, 20, faster_with_streams, lambda c: 0.5 * STEP)
-    assert s.phase == LOCKED and s.driver.history == []
+    assert s.phase == LOCKED and s.ledger.history == []
 
 
 def test_a_young_job_of_unknown_length_waits_for_its_search():
@@ -153,7 +153,7 @@ def test_a_young_job_of_unknown_length_waits_for_its_search():
     s, said = make(space, budget=40, costs=SearchCosts(2.0, 0.0))
     at = math.ceil(2.0 / (SPEND * STEP))
     ran = run(s, at - 1, faster_with_streams, lambda c: 0.5 * STEP)
-    assert s.phase == WAITING and s.tuner is None and s.driver.history == []
+    assert s.phase == WAITING and s.tuner is None and s.ledger.history == []
     assert all(c == space.default() for c in ran)
     assert said.lines == [f"tuning waits for iteration {at}: a job of unknown length "
                           "searches once it has run long enough to pay for it (about 2.0 s "
@@ -161,7 +161,7 @@ def test_a_young_job_of_unknown_length_waits_for_its_search():
     config = space.default()
     for _ in range(40):
         config = s.next(config, faster_with_streams(config), comm_s=0.5 * STEP)
-    assert s.tuner is not None and s.driver.history, s.phase
+    assert s.tuner is not None and s.ledger.history, s.phase
     assert s.stakes.setup_s is not None and s.cost()["setup_s"] is not None
     assert len(said.lines) == 1 or "waits" not in " ".join(said.lines[1:])
     # the session need not measure the wait (every rank's collectives an iteration): it
@@ -345,8 +345,8 @@ def test_with_no_limit_the_search_takes_its_whole_budget():
     what they lost is still charged."""
     space = SearchSpace.build(k_max=0)
     for total in (None, 300):
-        driver = TrialDriver(space, None)
-        s = TrialSchedule(space, driver, lambda b, seed, warm, sp, w: Tuner(
+        ledger = Ledger(space, None)
+        s = TrialSchedule(space, ledger, lambda b, seed, warm, sp, w: Tuner(
             sp, budget=b, seed=seed, warm_start=warm, techniques=("grid", "pbt"),
             reference=sp.default()), budget=40, total_steps=total, spend=None,
             costs=SearchCosts(100.0, 1.0))  # no limit: no cost stops it
@@ -530,15 +530,15 @@ def test_a_job_that_affords_no_search_confirms_a_stored_best(holds):
     for _ in range(40):
         ran.append(dict(config))
         config = s.next(config, step(config), comm_s=0.1 * STEP)
-    assert s.phase == LOCKED and s.tuner is None and s.driver.history == []
+    assert s.phase == LOCKED and s.tuner is None and s.ledger.history == []
     # the warm-up (3), then the default until it has 4 scored iterations (the warm-up's
     # but its first), then the stored best
     assert ran[:5] == [space.default()] * 5 and ran[5] == stored
-    assert len(s.driver.samples[space.key(space.default())]) == 4
+    assert len(s.ledger.samples[space.key(space.default())]) == 4
     [line] = [x for x in said.lines if "cannot pay for itself" in x]
     assert line.endswith("; trying the stored best of run 4 against the default")
     assert not any(x.startswith("warm start") for x in said.lines), said.lines
-    assert s.driver.origin(stored)["how"] == "no search"
+    assert s.ledger.origin(stored)["how"] == "no search"
     if holds:  # kept as it is (the session's best is then the configuration in force)
         assert s.kept is None and ran[-1] == config == stored
         assert not any("back to the default" in x for x in said.lines), said.lines
@@ -554,11 +554,11 @@ def test_a_search_says_and_records_the_warm_start_when_it_starts():
     stored = space.validate({"streams": 4})
     s, said = make(space, total_steps=100_000)
     config = s.start(space.seeds(), stored=_stored_start(stored))
-    assert said.lines == [] and s.driver.origin(stored) is None
+    assert said.lines == [] and s.ledger.origin(stored) is None
     for _ in range(4):
         config = s.next(config, STEP, comm_s=0.5 * STEP)
     assert s.phase == TRIAL and said.lines == ["warm start: trying ..."]
-    assert s.driver.origin(stored)["how"] == "warm start"
+    assert s.ledger.origin(stored)["how"] == "warm start"
 
 
 def test_a_faster_looking_trial_not_kept_is_said_why():

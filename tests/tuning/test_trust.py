@@ -141,7 +141,7 @@ def test_the_wrong_prior_inverts_what_the_truth_prefers():
 def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_it(tmp_path):
     from autotune.store import Store
     from autotune.tuning.schedule import LOCKED, REFERENCE_ITERATIONS, Listener, TrialSchedule
-    from autotune.tuning.trials import TrialDriver
+    from autotune.tuning.ledger import Ledger
 
     said = []
 
@@ -153,7 +153,7 @@ def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_i
     run = store.start_run(job="trust", world={"machines": 4, "workers": 4}, backend="gloo",
                           model_graph=None, topology_graph=None,
                           space_facts={"k_max": 1, "workers_per_machine": 1})
-    driver = TrialDriver(LOSSLESS, None, store, run)
+    ledger = Ledger(LOSSLESS, None, store, run)
 
     def new_tuner(budget, seed, warm, space, warmup):
         return Tuner(space, budget=budget, seed=seed, warm_start=warm,
@@ -162,7 +162,7 @@ def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_i
 
     from autotune.tuning.drift import Drift
 
-    s = TrialSchedule(LOSSLESS, driver, new_tuner, budget=60, warmup=2, listener=Heard(),
+    s = TrialSchedule(LOSSLESS, ledger, new_tuner, budget=60, warmup=2, listener=Heard(),
                       drift=Drift(threshold=0.2, window=5, budget=40), spend=None)
     config = s.start(LOSSLESS.seeds())
     for _ in range(110):  # (no limit: the stakes, tested on their own, hold no trial)

@@ -1,17 +1,21 @@
-"""The trial driver: ask -> apply -> measure -> tell -> record, one home for both loops.
+"""The ledger of a job's trials: ask -> apply -> measure -> tell -> record, one home for
+both loops.
 
 A training session (:mod:`autotune.sessions`) applies a trial's configuration through the
 runtime and measures real iterations; offline tuning (:mod:`autotune.offline.simulated`)
-asks the simulator. Both go through :class:`TrialDriver`, which owns what they share:
+asks the simulator. Both go through :class:`Ledger`, which owns what they share:
 
 * the :class:`~autotune.tuning.tuner.Tuner` (``ask``/``tell``);
+* the job's one history: every :class:`~autotune.tuning.trial.Trial` once ended (the same
+  objects as the Tuner's, across the Tuners of re-tunes), and the faults that were not
+  trials;
 * every scored iteration of every configuration, so that "best" is one number everywhere
   (progress bar, table, store, report, ``--json``): the kept configuration's **mean over
   its scored iterations**, with their standard deviation; the default's likewise (the
   Tuner measures it as long as the kept one, see ``Tuner(reference=...)``);
-* recording: every trial to the results store (a store failure warns, it never stops
-  training), the run's result at the end, in the run's unit, with the kept
-  configuration's provenance when it came from the store (:attr:`TrialDriver.origins`,
+* recording, its one writer: every trial to the results store (a store failure warns, it
+  never stops training), the run's result at the end, in the run's unit, with the kept
+  configuration's provenance when it came from the store (:attr:`Ledger.origins`,
   :mod:`autotune.store.origin`).
 """
 
@@ -22,11 +26,12 @@ from typing import Any, Callable
 
 from autotune.speedup import measure
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.tuner import Trial, TrialRecord, Tuner
+from autotune.tuning.trial import Trial
+from autotune.tuning.tuner import Tuner
 
 
-class TrialDriver:
-    """Trials of one :class:`Tuner`, measured, told and recorded (module docstring).
+class Ledger:
+    """A job's trials, told and recorded (module docstring).
     ``store``/``run_id``: where trials go (``None``: nowhere); ``elsewhere``: where they
     go when the store's server is lost mid-run (:meth:`SessionRun.elsewhere
     <autotune.sessions.record.SessionRun.elsewhere>`)."""
@@ -41,8 +46,8 @@ class TrialDriver:
         #: where the run goes on when its store's server is lost mid-run: a local store
         #: and a run there that continues this one (``None``: not recorded from then on)
         self.elsewhere = elsewhere
-        self.history: list[TrialRecord] = []
-        self.failures: list[TrialRecord] = []
+        self.history: list[Trial] = []   # the job's trials, ended, and faults
+        self.failures: list[Trial] = []
         self.samples: dict[tuple, list[float]] = {}  # per configuration: scored iterations
         # per configuration: the stored run it came from (a warm start, budget 0, restart)
         self.origins: dict[tuple, dict[str, Any]] = {}
@@ -59,6 +64,15 @@ class TrialDriver:
         """One scored iteration of ``config`` (its throughput)."""
         self.samples.setdefault(self.space.key(config), []).append(float(score))
 
+    def best_lossless(self, space: SearchSpace) -> Config:
+        """The best-scored lossless configuration of the trials so far, else the default
+        of ``space``."""
+        scored = [r for r in self.history
+                  if r.score is not None and r.config.get("compression", "none") == "none"]
+        if not scored:
+            return space.default()
+        return dict(max(scored, key=lambda r: r.score).config)
+
     def forget(self) -> None:
         """Drop every scored iteration (they describe the job before a change)."""
         self.samples.clear()
@@ -66,31 +80,34 @@ class TrialDriver:
     def finish(self, trial: Trial, score: float | None, *, iterations: int | None = None,
                measured: int | None = None, error: str | None = None, wall_time: float = 0.0,
                index: int | None = None, throughput: float | None = None,
-               efficiency: float | None = None) -> TrialRecord:
+               efficiency: float | None = None) -> Trial:
         """Tell the Tuner ``trial``'s score (``None``: failed, with ``error``) and record
-        it. ``iterations``: how many of its iterations ran (cut short: the rest go back
-        to the budget); default all. ``measured``: how many of them were scored (the
-        score's weight; default all). ``index``: the trial's number in the run (default
-        the Tuner's; a session that re-tunes numbers on across Tuners). ``throughput``,
-        ``efficiency``: a lossy trial scored by goodput (``score`` is their product)."""
+        it: the same object ends in the Tuner's history and this one. ``iterations``: how
+        many of its iterations ran (cut short: the rest go back to the budget; a failed
+        trial's all count against the budget, and the record says how many ran); default
+        all. ``measured``: how many of them were scored (the score's weight; default all).
+        ``index``: the trial's number in the run (default the Tuner's; a session that
+        re-tunes numbers on across Tuners). ``throughput``, ``efficiency``: a lossy trial
+        scored by goodput (``score`` is their product)."""
         used = trial.iterations if iterations is None else int(iterations)
         assert self.tuner is not None
-        told = self.tuner.tell(trial, score, iterations=None if score is None else used,
-                               measured=None if score is None else measured)
-        rec = TrialRecord(trial.index if index is None else index, trial.technique,
-                          dict(trial.config), used, score, error, wall_time,
-                          new_best=told.new_best, throughput=throughput,
-                          efficiency=efficiency, trust=trial.trust)
-        self.history.append(rec)
+        self.tuner.tell(trial, score, iterations=None if score is None else used,
+                        measured=None if score is None else measured)
+        trial.iterations = used
+        if index is not None:
+            trial.index = index
+        trial.error, trial.wall_time = error, wall_time
+        trial.throughput, trial.efficiency = throughput, efficiency
+        self.history.append(trial)
         if error is not None:
-            self.failures.append(rec)
-        self.record(rec)
+            self.failures.append(trial)
+        self.record(trial)
         best = self.tuner.best
         if best is not None:
             self._kept = dict(best[0])
-        return rec
+        return trial
 
-    def record(self, rec: TrialRecord) -> None:
+    def record(self, rec: Trial) -> None:
         """Store one trial (also a fault that is not a trial of the Tuner's)."""
         self._store("add_trial", self.run_id, number=rec.index, technique=rec.technique,
                     config=rec.config, iterations=rec.iterations, score=rec.score,
