@@ -53,7 +53,7 @@ def _run(model: nn.Module, way: str, steps: int, budget: int
     return ended - started, tuner.tuning_cost, parts
 
 
-def cost_match(out: str, way: str = "native", steps: int = 150, budget: int = 40,
+def cost_match(out: str, way: str = "native", steps: int = 100, budget: int = 40,
                repeats: int = 5) -> dict:
     """``repeats`` pairs of runs, untuned then tuned, interleaved: each run's wall time
     and the tuned runs' reported costs (the leader's; None on the other ranks)."""
