@@ -10,8 +10,10 @@ Tuning iterations train the model like any other: no step is wasted. DDP's seman
 DDP's own (``docs/ddp.md``).
 
 - :mod:`~autotune.sessions.options`: :class:`SessionOptions`, the settings, checked;
-- :mod:`~autotune.sessions.session`: :class:`Session`, the one session: each step, the
-  apply-and-retry loop, faults, the close;
+- :mod:`~autotune.sessions.session`: :class:`Session`, the one session: each step,
+  faults, the close;
+- :mod:`~autotune.sessions.in_force`: the configuration in force and the job's space, and
+  the apply-and-retry loop that puts one in force on every rank;
 - :mod:`~autotune.sessions.hooked`: :class:`~autotune.sessions.hooked.HookedDDP`, how the
   gradients are averaged: DDP with the runtime behind its comm hook;
 - :mod:`~autotune.sessions.leader`: the leader's run, trial schedule and Tuners;

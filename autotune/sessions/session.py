@@ -6,7 +6,8 @@ session: DDP with autotune's runtime behind its comm hook
 (:class:`~autotune.sessions.hooked.HookedDDP`, which knows nothing of tuning). The
 :class:`Session` measures each iteration, and on the leader the trial schedule
 (:mod:`autotune.tuning.schedule`) says what the next one runs; it puts that in force on
-every rank (the apply-and-retry loop), records to the store, shows the progress and ends
+every rank (the apply-and-retry loop, :class:`~autotune.sessions.in_force.InForce`, the
+one holder of the configuration in force), records to the store, shows the progress and ends
 with the table; its results (``best``, ``history``, the scores) are
 :class:`~autotune.sessions.results.SessionResults`'.
 
@@ -32,16 +33,15 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from autotune.errors import shown_by_rank_0
-from autotune.runtime.config import ConfigError
-from autotune.runtime.errors import RuntimeFault, ServerLost, UsageError
+from autotune.runtime.errors import ServerLost, UsageError
 from autotune.sessions.display import SessionDisplay, report
 from autotune.sessions.hooked import DDP, HookedDDP
+from autotune.sessions.in_force import InForce
 from autotune.sessions.iteration import IterationMeter
 from autotune.sessions.leader import Leader
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.sessions.results import SessionResults
-from autotune.sessions.tuners import job_space
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
@@ -49,9 +49,6 @@ from autotune.tuning.ledger import Ledger
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-#: Configurations tried in a row before putting one in force is given up as broken.
-MAX_APPLY_TRIES = 1000
 
 
 class Session(SessionResults):
@@ -76,8 +73,7 @@ class Session(SessionResults):
         self.hooked = HookedDDP(model, options)  # how the gradients are averaged
         self.leader: Leader | None = None  # the leader's tuning
         self.info: Any = None                       # the world (runtime.world.WorldInfo)
-        self.space: SearchSpace | None = None
-        self.config: Config | None = None
+        self.in_force = InForce(self.hooked, options)  # the configuration in force
         self.iteration = 0  # iterations completed (step() calls that synchronised)
         self._state = "new"  # new -> open (inside ``with``) -> closed
         self._signals: TerminateAsInterrupt | None = None  # installed by __enter__
@@ -90,7 +86,6 @@ class Session(SessionResults):
         self._quiet_start = 0
         self._quiet_from: float | None = None
         self.meter = IterationMeter(self.hooked)  # what each iteration measures
-        self._servers_dropped = False
 
     @property
     def is_leader(self) -> bool:
@@ -107,6 +102,16 @@ class Session(SessionResults):
     def ddp(self) -> DDP | None:
         """The DDP that averages the gradients: the user's, or the one applied in place."""
         return self.hooked.ddp
+
+    @property
+    def space(self) -> SearchSpace | None:  # type: ignore[override]
+        """The job's space (smaller once servers are lost)."""
+        return self.in_force.space
+
+    @property
+    def config(self) -> Config | None:  # type: ignore[override]
+        """The configuration in force on every rank."""
+        return self.in_force.config
 
     @property
     def ledger(self) -> Ledger | None:  # type: ignore[override]
@@ -176,7 +181,7 @@ class Session(SessionResults):
             self.iteration += 1
             if self.iteration <= self._quiet_until and failed is None:
                 if self.hooked.needs_sync:  # no collective of its own, but a sync
-                    self._apply(None)        # where push/pull or servers need one
+                    self.in_force.put(None)  # where push/pull or servers need one
                 self._t_last = time.perf_counter()
                 return
             if self._quiet_from is not None:  # a quiet stretch ended (a failure cuts it)
@@ -186,7 +191,8 @@ class Session(SessionResults):
             elapsed = time.perf_counter() - self._t_last
             slowest, comm_s, efficiency, quiet = self.meter.reduce(
                 float("inf") if failed else elapsed, waited,
-                float(self.schedule.quiet_for()) if self.is_leader else 0.0, self._lossy())
+                float(self.schedule.quiet_for()) if self.is_leader else 0.0,
+                self.in_force.lossy)
             nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
                                       efficiency=efficiency)
                    if self.is_leader else None)
@@ -200,7 +206,7 @@ class Session(SessionResults):
                 self.hooked.settle()
             self._quiet_start, self._quiet_until = self.iteration, self.iteration + quiet
             self._quiet_from = self._t_last if 0 < quiet < math.inf else None
-            self.meter.begin(self.iteration, self._lossy())
+            self.meter.begin(self.iteration, self.in_force.lossy)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -211,10 +217,6 @@ class Session(SessionResults):
         with self.hooked.accumulate():
             yield
 
-    def _lossy(self) -> bool:
-        """Whether the active configuration runs a codec (the same on every rank)."""
-        return (self.config or {}).get("compression", "none") != "none"
-
     # ------------------------------------------------------------------ set-up
     def _open(self) -> None:
         """Join the world (a server rank serves, then leaves the process); workers start
@@ -224,8 +226,7 @@ class Session(SessionResults):
         try:
             self.info = self.rt.info
             self.hooked.start()
-            self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
-                                   fixed=self.options.fixed)
+            space = self.in_force.space_of_job()
             params = self.hooked.params
             self.meter.start(self.options, self.info, params)
             probe = self.meter.probe
@@ -233,10 +234,11 @@ class Session(SessionResults):
             first = None
             if self.is_leader:
                 self.leader = Leader(self.options, self._run, self.display)
-                first = self.leader.start(self.model, self.info, self.space, params,
+                first = self.leader.start(self.model, self.info, space, params,
                                           self.hooked.backend, self.score_unit,
                                           link=self.meter.link, drift=self._drift,
                                           goodput=probe is not None)
+                self.in_force.schedule = self.leader.schedule
             self._apply(first)
         except BaseException as exc:
             # e.g. the workers' models differ: release the runtime, close the run (if the
@@ -255,61 +257,15 @@ class Session(SessionResults):
             return averaged  # type: ignore[return-value]
         failure = averaged[0]
         if isinstance(failure, ServerLost):
-            self._lose_servers(failure)
+            self.in_force.lose_servers(failure)
         self._apply(self.schedule.fallback() if self.is_leader else None, retrying=True)
         return str(failure), None
 
-    # --------------------------------------------------- apply, and retry if it fails
     def _apply(self, config: Config | None, retrying: bool = False) -> None:
-        """Put ``config`` in force on every rank (:meth:`HookedDDP.put_in_force`) until one
-        is. One that cannot be applied fails identically on every rank: the leader's
-        schedule says what instead (the trial fails, or the fallback), the others just put
-        it again."""
-        for _ in range(MAX_APPLY_TRIES):
-            try:
-                active = self.hooked.put_in_force(config)
-            except ConfigError as exc:
-                config = self._rejected(config, exc, retrying)
-                continue
-            except RuntimeFault as exc:
-                config = self._apply_fault(exc, config, retrying)
-                continue
-            # the runtime's configuration, as a point of this session's space
-            self.config = {k: active[k] for k in self.space.names}
-            self._t_last = time.perf_counter()
-            return
-        raise RuntimeFault(f"no configuration could be applied: {MAX_APPLY_TRIES} in a row "
-                           "failed")
-
-    def _apply_fault(self, exc: RuntimeFault, config: Config | None,
-                     retrying: bool) -> Config | None:
-        """A :class:`RuntimeFault` while putting ``config`` in force: what to try instead;
-        raises what it cannot survive."""
-        if not exc.recoverable:
-            raise exc
-        if isinstance(exc, ServerLost):
-            # lost at an iteration boundary: nothing to average again; keep the
-            # configuration if it can still run, the tuner starts over next step
-            self._lose_servers(exc)
-            if self.is_leader and config is not None and not self.schedule.allowed(config):
-                config = self.schedule.fallback()
-            return config
-        return self._rejected(config, exc, retrying)
-
-    def _lose_servers(self, exc: ServerLost) -> None:
-        """Servers stopped; the runtime already dropped them. Shrink the space to what is
-        left; the leader reports, records, and starts the tuning over at the next step."""
-        if self._servers_dropped:
-            return
-        self._servers_dropped = True
-        self.space = job_space(self.rt, allow_lossy=self.options.allow_lossy,
-                               fixed=self.options.fixed)
-        if self.is_leader:
-            self.schedule.servers_lost(self.space, exc.servers, str(exc), self.config)
-
-    def _rejected(self, config: Config | None, exc: Exception, retrying: bool) -> Config | None:
-        """``config`` could not run: the leader's schedule says what instead."""
-        return self.schedule.rejected(config, str(exc), retrying) if self.is_leader else config
+        """Put ``config`` in force on every rank (:meth:`InForce.put`); the next
+        iteration's time starts after it."""
+        self.in_force.put(config, retrying)
+        self._t_last = time.perf_counter()
 
     def _require_open(self, call: str) -> None:
         if self._state == "new":
