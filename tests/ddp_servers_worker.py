@@ -92,9 +92,9 @@ def train(group, family: str | None, kill: bool = False) -> dict:
                     os.kill(int(store.get(f"autotune/pid/{server}").decode()), signal.SIGKILL)
     rec["history"] = [dict(config=h.config, error=h.error, score=h.score) for h in tuner.history]
     rec["lost_servers"] = list(tuner.rt.lost_servers)
-    rec["handed"] = tuner.hooked.transport.buckets.handed
-    rec["averaged_again"] = tuner.hooked.transport.buckets.averaged_again
-    rec["buckets"] = len(tuner.hooked.transport.buckets.sizes)
+    rec["handed"] = tuner.hooked.hook.buckets.handed
+    rec["averaged_again"] = tuner.hooked.hook.buckets.averaged_again
+    rec["buckets"] = len(tuner.hooked.hook.buckets.sizes)
     rec["state"] = state(model)
     return rec
 

@@ -89,7 +89,7 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
             settled.append(tuner.settled)
             collectives.append(calls["n"] - before)
             # whether DDP's comm hook is registered (else DDP's built-in all-reduce runs)
-            hooked.append(tuner.hooked.transport.hooked and bool(tuner.ddp._comm_hooks))
+            hooked.append(tuner.hooked.hook.hooked and bool(tuner.ddp._comm_hooks))
             if not any(r() is tuner.ddp for r in ddps):
                 ddps.append(weakref.ref(tuner.ddp))
         # the DDPs built over the model that are still alive (no garbage collection run):

@@ -58,7 +58,7 @@ class HookedDDP:
         self.rt: Any = None
         self._user_ddp: DDP | None = model if isinstance(model, DDP) else None
         self.in_place: InPlaceDDP | None = None  # for a plain module
-        self.transport: Any = None
+        self.hook: Any = None  # the comm hook's state (runtime.ddp_hook.BucketTransport)
         self._liveness: Liveness | None = None  # reads the failure a peer posted
         self._accumulating = False  # inside tuner.no_sync()
         # the hook's counts at the last step: buckets, backwards, forwards inside
@@ -122,12 +122,12 @@ class HookedDDP:
                        "DDP with process_group=autotune.workers_group()" if info.servers else
                        ": autotune inside DDP averages among every worker of the world"))
         self._liveness = Liveness(rendezvous_store(), info.rank)
-        self.transport = BucketTransport.install(self.ddp, self.rt, called=self.model)
+        self.hook = BucketTransport.install(self.ddp, self.rt, called=self.model)
 
     def _follow(self, ddp: DDP) -> None:
         """The in-place DDP was built anew (to find unused parameters): the comm hook
         goes with it."""
-        self.transport.move_to(ddp)
+        self.hook.move_to(ddp)
 
     # ------------------------------------------------------------ the hot path
     def await_average(self) -> tuple[Exception | None, float | None] | None:
@@ -137,7 +137,7 @@ class HookedDDP:
         (None after a failure). None for a micro-step of gradient accumulation: a step
         whose backward sent no bucket and whose forward ran inside ``no_sync()`` (as
         Accelerate's ``accumulate()`` runs). Misuse raises :class:`UsageError`."""
-        t = self.transport
+        t = self.hook
         if self.in_place is not None:
             self.in_place.check()  # a parameter replaced would get no bucket
         if self._accumulating:  # (inside DDP's own no_sync(), as Accelerate's
@@ -175,7 +175,7 @@ class HookedDDP:
         in force on every rank, the runtime's world and the hook alike; the active
         configuration. Raises :class:`~autotune.runtime.config.ConfigError` alike on every
         rank when it cannot run."""
-        return self.transport.sync(config)
+        return self.hook.sync(config)
 
     @property
     def needs_sync(self) -> bool:
@@ -198,7 +198,7 @@ class HookedDDP:
         needed it): the in-place DDP is built anew without it, so that the rest of the
         job runs DDP's built-in all-reduce, with no Python per bucket. A user's DDP keeps
         the hook: DDP cannot take one back (docs/ddp.md)."""
-        t = self.transport
+        t = self.hook
         if (self.in_place is not None and t.hooked and t.buckets.ddp_allreduce
                 and t.sample is None):
             t.unhook(self.in_place.plain())
@@ -216,8 +216,8 @@ class HookedDDP:
         peer = None
         if self._liveness is not None:
             peer = self._liveness.failure(info.workers, lambda r: f"rank {r}")
-        if peer is None and self.transport is not None:
-            peer = self.transport.buckets.fatal
+        if peer is None and self.hook is not None:
+            peer = self.hook.buckets.fatal
         if peer is None and self._ddp_broke(exc):
             peer = self.rt.blame(f"DDP's built-in all-reduce on rank {info.rank}",
                                  list(info.workers), exc)
@@ -227,7 +227,7 @@ class HookedDDP:
         """Whether ``exc`` is DDP's built-in all-reduce failing (no comm hook registered:
         torch's error from backward, which names no rank): a ``torch.distributed``
         error, or a runtime error the backend wrote."""
-        if self.transport is None or self.transport.hooked or self.rt is None:
+        if self.hook is None or self.hook.hooked or self.rt is None:
             return False
         return isinstance(exc, dist.DistError) or (
             isinstance(exc, RuntimeError) and any(m in str(exc) for m in _BACKEND_WORDS))
@@ -253,8 +253,8 @@ class HookedDDP:
         session), a plain module is plain again (DDP removed; ``clean``: the session
         ended without an error)."""
         try:
-            if self.transport is not None:
-                self.transport.detach()
+            if self.hook is not None:
+                self.hook.detach()
         finally:
             if self.in_place is not None:
                 self.in_place.remove(clean=clean)

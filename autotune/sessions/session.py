@@ -230,7 +230,7 @@ class Session(SessionResults):
             params = self.hooked.params
             self.meter.start(self.options, self.info, params)
             probe = self.meter.probe
-            self.hooked.transport.sample = probe.sample if probe is not None else None
+            self.hooked.hook.sample = probe.sample if probe is not None else None
             first = None
             if self.is_leader:
                 self.leader = Leader(self.options, self._run, self.display)

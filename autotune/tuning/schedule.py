@@ -18,7 +18,7 @@ next. The phases:
     than the probe's) are the first trials (AIACC-Training's remedy).
 ``waiting``
     A young job of unknown length whose search would cost more than it may yet lose
-    (:attr:`~autotune.tuning.stakes.Plan.start_at`): the default runs, not a trial, until
+    (:attr:`~autotune.tuning.stakes.Allowance.start_at`): the default runs, not a trial, until
     the job has run long enough; then the Tuner is made. The session measures none of
     the iterations in between (:meth:`TrialSchedule.quiet_for`).
 ``baseline``
@@ -111,7 +111,7 @@ from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.stakes import SENSITIVE, SPEND, Plan, SearchCosts, Stakes
+from autotune.tuning.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
 from autotune.tuning.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.ledger import Ledger
 from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, throughput, trial_seconds, unit_of
@@ -143,7 +143,7 @@ class StoredStart:
     configurations with their origins, and ``line``, what says so, recorded and said when
     the search starts; ``proven``, a stored best that beat its own run's default by more
     than the noise, its origin, and the line that says it is tried: where the job
-    affords no search (:attr:`Plan.stored`), it is kept once the default has enough
+    affords no search (:attr:`Allowance.stored`), it is kept once the default has enough
     scored iterations (``baseline``), and its settled iterations confirm it against them
     (back to the default if not)."""
 
@@ -190,7 +190,7 @@ class TrialSchedule:
         self.ledger = ledger
         # what the job can win and what the trials cost it (autotune.tuning.stakes)
         self.stakes = Stakes(total_steps, spend, costs)
-        self._plan = Plan(budget)  # the search the job affords (at the warm-up's end)
+        self._allowance = Allowance(budget)  # the search the job affords (at the warm-up's end)
         self._charging = False  # whether the last next() was the search's (applied())
         self._warm_start: list[Config] = []  # the warm start, tried once tuning begins
         self._stored = StoredStart()  # what of it came from the store
@@ -303,7 +303,9 @@ class TrialSchedule:
         if self.phase == BASELINE:
             return self._baseline(config, seconds, failed, switched)
         if self.phase == WAITING:
-            return self._search() if self.iteration >= self._plan.start_at else self.space.default()
+            if self.iteration >= self._allowance.start_at:
+                return self._search()
+            return self.space.default()
         if self.phase == LOADING:
             self._loading_iterations += 1
             self.stakes.loading(seconds)
@@ -371,7 +373,7 @@ class TrialSchedule:
         if self.settled:
             return math.inf
         if self.phase == WAITING and not self.goodput:
-            return float(max(0, self._plan.start_at - self.iteration - 2))
+            return float(max(0, self._allowance.start_at - self.iteration - 2))
         return 0.0
 
     def skipped(self, iterations: int, seconds: float) -> None:
@@ -420,13 +422,13 @@ class TrialSchedule:
 
     def _begin(self) -> Config:
         """The warm-up is over: as much search as the job can pay back
-        (:meth:`Stakes.plan`), none where nothing is to be won, later where a young job
+        (:meth:`Stakes.allowance`), none where nothing is to be won, later where a young job
         cannot pay for it yet (``waiting``)."""
-        plan = self._plan = self.stakes.plan(self.budget, self.iteration,
-                                             self.warmup_phase.times, self.warmup_phase.comm)
-        if plan.budget == 0:
-            proven = self._proven() if plan.stored else None
-            line = plan.line(None if proven is None else self._stored.proven[2])
+        allowance = self._allowance = self.stakes.allowance(
+            self.budget, self.iteration, self.warmup_phase.times, self.warmup_phase.comm)
+        if allowance.budget == 0:
+            proven = self._proven() if allowance.stored else None
+            line = allowance.line(None if proven is None else self._stored.proven[2])
             if line:
                 self.listener.say(line)
             if proven is not None:
@@ -435,9 +437,9 @@ class TrialSchedule:
             kept = self.space.default()
             self.kept_phase.keep(kept)
             return kept
-        if plan.reason is not None:
-            self.listener.say(plan.line())
-        if plan.start_at > self.iteration:
+        if allowance.reason is not None:
+            self.listener.say(allowance.line())
+        if allowance.start_at > self.iteration:
             self.phase = WAITING
             return self.space.default()
         return self._search()
@@ -475,11 +477,11 @@ class TrialSchedule:
         return kept
 
     def _search(self) -> Config:
-        """The search :attr:`_plan` affords starts: its Tuner is made (a fixed cost,
+        """The search :attr:`_allowance` affords starts: its Tuner is made (a fixed cost,
         measured: :meth:`Stakes.setup`) and its libraries are imported beside the job.
         Codecs wait out the sensitive phase (a lossless search first). If the warm-up
         showed a per-flow cap, the seeds with the probe's streams are tried first."""
-        budget = self._plan.budget
+        budget = self._allowance.budget
         lossless = self.codecs.hold(self.iteration, self.stakes.sensitive_until(), budget)
         if lossless is not None:
             self.trial_phase.narrow(lossless)

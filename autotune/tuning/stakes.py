@@ -5,7 +5,7 @@ included. The trial schedule (:mod:`autotune.tuning.schedule`) therefore asks th
 once the warm-up has measured the default, how much to search, and tells it every trial
 iteration, so that the trials never lose more than a small share of the job's time:
 
-**What is at stake** (:meth:`Stakes.plan`, at the end of the warm-up). The default's
+**What is at stake** (:meth:`Stakes.allowance`, at the end of the warm-up). The default's
 step ``step_s`` and its *exposed communication* ``exposed_s`` (the least any worker waited
 for the averaged gradients after its backward: what no configuration can take away from
 compute, and the most any configuration can save per iteration) are medians of the
@@ -26,7 +26,7 @@ measured by the last run on this machine that searched (the store), else
 * with the length unknown (no ``total_steps``, and no framework that knows it), the job is
   taken to run as long again as it has run: the search starts at the first iteration
   at which that pays for the shortest search and :data:`SPEND` of the job's time so far
-  covers the fixed cost (:attr:`Plan.start_at`); the default runs until then.
+  covers the fixed cost (:attr:`Allowance.start_at`); the default runs until then.
 
 **What the trials cost** (:meth:`Stakes.charge`): each trial iteration's seconds beyond
 the default's step, net (a trial faster than the default pays back), and the schedule's
@@ -63,7 +63,7 @@ import statistics
 from dataclasses import dataclass
 
 __all__ = ["DECIDE_S", "FIXED_S", "MIN_SEARCH", "NOISE_FLOOR", "SENSITIVE", "SPEND",
-           "TRIAL_LOSS", "WIN_SHARE", "Plan", "SearchCosts", "Stakes"]
+           "TRIAL_LOSS", "WIN_SHARE", "Allowance", "SearchCosts", "Stakes"]
 
 #: The most of the job's predicted time the trials may lose against the default (the
 #: session's ``spend``, by default).
@@ -94,7 +94,7 @@ DECIDE_S = 0.06
 
 
 @dataclass(frozen=True)
-class Plan:
+class Allowance:
     """The search a job can afford: ``budget`` trial iterations (0: none) and why
     (``None`` when the user's budget stands as it is); ``start_at``: the iteration it may
     start at (a young job of unknown length waits until it has run long enough to pay for
@@ -108,7 +108,7 @@ class Plan:
     stored: bool = False
 
     def line(self, instead: str | None = None) -> str | None:
-        """The line that says the plan: with no search, its reason and what runs
+        """The line that says the allowance: with no search, its reason and what runs
         (``instead``, else the default untuned)."""
         if self.reason is None or self.budget > 0:
             return self.reason
@@ -191,20 +191,20 @@ class Stakes:
         if math.isfinite(seconds):
             self.elapsed_s += seconds
 
-    def plan(self, requested: int, done: int, steps_s: list[float],
-             exposed_s: list[float]) -> Plan:
+    def allowance(self, requested: int, done: int, steps_s: list[float],
+             exposed_s: list[float]) -> Allowance:
         """At the end of the warm-up (``done`` iterations ran; ``steps_s`` and
         ``exposed_s``: the default's warm-up steps and exposed communication, the first,
         which pays for allocations, dropped when there are more): the search to run, at
         most ``requested`` iterations, its fixed costs (:attr:`costs`) counted."""
         if not steps_s:
-            return Plan(requested)
+            return Allowance(requested)
         step = self.step_s = _median(steps_s)
         exposed = _median(exposed_s) if exposed_s else None
         if self.spend is None:  # no limit: the user's budget
-            return Plan(requested)
+            return Allowance(requested)
         if exposed is not None and exposed < NOISE_FLOOR * step:
-            return Plan(0, f"nothing to win: communication adds {_ms(exposed)} to a "
+            return Allowance(0, f"nothing to win: communication adds {_ms(exposed)} to a "
                            f"{_ms(step)} step (under {NOISE_FLOOR:.0%})")
         if not self.known:
             return self._plan_unknown(requested, done, step, exposed)
@@ -216,22 +216,22 @@ class Stakes:
         if exposed is not None:
             pays = int((WIN_SHARE * exposed * left - costs.fixed_s) / per)
             if pays < MIN_SEARCH:
-                return Plan(0, f"a search cannot pay for itself: at most {_ms(exposed)} an "
+                return Allowance(0, f"a search cannot pay for itself: at most {_ms(exposed)} an "
                                f"iteration to win over the {left} iterations left, against "
                                f"{_start(costs)}", stored=True)
             caps.append(pays)
         budget = max(0, min(caps))
         if budget >= requested:
-            return Plan(requested)
+            return Allowance(requested)
         if budget < MIN_SEARCH:
-            return Plan(0, f"a job of {steps} iterations affords no search ({_start(costs)}, "
+            return Allowance(0, f"a job of {steps} iterations affords no search ({_start(costs)}, "
                            f"{self.spend:.0%} of its predicted time is "
                            f"{self._known_cap_s:.2f} s)", stored=True)
-        return Plan(budget, f"tuning budget {budget} iterations (of {requested}): what a "
+        return Allowance(budget, f"tuning budget {budget} iterations (of {requested}): what a "
                             f"job of {steps} iterations can pay back")
 
     def _plan_unknown(self, requested: int, done: int, step: float,
-                      exposed: float | None) -> Plan:
+                      exposed: float | None) -> Allowance:
         """A job of unknown length is taken to run as long again as it has run (the
         doubling trick): its search starts once what it would win over that many more
         iterations pays for the shortest search, and once its share of the job's time so
@@ -241,8 +241,8 @@ class Stakes:
         if exposed is not None and exposed > 0:
             at = max(at, math.ceil(costs.shortest(step) / (WIN_SHARE * exposed)))
         if at <= done:
-            return Plan(requested)
-        return Plan(requested, f"tuning waits for iteration {at}: a job of unknown length "
+            return Allowance(requested)
+        return Allowance(requested, f"tuning waits for iteration {at}: a job of unknown length "
                                f"searches once it has run long enough to pay for it "
                                f"({_start(costs)})", start_at=at)
 

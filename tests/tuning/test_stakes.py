@@ -184,7 +184,7 @@ def test_a_young_job_of_unknown_length_waits_for_its_search():
     s, said = make(space, budget=40, costs=SearchCosts(2.0, 0.0))
     run(s, 10, faster_with_streams, lambda c: 0.05 * STEP)
     shortest = 2.0 + MIN_SEARCH * TRIAL_LOSS * STEP
-    assert s._plan.start_at == math.ceil(shortest / (WIN_SHARE * 0.05 * STEP)) > at
+    assert s._allowance.start_at == math.ceil(shortest / (WIN_SHARE * 0.05 * STEP)) > at
 
 
 def test_an_earlier_runs_measured_costs_are_the_next_ones_estimate():
@@ -330,7 +330,7 @@ def test_a_noisy_candidate_that_is_not_faster_is_not_kept():
 
 def test_stakes_summary_says_when_the_kept_pays_back():
     stakes = Stakes(1000, costs=FREE)
-    stakes.plan(100, 3, [STEP] * 3, [0.5 * STEP] * 3)
+    stakes.allowance(100, 3, [STEP] * 3, [0.5 * STEP] * 3)
     for _ in range(10):
         stakes.charge(2 * STEP)
     summary = stakes.summary(kept_s=STEP / 2, at=50)
@@ -415,7 +415,7 @@ def test_the_default_slowed_by_the_search_libraries_is_charged():
     loading phase) are a fixed cost of searching: what they take beyond the default's
     step is charged."""
     stakes = Stakes(None)
-    stakes.plan(100, 3, [STEP] * 3, [0.5 * STEP] * 3)
+    stakes.allowance(100, 3, [STEP] * 3, [0.5 * STEP] * 3)
     stakes.loading(3 * STEP)
     stakes.loading(0.5 * STEP)  # faster than the step: nothing to charge
     assert stakes.lost_s == pytest.approx(2 * STEP) == stakes.loading_s
@@ -439,7 +439,7 @@ def test_a_framework_count_of_steps_becomes_total_steps():
 def test_the_shortest_search_is_run_or_none():
     """A cap below MIN_SEARCH is no search, not a search too short to judge anything."""
     stakes = Stakes(total_steps=int(MIN_SEARCH * TRIAL_LOSS / SPEND) - 20, costs=FREE)
-    plan = stakes.plan(100, 3, [STEP] * 3, [0.9 * STEP] * 3)
+    plan = stakes.allowance(100, 3, [STEP] * 3, [0.9 * STEP] * 3)
     assert plan.budget == 0 and "affords no search" in plan.reason
 
 
