@@ -16,6 +16,9 @@ best configuration. :class:`KeptPhase` then
   communication time (:mod:`autotune.tuning.drift`), and says when either calls for a
   re-tune, and from which configuration.
 
+:func:`not_the_fastest` says why the kept configuration is not the fastest trial's, when
+it is not.
+
 Nothing here imports torch.
 """
 
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 
-from autotune.speedup import beats, measure
+from autotune.speedup import MIN_ITERATIONS, beats, measure
 from autotune.tuning.drift import Drift, DriftWatch
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import EFFICIENCY_WINDOW, dropped
@@ -179,3 +182,42 @@ class KeptPhase:
             return None
         now, self._window = statistics.fmean(self._window), []
         return (self.measured_efficiency, now) if dropped(self.measured_efficiency, now) else None
+
+
+def not_the_fastest(ledger: Ledger, tuner: Tuner | None, kept: Config,
+                samples_per_step: int | None) -> str | None:
+    """Why ``kept`` (what ``tuner`` keeps of the trials in ``ledger``) is not the
+    configuration of the fastest single trial, when it is not (issue 65: a report showed a trial faster than what was kept, and not why): a
+    clause the done line ends with, "not the fastest trial's ...: the rule".
+    The Tuner keeps the highest lower bound of a trials' mean (``Tuner.best``): in
+    the confirm phase among those measured :data:`MIN_ITERATIONS` times or more, and
+    only where that bound clears the default's upper one."""
+    if tuner is None:
+        return None
+    scored = [r for r in ledger.history if r.score is not None
+              and r.technique != "fault"
+              and tuner.space.contains(r.config)]  # a re-tune's space may be narrower
+    if not scored:
+        return None
+    key = ledger.space.key
+    top = max(scored, key=lambda r: r.score)
+    top_b, kept_b = tuner.bounds(top.config), tuner.bounds(kept)
+    if key(top.config) == key(kept) or top_b is None or kept_b is None:
+        return None
+    from autotune.units import fmt_config, fmt_score
+
+    unit = unit_of(samples_per_step)
+    n = tuner.measurements(top.config)
+    if tuner.reference is not None and key(kept) == key(tuner.reference):
+        why = (f"its mean's lower bound, {fmt_score(top_b[0], unit)}, does not clear "
+               f"the default's upper bound, {fmt_score(kept_b[2], unit)}: it is not "
+               "proven faster than the default")
+    elif n < MIN_ITERATIONS:
+        why = (f"it was measured {n} time{'s' if n != 1 else ''}, fewer than the "
+               f"{MIN_ITERATIONS} a kept configuration needs")
+    else:
+        why = (f"its mean's lower bound, {fmt_score(top_b[0], unit)}, is under the kept "
+               f"one's, {fmt_score(kept_b[0], unit)}")
+    return (f"not the fastest trial's {fmt_config(top.config)} "
+            f"({fmt_score(top.score, unit)} once, {fmt_score(top_b[1], unit)} on average "
+            f"over {n} measurements): {why}")

@@ -106,7 +106,7 @@ from autotune.speedup import MIN_ITERATIONS
 from autotune.tuning.codec_wait import CodecWait
 from autotune.tuning.drift import Drift
 from autotune.tuning.efficiency import LOSSY_WARMUP
-from autotune.tuning.kept import KeptPhase
+from autotune.tuning.kept import KeptPhase, not_the_fastest
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
@@ -114,7 +114,7 @@ from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
 from autotune.tuning.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.ledger import Ledger
-from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, throughput, trial_seconds, unit_of
+from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, throughput, trial_seconds
 from autotune.tuning.tuner import SEED, Tuner
 from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 
@@ -584,46 +584,9 @@ class TrialSchedule:
         kept = self.best[0] if self.best else self.fallback()
         self.kept_phase.lock(kept, self.tuner,
                              self.trial_phase.efficiency.get(self.space.key(kept), 1.0))
-        self.listener.locked(self.kept, self._not_the_fastest(kept))
+        self.listener.locked(self.kept, not_the_fastest(self.ledger, self.tuner, kept,
+                                                         self.samples_per_step))
         return kept
-
-    def _not_the_fastest(self, kept: Config) -> str | None:
-        """Why ``kept`` is not the configuration of the fastest single trial, when it is
-        not (issue 65: a report showed a trial faster than what was kept, and not why): a
-        clause the done line ends with, "not the fastest trial's ...: the rule".
-        The Tuner keeps the highest lower bound of a trials' mean (``Tuner.best``): in
-        the confirm phase among those measured :data:`MIN_ITERATIONS` times or more, and
-        only where that bound clears the default's upper one."""
-        tuner = self.tuner
-        if tuner is None:
-            return None
-        scored = [r for r in self.ledger.history if r.score is not None
-                  and r.technique != "fault"
-                  and tuner.space.contains(r.config)]  # a re-tune's space may be narrower
-        if not scored:
-            return None
-        key = self.space.key
-        top = max(scored, key=lambda r: r.score)
-        top_b, kept_b = tuner.bounds(top.config), tuner.bounds(kept)
-        if key(top.config) == key(kept) or top_b is None or kept_b is None:
-            return None
-        from autotune.units import fmt_config, fmt_score
-
-        unit = unit_of(self.samples_per_step)
-        n = tuner.measurements(top.config)
-        if tuner.reference is not None and key(kept) == key(tuner.reference):
-            why = (f"its mean's lower bound, {fmt_score(top_b[0], unit)}, does not clear "
-                   f"the default's upper bound, {fmt_score(kept_b[2], unit)}: it is not "
-                   "proven faster than the default")
-        elif n < MIN_ITERATIONS:
-            why = (f"it was measured {n} time{'s' if n != 1 else ''}, fewer than the "
-                   f"{MIN_ITERATIONS} a kept configuration needs")
-        else:
-            why = (f"its mean's lower bound, {fmt_score(top_b[0], unit)}, is under the kept "
-                   f"one's, {fmt_score(kept_b[0], unit)}")
-        return (f"not the fastest trial's {fmt_config(top.config)} "
-                f"({fmt_score(top.score, unit)} once, {fmt_score(top_b[1], unit)} on average "
-                f"over {n} measurements): {why}")
 
     def _retune(self, budget: int, first: Config, lossless: bool = False) -> Config:
         """A re-tune of ``budget`` iterations whose first trial is ``first``. What was
