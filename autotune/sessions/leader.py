@@ -21,9 +21,9 @@ from autotune.sessions.display import SessionDisplay
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.sessions.tuners import JobTuners
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.ledger import Ledger
 from autotune.tuning.tuner import GP_LIBRARIES
 
 DDP = torch.nn.parallel.DistributedDataParallel

@@ -43,9 +43,9 @@ from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.sessions.results import SessionResults
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.ledger import Ledger
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -181,7 +181,7 @@ class Session(SessionResults):
             self.iteration += 1
             if self.iteration <= self._quiet_until and failed is None:
                 if self.hooked.needs_sync:  # no collective of its own, but a sync
-                    self.in_force.put(None)  # where push/pull or servers need one
+                    self._apply(None)        # where push/pull or servers need one
                 self._t_last = time.perf_counter()
                 return
             if self._quiet_from is not None:  # a quiet stretch ended (a failure cuts it)

@@ -28,11 +28,11 @@ import statistics
 
 from autotune.speedup import MIN_ITERATIONS, beats, measure
 from autotune.tuning.drift import Drift, DriftWatch
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import EFFICIENCY_WINDOW, dropped
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import throughput, unit_of
-from autotune.tuning.ledger import Ledger
 from autotune.tuning.tuner import Tuner
 
 #: Standard errors of the difference of the means by which a kept configuration's
@@ -187,8 +187,9 @@ class KeptPhase:
 def not_the_fastest(ledger: Ledger, tuner: Tuner | None, kept: Config,
                 samples_per_step: int | None) -> str | None:
     """Why ``kept`` (what ``tuner`` keeps of the trials in ``ledger``) is not the
-    configuration of the fastest single trial, when it is not (issue 65: a report showed a trial faster than what was kept, and not why): a
-    clause the done line ends with, "not the fastest trial's ...: the rule".
+    configuration of the fastest single trial, when it is not (issue 65: a report showed
+    a trial faster than what was kept, and not why): a clause the done line ends with,
+    "not the fastest trial's ...: the rule".
     The Tuner keeps the highest lower bound of a trials' mean (``Tuner.best``): in
     the confirm phase among those measured :data:`MIN_ITERATIONS` times or more, and
     only where that bound clears the default's upper one."""

@@ -107,14 +107,14 @@ from autotune.tuning.codec_wait import CodecWait
 from autotune.tuning.drift import Drift
 from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase, not_the_fastest
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
-from autotune.tuning.trial_phase import NewTuner, TrialPhase
-from autotune.tuning.ledger import Ledger
 from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, throughput, trial_seconds
+from autotune.tuning.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.tuner import SEED, Tuner
 from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.listener import Listener
 from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, judged_by_goodput
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import Trial, throughput, trial_seconds
-from autotune.tuning.ledger import Ledger
 from autotune.tuning.trust import PROPOSE
 from autotune.tuning.tuner import Tuner
 

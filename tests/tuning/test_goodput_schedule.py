@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from autotune.tuning.efficiency import COLLAPSED, LOSSY_WARMUP
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.lossy import UNKNOWN_EFFICIENCY
 from autotune.tuning.schedule import LOCKED, TRIAL, TrialSchedule
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.stakes import SearchCosts
-from autotune.tuning.ledger import Ledger
 from autotune.tuning.tuner import Tuner
 
 # a codec is faster per step, and each has its statistical efficiency

@@ -12,9 +12,9 @@ from autotune.speedup import MIN_ITERATIONS, Speedup
 from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, REFERENCE_ITERATIONS,
                                       SETTLED_SAMPLES, SWITCH_MARGIN, TRIAL, WARMUP, Drift,
                                       Listener, TrialSchedule, flow_probe)
+from autotune.tuning.ledger import Ledger
 from autotune.tuning.space import SearchSpace
 from autotune.tuning.stakes import SearchCosts
-from autotune.tuning.ledger import Ledger
 from autotune.tuning.tuner import Tuner
 
 
