@@ -156,7 +156,3 @@ class Trial:
         self.score = None if score is None else float(score)
         self.iterations, self.left = ran, 0
         self.state = FAILED if score is None else CUT if cut else SCORED
-
-    @property
-    def ended(self) -> bool:
-        return self.state in (SCORED, CUT, FAILED)
