@@ -306,9 +306,10 @@ def train_main(a: argparse.Namespace) -> None:
         first_step = time.perf_counter() - t0  # DDP's wrap, the session's start
         while True:
             x, y = task.next_batch()
-            task.loss(net, x, y).backward()
+            loss = task.loss(net, x, y)
+            loss.backward()
             if tuner is not None:
-                tuner.step()
+                tuner.step(loss=loss)
             opt.step()
             opt.zero_grad(set_to_none=False)
             step += 1

@@ -88,7 +88,7 @@ def main() -> None:
             x, y = next(data)
             loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
             loss.backward()
-            tuner.step()
+            tuner.step(loss=loss)  # with --lossy, a codec is kept only if the loss falls sooner
             opt.step()
             opt.zero_grad(set_to_none=False)
             if rank == 0 and (step % 50 == 0 or step == args.steps - 1):

@@ -132,6 +132,30 @@ def case(out: str, steps: int = 60, budget: int = 40, ddp: bool = False,
     return result
 
 
+def loss_mean(out: str) -> dict:
+    """Issue 62: the loss each worker passes to ``tuner.step(loss=...)`` reaches the
+    leader's schedule as the mean over the workers, through the session's own iteration
+    all-reduce (its meter, over the real process group); a worker that passes none, or a
+    loss that is not finite, makes it None; a loss that is not a number is a usage error."""
+    model = make_model(0)
+    (x, y), = batches(0, RANK, 1)
+    seen = {}
+    with autotune.session(model, budget=0, verbose=False, db=None) as tuner:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        tuner.step(loss=torch.tensor(float(RANK + 1)))
+        seen["mean"] = tuner.meter.reduce(0.1, 0.0, 0.0, False, float(RANK + 1))[4]
+        seen["one_missing"] = tuner.meter.reduce(0.1, 0.0, 0.0, False,
+                                                 None if RANK else 2.0)[4]
+        seen["nan"] = tuner.meter.reduce(0.1, 0.0, 0.0, False,
+                                         float("nan") if RANK else 2.0)[4]
+        try:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            tuner.step(loss="low")
+        except autotune.UsageError as e:
+            seen["error"] = str(e)
+    return seen
+
+
 def main(out: str) -> None:
     result = case(out, int(os.environ.get("SESSION_STEPS", "60")),
                   int(os.environ.get("SESSION_BUDGET", "40")),

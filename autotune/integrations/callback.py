@@ -126,10 +126,10 @@ class CallbackSession:
         _TUNED.add(model)
         self.tuner, self._open = tuner, True
 
-    def step(self) -> None:
-        """``tuner.step()`` after a training step (nothing where no session is open)."""
+    def step(self, loss: Any = None) -> None:
+        """``tuner.step(loss)`` after a training step (nothing where no session is open)."""
         if self._open and self.tuner is not None:
-            self.tuner.step()
+            self.tuner.step(loss)
 
     def finish(self, exc: BaseException | None) -> None:
         """Close the run, once: ``finished`` (``exc`` None), else with ``exc``. A failure

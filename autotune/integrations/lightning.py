@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 
 from autotune.integrations.callback import CallbackResults, CallbackSession
 
@@ -62,7 +63,7 @@ class AutotuneCallback(CallbackResults, pl.Callback):
                            outputs: Any, batch: Any, batch_idx: int) -> None:
         if pl_module.automatic_optimization and not _has_loss(outputs):
             return  # training_step returned None: Lightning skipped backward and the step
-        self.session.step()
+        self.session.step(_loss_of(outputs))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.session.finish(None)
@@ -78,3 +79,11 @@ def _has_loss(outputs: Any) -> bool:
     if isinstance(outputs, Mapping):
         return outputs.get("loss") is not None
     return outputs is not None
+
+
+def _loss_of(outputs: Any) -> Any:
+    """The batch's loss, for the loss test of a codec (None where ``training_step``
+    returned no loss Lightning kept)."""
+    if isinstance(outputs, Mapping):
+        return outputs.get("loss")
+    return outputs if isinstance(outputs, torch.Tensor) else None

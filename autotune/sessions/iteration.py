@@ -2,7 +2,8 @@
 
 Each measured iteration every worker puts its wall time of the iteration (a failure is
 infinity) and how long it waited for the averaged gradients (the communication the
-configuration left exposed) in a slot of its own, the leader adds how many iterations its
+configuration left exposed) in a slot of its own, with the training loss the loop passed
+to ``tuner.step(loss=...)`` (NaN where none), the leader adds how many iterations its
 trial schedule needs no measurement of next, and, where lossy codecs are scored by
 goodput, every worker adds its sample of the gradient
 (:class:`~autotune.sessions.efficiency_probe.EfficiencyProbe`): one float64 all-reduce
@@ -47,27 +48,32 @@ class IterationMeter:
         if options.prior and options.budget and workers > 1 and info.n_machines > 1:
             self.link = measure_link(self.hooked.worker_sum, workers=workers)
 
-    def reduce(self, elapsed: float, waited: float | None, quiet_for: float, lossy: bool
-               ) -> tuple[float, float | None, float | None, float]:
+    def reduce(self, elapsed: float, waited: float | None, quiet_for: float, lossy: bool,
+               loss: float | None = None
+               ) -> tuple[float, float | None, float | None, float, float | None]:
         """Collective over the workers, one all-reduce (SUM) an iteration: the slowest
         worker's time (a failure anywhere is infinity), the least any worker waited for
         the averaged gradients (None after a failure), when scored by goodput the
         iteration's statistical efficiency (else None), and ``quiet_for`` as the leader
         gave it (every other rank gives 0): how many iterations after this one its
-        schedule needs no measurement of (``inf``: settled). ``lossy``: the configuration
-        in force runs a codec."""
+        schedule needs no measurement of (``inf``: settled), and the mean over the workers
+        of ``loss`` (None where a worker passed none, or a loss that is not finite).
+        ``lossy``: the configuration in force runs a codec."""
         n = len(self.info.workers)
         me = self.info.workers.index(self.info.rank)
         probe = self.probe
         extra = probe.payload() if probe is not None else torch.zeros(0, dtype=torch.float64)
-        t = torch.zeros(2 * n + 1 + len(extra), dtype=torch.float64)
+        t = torch.zeros(2 * n + 2 + len(extra), dtype=torch.float64)
         t[me], t[n + me] = elapsed, waited if waited is not None else math.nan
         t[2 * n] = quiet_for
-        t[2 * n + 1:] = extra
+        t[2 * n + 1] = loss if loss is not None else math.nan
+        t[2 * n + 2:] = extra
         self.hooked.worker_sum(t)
         slowest, least = float(t[:n].max()), float(t[n:2 * n].min())
-        efficiency = probe.finish(t[2 * n + 1:], lossy) if probe is not None else None
-        return slowest, None if math.isnan(least) else least, efficiency, float(t[2 * n])
+        mean_loss = float(t[2 * n + 1]) / n
+        efficiency = probe.finish(t[2 * n + 2:], lossy) if probe is not None else None
+        return (slowest, None if math.isnan(least) else least, efficiency, float(t[2 * n]),
+                mean_loss if math.isfinite(mean_loss) else None)
 
     def begin(self, iteration: int, lossy: bool) -> None:
         """The next iteration starts: the probe samples its gradient (its coordinates only

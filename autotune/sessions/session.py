@@ -162,10 +162,13 @@ class Session(SessionResults):
         finally:
             self._restore_signals()
 
-    def step(self) -> None:
+    def step(self, loss: Any = None) -> None:
         """After the iteration's backward: return once every ``.grad`` holds the gradient
         averaged over the workers, measure the iteration and put in force what the leader's
         trial schedule runs next. Collective: every worker calls it once per iteration.
+        ``loss``: the iteration's training loss (a number or a one-element tensor), which
+        ``allow_lossy`` needs: a codec is kept only where the loss falls sooner
+        (docs/compression.md, "The loss test"); it is read only while measured.
         A micro-step whose backward ran inside ``no_sync()`` (gradient accumulation, as
         Accelerate's ``accumulate()`` does) is not an iteration: it returns at once."""
         self._require_open("step()")
@@ -189,12 +192,12 @@ class Session(SessionResults):
                     self.schedule.skipped(self.iteration - 1 - self._quiet_start,
                                           self._t_last - self._quiet_from)
             elapsed = time.perf_counter() - self._t_last
-            slowest, comm_s, efficiency, quiet = self.meter.reduce(
+            slowest, comm_s, efficiency, quiet, mean_loss = self.meter.reduce(
                 float("inf") if failed else elapsed, waited,
                 float(self.schedule.quiet_for()) if self.is_leader else 0.0,
-                self.in_force.lossy)
+                self.in_force.lossy, _number(loss))
             nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
-                                      efficiency=efficiency)
+                                      efficiency=efficiency, loss=mean_loss)
                    if self.is_leader else None)
             applying = time.perf_counter()
             self._apply(nxt)
@@ -355,3 +358,14 @@ def _check_model(model: Any) -> None:
             "(autotune.session(DistributedDataParallel(model), ...)) or pass the module")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"session() needs an nn.Module, got {type(model).__name__}")
+
+
+def _number(loss: Any) -> float | None:
+    """``tuner.step(loss=...)``'s loss as a float (None: not passed)."""
+    if loss is None:
+        return None
+    try:
+        return float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise UsageError(f"tuner.step(loss=...) takes the iteration's loss, a number or a "
+                         f"one-element tensor, not {type(loss).__name__}: {e}") from None

@@ -109,6 +109,7 @@ from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.kept import KeptPhase, not_the_fastest
 from autotune.tuning.ledger import Ledger
 from autotune.tuning.listener import SETTLED_SAMPLES, Listener
+from autotune.tuning.loss_test import LossTest
 from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
@@ -122,8 +123,8 @@ from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
            "SETTLED_SAMPLES", "SWITCH_MARGIN", "flow_probe", "trial_seconds"]
 
-WARMUP, WAITING, BASELINE, LOADING, TRIAL, PAUSED, LOCKED = (
-    "warmup", "waiting", "baseline", "loading", "trial", "paused", "locked")
+WARMUP, WAITING, BASELINE, LOADING, TRIAL, PAUSED, LOSS_TEST, LOCKED = (
+    "warmup", "waiting", "baseline", "loading", "trial", "paused", "loss test", "locked")
 
 #: The longest the first trial waits for the Tuner's libraries to be imported
 #: (:func:`~autotune.tuning.preload.loading`), in seconds.
@@ -150,6 +151,23 @@ class StoredStart:
     warm: list[tuple[Config, dict[str, Any]]] = field(default_factory=list)
     line: str | None = None
     proven: tuple[Config, dict[str, Any], str] | None = None
+
+    def tried(self, space: SearchSpace, ledger: Ledger, warmup_s: Sequence[float],
+              samples_per_step: int | None) -> Config | None:
+        """Where the job affords no search: the ``proven`` configuration, if it can run
+        in ``space`` and is not the default; its origin is recorded, and the default's
+        warm-up iterations (``warmup_s``) but the first (which pays for allocations) are
+        scored, the start of the ``baseline``."""
+        if self.proven is None:
+            return None
+        config, origin, _ = self.proven
+        default = space.default()
+        if not space.contains(config) or space.key(config) == space.key(default):
+            return None
+        ledger.came_from(config, origin)
+        for seconds in warmup_s[1:]:
+            ledger.sample(default, throughput(samples_per_step, seconds))
+        return config
 
 
 class TrialSchedule:
@@ -215,8 +233,8 @@ class TrialSchedule:
         self._replan = False
         self._ran: Config | None = None  # the configuration of the previous iteration
         self._loading_until = 0.0  # perf_counter: the first trial waits for imports until
-        self._loading_iterations = 0  # the default's, run unscored while they loaded
         self._ended_at: int | None = None  # the iteration the last trials ended at
+        self._loss_test: LossTest | None = None  # a codec's, before it is kept
         # the current Tuner, the trial under way, the best so far
         self.trial_phase = TrialPhase(ledger, self.listener, new_tuner, samples_per_step,
                                       cut_short, space, goodput)
@@ -243,20 +261,23 @@ class TrialSchedule:
 
     # ------------------------------------------------------------ each iteration
     def next(self, config: Config, seconds: float, failed: str | None = None,
-             comm_s: float | None = None, efficiency: float | None = None) -> Config:
+             comm_s: float | None = None, efficiency: float | None = None,
+             loss: float | None = None) -> Config:
         """``config`` ran one iteration in ``seconds`` (the slowest worker's; ``inf``, or
         ``failed`` with the reason, when it failed): the configuration to run next.
         ``comm_s``: its communication time, what the drift watch judges (the least any
         worker waited for the averaged gradients: a straggler's compute is not in it).
         ``efficiency``: its statistical efficiency, when scored by goodput (module
-        docstring; None: unknown). The time this call takes (the searchers' and the
+        docstring; None: unknown). ``loss``: the training loss the loop passed (the mean
+        over the workers; None: not passed), what a codec is kept by
+        (:mod:`~autotune.tuning.loss_test`). The time this call takes (the searchers' and the
         prior's, while every rank waits for the answer) is on the job's clock too: it is
         charged to the trials' cost."""
         started = time.perf_counter()
         self.stakes.tick(seconds)
         tuning = self.phase != LOCKED
         try:
-            return self._next(config, seconds, failed, comm_s, efficiency)
+            return self._next(config, seconds, failed, comm_s, efficiency, loss)
         finally:
             took = time.perf_counter() - started
             self._charging = tuning or self.phase != LOCKED
@@ -275,7 +296,7 @@ class TrialSchedule:
             self.stakes.tick(seconds)
 
     def _next(self, config: Config, seconds: float, failed: str | None,
-              comm_s: float | None, efficiency: float | None) -> Config:
+              comm_s: float | None, efficiency: float | None, loss: float | None) -> Config:
         self.iteration += 1
         scored = scored_efficiency(self.goodput, config, efficiency)
         switched, self._ran = config != self._ran, dict(config)
@@ -307,7 +328,6 @@ class TrialSchedule:
                 return self._search()
             return self.space.default()
         if self.phase == LOADING:
-            self._loading_iterations += 1
             self.stakes.loading(seconds)
             return self._when_loaded()
         if self.phase == PAUSED:
@@ -316,12 +336,16 @@ class TrialSchedule:
             self.phase = TRIAL
             return self._next_trial()
         self.stakes.charge(float("inf") if failed is not None else seconds)
+        if self.phase == LOSS_TEST:
+            return self._loss_tested(config, seconds, failed, loss)
         return self._measured(seconds, failed, switched, scored)
 
     def rejected(self, config: Config, error: str, retrying: bool = False) -> Config:
         """The runtime could not apply ``config`` (identically on every rank): outside a
         trial (or ``retrying`` a failed iteration) the fallback, else the trial fails and
         the next one is proposed."""
+        if self.phase == LOSS_TEST:
+            return self._loss_tested(config, float("inf"), error, None)
         if retrying or self.phase != TRIAL or self.trial_phase.trial is None:
             fallback = self.fallback()
             return fallback if config != fallback else self.space.default()
@@ -344,7 +368,7 @@ class TrialSchedule:
         good = self.last_good
         return good if good is not None and self.allowed(good) else self.space.default()
 
-    def allowed(self, config: Config) -> bool:
+    def allowed(self, config: Config) -> bool:  # (the session asks it too)
         return self.space.contains(config)
 
     # ------------------------------------------------------------------ state
@@ -403,10 +427,6 @@ class TrialSchedule:
         return dict(self.best[0]) if self.best is not None else None
 
     # --------------------------------------------------------------- phases
-    def _warmup_times(self) -> tuple[list, list]:
-        """The warm-up's times as values: (the default's, the several-stream probe's)."""
-        return list(self.warmup_phase.times), list(self.warmup_phase.probe_times)
-
     def _warmed(self, config: Config, seconds: float, comm_s: float | None) -> Config:
         """A warm-up iteration ran: trains, but is not a trial. At its end the tuning
         begins (:meth:`_begin`)."""
@@ -427,7 +447,8 @@ class TrialSchedule:
         allowance = self._allowance = self.stakes.allowance(
             self.budget, self.iteration, self.warmup_phase.times, self.warmup_phase.comm)
         if allowance.budget == 0:
-            proven = self._proven() if allowance.stored else None
+            proven = self._stored.tried(self.space, self.ledger, self.warmup_phase.times,
+                                        self.samples_per_step) if allowance.stored else None
             line = allowance.line(None if proven is None else self._stored.proven[2])
             if line:
                 self.listener.say(line)
@@ -443,22 +464,6 @@ class TrialSchedule:
             self.phase = WAITING
             return self.space.default()
         return self._search()
-
-    def _proven(self) -> Config | None:
-        """Where the job affords no search: the stored best that beat its own run's
-        default (:class:`StoredStart`), if it can run here and is not the default; its
-        origin is recorded, and the default's warm-up iterations but the first (which
-        pays for allocations) are scored, the start of the ``baseline``."""
-        if self._stored.proven is None:
-            return None
-        config, origin, _ = self._stored.proven
-        default = self.space.default()
-        if not self.allowed(config) or self.space.key(config) == self.space.key(default):
-            return None
-        self.ledger.came_from(config, origin)
-        for seconds in self.warmup_phase.times[1:]:
-            self.ledger.sample(default, throughput(self.samples_per_step, seconds))
-        return config
 
     def _baseline(self, config: Config, seconds: float | None, failed: str | None,
                   switched: bool) -> Config:
@@ -492,7 +497,8 @@ class TrialSchedule:
         if self._stored.line:
             self.listener.say(self._stored.line)
         started = time.perf_counter()
-        self.trial_phase.tune(budget, self.seed, self._warm_start, self._warmup_times())
+        self.trial_phase.tune(budget, self.seed, self._warm_start,
+                              self.warmup_phase.timings())
         self.tuner.try_first(self.warmup_phase.seeds(self.space, self._capped), technique=SEED)
         self.stakes.setup(time.perf_counter() - started)
         self._loading_until = time.perf_counter() + MAX_LOADING_S
@@ -529,15 +535,13 @@ class TrialSchedule:
 
     def cost(self) -> dict:
         """What tuning cost and saved so far (:meth:`Stakes.summary`), with the kept
-        configuration's measured step, and the ``loading`` iterations the first trial
-        waited for the search's libraries (when it did)."""
+        configuration's measured step."""
         kept = self.kept if self.kept is not None else self.fallback()
         m = self.ledger.measured(kept)
         kept_s = None if not m or not m[0] else (self.samples_per_step or 1) / m[0]
-        loading = {"loading": self._loading_iterations} if self._loading_iterations else {}
         at = self._ended_at if self._ended_at is not None and self.phase == LOCKED \
             else self.iteration
-        return {**self.stakes.summary(kept_s, at), **loading}
+        return self.stakes.summary(kept_s, at)
 
     def _measured(self, seconds: float, failed: str | None, switched: bool = True,
                   scored: float | None = 1.0) -> Config:
@@ -557,36 +561,49 @@ class TrialSchedule:
         if not (self.stakes.spent and self.stakes.pausable and tuner is not None
                 and not tuner.done):
             return self._lock()
-        if not self.stakes.paused_before:  # said once: the pauses that follow are alike
-            from autotune.units import fmt_seconds
-
-            stakes = self.stakes
-            self.listener.say(
-                f"tuning paused: the trials have lost {fmt_seconds(stakes.lost_s)}, over "
-                f"{stakes.spend:.0%} of the {fmt_seconds(stakes.elapsed_s)} the job has run; "
-                "the search goes on each time the job has run twice as long (pass "
-                "total_steps to plan it for the job's length)")
-        self.stakes.pause()
+        line = self.stakes.pause()
+        if line is not None:
+            self.listener.say(line)
         self.phase = PAUSED
         return self.best[0] if self.best else self.fallback()
 
-    def _lock(self) -> Config:
-        """The budget is spent: keep the best configuration from now on."""
+    def _lock(self, tested: bool = False) -> Config:
+        """The budget is spent: keep the best configuration from now on; a codec judged by
+        goodput only once the loss test has kept it (``tested``, :meth:`_loss_tested`)."""
+        kept = self.best[0] if self.best else self.fallback()
+        lossless = self.ledger.best_lossless(self.space)
+        if not tested and judged_by_goodput(self.goodput, kept) and self.allowed(lossless) \
+                and lossless.get("compression", "none") == "none":  # (not a pinned codec)
+            self._loss_test = LossTest(kept, lossless)
+            self.phase = LOSS_TEST
+            return self._loss_test.config()
         self.phase = LOCKED
         self._ended_at = self.iteration
-        if self.stakes.spent and self.stakes.known:
-            from autotune.units import fmt_seconds
-
-            self.listener.say(
-                f"tuning stopped: the trials lost {fmt_seconds(self.stakes.lost_s)}, the "
-                f"{self.stakes.spend:.0%} of the job's predicted time ({self.stakes.total_steps} "
-                "iterations) that they may lose")
-        kept = self.best[0] if self.best else self.fallback()
+        line = self.stakes.stopped_line()
+        if line is not None:
+            self.listener.say(line)
         self.kept_phase.lock(kept, self.tuner,
                              self.trial_phase.efficiency.get(self.space.key(kept), 1.0))
         self.listener.locked(self.kept, not_the_fastest(self.ledger, self.tuner, kept,
                                                          self.samples_per_step))
         return kept
+
+    def _loss_tested(self, config: Config, seconds: float, failed: str | None,
+                     loss: float | None) -> Config:
+        """An iteration of the loss test ran (``inf`` seconds, or ``failed``: it failed
+        or was refused): what runs next, or, with its verdict, the codec or the lossless
+        configuration locked in (a refused or failing codec is not kept)."""
+        test = self._loss_test
+        verdict = test.ran(config, seconds, loss, failed)
+        if verdict is None:
+            return test.config()
+        self.listener.say(f"iteration {self.iteration}: {verdict.line}")
+        if not verdict.keep:  # recorded: the store says why the codec was not kept
+            self.ledger.record(Trial(self.trial_phase.index + 1, test.codec, test.count,
+                                     "loss test", state=FAILED, error=verdict.line))
+            score = self.tuner.score_of(test.lossless) if self.tuner is not None else None
+            self.trial_phase.set_best((test.lossless, score or 0.0))
+        return self._lock(tested=True)
 
     def _retune(self, budget: int, first: Config, lossless: bool = False) -> Config:
         """A re-tune of ``budget`` iterations whose first trial is ``first``. What was
@@ -599,7 +616,8 @@ class TrialSchedule:
         self.ledger.forget()
         self.trial_phase.set_best(None)
         self.phase = TRIAL
-        self.trial_phase.tune(budget, self.seed + self.iteration, [first], self._warmup_times())
+        self.trial_phase.tune(budget, self.seed + self.iteration, [first],
+                              self.warmup_phase.timings())
         return self._next_trial()
 
     def _lossless(self, first: Config | None) -> Config | None:
@@ -642,7 +660,7 @@ class TrialSchedule:
         if budget <= 0:
             return self._lock()
         self.trial_phase.tune(budget, self.seed + self.iteration, [best] if best else [],
-                             self._warmup_times())
+                             self.warmup_phase.timings())
         if self.warmup_phase.left > 0:
             self.phase = WARMUP
             return self.fallback()

@@ -168,6 +168,7 @@ class Stakes:
         self.setup_s: float | None = None    # of it, the Tuner's making (a fixed cost)
         self.switch_s = 0.0                  # putting the trials' configurations in force
         self.loading_s = 0.0                 # the default's iterations beyond its step
+        self.loading_iterations = 0          # ... while the search's libraries loaded
                                              # while the search's libraries loaded
         self.elapsed_s = 0.0                 # the job's time so far (tick, overhead)
         self._known_cap_s = math.inf         # known length: what the trials may lose
@@ -269,15 +270,30 @@ class Stakes:
         job) rather than ends (known length)."""
         return not self.known
 
-    @property
-    def paused_before(self) -> bool:
-        """Whether the search has paused before (:meth:`pause`)."""
-        return self._paused_at_s is not None
-
-    def pause(self) -> None:
+    def pause(self) -> str | None:
         """The search pauses now (unknown length): it may go on once the job has run
-        twice as long (:meth:`may_resume`)."""
-        self._paused_at_s = self.elapsed_s
+        twice as long (:meth:`may_resume`). What says so the first time (the pauses that
+        follow are alike), else None."""
+        first, self._paused_at_s = self._paused_at_s is None, self.elapsed_s
+        if not first:
+            return None
+        from autotune.units import fmt_seconds
+
+        return (f"tuning paused: the trials have lost {fmt_seconds(self.lost_s)}, over "
+                f"{self.spend:.0%} of the {fmt_seconds(self.elapsed_s)} the job has run; the "
+                "search goes on each time the job has run twice as long (pass total_steps "
+                "to plan it for the job's length)")
+
+    def stopped_line(self) -> str | None:
+        """Where the search ends because the trials have lost their share of a job of
+        known length: what says so, else None."""
+        if not (self.spent and self.known):
+            return None
+        from autotune.units import fmt_seconds
+
+        return (f"tuning stopped: the trials lost {fmt_seconds(self.lost_s)}, the "
+                f"{self.spend:.0%} of the job's predicted time ({self.total_steps} "
+                "iterations) that they may lose")
 
     def may_resume(self) -> bool:
         """Whether a paused search may go on: the job has doubled its elapsed time since
@@ -310,6 +326,7 @@ class Stakes:
         """The default ran an iteration in ``seconds`` while the search's libraries were
         imported beside it (a fixed cost of searching): what it took beyond the
         default's step is charged."""
+        self.loading_iterations += 1
         if self.step_s is not None and math.isfinite(seconds) and seconds > self.step_s:
             self.lost_s += seconds - self.step_s
             self.loading_s += seconds - self.step_s
@@ -329,7 +346,8 @@ class Stakes:
         the search's libraries loaded), the kept configuration's ``saved_s`` per
         iteration, the iteration
         ``payback_at`` at which that pays the loss back (None: never; ``at`` when nothing
-        was lost) and the job's ``total_steps`` (None: unknown)."""
+        was lost), the job's ``total_steps`` (None: unknown) and, when the first trial
+        waited for the search's libraries, the default's ``loading`` iterations meanwhile."""
         saved = None if kept_s is None or self.step_s is None else self.step_s - kept_s
         if self.lost_s <= 0:
             payback = at
@@ -343,7 +361,8 @@ class Stakes:
                 "switch_s": round(self.switch_s, 4),
                 "loading_s": round(self.loading_s, 4),
                 "saved_s": None if saved is None else round(saved, 6),
-                "payback_at": payback, "total_steps": self.total_steps}
+                "payback_at": payback, "total_steps": self.total_steps,
+                **({"loading": self.loading_iterations} if self.loading_iterations else {})}
 
 
 def _median(values: list[float]) -> float:

@@ -91,6 +91,10 @@ class WarmUp:
             return self.probe
         return config
 
+    def timings(self) -> tuple[list[float], list[float]]:
+        """Its times as values: (the default's, the several-stream probe's)."""
+        return list(self.times), list(self.probe_times)
+
     def unscored(self) -> None:
         """A warm-up iteration of a configuration kept without tuning ran: not timed."""
         self.left -= 1

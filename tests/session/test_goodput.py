@@ -65,3 +65,14 @@ def test_scored_by_throughput_the_same_codec_is_not_rejected(world):
     assert seen["noise_scale"] is None  # nothing measured
     with sqlite3.connect(seen["db"]) as con:
         assert con.execute("select unit from runs").fetchall() == [("samples/s",)]
+
+
+def test_the_loss_passed_to_step_reaches_the_leader_as_the_workers_mean(world):
+    """Issue 62's loss test reads the loss the loop passes: each of 2 real workers passes
+    its own; the session's iteration all-reduce gives every rank their mean."""
+    leader, other = world(2).run("session_worker:loss_mean", timeout=120)
+    for seen in (leader, other):
+        assert seen["mean"] == pytest.approx(1.5)
+        assert seen["one_missing"] is None and seen["nan"] is None
+        assert "tuner.step(loss=...) takes the iteration's loss" in seen["error"]
+        assert "not str" in seen["error"]

@@ -3,10 +3,13 @@ lossy space, iteration times and efficiencies from functions of the configuratio
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from autotune.tuning.efficiency import COLLAPSED, LOSSY_WARMUP
 from autotune.tuning.ledger import Ledger
+from autotune.tuning.loss_test import BLOCK, ROUNDS
 from autotune.tuning.lossy import UNKNOWN_EFFICIENCY
 from autotune.tuning.schedule import LOCKED, TRIAL, TrialSchedule
 from autotune.tuning.space import SearchSpace
@@ -43,11 +46,30 @@ def make(budget=60, goodput=True, warmup=3, **kw):
                          goodput=goodput, **kw)
 
 
-def drive(s, config, n, efficiency=efficiency_of):
+class Loss:
+    """The job's training loss: each iteration lowers it by its progress per step (by
+    default the configuration's efficiency), with the batches' noise."""
+
+    def __init__(self, seed=0):
+        self.value, self.rng = 4.0, random.Random(seed)
+
+    def after(self, progress):
+        now = self.value + self.rng.gauss(0.0, 0.002)
+        self.value -= 0.01 * progress
+        return now
+
+
+def drive(s, config, n, efficiency=efficiency_of, progress=None, loss=None):
+    """``n`` iterations; each passes its efficiency and (unless ``loss`` is False) the
+    loss, which falls by ``progress`` a step (default: the configuration's efficiency
+    of :data:`EFFICIENCY`)."""
     ran = []
+    loss = Loss() if loss is None else loss
     for _ in range(n):
         ran.append(config)
-        config = s.next(config, seconds_of(config), efficiency=efficiency(config))
+        value = (loss.after((progress or efficiency_of)(config)) if loss is not False
+                 else None)
+        config = s.next(config, seconds_of(config), efficiency=efficiency(config), loss=value)
     return ran, config
 
 
@@ -169,3 +191,45 @@ def test_a_drift_retune_once_a_codec_is_kept_tries_no_codec():
     assert s.retunes and any("time drifted" in t for t in said), said
     tried = [r.config for r in s.ledger.history[before:]]
     assert len(tried) >= 3 and all(c["compression"] == "none" for c in tried), tried
+
+
+def test_a_codec_the_loss_test_rejects_is_not_kept():
+    """Issue 62 item 2: the efficiency credits powersgd with 0.7 of a lossless step (a
+    goodput of 2.1), but on this job its steps make 0.2 of the progress (0.6x lossless
+    per second): the loss test runs it against the best lossless configuration, says so,
+    and keeps the lossless one. Before the loss test, powersgd was kept."""
+    s = make()
+    said = []
+    s.listener.say = said.append
+    ran, config = drive(s, s.start([]), 300,
+                        progress=lambda c: 0.2 if c["compression"] == "powersgd"
+                        else EFFICIENCY[c["compression"]])
+    assert s.phase == LOCKED and s.kept["compression"] == "none", said
+    line = next(t for t in said if "codec not kept" in t)
+    assert "in the loss test the loss fell" in line and "(0.6" in line
+    assert config == s.kept
+    # the test ran: blocks of the codec and the lossless configuration alternated
+    tested = ran[-300:]
+    codec_runs = [i for i, c in enumerate(tested) if c["compression"] == "powersgd"]
+    assert len(codec_runs) >= ROUNDS * BLOCK
+
+
+def test_a_codec_the_loss_test_finds_faster_is_kept_and_said():
+    s = make()
+    said = []
+    s.listener.say = said.append
+    drive(s, s.start([]), 300)
+    assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
+    assert any(t.endswith("x as fast), ± " + t.split("± ")[-1]) and "codec kept" in t
+               for t in said), said
+
+
+def test_without_a_loss_no_codec_is_kept():
+    """``tuner.step()`` without the loss: the session cannot tell whether a codec reaches
+    the loss sooner, so none is kept, and it says why."""
+    s = make()
+    said = []
+    s.listener.say = said.append
+    drive(s, s.start([]), 300, loss=False)
+    assert s.phase == LOCKED and s.kept["compression"] == "none"
+    assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said

@@ -1,0 +1,149 @@
+"""The loss test: a codec is kept only where the job's own loss falls sooner (issue 62).
+
+A lossy codec makes an iteration faster and its step worse. Whether the job reaches its
+loss sooner depends on the model, the optimiser and the point in training, and a proxy
+misjudges it: the gradient noise scale's efficiency credited top-k 0.1% under AdamW with
+about a quarter of a lossless step's progress, and the job ended at a worse loss after
+3.75x DDP's steps. So before the trial schedule (:mod:`autotune.tuning.schedule`) keeps a
+codec, it measures the job itself: :class:`LossTest` runs the codec and the best lossless
+configuration in alternating blocks of :data:`BLOCK` iterations (:data:`ROUNDS` of each,
+the codec first), with the loss the training loop passes to ``tuner.step(loss=...)``
+(averaged over the workers), and fits by least squares
+
+    loss_i = c + a * T_lossless(i) + b * T_codec(i) + q * T(i)^2
+
+where ``T_x(i)`` is the time spent under ``x`` before iteration ``i`` (the loss of an
+iteration is computed before its own step) and ``T = T_lossless + T_codec``: ``a`` and
+``b`` are how fast the loss falls per second of the job's clock under each, the
+quadratic term the loss curve's bend over the test, common to both. Alternation makes
+the two rates separable and shares drift in the data between them; a codec's damage
+that outlasts its block (error feedback's delay, Adam's moments) lands in the lossless
+block after it, against the codec's rival: the test leans toward lossless.
+
+The codec is kept only when its loss falls faster per second with confidence: ``b - a``
+below zero by :data:`Z` standard errors (one-sided, about 90%). Where the codec is ahead
+but not yet with confidence, the test runs as long again, once. An inconclusive test, a
+loss the loop did not pass (or not finite), keeps the lossless configuration: a lossy
+codec must never leave the model worse. What the test found is one line
+(:attr:`Verdict.line`). Pure values; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.tuning.space import Config
+
+__all__ = ["BLOCK", "ROUNDS", "Z", "LossTest", "Verdict", "loss_rates"]
+
+#: Iterations a configuration runs before the other takes over.
+BLOCK = 8
+#: Blocks of each configuration (the codec's first).
+ROUNDS = 3
+#: Standard errors by which the codec's rate must beat the lossless one (one-sided).
+Z = 1.28
+
+NO_LOSS = ("the training loop passed no loss to tuner.step(loss=...), so the session "
+           "cannot tell whether the codec's faster iterations reach the loss sooner")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the loss test found: ``keep`` the codec or not, the rates per second (loss
+    units; negative: falling) under the codec and lossless, the standard error of their
+    difference, and ``why`` when no rates could be fitted."""
+
+    keep: bool
+    codec_rate: float | None = None
+    lossless_rate: float | None = None
+    se: float | None = None
+    why: str | None = None
+
+    @property
+    def line(self) -> str:
+        """One line that says what was kept and why."""
+        if self.why is not None:
+            return f"codec not kept: {self.why}"
+        kept = "codec kept" if self.keep else "codec not kept"
+        ratio = ""
+        if self.lossless_rate is not None and self.lossless_rate < 0:
+            ratio = f" ({self.codec_rate / self.lossless_rate:.2f}x as fast)"
+        return (f"{kept}: in the loss test the loss fell {-self.codec_rate:.3g}/s under the "
+                f"codec against {-self.lossless_rate:.3g}/s lossless{ratio}, ± {self.se:.2g}/s"
+                + ("" if self.keep else "; slower" if self.codec_rate >= self.lossless_rate
+                   else "; not faster with confidence"))
+
+
+def loss_rates(codec: list[bool], seconds: list[float], losses: list[float]
+               ) -> tuple[float, float, float] | None:
+    """The fit of the module docstring over iterations that ran the codec (``codec[i]``)
+    or not, in ``seconds[i]``, with loss ``losses[i]``: ``(b, a, se(b - a))``, or None
+    where it cannot be fitted (too few iterations, one configuration only, no spread)."""
+    t_codec = np.cumsum([0.0] + [s if c else 0.0 for c, s in zip(codec, seconds)])[:-1]
+    t_lossless = np.cumsum([0.0] + [0.0 if c else s for c, s in zip(codec, seconds)])[:-1]
+    total = t_codec + t_lossless
+    x = np.column_stack([np.ones(len(losses)), t_lossless, t_codec, total ** 2])
+    y = np.asarray(losses, dtype=float)
+    n, p = x.shape
+    if n <= p + 1 or all(codec) or not any(codec):
+        return None
+    coef, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    if rank < p:
+        return None
+    residual = y - x @ coef
+    sigma2 = float(residual @ residual) / (n - p)
+    cov = sigma2 * np.linalg.inv(x.T @ x)
+    var = cov[2, 2] + cov[1, 1] - 2 * cov[1, 2]
+    return float(coef[2]), float(coef[1]), math.sqrt(max(var, 0.0))
+
+
+class LossTest:
+    """The loss test of ``codec`` against ``lossless`` (module docstring): :meth:`config`
+    says what runs next, :meth:`ran` takes each iteration and returns the
+    :class:`Verdict` once the last block has run."""
+
+    def __init__(self, codec: Config, lossless: Config, block: int = BLOCK,
+                 rounds: int = ROUNDS) -> None:
+        self.codec, self.lossless = dict(codec), dict(lossless)
+        self.length = 2 * block * rounds
+        self.block = block
+        self.count = 0  # iterations the test has run
+        self.extended = False  # whether it was doubled (module docstring)
+        self.ran_codec: list[bool] = []
+        self.seconds: list[float] = []
+        self.losses: list[float] = []
+
+    def config(self) -> Config:
+        """The configuration of the next iteration: blocks alternate, the codec's first."""
+        codec_turn = (self.count // self.block) % 2 == 0
+        return dict(self.codec if codec_turn else self.lossless)
+
+    def ran(self, config: Config, seconds: float, loss: float | None,
+            failed: str | None = None) -> Verdict | None:
+        """An iteration of ``config`` took ``seconds`` and the loop's loss was ``loss``
+        (None: not passed), or it ``failed`` (or the runtime refused it) for that reason.
+        None while the test runs; its verdict after the last block, or at once where
+        the codec cannot be judged (a failure keeps it out too)."""
+        if failed is not None:
+            return Verdict(False, why=failed)
+        if loss is None or not math.isfinite(loss):
+            return Verdict(False, why=NO_LOSS if loss is None else
+                           f"the loss passed to tuner.step() is {loss}")
+        self.count += 1
+        if math.isfinite(seconds) and config in (self.codec, self.lossless):
+            self.ran_codec.append(config == self.codec)  # (a failed iteration is left out)
+            self.seconds.append(seconds)
+            self.losses.append(loss)
+        if self.count < self.length:
+            return None
+        fit = loss_rates(self.ran_codec, self.seconds, self.losses)
+        if fit is None:
+            return Verdict(False, why="the loss test's iterations could not be fitted")
+        b, a, se = fit
+        if -Z * se <= b - a < 0 and not self.extended:  # ahead, not yet with confidence
+            self.extended, self.length = True, 2 * self.length
+            return None
+        return Verdict(b - a < -Z * se, b, a, se)
