@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time, loaded on fir
     from autotune.runtime.errors import UsageError
     from autotune.sessions import DDPSession, Session, TuningSession
     from autotune.sessions.ddp import workers_group
-    from autotune.tuning.schedule import TrialSchedule
+    from autotune.schedule.schedule import TrialSchedule
     from autotune.runtime.config import ConfigError
     from autotune.tuning.space import Config, SearchSpace
     from autotune.tuning.trial import Trial
@@ -46,7 +46,7 @@ _EXPORTS = {
     "AutotuneError": "autotune.errors",
     "ArgumentError": "autotune.errors",
     "UsageError": "autotune.runtime.errors",
-    "TrialSchedule": "autotune.tuning.schedule",
+    "TrialSchedule": "autotune.schedule.schedule",
     "workers_group": "autotune.sessions.ddp",
 }
 

@@ -203,7 +203,7 @@ def run(a: argparse.Namespace) -> dict:
     from rich.console import Console
 
     from autotune.emulate import Cluster
-    from autotune.tuning.stakes import fmt_cost
+    from autotune.schedule.stakes import fmt_cost
 
     con = Console(stderr=True)
     started = time.time()

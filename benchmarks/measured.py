@@ -150,10 +150,10 @@ class MeasuredJob:
 
     def probe_times(self) -> list[float]:
         """The flow-cap probe's warm-up times, as the session's probe
-        (:func:`autotune.tuning.schedule.flow_probe`) would measure them: recorded with
+        (:func:`autotune.schedule.schedule.flow_probe`) would measure them: recorded with
         the warm-up, or, for a table recorded before the probe chose its chunks, that
         configuration's recorded times when it was measured."""
-        from autotune.tuning.schedule import flow_probe
+        from autotune.schedule.schedule import flow_probe
 
         warm = self.table["warmup"]
         probe = flow_probe(self.space, sum(self.table["job"]["sizes"]))

@@ -8,7 +8,7 @@ scored, as a session does not score it) and ``--iterations`` scored iterations. 
 iteration is a whole training step as the session times it (sync, forward, backward,
 wait; the slowest worker's time). Lossless configurations are checked to give the exact
 average. Before the sample, the session's warm-up is recorded too: the default three
-times, then the session's flow-cap probe (:func:`~autotune.tuning.schedule.flow_probe`),
+times, then the session's flow-cap probe (:func:`~autotune.schedule.schedule.flow_probe`),
 so that a replay builds the physics prior from what a session would know.
 
 The jobs span the cases of issue 26: bandwidth-bound with servers, a per-flow cap, a small
@@ -116,7 +116,7 @@ def rank_main(a: argparse.Namespace) -> None:
     from autotune.runtime import Runtime
     from autotune.server import serve
     from autotune.sessions.calibrate import measure_link
-    from autotune.tuning.schedule import flow_probe
+    from autotune.schedule.schedule import flow_probe
     from autotune.tuning.space import SearchSpace
     from autotune.workload import check_average, model_shapes, sleepy_model
 

@@ -66,7 +66,7 @@ from measured import load_all  # noqa: E402
 from objectives import SCENARIOS  # noqa: E402
 from unseen import UNSEEN  # noqa: E402
 
-from autotune.tuning.schedule import REFERENCE_ITERATIONS  # noqa: E402
+from autotune.schedule.schedule import REFERENCE_ITERATIONS  # noqa: E402
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, Tuner  # noqa: E402
 
 SINGLE = ("prior", *DEFAULT_TECHNIQUES)

@@ -114,7 +114,7 @@ def test_no_module_imports_itself_back():
 #: Issue 60: no class over 300 lines. The two still over it may not grow while they are
 #: split (their lines at the fifth session of 2026-12-06).
 MAX_CLASS_LINES = 300
-OVER_FOR_NOW = {"autotune/tuning/schedule.py:TrialSchedule": 496,
+OVER_FOR_NOW = {"autotune/schedule/schedule.py:TrialSchedule": 496,
                 "autotune/tuning/space.py:SearchSpace": 314}
 
 

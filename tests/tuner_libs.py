@@ -6,7 +6,7 @@ A session's first trial waits while those libraries are imported in the backgrou
 (:mod:`autotune.tuning.preload`: a trial timed beside the import would be slower than its
 configuration makes it). A test job's iterations take milliseconds, so that wait would
 take the whole job, and which iterations are trials would depend on the machine's speed.
-Imported here, nothing waits; ``tests/tuning/test_schedule.py`` tests the wait itself.
+Imported here, nothing waits; ``tests/schedule/test_schedule.py`` tests the wait itself.
 """
 
 import sklearn.gaussian_process  # noqa: F401

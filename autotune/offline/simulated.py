@@ -6,7 +6,7 @@ of the model's gradients on the described cluster, for clusters of any size. The
 recorded like a session's (warm start from the nearest stored runs first, each said and,
 when kept, stored with the run it came from; the default
 configuration measured as long as the kept one, every trial stored, through the same
-:class:`~autotune.tuning.ledger.Ledger`) but marked ``simulated``, under
+:class:`~autotune.schedule.ledger.Ledger`) but marked ``simulated``, under
 the model's fingerprint (the real zoo module built on the meta device: no memory) and the
 topology graph a session records (:func:`autotune.probes.graph.job_graph`, the builder
 ``Session._cluster_graph`` calls) for the simulated world. Its scores are simulated
@@ -69,7 +69,7 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     from autotune.store.fingerprint import model_graph
     from autotune.store.origin import warm_start_line
     from autotune.store.warmstart import warm_start_sources
-    from autotune.tuning.ledger import Ledger
+    from autotune.schedule.ledger import Ledger
     from autotune.tuning.tuner import Tuner
 
     cluster = cluster_src if isinstance(cluster_src, ClusterSpec) else ClusterSpec.from_json(cluster_src)

@@ -184,7 +184,7 @@ def run_fields(run: dict, n_trials: int) -> list[tuple[str, Any]]:
     if run.get("kept_from"):  # the kept configuration came from an earlier run
         fields.insert(7, ("kept from", fmt_origin(run["kept_from"])))
     if run.get("tuning_cost"):
-        from autotune.tuning.stakes import fmt_cost
+        from autotune.schedule.stakes import fmt_cost
 
         fields.insert(7, ("tuning cost", fmt_cost(run["tuning_cost"])))
     if run.get("cause"):  # why it was closed as it was (abandoned: its store was lost)

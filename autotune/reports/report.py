@@ -44,7 +44,7 @@ from autotune.reports.tables import Column, console, show
 from autotune.speedup import Speedup
 from autotune.store.origin import fmt_origin
 from autotune.store.summary import summarize
-from autotune.tuning.stakes import fmt_cost
+from autotune.schedule.stakes import fmt_cost
 from autotune.units import (BYTE_PARAMS, fmt_config, fmt_efficiency, fmt_number, fmt_score,
                             fmt_seconds, fmt_value, ordered, shown_params, unit_of)
 

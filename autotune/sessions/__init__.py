@@ -5,7 +5,7 @@ A session joins the ``torch.distributed`` world (initialising it from the enviro
 the user has not), bootstraps the communication runtime, trains the model under DDP (the
 user's, or DDP applied to the module in place) with autotune's comm hook, and on the
 leader drives a :class:`~autotune.tuning.tuner.Tuner` through the trial schedule
-(:mod:`autotune.tuning.schedule`: warm-up, trials, cut-short, lock, drift, start-over).
+(:mod:`autotune.schedule.schedule`: warm-up, trials, cut-short, lock, drift, start-over).
 Tuning iterations train the model like any other: no step is wasted. DDP's semantics are
 DDP's own (``docs/ddp.md``).
 
@@ -36,7 +36,7 @@ from typing import Any
 
 from autotune.sessions.session import DDPSession, Session, TuningSession
 from autotune.sessions.options import SessionOptions
-from autotune.tuning.schedule import PROBE_STREAMS, SWITCH_MARGIN, trial_seconds
+from autotune.schedule.schedule import PROBE_STREAMS, SWITCH_MARGIN, trial_seconds
 from autotune.tuning.trial import Trial
 
 

@@ -1,6 +1,6 @@
 """What the leader of a session shows: its tuning as it goes, and the kept configuration.
 
-:class:`SessionDisplay` is the trial schedule's listener (:class:`autotune.tuning.schedule.
+:class:`SessionDisplay` is the trial schedule's listener (:class:`autotune.schedule.schedule.
 Listener`): rank 0's progress (:mod:`autotune.progress`: a bar in its own terminal, events
 for a launcher that draws the bar, or a plain line per trial) and its messages; at the end
 :func:`report` prints one table of what was kept and what it measured.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from autotune.speedup import Side
-from autotune.tuning.schedule import Listener
+from autotune.schedule.schedule import Listener
 from autotune.tuning.space import Config
 from autotune.tuning.trial import Trial
 
@@ -81,7 +81,7 @@ class SessionDisplay(Listener):
         if kept is None:
             self._close_kept(None)
             return
-        from autotune.tuning.schedule import SETTLED_SAMPLES
+        from autotune.schedule.schedule import SETTLED_SAMPLES
         from autotune.units import fmt_config
 
         self._kept = dict(kept)
@@ -119,7 +119,7 @@ class SessionDisplay(Listener):
         """Stop the display with what was kept and its figure."""
         from autotune.progress import kept_summary
 
-        from autotune.tuning.stakes import fmt_cost
+        from autotune.schedule.stakes import fmt_cost
 
         mean, spread, n = self.kept_figure(kept)
         summary = kept_summary(kept, mean, self.unit, spread, n)
@@ -184,7 +184,7 @@ def report(session: Any) -> None:
 
         t.add_row("from the store", fmt_origin(came))
     tuner = s.tuner
-    from autotune.tuning.stakes import fmt_cost
+    from autotune.schedule.stakes import fmt_cost
 
     cost = fmt_cost(s.tuning_cost)
     if cost:

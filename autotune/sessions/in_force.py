@@ -23,7 +23,7 @@ from autotune.tuning.space import Config, SearchSpace
 
 if TYPE_CHECKING:
     from autotune.sessions.hooked import HookedDDP
-    from autotune.tuning.schedule import TrialSchedule
+    from autotune.schedule.schedule import TrialSchedule
 
 #: Configurations tried in a row before putting one in force is given up as broken.
 MAX_APPLY_TRIES = 1000

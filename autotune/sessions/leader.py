@@ -3,9 +3,9 @@ Tuners, and the run's end.
 
 The leader (the first worker) tunes for every rank: :meth:`Leader.start` opens the run
 in the store (:mod:`autotune.sessions.record`), makes the trials' record
-(:class:`~autotune.tuning.ledger.Ledger`), the job's Tuners with the physics prior
+(:class:`~autotune.schedule.ledger.Ledger`), the job's Tuners with the physics prior
 (:class:`~autotune.sessions.tuners.JobTuners`) and the trial schedule
-(:class:`~autotune.tuning.schedule.TrialSchedule`) that says what each iteration runs,
+(:class:`~autotune.schedule.schedule.TrialSchedule`) that says what each iteration runs,
 and picks the first configuration: the default, the stored best or the warm start.
 :meth:`Leader.close` closes the run. The other ranks have no leader: they put in force
 what the leader's configuration, sent each step, says.
@@ -21,8 +21,8 @@ from autotune.sessions.display import SessionDisplay
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.sessions.tuners import JobTuners
-from autotune.tuning.ledger import Ledger
-from autotune.tuning.schedule import Drift, TrialSchedule
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import GP_LIBRARIES
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.runtime.config import ConfigError
-from autotune.tuning.schedule import StoredStart
+from autotune.schedule.schedule import StoredStart
 from autotune.tuning.space import Config, SearchSpace
 
 
@@ -156,12 +156,12 @@ class SessionRun:
 
     def search_costs(self, libraries: list[str]) -> Any:
         """What a search cost the newest run on this machine that measured it
-        (:class:`autotune.tuning.stakes.SearchCosts`; the import of ``libraries`` counted
+        (:class:`autotune.schedule.stakes.SearchCosts`; the import of ``libraries`` counted
         only where this process has not imported them yet), or None."""
         if self.store is None or not self.reads_store:
             return None
         from autotune.store.rows import host
-        from autotune.tuning.stakes import SearchCosts
+        from autotune.schedule.stakes import SearchCosts
 
         loaded = all(name in sys.modules for name in libraries)
         try:
@@ -265,7 +265,7 @@ class SessionRun:
         return stored, warm_start_line([o for _, o in stored])
 
     def stored_start(self, warm: list[Config], budget: int) -> StoredStart:
-        """What the store offers a search (:class:`~autotune.tuning.schedule.StoredStart`):
+        """What the store offers a search (:class:`~autotune.schedule.schedule.StoredStart`):
         the warm start with its line, and the nearest stored best that beat its own run's
         default by more than the noise (``beat_default``,
         :func:`autotune.store.warmstart.warm_start_sources`), kept where the job affords

@@ -4,9 +4,9 @@
 answers "what did it settle on, and how fast": the kept configuration (``best``), every
 trial (``history``, ``failures``), the kept and default configurations' scores with their
 spread, the unit, whether it is still tuning. It only reads: the trials' numbers come from
-the leader's :class:`~autotune.tuning.ledger.Ledger` (``ledger``), the kept
+the leader's :class:`~autotune.schedule.ledger.Ledger` (``ledger``), the kept
 configuration and the current Tuner from its
-:class:`~autotune.tuning.schedule.TrialSchedule` (``schedule``); on other ranks these are
+:class:`~autotune.schedule.schedule.TrialSchedule` (``schedule``); on other ranks these are
 None and the results fall back to the active configuration or nothing.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 
 from autotune.sessions.options import SessionOptions
-from autotune.tuning.ledger import Ledger
+from autotune.schedule.ledger import Ledger
 from autotune.tuning.lossy import judged_by_goodput
-from autotune.tuning.schedule import TrialSchedule
+from autotune.schedule.schedule import TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import Trial
 from autotune.tuning.tuner import Tuner
@@ -52,7 +52,7 @@ class SessionResults:
         """What tuning cost the job so far (leader; None elsewhere): ``iterations`` of
         trials, the ``lost_s`` seconds they lost against the default, what the kept
         configuration saves an iteration (``saved_s``) and the iteration by which that pays
-        the loss back (``payback_at``; :mod:`autotune.tuning.stakes`), ``total_steps``,
+        the loss back (``payback_at``; :mod:`autotune.schedule.stakes`), ``total_steps``,
         and ``start_s``: how long making and entering the session took (``autotune.
         session()``'s imports, its world, DDP's set-up in place or the hook's, the store,
         the space; the job pays it whether or not it tunes, so it is not in ``lost_s``,

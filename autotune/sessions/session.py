@@ -5,7 +5,7 @@
 session: DDP with autotune's runtime behind its comm hook
 (:class:`~autotune.sessions.hooked.HookedDDP`, which knows nothing of tuning). The
 :class:`Session` measures each iteration, and on the leader the trial schedule
-(:mod:`autotune.tuning.schedule`) says what the next one runs; it puts that in force on
+(:mod:`autotune.schedule.schedule`) says what the next one runs; it puts that in force on
 every rank (the apply-and-retry loop, :class:`~autotune.sessions.in_force.InForce`, the
 one holder of the configuration in force), records to the store, shows the progress and ends
 with the table; its results (``best``, ``history``, the scores) are
@@ -43,8 +43,8 @@ from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.sessions.results import SessionResults
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
-from autotune.tuning.ledger import Ledger
-from autotune.tuning.schedule import Drift, TrialSchedule
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 
 if TYPE_CHECKING:

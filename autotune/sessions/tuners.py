@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
-from autotune.tuning.schedule import REFERENCE_ITERATIONS
+from autotune.schedule.schedule import REFERENCE_ITERATIONS
 from autotune.runtime.config import ConfigError
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import Tuner
@@ -49,7 +49,7 @@ class JobTuners:
     """Makes the Tuner of each (re-)tune of a live job in the world ``info`` (the
     schedule's ``new_tuner``, which passes it what it needs as values; it holds nothing of
     the schedule): over the space it is given, the default as its reference (its first trial long
-    enough for a speed-up over it, :data:`~autotune.tuning.schedule.REFERENCE_ITERATIONS`;
+    enough for a speed-up over it, :data:`~autotune.schedule.schedule.REFERENCE_ITERATIONS`;
     then measured as long as the kept configuration) and, with ``prior``, the simulator on what this job knows as
     its physics prior (:attr:`model`, one for every tune, so what it fits carries over):
     its gradients (``params`` in ready order: reverse registration), world and device,

@@ -93,7 +93,7 @@ class RunReader:
 
     def tuning_costs(self, host: str, limit: int = 20) -> list[dict]:
         """What tuning cost the newest ``limit`` runs that ``host`` owned and closed with
-        a cost (``runs.tuning_cost``, :meth:`autotune.tuning.stakes.Stakes.summary`),
+        a cost (``runs.tuning_cost``, :meth:`autotune.schedule.stakes.Stakes.summary`),
         newest first."""
         rows = self.connection.read(
             "select tuning_cost from runs where owner_host = ? and tuning_cost is not null "

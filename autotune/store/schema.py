@@ -194,7 +194,7 @@ def _v9_to_v10(c: sa.Connection) -> None:
     """What tuning cost the job (issue 48): ``runs.tuning_cost``, JSON ``{"iterations",
     "lost_s", "saved_s", "payback_at", "total_steps"}``: the trial iterations, the seconds
     they lost against the default, what the kept configuration saves an iteration and the
-    iteration by which that pays the loss back (:mod:`autotune.tuning.stakes`); and
+    iteration by which that pays the loss back (:mod:`autotune.schedule.stakes`); and
     ``"loading"``, the iterations the first trial waited for the search's libraries, when
     it did (:mod:`autotune.tuning.preload`). ``NULL`` for older runs and runs that did
     not tune."""

@@ -3,7 +3,7 @@ was out of reach goes back to the shared one (``autotune db import``).
 
 A session whose database server is lost mid-run goes on recording in a local SQLite
 store (``./autotune.db``), as a new run that ``continues`` the shared one (its store and
-id; :class:`autotune.tuning.ledger.Ledger`). :func:`import_runs` copies every run of
+id; :class:`autotune.schedule.ledger.Ledger`). :func:`import_runs` copies every run of
 the local store that the shared one lacks (the same run is the same creation time, job,
 owner host and pid, so importing twice copies nothing new), with its trials and graphs,
 and closes the shared run it continues as ``abandoned``, with the cause: the store was

@@ -102,7 +102,7 @@ def warm_start_sources(store: "NearestRuns", model_graph: "nx.Graph | None",
 
 
 #: standard errors by which a stored best must have beaten its own run's default to be
-#: tried where a job affords no search (as a kept configuration must: tuning/kept.py)
+#: tried where a job affords no search (as a kept configuration must: schedule/kept.py)
 Z_STORED = 1.0
 
 

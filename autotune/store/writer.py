@@ -187,7 +187,7 @@ class RunWriter:
         their means are over (``None``: not known; its speed-up is then refused, see
         :mod:`autotune.speedup`); ``kept_from``: the stored run the kept configuration
         came from, if it did (:mod:`autotune.store.origin`); ``tuning_cost``: what the
-        trials cost the job (:meth:`autotune.tuning.stakes.Stakes.summary`)."""
+        trials cost the job (:meth:`autotune.schedule.stakes.Stakes.summary`)."""
         if status not in STATUSES:
             raise StoreError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
         values = {

@@ -1,4 +1,4 @@
-"""The tuner: everything that chooses the runtime's configuration, and nothing of torch.
+"""The tuner: the search that chooses the runtime's configuration, and nothing of torch.
 
 - :mod:`~autotune.tuning.space`: the tunable parameters, their domains, pins and encoding
   (``SearchSpace``), built from the runtime's limits and its table of knobs
@@ -17,15 +17,11 @@
 - :mod:`~autotune.tuning.prior`: the physics prior calibrated online (``Surrogate``);
 - :mod:`~autotune.tuning.efficiency`: the gradient noise scale and a codec's statistical
   efficiency (goodput);
-- :mod:`~autotune.tuning.ledger`: the ledger of a job's trials (ask, measure, tell, record;
-  the one history, the one writer to the store);
-- :mod:`~autotune.tuning.schedule`: what each training iteration runs (``TrialSchedule``:
-  warm-up, trials, lock, re-tune, start-over), for the session and the DDP hook; its
-  parts: :mod:`~autotune.tuning.warmup` (the warm-up and the flow-cap probe),
-  :mod:`~autotune.tuning.trial_phase` (the current Tuner's trials: ``TrialPhase``),
-  :mod:`~autotune.tuning.kept` (the kept configuration and its watches),
-  :mod:`~autotune.tuning.drift` (the drift watch), :mod:`~autotune.tuning.lossy` (the
-  goodput guards) and :mod:`~autotune.tuning.listener` (what a person is told).
+- :mod:`~autotune.tuning.lossy`: the goodput guards as functions of values;
+- :mod:`~autotune.tuning.preload`: the GPs' libraries imported in the background.
+
+The session's trial schedule, which runs the Tuner's trials in a training job, is the
+package :mod:`autotune.schedule`.
 
 Data flows one way: the session feeds measurements in, configurations come out.
 """

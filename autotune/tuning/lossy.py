@@ -14,8 +14,8 @@ and three guards apply:
 * after tuning, a kept codec whose efficiency (the mean of a window) falls below
   :data:`~autotune.tuning.efficiency.DROPPED` of what its trials measured, or below
   ``COLLAPSED``, is dropped (:func:`dropped`; the kept phase keeps the window,
-  :class:`~autotune.tuning.kept.KeptPhase`): the schedule re-tunes from the best lossless
-  configuration (:meth:`~autotune.tuning.ledger.Ledger.best_lossless`).
+  :class:`~autotune.schedule.kept.KeptPhase`): the schedule re-tunes from the best lossless
+  configuration (:meth:`~autotune.schedule.ledger.Ledger.best_lossless`).
 
 Pure functions of values: each piece of state has one owner (the trial under way, the
 trial phase, the kept phase). Nothing here imports torch.

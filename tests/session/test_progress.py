@@ -353,7 +353,7 @@ def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
 
 def test_the_done_line_says_why_the_fastest_trial_was_not_kept():
     """Issue 65 item 5: why a faster-looking trial was not kept is in the done line (the
-    clause the schedule hands the display at the lock, tests/tuning/test_stakes.py)."""
+    clause the schedule hands the display at the lock, tests/schedule/test_stakes.py)."""
     from autotune.sessions.display import SessionDisplay
     from autotune.tuning.trial import Trial
 

@@ -1,7 +1,7 @@
 """Re-tuning on drift (``retune_on_drift``) on the emulated cluster: the link changes
 under a running job (``tc`` on the hosts, :meth:`autotune.emulate.Cluster.reshape`),
 slower or faster, and the session re-tunes; the compute step gets longer and it does
-not (a re-tune cannot help). The drift rule itself: tests/tuning/test_schedule.py.
+not (a re-tune cannot help). The drift rule itself: tests/schedule/test_schedule.py.
 Times to notice and to recover: benchmarks/retune_bench.py."""
 
 from __future__ import annotations

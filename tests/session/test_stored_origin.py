@@ -20,7 +20,7 @@ import pytest
 
 from autotune.store import Store
 from autotune.store.origin import BUDGET_ZERO, NO_SEARCH, WARM_START, fmt_origin
-from autotune.tuning.schedule import SETTLED_SAMPLES
+from autotune.schedule.schedule import SETTLED_SAMPLES
 from store_helpers import table_field
 import zygote
 

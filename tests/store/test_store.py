@@ -299,7 +299,7 @@ def test_tuning_costs_are_this_hosts_newest_first(store):
     import sqlalchemy as sa
 
     from autotune.store.rows import host
-    from autotune.tuning.stakes import SearchCosts
+    from autotune.schedule.stakes import SearchCosts
 
     def run(cost: dict | None) -> int:
         rid = store.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),

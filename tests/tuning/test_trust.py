@@ -140,8 +140,8 @@ def test_the_wrong_prior_inverts_what_the_truth_prefers():
 # ------------------------------------------------------------ the decision, visible
 def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_it(tmp_path):
     from autotune.store import Store
-    from autotune.tuning.schedule import LOCKED, REFERENCE_ITERATIONS, Listener, TrialSchedule
-    from autotune.tuning.ledger import Ledger
+    from autotune.schedule.schedule import LOCKED, REFERENCE_ITERATIONS, Listener, TrialSchedule
+    from autotune.schedule.ledger import Ledger
 
     said = []
 
@@ -160,7 +160,7 @@ def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_i
                      prior=cap_inverted, reference=space.default(),
                      reference_iterations=REFERENCE_ITERATIONS)
 
-    from autotune.tuning.drift import Drift
+    from autotune.schedule.drift import Drift
 
     s = TrialSchedule(LOSSLESS, ledger, new_tuner, budget=60, warmup=2, listener=Heard(),
                       drift=Drift(threshold=0.2, window=5, budget=40), spend=None)

@@ -13,12 +13,12 @@ import pytest
 
 from autotune.errors import ArgumentError
 from autotune.sessions.options import SessionOptions
-from autotune.tuning.schedule import (LOCKED, PAUSED, TRIAL, WAITING, Listener,
+from autotune.schedule.schedule import (LOCKED, PAUSED, TRIAL, WAITING, Listener,
                                       TrialSchedule)
 from autotune.tuning.space import SearchSpace
-from autotune.tuning.stakes import (FIXED_S, MIN_SEARCH, SENSITIVE, SPEND, TRIAL_LOSS,
+from autotune.schedule.stakes import (FIXED_S, MIN_SEARCH, SENSITIVE, SPEND, TRIAL_LOSS,
                                     WIN_SHARE, SearchCosts, Stakes)
-from autotune.tuning.ledger import Ledger
+from autotune.schedule.ledger import Ledger
 from autotune.tuning.tuner import Tuner
 
 STEP = 0.066  # the default's step, seconds
@@ -365,7 +365,7 @@ def test_what_tuning_cost_is_said_in_parts_that_add_up_to_the_whole():
     """Trials that gained 0.05 s and decisions that took 0.11 s: the whole is a loss of
     0.06 s, and no part reads as larger than it (issue 64: "lost 0.10 s (0.11 s of it
     the tuner's own)"); a payback after the job's end is said as not within the job."""
-    from autotune.tuning.stakes import fmt_cost
+    from autotune.schedule.stakes import fmt_cost
 
     said = fmt_cost({"iterations": 7, "lost_s": 0.06, "overhead_s": 0.11, "loading_s": 0.0,
                      "payback_at": 226, "total_steps": 200})
@@ -500,7 +500,7 @@ def test_the_searchers_libraries_are_imported_in_the_background():
 
 # ------------------------------------------ a stored best where no search runs (issue 65)
 def _stored_start(config):
-    from autotune.tuning.schedule import StoredStart
+    from autotune.schedule.schedule import StoredStart
 
     origin = {"run": 4, "job": "offline", "created": None, "how": "no search"}
     return StoredStart([(config, {**origin, "how": "warm start"})], "warm start: trying ...",

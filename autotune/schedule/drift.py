@@ -5,7 +5,7 @@ median iteration time and median communication time. After that, each ``window``
 median communication time is compared with the baseline's; when it moved by more than
 ``threshold`` of the baseline *iteration* time, up (a slower link, a new per-flow cap)
 or down (a faster link, a cap lifted), :meth:`DriftWatch.moved` says so and the trial
-schedule (:mod:`autotune.tuning.schedule`) starts a re-tune of ``budget`` iterations.
+schedule (:mod:`autotune.schedule.schedule`) starts a re-tune of ``budget`` iterations.
 The communication time is what a configuration can change, so a slower compute step
 alone starts none (where the caller does not measure it, the iteration time is judged).
 Nothing here imports torch.

@@ -4,7 +4,7 @@ A lossy codec makes an iteration faster and its step worse. Whether the job reac
 loss sooner depends on the model, the optimiser and the point in training, and a proxy
 misjudges it: the gradient noise scale's efficiency credited top-k 0.1% under AdamW with
 about a quarter of a lossless step's progress, and the job ended at a worse loss after
-3.75x DDP's steps. So before the trial schedule (:mod:`autotune.tuning.schedule`) keeps a
+3.75x DDP's steps. So before the trial schedule (:mod:`autotune.schedule.schedule`) keeps a
 codec, it measures the job itself: :class:`LossTest` runs the codec and the best lossless
 configuration in alternating blocks of :data:`BLOCK` iterations (:data:`ROUNDS` of each,
 the codec first), with the loss the training loop passes to ``tuner.step(loss=...)``

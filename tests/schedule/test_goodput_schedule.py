@@ -8,12 +8,12 @@ import random
 import pytest
 
 from autotune.tuning.efficiency import COLLAPSED, LOSSY_WARMUP
-from autotune.tuning.ledger import Ledger
-from autotune.tuning.loss_test import BLOCK, ROUNDS
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.loss_test import BLOCK, ROUNDS
 from autotune.tuning.lossy import UNKNOWN_EFFICIENCY
-from autotune.tuning.schedule import LOCKED, TRIAL, TrialSchedule
+from autotune.schedule.schedule import LOCKED, TRIAL, TrialSchedule
 from autotune.tuning.space import SearchSpace
-from autotune.tuning.stakes import SearchCosts
+from autotune.schedule.stakes import SearchCosts
 from autotune.tuning.tuner import Tuner
 
 # a codec is faster per step, and each has its statistical efficiency
@@ -176,7 +176,7 @@ def test_a_retune_once_a_codec_is_kept_tries_no_codec():
 def test_a_drift_retune_once_a_codec_is_kept_tries_no_codec():
     """Issue 62 item 3, the case seen: the job's communication time drifts (here it
     triples) under a kept codec; the re-tune it starts is lossless."""
-    from autotune.tuning.drift import Drift
+    from autotune.schedule.drift import Drift
 
     s = make(budget=40, drift=Drift(0.2, 5, 12))
     said = []

@@ -9,12 +9,12 @@ import re
 import pytest
 
 from autotune.speedup import MIN_ITERATIONS, Speedup
-from autotune.tuning.schedule import (LOCKED, PROBE_STREAMS, REFERENCE_ITERATIONS,
+from autotune.schedule.schedule import (LOCKED, PROBE_STREAMS, REFERENCE_ITERATIONS,
                                       SETTLED_SAMPLES, SWITCH_MARGIN, TRIAL, WARMUP, Drift,
                                       Listener, TrialSchedule, flow_probe)
-from autotune.tuning.ledger import Ledger
+from autotune.schedule.ledger import Ledger
 from autotune.tuning.space import SearchSpace
-from autotune.tuning.stakes import SearchCosts
+from autotune.schedule.stakes import SearchCosts
 from autotune.tuning.tuner import Tuner
 
 
@@ -443,8 +443,8 @@ def test_the_first_trial_waits_for_the_tuners_imports(tmp_path, monkeypatch):
     import time
 
     from autotune.tuning.preload import loading, preload
-    from autotune.tuning.schedule import LOADING
-    from autotune.tuning.stakes import fmt_cost
+    from autotune.schedule.schedule import LOADING
+    from autotune.schedule.stakes import fmt_cost
 
     name = f"slow_import_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.5)\n")

@@ -1,7 +1,7 @@
 """What a search can win, what it may cost, and what it did: the user's clock.
 
 A user judges autotune by one figure: the job's wall time against plain DDP, the search
-included. The trial schedule (:mod:`autotune.tuning.schedule`) therefore asks this module,
+included. The trial schedule (:mod:`autotune.schedule.schedule`) therefore asks this module,
 once the warm-up has measured the default, how much to search, and tells it every trial
 iteration, so that the trials never lose more than a small share of the job's time:
 

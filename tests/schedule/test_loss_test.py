@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from autotune.tuning.loss_test import BLOCK, ROUNDS, NO_LOSS, LossTest, loss_rates
+from autotune.schedule.loss_test import BLOCK, ROUNDS, NO_LOSS, LossTest, loss_rates
 
 CODEC = {"compression": "topk", "streams": 1}
 LOSSLESS = {"compression": "none", "streams": 1}

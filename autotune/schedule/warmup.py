@@ -5,7 +5,7 @@ Across machines the last of two or more warm-up iterations runs the default with
 far below the NIC rate, as on many cloud NICs) shows: if several streams are much faster
 than one, the seed configurations with that many streams are tried first
 (:func:`capped_seeds`, AIACC-Training's remedy). The trial schedule
-(:mod:`autotune.tuning.schedule`) runs the probe; the session judges the times.
+(:mod:`autotune.schedule.schedule`) runs the probe; the session judges the times.
 Nothing here imports torch.
 """
 

@@ -3,8 +3,8 @@
 Early training is sensitive to inexact gradients (adaptive optimisers, error feedback's
 delayed error): PyTorch's PowerSGD hook and DeepSpeed's 1-bit Adam both keep compression
 out of the first part of training. Where the space has codecs and the job's sensitive
-phase (:meth:`~autotune.tuning.stakes.Stakes.sensitive_until`) lasts past the start of
-tuning, the trial schedule (:mod:`autotune.tuning.schedule`) searches the lossless space
+phase (:meth:`~autotune.schedule.stakes.Stakes.sensitive_until`) lasts past the start of
+tuning, the trial schedule (:mod:`autotune.schedule.schedule`) searches the lossless space
 first and, once the phase is over, runs a short search over the whole space from the kept
 lossless configuration. :class:`CodecWait` owns the whole space while the codecs wait, the
 iteration they are let in at and that search's budget. Nothing here imports torch.
@@ -13,7 +13,7 @@ iteration they are let in at and that search's budget. Nothing here imports torc
 from __future__ import annotations
 
 from autotune.tuning.space import SearchSpace
-from autotune.tuning.stakes import MIN_SEARCH
+from autotune.schedule.stakes import MIN_SEARCH
 
 __all__ = ["CodecWait"]
 

@@ -3,7 +3,7 @@
 :class:`TrialPhase` owns what lasts from one ``Tuner`` to the next: the Tuner itself, the
 trial under way (a running :class:`~autotune.tuning.trial.Trial`), the trials' running index,
 the best configuration so far and the iterations spent in trials. The
-:class:`~autotune.tuning.schedule.TrialSchedule` decides *when* trials run (after the
+:class:`~autotune.schedule.schedule.TrialSchedule` decides *when* trials run (after the
 warm-up, until the budget is spent, again after drift or a server loss); this class says,
 for one iteration of the trial under way, whether the trial goes on, and how it ends:
 scored (the median of its scored iterations as throughput, times its efficiency when it is
@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from autotune.tuning.ledger import Ledger
-from autotune.tuning.listener import Listener
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.listener import Listener
 from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, judged_by_goodput
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import Trial, throughput, trial_seconds

@@ -1,9 +1,9 @@
 """After tuning: the kept configuration's figure, and the watches that re-tune.
 
-Once the budget is spent the trial schedule (:mod:`autotune.tuning.schedule`) keeps the
+Once the budget is spent the trial schedule (:mod:`autotune.schedule.schedule`) keeps the
 best configuration. :class:`KeptPhase` then
 
-- scores its first :data:`~autotune.tuning.listener.SETTLED_SAMPLES` settled iterations
+- scores its first :data:`~autotune.schedule.listener.SETTLED_SAMPLES` settled iterations
   (not the first after a switch) as iterations of it, so the one "best" figure rests on
   training and not only on the trials that picked it, whose highest means were picked
   for being high (the winner's curse); only the first ones, taken soon after the trials,
@@ -13,7 +13,7 @@ best configuration. :class:`KeptPhase` then
   default's scored iterations by more than their noise (:data:`Z_KEPT` standard errors
   of the difference of the means) gives way to the default (:meth:`KeptPhase.settled`);
 - watches a kept codec's efficiency (:mod:`autotune.tuning.lossy`) and the
-  communication time (:mod:`autotune.tuning.drift`), and says when either calls for a
+  communication time (:mod:`autotune.schedule.drift`), and says when either calls for a
   re-tune, and from which configuration.
 
 :func:`not_the_fastest` says why the kept configuration is not the fastest trial's, when
@@ -27,9 +27,9 @@ from __future__ import annotations
 import statistics
 
 from autotune.speedup import MIN_ITERATIONS, beats, measure
-from autotune.tuning.drift import Drift, DriftWatch
-from autotune.tuning.ledger import Ledger
-from autotune.tuning.listener import SETTLED_SAMPLES, Listener
+from autotune.schedule.drift import Drift, DriftWatch
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.listener import SETTLED_SAMPLES, Listener
 from autotune.tuning.lossy import EFFICIENCY_WINDOW, dropped
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import throughput, unit_of

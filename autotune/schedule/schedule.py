@@ -18,7 +18,7 @@ next. The phases:
     than the probe's) are the first trials (AIACC-Training's remedy).
 ``waiting``
     A young job of unknown length whose search would cost more than it may yet lose
-    (:attr:`~autotune.tuning.stakes.Allowance.start_at`): the default runs, not a trial, until
+    (:attr:`~autotune.schedule.stakes.Allowance.start_at`): the default runs, not a trial, until
     the job has run long enough; then the Tuner is made. The session measures none of
     the iterations in between (:meth:`TrialSchedule.quiet_for`).
 ``baseline``
@@ -46,7 +46,7 @@ next. The phases:
     :data:`~autotune.speedup.MIN_ITERATIONS` scored iterations (``Tuner.enough``).
 ``paused``
     A job of unknown length whose trials have lost their share of its elapsed time
-    (:mod:`autotune.tuning.stakes`): the best configuration so far runs, unscored and
+    (:mod:`autotune.schedule.stakes`): the best configuration so far runs, unscored and
     uncharged, until the job has run twice as long; then the next trial starts.
 ``locked``
     The budget is spent (or the job affords no search: then the default is kept, or
@@ -103,21 +103,21 @@ from typing import Any, Sequence
 
 from autotune.errors import ArgumentError
 from autotune.speedup import MIN_ITERATIONS
-from autotune.tuning.codec_wait import CodecWait
-from autotune.tuning.drift import Drift
+from autotune.schedule.codec_wait import CodecWait
+from autotune.schedule.drift import Drift
 from autotune.tuning.efficiency import LOSSY_WARMUP
-from autotune.tuning.kept import KeptPhase, not_the_fastest
-from autotune.tuning.ledger import Ledger
-from autotune.tuning.listener import SETTLED_SAMPLES, Listener
-from autotune.tuning.loss_test import LossTest
+from autotune.schedule.kept import KeptPhase, not_the_fastest
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.listener import SETTLED_SAMPLES, Listener
+from autotune.schedule.loss_test import LossTest
 from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
+from autotune.schedule.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
 from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, throughput, trial_seconds
-from autotune.tuning.trial_phase import NewTuner, TrialPhase
+from autotune.schedule.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.tuner import SEED, Tuner
-from autotune.tuning.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
+from autotune.schedule.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 
 # re-exported: the session, its display and the tests import them from here
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
@@ -174,7 +174,7 @@ class TrialSchedule:
     """The leader's schedule of one job (module docstring).
 
     ``ledger`` measures, tells and records trials; ``new_tuner(budget, seed, warm,
-    space, warmup)`` makes the Tuner for a (re-)tune (:data:`~autotune.tuning.trial_phase.
+    space, warmup)`` makes the Tuner for a (re-)tune (:data:`~autotune.schedule.trial_phase.
     NewTuner`); ``capped(times, probe_times)`` says whether
     the warm-up's times show a per-flow cap. The phases are parts of their own, each the
     one owner of its state: the warm-up (:attr:`warmup_phase`, :class:`WarmUp`), the
@@ -206,7 +206,7 @@ class TrialSchedule:
     ) -> None:
         _check(budget, warmup, cut_short)
         self.ledger = ledger
-        # what the job can win and what the trials cost it (autotune.tuning.stakes)
+        # what the job can win and what the trials cost it (autotune.schedule.stakes)
         self.stakes = Stakes(total_steps, spend, costs)
         self._allowance = Allowance(budget)  # the search the job affords (at the warm-up's end)
         self._charging = False  # whether the last next() was the search's (applied())
@@ -270,7 +270,7 @@ class TrialSchedule:
         ``efficiency``: its statistical efficiency, when scored by goodput (module
         docstring; None: unknown). ``loss``: the training loss the loop passed (the mean
         over the workers; None: not passed), what a codec is kept by
-        (:mod:`~autotune.tuning.loss_test`). The time this call takes (the searchers' and the
+        (:mod:`~autotune.schedule.loss_test`). The time this call takes (the searchers' and the
         prior's, while every rank waits for the answer) is on the job's clock too: it is
         charged to the trials' cost."""
         started = time.perf_counter()
@@ -556,7 +556,7 @@ class TrialSchedule:
     def _stopped(self) -> Config:
         """No next trial: the Tuner's budget is spent (locked), or the trials have lost
         their share of the job's time: locked when its length is known, paused when not
-        (:mod:`autotune.tuning.stakes`)."""
+        (:mod:`autotune.schedule.stakes`)."""
         tuner = self.tuner
         if not (self.stakes.spent and self.stakes.pausable and tuner is not None
                 and not tuner.done):
