@@ -13,7 +13,7 @@ modes run on one host. Every line a process prints is streamed with a ``[w<rank>
 this output is a terminal (plain lines per trial otherwise; :mod:`autotune.progress`). If a worker fails, the others get ``grace`` seconds to finish on
 their own, then are stopped; the launcher exits with the failing worker's code and
 repeats its last lines: the worker whose own code failed (it posted its exception in the
-store, :meth:`~autotune.runtime.faults.Liveness.fail`; its peers fail after it, naming
+store, :meth:`~autotune.runtime.control.faults.Liveness.fail`; its peers fail after it, naming
 it), else the first worker to exit non-zero. A worker that a signal stopped (it posted
 the signal's name, whatever its exit code) is no failure: one line names it, nothing is
 repeated, and the launcher exits 128 + the signal. A server that fails is reported and
@@ -267,10 +267,10 @@ class _Rendezvous:
 
 def _stopped(job: ranks.Outcome, store: object) -> tuple[int, str] | None:
     """``(rank, signal name)`` of the first worker that exited after a stop signal, as it
-    posted in the rendezvous ``store`` (:meth:`~autotune.runtime.faults.Liveness.fail`),
+    posted in the rendezvous ``store`` (:meth:`~autotune.runtime.control.faults.Liveness.fail`),
     whatever its exit code (a framework may turn Ctrl-C into exit code 1); None if none
     did."""
-    from autotune.runtime.faults import Liveness
+    from autotune.runtime.control.faults import Liveness
 
     for e in job.exits:
         key = f"{Liveness.STOPPED}{e.rank.rank}"
@@ -288,7 +288,7 @@ def _to_blame(job: ranks.Outcome, store: object) -> ranks.Exit | None:
     """The failed worker to report: one that posted its own failure in the rendezvous
     ``store`` (its peers failed because of it, perhaps exiting sooner), else the first
     worker seen to exit non-zero."""
-    from autotune.runtime.faults import Liveness
+    from autotune.runtime.control.faults import Liveness
 
     for e in job.exits:
         if e.rank.role == "worker" and e.returncode:

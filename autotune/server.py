@@ -9,7 +9,7 @@ serves whatever plan the workers use, one iteration per ``sync``, until the lead
 environment is a usage error (exit code 2, no traceback) before torch is imported.
 
 ``AUTOTUNE_TRACE=DIR`` (diagnosis): the server records its operations
-(:mod:`autotune.runtime.trace`) and writes them to ``DIR/rank<r>.json`` when it stops,
+(:mod:`autotune.runtime.data.trace`) and writes them to ``DIR/rank<r>.json`` when it stops,
 beside the workers' traces, for ``benchmarks/timeline.py``.
 """
 
@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch.distributed as dist
 
-    from autotune.runtime import Runtime, trace
+    from autotune.runtime import Runtime
+    from autotune.runtime.data import trace
     from autotune.errors import install_excepthook
 
     dist.init_process_group("gloo")

@@ -166,7 +166,7 @@ def add_cluster_args(ap: Any, flow_cap_help: str = "cap per TCP flow, e.g. 100mb
 def add_diagnosis_args(ap: Any, trace_help: str | None = None) -> None:
     """The runtime diagnosis options: ``--depth`` (:func:`patch_depth`) and, where the
     benchmark passes it on (``trace_help`` says to what), ``--trace`` (every rank writes its
-    operations, :mod:`autotune.runtime.trace`)."""
+    operations, :mod:`autotune.runtime.data.trace`)."""
     ap.add_argument("--depth", default=None,
                     help="diagnosis: the runtime's pipelining depths SEND[,TAIL[,SUM]] (e.g. 8,32,8)")
     if trace_help:
@@ -179,10 +179,10 @@ def patch_depth(depth: str | None) -> None:
     """Diagnosis only: set the runtime's pipelining depths in this process, read when a
     configuration is applied: ``SEND[,TAIL[,SUM]]`` = chunks a stream keeps on their way
     out, chunks it keeps in flight in all, units a Summation Service stream keeps posted
-    (with no byte budget); see autotune/runtime/prepared.py."""
+    (with no byte budget); see autotune/runtime/control/prepared.py."""
     if not depth:
         return
-    from autotune.runtime import prepared
+    from autotune.runtime.control import prepared
 
     vals = [int(x) for x in depth.split(",")]
     prepared.set_depths(send=vals[0],

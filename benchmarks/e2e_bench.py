@@ -93,7 +93,8 @@ def fixed_main(a: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from autotune.runtime import Runtime, trace
+    from autotune.runtime import Runtime
+    from autotune.runtime.data import trace
     from autotune.server import serve
 
     torch.set_num_threads(1)

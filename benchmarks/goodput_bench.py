@@ -30,7 +30,7 @@ a PNG:
     sudo .venv/bin/python benchmarks/goodput_bench.py --settings 1x4M,4x4M --servers 0,4
     sudo .venv/bin/python benchmarks/goodput_bench.py --rate 400mbit --flow-cap 100mbit
 
-``--trace DIR`` records every rank's operations (``autotune.runtime.trace``) for
+``--trace DIR`` records every rank's operations (``autotune.runtime.data.trace``) for
 ``benchmarks/timeline.py``, the per-stage timeline of one iteration.
 """
 
@@ -86,7 +86,8 @@ def rank_main(a: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from autotune.runtime import Runtime, trace
+    from autotune.runtime import Runtime
+    from autotune.runtime.data import trace
     from autotune.server import serve
 
     torch.set_num_threads(1)

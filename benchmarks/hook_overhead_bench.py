@@ -1,6 +1,6 @@
 """What autotune's DDP comm hook adds to a real training step: a zoo model (ResNet-50,
 batch 64) forward and backward under DDP with autotune's hook
-(:class:`autotune.runtime.ddp_hook.BucketTransport`, which hands the buckets to the
+(:class:`autotune.runtime.ddp.ddp_hook.BucketTransport`, which hands the buckets to the
 native runtime), under plain DDP (its default hook),
 and alone (no DDP: the compute), in rotation, iteration by iteration; medians of the
 slowest rank.
@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autotune import zoo
-from autotune.runtime.ddp_hook import BucketTransport
+from autotune.runtime.ddp.ddp_hook import BucketTransport
 from autotune.selftest.rank import pick_device
 from autotune.selftest.rank_ddp import ddp_backend
 

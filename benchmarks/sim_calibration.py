@@ -336,7 +336,7 @@ def markdown(res: dict) -> str:
         "Fitted constants (fit half, grid search, mean |relative error|): "
         + ", ".join(f"`{k}={v}`" for k, v in res["calibrated"].items()) + " (`pipeline_depth` "
         "is the runtime's `SEND_DEPTH`, not fitted). The simulator schedules the runtime's "
-        "own chunks, streams and Summation Service owners (`autotune/runtime/plan.py`). "
+        "own chunks, streams and Summation Service owners (`autotune/runtime/data/plan.py`). "
         "Push/pull is modelled as the runtime runs it: a stream keeps `pipeline_depth` "
         "pushes on their way out, each Summation Service is store-and-forward per chunk (it "
         "sends a sum back once every part is in), and at one owner the chunks of a send "

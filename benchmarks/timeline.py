@@ -1,6 +1,6 @@
 """The per-stage timeline of one push/pull iteration, from the ranks' traces.
 
-Reads the files a benchmark's ``--trace DIR`` wrote (``autotune.runtime.trace``: one per
+Reads the files a benchmark's ``--trace DIR`` wrote (``autotune.runtime.data.trace``: one per
 rank, every operation with the times it was issued, waited for and done; the hosts of the
 emulated cluster share one clock) and takes one iteration: the operations issued after the
 first worker's start of the chosen iteration's mark (its ``sync``) and done by the last
@@ -19,7 +19,7 @@ first sum exists) and the drain (last push done to the last pull done), each wor
 bytes per direction against the NIC rate, and the rate each flow reached while it had
 bytes on the wire (against the per-flow cap). Times on the worker side are when the
 stream's wait returned; a wait that did not block only bounds the completion (see
-``autotune/runtime/trace.py``).
+``autotune/runtime/data/trace.py``).
 
     python benchmarks/timeline.py DIR [--iteration "pp k=4 s4 c256K"] [--index -1] \\
         [--nic-mbs 47.9] [--cap-mbs 12.5] [--json out.json] [--plot out.png]

@@ -1,5 +1,5 @@
 """Per-rank code of tests/runtime/test_ddp_hook.py: real DDP (gloo, CPU) with and
-without :class:`~autotune.runtime.ddp_hook.BucketTransport`, as cases of the shared worlds
+without :class:`~autotune.runtime.ddp.ddp_hook.BucketTransport`, as cases of the shared worlds
 (tests/worlds.py)::
 
     world(2).run("ddp_hook_worker:cases", mode="all")
@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from autotune.runtime.ddp_hook import BucketTransport
+from autotune.runtime.ddp.ddp_hook import BucketTransport
 
 RANK = int(os.environ.get("RANK", 0))
 KiB, MiB = 1024, 1024 * 1024

@@ -208,7 +208,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
         exact &= torch.equal(q.grad, ref)
         if zero_grads and ids[i] is not None and id(q.grad) != ids[i]:
             ident_ok = False
-    from autotune.runtime.plan import cut
+    from autotune.runtime.data.plan import cut
 
     return {"config": active, "ratio": worst, "none_ok": none_ok, "ident_ok": ident_ok,
             "exact": exact, "staged_copies": copies, "lent": lent, "lendable": lendable,

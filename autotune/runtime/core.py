@@ -11,18 +11,18 @@ Protocol, per iteration, on every rank of the ``torch.distributed`` world::
 iteration under the active configuration); ``pushpull`` needs one per iteration because
 servers serve exactly one iteration per ``sync``.
 
-The parts, one concept each: joining the job (:mod:`~autotune.runtime.bootstrap`), the
-control plane's groups and bounded waits (:mod:`~autotune.runtime.control`), the collective
-``sync`` with its vote (:mod:`~autotune.runtime.sync`), reconfiguration
-(:mod:`~autotune.runtime.reconfigure`), the gradient hooks and averaging rounds
-(:mod:`~autotune.runtime.averager`), a round's end as the protocol counts it (a failure
-blamed on a rank: :mod:`~autotune.runtime.rounds`), fault attribution
-(:mod:`~autotune.runtime.blame`). The Runtime checks each call against the
+The parts, one concept each: joining the job (:mod:`~autotune.runtime.control.bootstrap`), the
+control plane's groups and bounded waits (:mod:`~autotune.runtime.control.control`), the collective
+``sync`` with its vote (:mod:`~autotune.runtime.control.sync`), reconfiguration
+(:mod:`~autotune.runtime.control.reconfigure`), the gradient hooks and averaging rounds
+(:mod:`~autotune.runtime.data.averager`), a round's end as the protocol counts it (a failure
+blamed on a rank: :mod:`~autotune.runtime.control.rounds`), fault attribution
+(:mod:`~autotune.runtime.control.blame`). The Runtime checks each call against the
 protocol (:class:`UsageError`) and keeps whether the job was stopped and the runtime shut
 down (whether a fault broke it is :attr:`Blame.broken`).
 
-Faults: see :class:`~autotune.runtime.errors.RuntimeFault`, :mod:`autotune.runtime.faults`
-and :mod:`autotune.runtime.blame`. ``.grad`` is written only after every chunk of the
+Faults: see :class:`~autotune.runtime.errors.RuntimeFault`, :mod:`autotune.runtime.control.faults`
+and :mod:`autotune.runtime.control.blame`. ``.grad`` is written only after every chunk of the
 iteration completed, so a failed ``wait`` leaves the local gradients intact; after a
 *recoverable* fault all ranks ``sync`` again (the leader with a known-good configuration)
 and workers call :meth:`Runtime.wait` again to average the same gradients.
@@ -35,21 +35,21 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from .averager import Averager
-from .blame import Blame
-from .bootstrap import Joined, join, take
-from .config import FALLBACK_STREAMS, Limits, RuntimeConfig
-from .control import ControlPlane
-from .engine import OpError
-from .errors import RuntimeFault, UsageError
-from .faults import FaultInjector, Liveness
-from .groups import GroupCache
-from .layout import Layout
-from .prepared import Setup
-from .reconfigure import Active
-from .rounds import Rounds
-from .staging import stage_cpu_from_env
-from .sync import SyncProtocol
+from autotune.runtime.data.averager import Averager
+from autotune.runtime.control.blame import Blame
+from autotune.runtime.control.bootstrap import Joined, join, take
+from autotune.runtime.config import FALLBACK_STREAMS, Limits, RuntimeConfig
+from autotune.runtime.control.control import ControlPlane
+from autotune.runtime.data.engine import OpError
+from autotune.runtime.errors import RuntimeFault, UsageError
+from autotune.runtime.control.faults import FaultInjector, Liveness
+from autotune.runtime.control.groups import GroupCache
+from autotune.runtime.data.layout import Layout
+from autotune.runtime.control.prepared import Setup
+from autotune.runtime.control.reconfigure import Active
+from autotune.runtime.control.rounds import Rounds
+from autotune.runtime.data.staging import stage_cpu_from_env
+from autotune.runtime.control.sync import SyncProtocol
 
 
 class Runtime:
@@ -97,7 +97,7 @@ class Runtime:
                   grad_views: bool | None = None) -> "Runtime":
         """Collective on an initialised ``torch.distributed`` world (every rank, servers
         too): learn roles and machines, create the control and worker groups
-        (:func:`~autotune.runtime.bootstrap.join`; a worker that joined early, as
+        (:func:`~autotune.runtime.control.bootstrap.join`; a worker that joined early, as
         ``autotune.workers_group()`` does, is built from that, its ``timeout`` and
         ``max_streams``). With servers, the all-reduce groups of :data:`FALLBACK_STREAMS`
         streams are made here, so that losing a server is not fatal (:class:`ServerLost`).
@@ -106,13 +106,13 @@ class Runtime:
         backward pass). ``control_timeout``: how long a rank may wait in ``sync`` for
         others that are alive (default one hour); a peer whose heartbeat (every
         ``heartbeat`` seconds) stopped ends any wait after ``timeout``
-        (:mod:`autotune.runtime.control`). ``role``: ``worker`` or ``server`` (default
+        (:mod:`autotune.runtime.control.control`). ``role``: ``worker`` or ``server`` (default
         ``AUTOTUNE_ROLE``, else worker); servers adopt the leader's ``timeout`` and
         ``max_streams``. ``faults``: injected faults for tests (default: the rules of
         ``AUTOTUNE_FAULT``). ``copy_cpu``: CPU gradients go through host staging too
         (tests; default ``AUTOTUNE_STAGE_CPU``). ``grad_views``: CPU ``.grad`` tensors
         become views of the averages, not copies (default ``AUTOTUNE_GRAD_VIEWS``;
-        :mod:`autotune.runtime.copies`)."""
+        :mod:`autotune.runtime.data.copies`)."""
         joined = take() or join(timeout, role, max_streams)
         faults = faults if faults is not None else FaultInjector.from_env(joined.info.rank)
         rt = cls(joined, heartbeat, control_timeout, faults, copy_cpu, grad_views)

@@ -3,7 +3,7 @@
 ``ConfigError`` (from :mod:`autotune.runtime.config`) means a configuration or a registration is
 wrong: it is raised identically on every rank, the previous configuration stays active.
 :class:`RuntimeFault` means communication failed: a peer died, an operation timed out, or
-an injected fault fired (see :mod:`autotune.runtime.faults`). :class:`PeerFailed`, one of
+an injected fault fired (see :mod:`autotune.runtime.control.faults`). :class:`PeerFailed`, one of
 them, means another rank failed and names it; uncaught, it is printed as one line
 (:func:`autotune.errors.install_excepthook`).
 """
@@ -37,7 +37,7 @@ class RuntimeFault(AutotuneError, RuntimeError):
 class PeerFailed(RuntimeFault):
     """Another rank (``rank``) failed, so this one cannot go on: its own code raised (the
     message gives that rank's exception, which it posted before it left; see
-    :meth:`~autotune.runtime.faults.Liveness.fail`), it died, or it stopped answering (the
+    :meth:`~autotune.runtime.control.faults.Liveness.fail`), it died, or it stopped answering (the
     message says what was seen, and during which operation). Not recoverable. Nothing went
     wrong on this rank: the whole story is the message, so uncaught it is printed as that
     one line, without a traceback (:func:`autotune.errors.install_excepthook`)."""

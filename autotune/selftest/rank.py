@@ -39,7 +39,7 @@ class Checker:
     """What every worker of a selftest holds, whichever mode: the gradients of each
     configuration, the ``all_reduce`` reference of them, the comparison with its bound,
     MAX over the workers, and one row of the table from a configuration's checks and
-    times. ``info``: the world (:class:`~autotune.runtime.world.WorldInfo`); ``group``:
+    times. ``info``: the world (:class:`~autotune.runtime.control.world.WorldInfo`); ``group``:
     the workers' gloo group the reference and the MAX use."""
 
     #: whether the average under test divides every gradient by ``n`` before summing

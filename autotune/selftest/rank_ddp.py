@@ -1,11 +1,11 @@
 """``autotune selftest --ddp``: the program each rank runs (:func:`run_ddp_rank`) to check
 and time autotune inside real ``torch.nn.parallel.DistributedDataParallel``, as DDP's comm
-hook (:class:`autotune.runtime.ddp_hook.BucketTransport`), instead of the native runtime.
+hook (:class:`autotune.runtime.ddp.ddp_hook.BucketTransport`), instead of the native runtime.
 
 The job may have Summation Service servers (``--servers K``) and several workers per
 machine (``--machines M``): as under ``autotune.session(ddp_model)``, the workers join the
 native runtime, DDP's group is the workers', and the hook hands DDP's buckets to the
-runtime under push/pull and intra ``root``/``scatter`` (:mod:`autotune.runtime.ddp_buckets`);
+runtime under push/pull and intra ``root``/``scatter`` (:mod:`autotune.runtime.ddp.ddp_buckets`);
 servers serve. Each worker builds two copies of one model, parameters of the selftest's shapes
 whose forward is ``sum(p * t)`` (:meth:`~autotune.selftest.rank.Checker.module`), and
 wraps both in DDP over the same process group with 25 MiB buckets: one with autotune's
@@ -127,7 +127,7 @@ class DDPWorker(Checker):
         import torch
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        from autotune.runtime.ddp_hook import BucketTransport
+        from autotune.runtime.ddp.ddp_hook import BucketTransport
 
         self.backend = backend
         kwargs: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" \

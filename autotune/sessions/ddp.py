@@ -46,7 +46,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from autotune.runtime.bootstrap import hold, join
+from autotune.runtime.control.bootstrap import hold, join
 from autotune.runtime.config import ConfigError, Limits
 from autotune.runtime.errors import UsageError
 from autotune.sessions.world import init_world
@@ -239,7 +239,7 @@ class InPlaceDDP:
             DDP._active_ddp_module = None
         self.ddp = None
         if self._own_group and clean:
-            from autotune.runtime.groups import destroy
+            from autotune.runtime.control.groups import destroy
 
             destroy(self.group)
             self._own_group = False

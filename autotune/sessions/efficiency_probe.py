@@ -2,7 +2,7 @@
 goodput; docs/compression.md, "Is lossy safe for my model?").
 
 Each iteration every worker samples its gradient before and after averaging
-(:class:`~autotune.runtime.gradstats.GradientSample`, in the session's comm hook, bucket
+(:class:`~autotune.runtime.data.gradstats.GradientSample`, in the session's comm hook, bucket
 by bucket). One small
 all-reduce sums the workers' sampled values and squared norms (the session's all-reduce
 of the iteration's times, which carries them: no collective of its own); from the sum every worker
@@ -22,7 +22,7 @@ from typing import Sequence
 import torch
 
 from autotune.runtime.errors import RuntimeFault
-from autotune.runtime.gradstats import GradientSample, Sample
+from autotune.runtime.data.gradstats import GradientSample, Sample
 from autotune.tuning.efficiency import Efficiency
 
 __all__ = ["EfficiencyProbe"]

@@ -5,7 +5,7 @@
 (:class:`~autotune.sessions.ddp.InPlaceDDP`); from then on both are one
 :class:`HookedDDP`. DDP owns what it owns (the start, buffers, ``no_sync``, unused
 parameters, buckets and their overlap with backward, checkpoints); autotune's comm hook
-(:class:`~autotune.runtime.ddp_hook.BucketTransport`) averages each bucket under the
+(:class:`~autotune.runtime.ddp.ddp_hook.BucketTransport`) averages each bucket under the
 configuration in force, the untuned default being DDP's own all-reduce. The
 :class:`~autotune.runtime.core.Runtime` joins the world (servers included) and puts a
 configuration in force on every rank (``Runtime.sync``: the configuration as int64s,
@@ -32,9 +32,9 @@ import torch
 import torch.distributed as dist
 
 from autotune.errors import AutotuneError, install_excepthook
-from autotune.runtime.bootstrap import rendezvous_store
+from autotune.runtime.control.bootstrap import rendezvous_store
 from autotune.runtime.errors import UsageError
-from autotune.runtime.faults import Liveness
+from autotune.runtime.control.faults import Liveness
 from autotune.sessions.ddp import InPlaceDDP, group_for, unfinished_error
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.world import init_world
@@ -58,7 +58,7 @@ class HookedDDP:
         self.rt: Any = None
         self._user_ddp: DDP | None = model if isinstance(model, DDP) else None
         self.in_place: InPlaceDDP | None = None  # for a plain module
-        self.hook: Any = None  # the comm hook's state (runtime.ddp_hook.BucketTransport)
+        self.hook: Any = None  # the comm hook's state (runtime.ddp.ddp_hook.BucketTransport)
         self._liveness: Liveness | None = None  # reads the failure a peer posted
         self._accumulating = False  # inside tuner.no_sync()
         # the hook's counts at the last step: buckets, backwards, forwards inside
@@ -105,7 +105,7 @@ class HookedDDP:
     def start(self) -> None:
         """Workers: DDP applied in place (a plain module) or DDP's group checked, and the
         comm hook installed."""
-        from autotune.runtime.ddp_hook import BucketTransport
+        from autotune.runtime.ddp.ddp_hook import BucketTransport
 
         info = self.rt.info
         if self.ddp is None:

@@ -72,7 +72,7 @@ class Session(SessionResults):
                                       lambda: self.tuning_cost)
         self.hooked = HookedDDP(model, options)  # how the gradients are averaged
         self.leader: Leader | None = None  # the leader's tuning
-        self.info: Any = None                       # the world (runtime.world.WorldInfo)
+        self.info: Any = None                       # the world (runtime.control.world.WorldInfo)
         self.in_force = InForce(self.hooked, options)  # the configuration in force
         self.iteration = 0  # iterations completed (step() calls that synchronised)
         self._state = "new"  # new -> open (inside ``with``) -> closed

@@ -35,7 +35,7 @@ Limits (what the model does not know; see ``docs/simulator.md``):
   limits. Summation Services have a fixed summing rate per process (one process per
   machine).
 - Chunks, streams and Summation Service owners are the runtime's own plan
-  (:meth:`Job.plan`, :mod:`autotune.runtime.plan`). Push/pull follows the runtime's
+  (:meth:`Job.plan`, :mod:`autotune.runtime.data.plan`). Push/pull follows the runtime's
   pipeline (``pipeline_depth`` pushes per stream on their way out, store-and-forward
   Summation Services; in a send window an owner's link is shared evenly across streams
   and FIFO within a stream, FIFO across windows; it carries only the traffic the owner

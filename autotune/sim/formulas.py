@@ -8,7 +8,7 @@ typo: a server machine receives its share from all n workers, so its time is
 
 from __future__ import annotations
 
-from autotune.runtime.plan import summation_shares
+from autotune.runtime.data.plan import summation_shares
 
 
 def allreduce_time(n: int, M: float, B: float) -> float:
@@ -23,7 +23,7 @@ def byteps_shares(n: int, k: int) -> tuple[float, float]:
     Summation Service sums): Eq. 1 and 2, ``2(n-1)/(n^2+kn-2k)`` and
     ``(n-k)/(n^2+kn-2k)``, with the fallbacks outside 1 <= k < n (k = 0: colocated PS,
     1/n each; k >= n: non-colocated PS, 1/k per server): the runtime's own split
-    (:func:`autotune.runtime.plan.summation_shares`). A single worker machine keeps
+    (:func:`autotune.runtime.data.plan.summation_shares`). A single worker machine keeps
     everything local."""
     if n == 1 and k >= 0:
         return 0.0, 1.0

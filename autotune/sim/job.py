@@ -3,9 +3,9 @@
 A :class:`Job` is the gradient sizes in ready order (bytes, optionally with their dtypes)
 and the compute time. Its chunks are the runtime's: :meth:`Job.plan` cuts them, puts them
 on streams and gives them Summation Service owners with the runtime's own plan code
-(:mod:`autotune.runtime.plan`: :func:`~autotune.runtime.plan.cut`,
-:func:`~autotune.runtime.plan.coalesce`, :func:`~autotune.runtime.plan.stream_of`,
-:func:`~autotune.runtime.plan.owner_weights`, :func:`~autotune.runtime.plan.assign_owners`),
+(:mod:`autotune.runtime.data.plan`: :func:`~autotune.runtime.data.plan.cut`,
+:func:`~autotune.runtime.data.plan.coalesce`, :func:`~autotune.runtime.data.plan.stream_of`,
+:func:`~autotune.runtime.data.plan.owner_weights`, :func:`~autotune.runtime.data.plan.assign_owners`),
 so the chunks the simulator predicts are the chunks that run. A chunk is ready when
 backward has produced the last byte of its last gradient (the runtime sends a chunk once
 all its gradients are in). Gradients are produced during the backward pass, the last
@@ -20,7 +20,7 @@ from itertools import accumulate
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from autotune.runtime.config import Transport
-from autotune.runtime.plan import (DTYPE_BYTES, Size, assign_owners, coalesce, coalesces, cut,
+from autotune.runtime.data.plan import (DTYPE_BYTES, Size, assign_owners, coalesce, coalesces, cut,
                                    owner_weights, stream_of)
 
 
@@ -47,7 +47,7 @@ class Job:
     ``backward_fraction``: the share of ``compute_s`` that is the backward pass (the
     window communication can overlap; 0: gradients all ready at the end);
     ``batch_per_worker``: samples per worker per iteration (for throughput);
-    ``dtypes``: each gradient's dtype (a name of :data:`~autotune.runtime.plan.DTYPE_BYTES`),
+    ``dtypes``: each gradient's dtype (a name of :data:`~autotune.runtime.data.plan.DTYPE_BYTES`),
     or empty: all of one dtype. The runtime keeps one flat buffer per dtype and a dtype
     change closes a chunk, so mixed dtypes change the chunks; with one dtype the chunk
     boundaries in bytes do not depend on which (``chunk_bytes`` is a multiple of 8)."""
@@ -115,8 +115,8 @@ class Job:
     # ---------------------------------------------------------------- the plan
     def chunks(self, chunk_bytes: int, coalesced: int = 0) -> tuple[list[int], list[float]]:
         """Chunk sizes (bytes) and, for each, the share of gradient bytes produced by the
-        time it is ready (0..1), in plan order: the runtime's :func:`~autotune.runtime.plan.cut`,
-        then, with ``coalesced`` streams (> 0), its :func:`~autotune.runtime.plan.coalesce`.
+        time it is ready (0..1), in plan order: the runtime's :func:`~autotune.runtime.data.plan.cut`,
+        then, with ``coalesced`` streams (> 0), its :func:`~autotune.runtime.data.plan.coalesce`.
         Cached per ``chunk_bytes`` and ``coalesced``."""
         key = ("chunks", int(chunk_bytes), int(coalesced))
         hit = self._cache.get(key)
@@ -137,8 +137,8 @@ class Job:
         """Under ``pushpull`` with ``servers`` servers and ``machines`` worker machines: each
         chunk's Summation Service (index into the owner order: servers, then machines) and
         the bytes each owner sums, by the runtime's assignment
-        (:func:`~autotune.runtime.plan.assign_owners` over
-        :func:`~autotune.runtime.plan.owner_weights`). Cached."""
+        (:func:`~autotune.runtime.data.plan.assign_owners` over
+        :func:`~autotune.runtime.data.plan.owner_weights`). Cached."""
         key = ("owners", int(chunk_bytes), int(machines), int(servers))
         hit = self._cache.get(key)
         if hit is not None:
@@ -154,8 +154,8 @@ class Job:
     def plan(self, config: Mapping[str, Any], machines: int) -> ChunkPlan:
         """The chunks of this job under ``config`` (``chunk_bytes``, ``streams``,
         ``transport``, ``servers``) with ``machines`` worker machines: what
-        :func:`autotune.runtime.plan.make_plan` gives the runtime, in bytes and owner
-        indices (coalesced where :func:`~autotune.runtime.plan.coalesces`)."""
+        :func:`autotune.runtime.data.plan.make_plan` gives the runtime, in bytes and owner
+        indices (coalesced where :func:`~autotune.runtime.data.plan.coalesces`)."""
         chunk_bytes, streams = int(config["chunk_bytes"]), int(config["streams"])
         if streams < 1:
             raise ValueError(f"streams must be >= 1, got {streams}")

@@ -3,7 +3,7 @@
 How a configuration is charged (see ``docs/simulator.md`` for the derivation):
 
 1. **Chunks.** The runtime's plan (:meth:`Job.plan`, with the code of
-   :mod:`autotune.runtime.plan`): gradients packed/split into chunks of ``chunk_bytes`` in
+   :mod:`autotune.runtime.data.plan`): gradients packed/split into chunks of ``chunk_bytes`` in
    ready order, chunk ``i`` on stream ``i % streams``, under push/pull each chunk given to
    a Summation Service so each one's bytes follow BytePS's shares; a chunk is ready when
    backward has produced its last gradient.

@@ -246,7 +246,7 @@ class Expected:
     # ------------------------------------------------------------ switches
     def switch(self, cfg: dict, order: list[int]) -> None:
         from autotune.runtime.codecs import codec_from_config
-        from autotune.runtime.compression import CODEC_SEED
+        from autotune.runtime.data.compression import CODEC_SEED
 
         if cfg == self.cfg and order == self.order:
             return
@@ -268,7 +268,7 @@ class Expected:
         self.skey = keys
 
     def _plan(self) -> list:
-        from autotune.runtime.plan import make_plan
+        from autotune.runtime.data.plan import make_plan
 
         return make_plan([self.sizes[i] for i in self.order], self.cfg, self.info)
 
@@ -276,7 +276,7 @@ class Expected:
         return self.codec is not None and c.nbytes >= self.cfg["compress_min_bytes"]
 
     def _summation_keys(self) -> dict[int, tuple]:
-        from autotune.runtime.plan import shard_bounds, shards_per_chunk
+        from autotune.runtime.data.plan import shard_bounds, shards_per_chunk
 
         if self.codec is None or self.codec.summable or self.cfg["transport"] != "pushpull":
             return {}
@@ -295,7 +295,7 @@ class Expected:
         """The averaged gradient per registration index, given every worker's gradients."""
         import torch
 
-        from autotune.runtime.plan import flat_layout, pushers, shard_bounds, shards_per_chunk
+        from autotune.runtime.data.plan import flat_layout, pushers, shard_bounds, shards_per_chunk
 
         info, cfg, order = self.info, self.cfg, self.order
         sizes = [self.sizes[i] for i in order]
@@ -375,7 +375,7 @@ class Expected:
         import torch
 
         from autotune.runtime.codecs import Context
-        from autotune.runtime.plan import shards_per_chunk
+        from autotune.runtime.data.plan import shards_per_chunk
 
         codec, cfg = self.codec, self.cfg
         d, k = c.dtype, parts[0][1].numel()

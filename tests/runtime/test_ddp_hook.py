@@ -1,6 +1,6 @@
-"""autotune inside DDP: :class:`~autotune.runtime.ddp_hook.BucketTransport` as DDP's comm
+"""autotune inside DDP: :class:`~autotune.runtime.ddp.ddp_hook.BucketTransport` as DDP's comm
 hook, against plain DDP in the same processes (tests/ddp_hook_worker.py), and the CPU
-side of :class:`~autotune.runtime.staging.HostStaging`.
+side of :class:`~autotune.runtime.data.staging.HostStaging`.
 
 The hook hands every bucket to the native runtime, which takes DDP's gradients as they
 are ready. In the shared worlds
@@ -133,7 +133,7 @@ def test_misuse_is_a_clear_error(two):
 
 # ---------------------------------------------------------------------- in process
 def test_install_needs_a_ddp_model():
-    from autotune.runtime.ddp_hook import BucketTransport
+    from autotune.runtime.ddp.ddp_hook import BucketTransport
 
     with pytest.raises(TypeError, match="torch.nn.modules.linear.Linear"):
         BucketTransport.install(torch.nn.Linear(2, 2))
@@ -143,7 +143,7 @@ def test_transport_needs_torch_distributed():
     import torch.distributed as dist
 
     from autotune.runtime import UsageError
-    from autotune.runtime.ddp_hook import BucketTransport
+    from autotune.runtime.ddp.ddp_hook import BucketTransport
 
     if dist.is_initialized():
         pytest.skip("a process group exists in this process")
@@ -152,7 +152,7 @@ def test_transport_needs_torch_distributed():
 
 
 def test_the_hook_imports_nothing_from_tuning_or_session():
-    code = ("import sys, autotune.runtime.ddp_hook, autotune.runtime.staging; "
+    code = ("import sys, autotune.runtime.ddp.ddp_hook, autotune.runtime.data.staging; "
             "print(sorted(m for m in sys.modules if m.startswith(('autotune.tuning', "
             "'autotune.sessions', 'autotune.search'))))")
     out = zygote.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
@@ -162,7 +162,7 @@ def test_the_hook_imports_nothing_from_tuning_or_session():
 
 
 def test_cpu_staging_copies_nothing_by_default():
-    from autotune.runtime.staging import HostStaging
+    from autotune.runtime.data.staging import HostStaging
 
     st = HostStaging("cpu")
     x = torch.arange(6.0)
@@ -180,7 +180,7 @@ def test_cpu_staging_copies_nothing_by_default():
 
 
 def test_cpu_staging_with_copies_round_trips():
-    from autotune.runtime.staging import HostStaging
+    from autotune.runtime.data.staging import HostStaging
 
     st = HostStaging("cpu", copy_cpu=True)
     x = torch.arange(8.0).narrow(0, 2, 4)
@@ -199,7 +199,7 @@ def test_cpu_staging_with_copies_round_trips():
 def test_cuda_staging_round_trip_is_ordered():
     """The copy to the host follows the producer's queued work; the copy back is waited
     for by the current stream; a future completed on the side stream is CUDA-aware."""
-    from autotune.runtime.staging import HostStaging
+    from autotune.runtime.data.staging import HostStaging
 
     st = HostStaging("cuda")
     x = torch.randn(1 << 22, device="cuda")

@@ -1,5 +1,5 @@
 """``.grad`` as views of the averages (``grad_views``, ``AUTOTUNE_GRAD_VIEWS=1``,
-``autotune/runtime/copies.py``): no write-back copy, the same averages.
+``autotune/runtime/data/copies.py``): no write-back copy, the same averages.
 
 ONE job of 2 workers + 1 server (``autotune launch``) runs the staging job's cases
 (``runtime_helpers.staged_cases``: every transport, k and intra mode, several streams and
@@ -57,7 +57,7 @@ def test_pushpull_flat_lossless_cases_copied_gradients_neither_way(
         results: list[dict]) -> None:
     """With views, the lossless flat push/pull cases also pushed gradients from ``.grad``
     (no pack copy: :meth:`GradientCopies.lend`), bit for bit all_reduce's average."""
-    from autotune.runtime.plan import pushes_from_grad
+    from autotune.runtime.data.plan import pushes_from_grad
 
     for r, res in enumerate(results):
         lent = [c["lent"] for c in res["cases"] if pushes_from_grad(c["config"])]
@@ -73,7 +73,7 @@ def test_views_are_intact_after_a_fault_and_a_second_wait_averages_them(results:
 
 
 def test_views_are_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.runtime.copies import GRAD_VIEWS_ENV, grad_views_from_env
+    from autotune.runtime.data.copies import GRAD_VIEWS_ENV, grad_views_from_env
 
     monkeypatch.delenv(GRAD_VIEWS_ENV, raising=False)
     assert not grad_views_from_env()

@@ -1,4 +1,4 @@
-"""The gradient sample (autotune.runtime.gradstats): the same coordinates on every rank,
+"""The gradient sample (autotune.runtime.data.gradstats): the same coordinates on every rank,
 and an unbiased estimate of a known error's squared norm from a few hundred of them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from autotune.runtime.gradstats import SAMPLES, GradientSample
+from autotune.runtime.data.gradstats import SAMPLES, GradientSample
 
 
 def _segments(seed: int) -> list[torch.Tensor]:

@@ -1,5 +1,5 @@
 """The native runtime's host staging (CUDA gradients into pinned flat buffers and back,
-``autotune/runtime/copies.py``), exercised on CPU.
+``autotune/runtime/data/copies.py``), exercised on CPU.
 
 There is no GPU here, so ONE job of 2 workers + 1 server (``autotune launch``, one machine
 of workers) runs with ``AUTOTUNE_STAGE_CPU=1``: every gradient goes the way a CUDA one
@@ -75,10 +75,10 @@ class _NeverDone:
 
 
 def test_a_copy_that_never_completes_fails_naming_rank_and_chunk() -> None:
-    from autotune.runtime.engine import RoundState
+    from autotune.runtime.data.engine import RoundState
     from autotune.runtime.errors import RuntimeFault
-    from autotune.runtime.plan import Chunk
-    from autotune.runtime.staging import Staged
+    from autotune.runtime.data.plan import Chunk
+    from autotune.runtime.data.staging import Staged
 
     chunk = Chunk(index=0, stream=0, dtype="float32", offset=0, numel=8, tensors=(0, 1),
                   owner=None)
@@ -92,8 +92,8 @@ def test_a_copy_that_never_completes_fails_naming_rank_and_chunk() -> None:
 
 
 def test_cpu_gradients_are_not_staged_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.runtime.engine import RoundState
-    from autotune.runtime.staging import STAGE_CPU_ENV, stage_cpu_from_env
+    from autotune.runtime.data.engine import RoundState
+    from autotune.runtime.data.staging import STAGE_CPU_ENV, stage_cpu_from_env
 
     it = RoundState([], [(), ()], streams=1)
     it.mark_ready(0)

@@ -54,7 +54,7 @@ def test_coalesced_cases_ran_and_match_all_reduce(results: list[dict]) -> None:
     """The flat lossless all-reduce cases ran coalesced messages where a gradient has
     several whole chunks (fewer messages than chunks), and matched all_reduce; no other
     case was coalesced."""
-    from autotune.runtime.plan import coalesces
+    from autotune.runtime.data.plan import coalesces
 
     coalesced = 0
     for r, res in enumerate(results):
@@ -72,7 +72,7 @@ def test_pushpull_flat_lossless_cases_pushed_from_grad_and_match_all_reduce(
     """The lossless flat push/pull cases pushed every gradient that has a chunk of its own
     and a contiguous CPU ``.grad`` straight from ``.grad`` (no pack copy) and matched
     all_reduce; no other case pushed any."""
-    from autotune.runtime.plan import pushes_from_grad
+    from autotune.runtime.data.plan import pushes_from_grad
 
     lent = 0
     for r, res in enumerate(results):

@@ -87,7 +87,7 @@ def test_the_wire_encoding_round_trips_points_of_the_space():
 
 
 def test_pipelining_depths_have_a_public_setter():
-    from autotune.runtime import prepared
+    from autotune.runtime.control import prepared
 
     before = (prepared.SEND_DEPTH, prepared.TAIL_DEPTH, prepared.SUM_DEPTH,
               prepared.SUM_INFLIGHT_BYTES)

@@ -59,7 +59,7 @@ def test_silent_peer_times_out_naming_it(tmp_path) -> None:
 
 
 def test_fault_rules_parse_and_match() -> None:
-    from autotune.runtime.faults import FaultInjector, parse_faults
+    from autotune.runtime.control.faults import FaultInjector, parse_faults
 
     rules = parse_faults("transport=pushpull,servers=1@delay:0.25; streams=2@stall:1; *")
     inj = FaultInjector(rules, rank=1)

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.runtime.plan import (
+from autotune.runtime.data.plan import (
     DTYPE_BYTES, bytes_per_owner, coalesce, coalesces, cut, flat_layout, make_plan, pushers,
     pushes_from_grad, shard_bounds, shared_parts, summation_shares, summation_units,
 )
-from autotune.runtime.world import WorldInfo
+from autotune.runtime.control.world import WorldInfo
 
 KiB = 1024
 

@@ -1,4 +1,4 @@
-"""The operation timeline (``autotune/runtime/trace.py``) and its per-stage reading
+"""The operation timeline (``autotune/runtime/data/trace.py``) and its per-stage reading
 (``benchmarks/timeline.py``): off by default; on, a real push/pull job (2 workers + 1
 server, gloo, ``autotune launch``; the server traced through ``AUTOTUNE_TRACE``) records
 every push, pull, receive and sum sent, and the timeline joins them chunk by chunk with
@@ -18,9 +18,9 @@ import pytest
 import torch
 
 import runtime_helpers as rh
-from autotune.runtime import trace
-from autotune.runtime.engine import Op, OpError, issue
-from autotune.runtime.plan import cut
+from autotune.runtime.data import trace
+from autotune.runtime.data.engine import Op, OpError, issue
+from autotune.runtime.data.plan import cut
 
 sys.path.insert(0, str(rh.ROOT / "benchmarks"))
 import timeline  # noqa: E402
@@ -35,7 +35,8 @@ RANK_PROGRAM = textwrap.dedent(f"""
     import torch
     import torch.distributed as dist
 
-    from autotune.runtime import Runtime, trace
+    from autotune.runtime import Runtime
+    from autotune.runtime.data import trace
 
     out = Path(sys.argv[1])
     dist.init_process_group("gloo")

@@ -15,8 +15,8 @@ from itertools import accumulate
 
 import pytest
 
-from autotune.runtime.plan import DTYPE_BYTES, coalesces, make_plan
-from autotune.runtime.world import WorldInfo
+from autotune.runtime.data.plan import DTYPE_BYTES, coalesces, make_plan
+from autotune.runtime.control.world import WorldInfo
 from autotune.sim import ClusterSpec, Job, simulate
 import zygote
 
@@ -152,6 +152,6 @@ def test_ready_times_follow_the_runtime_chunks() -> None:
 
 
 def test_importing_the_simulator_does_not_import_torch() -> None:
-    code = ("import sys, autotune.sim, autotune.runtime.plan; "
+    code = ("import sys, autotune.sim, autotune.runtime.data.plan; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert zygote.run([sys.executable, "-c", code]).returncode == 0

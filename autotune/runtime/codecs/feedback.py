@@ -21,7 +21,7 @@ the chunk's own element order. Hence
 - if the flat space itself is re-laid out (another gradient order), :meth:`relayout`
   moves each gradient's residual to its new offset.
 
-In the runtime the global space is one flat buffer per dtype (``autotune.runtime.plan``'s
+In the runtime the global space is one flat buffer per dtype (``autotune.runtime.data.plan``'s
 flat layout) and a chunk is one range of it: ``segments = whole(chunk.offset, chunk.numel)``.
 
 Invariant (per element, per step, while a chunk is encoded lossy): ``sent + new residual
@@ -35,7 +35,7 @@ from typing import Sequence
 
 import torch
 
-from .base import Codec, Context, Payload
+from autotune.runtime.codecs.base import Codec, Context, Payload
 
 Segments = Sequence[tuple[int, int]]
 """((global offset, length), ...): the elements a chunk holds, in chunk order."""

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from .base import Codec, Context, FieldSpec, Payload, _as_chunk
+from autotune.runtime.codecs.base import Codec, Context, FieldSpec, Payload, _as_chunk
 
 
 class HalfCodec(Codec):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Codec, Context, FieldSpec, Payload, _as_chunk
+from autotune.runtime.codecs.base import Codec, Context, FieldSpec, Payload, _as_chunk
 
 _WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)
 

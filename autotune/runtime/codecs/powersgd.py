@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .base import Codec, Context, FieldSpec, Payload, _as_chunk, _check_n
+from autotune.runtime.codecs.base import Codec, Context, FieldSpec, Payload, _as_chunk, _check_n
 
 
 @dataclass

@@ -18,8 +18,8 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from .base import Context, FieldSpec, Payload, _as_chunk
-from .topk import SparseCodec
+from autotune.runtime.codecs.base import Context, FieldSpec, Payload, _as_chunk
+from autotune.runtime.codecs.topk import SparseCodec
 
 
 CACHE_BYTES = 64 << 20

@@ -17,13 +17,13 @@ from autotune.runtime.config import (COMPRESS_MIN_BYTES, DEFAULT_POWERSGD_RANK,
                                      DEFAULT_RANDOMK_RATIO, DEFAULT_TOPK_RATIO, POWERSGD_RANKS,
                                      RANDOMK_RATIOS, TOPK_RATIOS)
 
-from .base import Codec, IdentityCodec
-from .fp16 import BF16Codec, FP16Codec
-from .onebit import OneBitCodec
-from .powersgd import PowerSGDCodec
-from .randomk import RandomKCodec
-from .selective import DEFAULT_COMPRESS_MIN_BYTES
-from .topk import TopKCodec
+from autotune.runtime.codecs.base import Codec, IdentityCodec
+from autotune.runtime.codecs.fp16 import BF16Codec, FP16Codec
+from autotune.runtime.codecs.onebit import OneBitCodec
+from autotune.runtime.codecs.powersgd import PowerSGDCodec
+from autotune.runtime.codecs.randomk import RandomKCodec
+from autotune.runtime.codecs.selective import DEFAULT_COMPRESS_MIN_BYTES
+from autotune.runtime.codecs.topk import TopKCodec
 
 CODECS: dict[str, type[Codec]] = {
     "none": IdentityCodec,

@@ -21,7 +21,7 @@ from typing import Callable
 
 from autotune.runtime.config import DEFAULT_COMPRESS_MIN_BYTES
 
-from .base import Codec, IdentityCodec
+from autotune.runtime.codecs.base import Codec, IdentityCodec
 
 CostFn = Callable[[float], float]
 

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .base import Codec, Context, FieldSpec, Payload, _as_chunk, _check_n
+from autotune.runtime.codecs.base import Codec, Context, FieldSpec, Payload, _as_chunk, _check_n
 
 
 def kept(n: int, ratio: float) -> int:

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import PeerFailed, PeerStopped, RuntimeFault
+from autotune.runtime.errors import PeerFailed, PeerStopped, RuntimeFault
 
 MODES = ("fail", "configure", "stall", "delay")
 ENV = "AUTOTUNE_FAULT"

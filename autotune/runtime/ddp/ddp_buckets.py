@@ -1,11 +1,11 @@
 """DDP's buckets over the native runtime's round: what autotune's comm hook hands over.
 
-Under ``autotune.session(ddp_model)`` (and :class:`~autotune.runtime.ddp_hook.BucketTransport`
+Under ``autotune.session(ddp_model)`` (and :class:`~autotune.runtime.ddp.ddp_hook.BucketTransport`
 alone) every configuration, the default all-reduce among the workers included, is run by
 the native :class:`~autotune.runtime.core.Runtime`, so both ways in run one runtime: its
 plan (chunks, streams, BytePS's split between servers and colocated Summation Services),
 its Communication and Summation Services, its codecs and error feedback
-(:mod:`autotune.runtime.compression`), its bounded waits (:mod:`autotune.runtime.engine`),
+(:mod:`autotune.runtime.data.compression`), its bounded waits (:mod:`autotune.runtime.data.engine`),
 and the server loss it survives.
 
 **Gradients as they are ready, not buckets when full.** The runtime's registration is the
@@ -28,7 +28,7 @@ So backward returns with DDP's gradients averaged, as under DDP's own hook.
 ``allreduce_hook``, on DDP's process group, bounded by its timeout) averages a bucket when the
 runtime does not run the iteration: before the first ``sync`` (no layout in force), under
 the default configuration, for CUDA buckets on an NCCL group under any lossless
-all-reduce among the workers (:mod:`autotune.runtime.ddp_hook`), and after a recoverable
+all-reduce among the workers (:mod:`autotune.runtime.ddp.ddp_hook`), and after a recoverable
 fault.
 
 **Faults.** A recoverable fault of the round (a server lost: the runtime drops it) leaves
@@ -47,8 +47,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-from .config import Intra, RuntimeConfig, Transport
-from .errors import RuntimeFault
+from autotune.runtime.config import Intra, RuntimeConfig, Transport
+from autotune.runtime.errors import RuntimeFault
 
 __all__ = ["RuntimeBuckets"]
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .config import ConfigError, Intra, RuntimeConfig, Transport
+from autotune.runtime.config import ConfigError, Intra, RuntimeConfig, Transport
 
-from .compression import Compression
-from .plan import (Chunk, Size, Unit, flat_layout, make_plan, pushes_from_grad,
+from autotune.runtime.data.compression import Compression
+from autotune.runtime.data.plan import (Chunk, Size, Unit, flat_layout, make_plan, pushes_from_grad,
                    shards_per_chunk, shared_parts, summation_units)
-from .world import WorldInfo
+from autotune.runtime.control.world import WorldInfo
 
 # Pipelining (AIACC-Training, BytePS): a stream keeps SEND_DEPTH chunks on their way
 # out, and up to TAIL_DEPTH chunks in flight in all, counting those whose push is done
@@ -65,7 +65,7 @@ class Setup:
     sum_depth: int                               # units a Summation Service stream posts
     compression: Compression                     # the codec (built once per configuration)
     # per gradient, when its own chunks are pushed straight from ``.grad``
-    # (:func:`~autotune.runtime.plan.pushes_from_grad`): the (start, numel) parts still
+    # (:func:`~autotune.runtime.data.plan.pushes_from_grad`): the (start, numel) parts still
     # copied into ``inp``; None: copied whole (always, unless pushed from the gradient)
     from_grad: tuple[tuple[tuple[int, int], ...] | None, ...]
 

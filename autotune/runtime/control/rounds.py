@@ -1,10 +1,10 @@
 """One rank's averaging rounds as the protocol sees them: finished, counted, or blamed.
 
-The :class:`~autotune.runtime.averager.Averager` runs a round (hooks, streams, the copies
+The :class:`~autotune.runtime.data.averager.Averager` runs a round (hooks, streams, the copies
 back into ``.grad``); :class:`Rounds` stands between it and the
 :class:`~autotune.runtime.core.Runtime`'s calls: a round that fails becomes the
 :class:`~autotune.runtime.errors.RuntimeFault` that names the rank to blame
-(:class:`~autotune.runtime.blame.Blame`; a server's failure is fatal), a round left open
+(:class:`~autotune.runtime.control.blame.Blame`; a server's failure is fatal), a round left open
 before a ``sync`` is completed and its result discarded, and the rounds that wrote
 ``.grad`` (or that a server served) are counted: :attr:`Runtime.iterations`.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import warnings
 
-from .averager import Averager
-from .blame import Blame
-from .errors import RuntimeFault, UsageError
+from autotune.runtime.data.averager import Averager
+from autotune.runtime.control.blame import Blame
+from autotune.runtime.errors import RuntimeFault, UsageError
 
 
 class Rounds:

@@ -159,7 +159,7 @@ def discover(rank: int, world_size: int, role: str, machine: str, group: Any) ->
     """All-gather every rank's role and machine over ``group`` (all ranks, gloo)."""
     import torch
 
-    from .compat import all_gather as _all_gather
+    from autotune.runtime.compat import all_gather as _all_gather
 
     mine = torch.tensor(encode_identity(role, machine), dtype=torch.int64)
     out = torch.zeros(world_size * mine.numel(), dtype=torch.int64)

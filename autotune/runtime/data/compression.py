@@ -1,7 +1,7 @@
 """Compression in the runtime: which chunks a configuration compresses, and the
 error-feedback residuals a rank keeps across iterations and configurations.
 
-* :class:`Compression` (part of a :class:`~autotune.runtime.prepared.Setup`): the codec of a
+* :class:`Compression` (part of a :class:`~autotune.runtime.control.prepared.Setup`): the codec of a
   configuration (``None`` for ``compression=none``), built once per configuration, and
   HiPress's selective rule: a chunk of fewer than ``compress_min_bytes`` bytes travels
   uncompressed. Only the cross-machine step is compressed (``intra=root``: the roots'
@@ -29,10 +29,10 @@ from typing import Any, Mapping
 
 import torch
 
-from .codecs import Codec, ErrorFeedback, codec_from_config, compress_min_bytes, compresses
-from .config import Intra, RuntimeConfig
-from .plan import Chunk
-from .world import WorldInfo
+from autotune.runtime.codecs import Codec, ErrorFeedback, codec_from_config, compress_min_bytes, compresses
+from autotune.runtime.config import Intra, RuntimeConfig
+from autotune.runtime.data.plan import Chunk
+from autotune.runtime.control.world import WorldInfo
 
 CODEC_SEED = 0x6175_746F
 """The codecs' shared seed (random-k indices, PowerSGD's first basis): the same on every

@@ -1,7 +1,7 @@
 """A timeline of this process's communication operations, for diagnosis only.
 
 Off unless :func:`start` is called (the benchmarks' ``--trace``). While it is on, every
-:class:`~autotune.runtime.engine.Op` is recorded: what it is (``"stream 2 chunk 17: push
+:class:`~autotune.runtime.data.engine.Op` is recorded: what it is (``"stream 2 chunk 17: push
 to rank 5"``), its peers, its bytes, the thread that waited for it, and three times from
 ``time.perf_counter`` (CLOCK_MONOTONIC on Linux, so the processes of one machine, and so
 the hosts of the emulated cluster, share the clock):

@@ -2,8 +2,8 @@
 
 Where bytes must cross to the host (gloo groups carrying CUDA tensors, push/pull to CPU
 Summation Services, a CPU-only codec), they go through :class:`HostStaging`, the one small
-interface shared by the DDP comm hook (:mod:`autotune.runtime.ddp_hook`) and the native
-runtime (:mod:`autotune.runtime.copies`: gradients into its flat buffers, averages back):
+interface shared by the DDP comm hook (:mod:`autotune.runtime.ddp.ddp_hook`) and the native
+runtime (:mod:`autotune.runtime.data.copies`: gradients into its flat buffers, averages back):
 
 * :meth:`HostStaging.to_host` starts copying a device tensor into a pinned host buffer on
   the staging (side) CUDA stream, after everything the *producer* (the current stream)
@@ -41,7 +41,7 @@ from typing import Any, Iterator
 
 import torch
 
-from .errors import RuntimeFault
+from autotune.runtime.errors import RuntimeFault
 
 STAGE_CPU_ENV = "AUTOTUNE_STAGE_CPU"
 

@@ -51,7 +51,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from .config import MAX_CHUNK_BYTES, Intra, Transport
+from autotune.runtime.config import MAX_CHUNK_BYTES, Intra, Transport
 
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
@@ -270,7 +270,7 @@ def make_plan(sizes: Sequence[int | Size], config: Mapping[str, Any], info: Any)
     :func:`coalesce` where :func:`coalesces`, :func:`stream_of` and, under ``pushpull``,
     :func:`assign_owners` over :func:`summation_owners`.
 
-    ``info`` is a :class:`~autotune.runtime.world.WorldInfo` (only ``servers`` and
+    ``info`` is a :class:`~autotune.runtime.control.world.WorldInfo` (only ``servers`` and
     ``summation_hosts`` are read, and only for ``pushpull``)."""
     chunk_bytes = int(config["chunk_bytes"])
     streams = int(config["streams"])

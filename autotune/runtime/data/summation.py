@@ -5,7 +5,7 @@ machine (BytePS's SS_CPU and SS_GPU). One job per stream walks the units it owns
 order, keeping up to ``Setup.sum_depth`` units posted (receives for all their parts), and
 sums a unit as soon as its parts are in, part by part as they arrive (PHub's tall
 aggregation), then sends the sum to every pusher at once. A part from a pusher in the same
-process comes through the :class:`~autotune.runtime.engine.Mailbox` instead of the network.
+process comes through the :class:`~autotune.runtime.data.engine.Mailbox` instead of the network.
 
 Receive buffers come from a per-stream :class:`BufferPool` that lives as long as the
 configuration, so steady-state iterations allocate nothing.
@@ -25,12 +25,12 @@ from collections import deque
 import torch
 import torch.distributed as dist
 
-from .codecs import Context, whole
-from .compression import Residuals
-from .engine import Mailbox, RoundState, issue
-from .groups import GroupCache
-from .plan import Unit
-from .prepared import Setup
+from autotune.runtime.codecs import Context, whole
+from autotune.runtime.data.compression import Residuals
+from autotune.runtime.data.engine import Mailbox, RoundState, issue
+from autotune.runtime.control.groups import GroupCache
+from autotune.runtime.data.plan import Unit
+from autotune.runtime.control.prepared import Setup
 
 
 class BufferPool:

@@ -24,8 +24,8 @@ import warnings
 from datetime import timedelta
 from typing import Any, Mapping
 
-from .config import Intra, RuntimeConfig, Transport
-from .world import WorldInfo
+from autotune.runtime.config import Intra, RuntimeConfig, Transport
+from autotune.runtime.control.world import WorldInfo
 
 Key = tuple
 

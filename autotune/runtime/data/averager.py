@@ -1,8 +1,8 @@
 """One rank's gradient averaging: gradients in, chunks out, averages back into ``.grad``.
 
 :class:`Averager` runs the averaging rounds of one rank (one per iteration), each with its
-:class:`~autotune.runtime.engine.RoundState`, under the active configuration
-(:class:`~autotune.runtime.reconfigure.Active`):
+:class:`~autotune.runtime.data.engine.RoundState`, under the active configuration
+(:class:`~autotune.runtime.control.reconfigure.Active`):
 
 * workers: the gradient hooks (:meth:`Averager.hook`; they send only while the caller's
   gate says so: inside DDP's ``no_sync`` they leave ``.grad`` alone) feed the rounds. The first hook of a round *arms* it (one Communication
@@ -11,8 +11,8 @@
   while backward runs; :meth:`Averager.complete` packs what did not arrive, waits, and writes the
   averages back into ``.grad`` only once every chunk completed;
 * the copies between ``.grad`` and the flat buffers are ``Averager.copies``, a
-  :class:`~autotune.runtime.copies.GradientCopies`. CUDA gradients (and CPU ones with
-  ``copy_cpu``, for tests) cross through :class:`~autotune.runtime.staging.HostStaging`:
+  :class:`~autotune.runtime.data.copies.GradientCopies`. CUDA gradients (and CPU ones with
+  ``copy_cpu``, for tests) cross through :class:`~autotune.runtime.data.staging.HostStaging`:
   the hook only starts the copy into the (pinned) flat buffer on the side stream and hands
   its ``Staged`` to the round, whose stream threads wait for it before the chunk leaves;
   the averages go back non-blocking (see :meth:`GradientCopies.write_back` for the
@@ -22,7 +22,7 @@
 
 Waits are bounded: a stretch of ``timeout`` without progress, or a peer another rank posted
 as lost, ends the round. Failures are returned as raw errors (the
-:class:`~autotune.runtime.engine.OpError` of the failed operation); the Runtime turns them
+:class:`~autotune.runtime.data.engine.OpError` of the failed operation); the Runtime turns them
 into :class:`~autotune.runtime.errors.RuntimeFault` naming the rank to blame.
 """
 
@@ -36,16 +36,16 @@ import torch
 
 from autotune import signals
 
-from .communication import CommunicationStream
-from .copies import GradientCopies
-from .engine import Aborted, Mailbox, OpError, RoundState, StreamPool
-from .errors import RuntimeFault, UsageError
-from .faults import FaultInjector, Liveness
-from .groups import GroupCache
-from .layout import Layout
-from .reconfigure import Active
-from .summation import SummationStream
-from .world import WorldInfo
+from autotune.runtime.data.communication import CommunicationStream
+from autotune.runtime.data.copies import GradientCopies
+from autotune.runtime.data.engine import Aborted, Mailbox, OpError, RoundState, StreamPool
+from autotune.runtime.errors import RuntimeFault, UsageError
+from autotune.runtime.control.faults import FaultInjector, Liveness
+from autotune.runtime.control.groups import GroupCache
+from autotune.runtime.data.layout import Layout
+from autotune.runtime.control.reconfigure import Active
+from autotune.runtime.data.summation import SummationStream
+from autotune.runtime.control.world import WorldInfo
 
 
 class Averager:

@@ -19,7 +19,7 @@ scatter      reduce-scatter in the machine; local      reduce-scatter; local wor
 
 The flat buffers: ``inp`` holds the packed local gradients; results end in ``inp`` under
 ``allreduce`` and in ``out`` under ``pushpull``. Under ``scatter``, shard ``j`` of a chunk
-is its ``j``-th near-equal piece (:func:`~autotune.runtime.plan.shard_bounds`) and belongs
+is its ``j``-th near-equal piece (:func:`~autotune.runtime.data.plan.shard_bounds`) and belongs
 to local worker ``j``; the reduce-scatter is one reduce per shard (to the worker that owns
 it) and the all-gather one broadcast per shard: gloo runs these faster than its
 ``reduce_scatter`` (about 2x with two local workers here) and they take uneven shards.
@@ -48,14 +48,14 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from .codecs import Context, averaged_payloads, decode_aggregate, whole
-from .compat import all_gather
-from .compression import Residuals
-from .config import Intra
-from .engine import RoundState, issue
-from .groups import GroupCache
-from .plan import Chunk, shard_bounds
-from .prepared import Setup
+from autotune.runtime.codecs import Context, averaged_payloads, decode_aggregate, whole
+from autotune.runtime.compat import all_gather
+from autotune.runtime.data.compression import Residuals
+from autotune.runtime.config import Intra
+from autotune.runtime.data.engine import RoundState, issue
+from autotune.runtime.control.groups import GroupCache
+from autotune.runtime.data.plan import Chunk, shard_bounds
+from autotune.runtime.control.prepared import Setup
 
 
 class Tail(list):

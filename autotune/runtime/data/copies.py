@@ -1,15 +1,15 @@
 """One rank's gradient copies: ``.grad`` into the flat input buffer, the averages back.
 
-:class:`GradientCopies` is the part of the :class:`~autotune.runtime.averager.Averager`
+:class:`GradientCopies` is the part of the :class:`~autotune.runtime.data.averager.Averager`
 that moves bytes between the registered parameters' gradients and the flat buffers of the
-active configuration (:class:`~autotune.runtime.reconfigure.Active`), one small interface:
+active configuration (:class:`~autotune.runtime.control.reconfigure.Active`), one small interface:
 
 * :meth:`GradientCopies.pack` copies one gradient into the flat input buffer: a CPU one
   at once; a CUDA one (or a CPU one with ``copy_cpu``, for tests) only started, through
-  :class:`~autotune.runtime.staging.HostStaging`, on the staging side stream, and its
-  :class:`~autotune.runtime.staging.Staged` returned for the round to wait on;
+  :class:`~autotune.runtime.data.staging.HostStaging`, on the staging side stream, and its
+  :class:`~autotune.runtime.data.staging.Staged` returned for the round to wait on;
 * :meth:`GradientCopies.lend` instead, under a lossless push/pull among all workers
-  (:func:`~autotune.runtime.plan.pushes_from_grad`): a contiguous CPU gradient is not
+  (:func:`~autotune.runtime.data.plan.pushes_from_grad`): a contiguous CPU gradient is not
   copied where a chunk holds it alone; that chunk is pushed from ``.grad`` itself, which
   is only read (the sum is pulled into the second buffer, ``out``), and only its parts in
   chunks shared with other gradients are copied. With ``grad_views`` as well, only those
@@ -19,7 +19,7 @@ active configuration (:class:`~autotune.runtime.reconfigure.Active`), one small 
   (opt-in, as DDP's ``gradient_as_bucket_view`` is; ``AUTOTUNE_GRAD_VIEWS=1``,
   :func:`grad_views_from_env`) a CPU gradient is not copied back: ``.grad`` becomes a
   view of the averages in the flat buffer, and the next round packs into a spare buffer
-  of the same size (:meth:`~autotune.runtime.reconfigure.Active.rotate`), so that no
+  of the same size (:meth:`~autotune.runtime.control.reconfigure.Active.rotate`), so that no
   reduction writes into memory that ``.grad`` shows: after a fault the gradients are
   intact and a second ``wait()`` averages them again. The pack copy stays (but see :meth:`lend`),
   for that reason (gradients written straight into the buffer would be reduced in place
@@ -41,10 +41,10 @@ from typing import Sequence
 
 import torch
 
-from .errors import RuntimeFault
-from .layout import Layout
-from .reconfigure import Active
-from .staging import HostStaging, Staged
+from autotune.runtime.errors import RuntimeFault
+from autotune.runtime.data.layout import Layout
+from autotune.runtime.control.reconfigure import Active
+from autotune.runtime.data.staging import HostStaging, Staged
 
 
 GRAD_VIEWS_ENV = "AUTOTUNE_GRAD_VIEWS"
@@ -95,12 +95,12 @@ class GradientCopies:
 
     def lend(self, pos: int, grad: torch.Tensor | None) -> torch.Tensor | None:
         """Gradient ``pos`` itself, flat, for its own chunks to be pushed from (no copy;
-        :func:`~autotune.runtime.plan.pushes_from_grad`), with only its parts in chunks
+        :func:`~autotune.runtime.data.plan.pushes_from_grad`), with only its parts in chunks
         shared with other gradients copied into the flat input buffer. ``None`` (nothing
         copied; :meth:`pack` it) unless the configuration pushes from gradients and this
         one is a contiguous CPU tensor of the registered size and dtype, not staged. The
         round checks, once complete, that nothing changed it in place meanwhile
-        (:meth:`~autotune.runtime.engine.RoundState.changed_lent`)."""
+        (:meth:`~autotune.runtime.data.engine.RoundState.changed_lent`)."""
         setup = self.active.setup
         parts = setup.from_grad[pos]
         if (parts is None or grad is None or grad.device.type != "cpu" or self.copy_cpu

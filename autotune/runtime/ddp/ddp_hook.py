@@ -7,7 +7,7 @@ with each bucket (``register_comm_hook``). The runtime does the work, under ever
 configuration, the default all-reduce among the workers included: its one chunk plan,
 engine of bounded operations, codec factory and error-feedback store, on DDP's own
 parameters, whose gradients it takes as they are ready, exactly as for a native model.
-What DDP adds stays here and in :class:`~autotune.runtime.ddp_buckets.RuntimeBuckets`
+What DDP adds stays here and in :class:`~autotune.runtime.ddp.ddp_buckets.RuntimeBuckets`
 (its ``no_sync``, its buckets and the futures it waits on)::
 
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -21,7 +21,7 @@ What DDP adds stays here and in :class:`~autotune.runtime.ddp_buckets.RuntimeBuc
 (servers included).
 
 **What stays DDP's own** (its all-reduce of the whole bucket on DDP's group,
-:meth:`RuntimeBuckets.fallback <autotune.runtime.ddp_buckets.RuntimeBuckets.fallback>`):
+:meth:`RuntimeBuckets.fallback <autotune.runtime.ddp.ddp_buckets.RuntimeBuckets.fallback>`):
 the default configuration (``RuntimeConfig()``), so that where nothing can be won the
 hook costs what DDP costs; and, for CUDA buckets on an NCCL group, every lossless
 all-reduce among the workers (the runtime's engine is gloo, which stages device memory
@@ -55,10 +55,10 @@ import torch.distributed as dist
 
 from autotune import signals
 
-from .config import ConfigError, RuntimeConfig
-from .ddp_buckets import RuntimeBuckets
-from .errors import UsageError
-from .gradstats import GradientSample
+from autotune.runtime.config import ConfigError, RuntimeConfig
+from autotune.runtime.ddp.ddp_buckets import RuntimeBuckets
+from autotune.runtime.errors import UsageError
+from autotune.runtime.data.gradstats import GradientSample
 
 __all__ = ["BucketTransport"]
 
@@ -101,7 +101,7 @@ class BucketTransport:
         # what backward takes after it is communication left exposed
         self.last_bucket_at = 0.0
         # set by a session that measures statistical efficiency: each bucket is sampled
-        # before and after averaging (autotune.runtime.gradstats)
+        # before and after averaging (autotune.runtime.data.gradstats)
         self.sample: Optional[GradientSample] = None
         # before the comm hook is registered: a gradient hook per parameter counts
         self._counters: list = []
@@ -143,7 +143,7 @@ class BucketTransport:
                              "session at a time (leave the first one's `with` block before "
                              "opening the next)")
         if rt is None:
-            from .core import Runtime
+            from autotune.runtime.core import Runtime
 
             rt = Runtime.bootstrap(timeout=timeout)
         if state is not None:

@@ -3,17 +3,17 @@ runtime (broken, or servers given up).
 
 Every failure of a rank's runtime passes through its :class:`Blame`: control-plane
 operations run through :meth:`Blame.op` (bounded by the
-:class:`~autotune.runtime.control.ControlPlane`), the averaging rounds' errors through
+:class:`~autotune.runtime.control.control.ControlPlane`), the averaging rounds' errors through
 :meth:`Blame.fault`. A fault that is not recoverable breaks the runtime
 (:attr:`Blame.broken`): its groups may hold half-finished operations.
 
-A failed operation comes back as an :class:`~autotune.runtime.engine.OpError` naming the
+A failed operation comes back as an :class:`~autotune.runtime.data.engine.OpError` naming the
 ranks it involved, which seldom says which of them failed. :meth:`Blame.fault_from` turns
 it into the :class:`~autotune.runtime.errors.RuntimeFault` that names one, a
 :class:`~autotune.runtime.errors.PeerFailed`: a rank that posted its own failure (its
 code raised; the cause it posted is given), else a peer posted as lost by another rank,
 else one whose heartbeat stopped and that did not leave on purpose
-(:class:`~autotune.runtime.faults.Liveness`), else the only peer involved.
+(:class:`~autotune.runtime.control.faults.Liveness`), else the only peer involved.
 
 When every rank to blame is a server, the servers are given up instead
 (:meth:`Blame.drop_servers`): every rank is told through the store, the groups the
@@ -26,15 +26,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .averager import Averager
-from .control import ControlPlane
-from .engine import OpError
-from .errors import PeerFailed, RuntimeFault, ServerLost
-from .faults import Liveness
-from .groups import GroupCache, keep_forever
-from .layout import Layout
-from .reconfigure import Active
-from .world import WorldInfo
+from autotune.runtime.data.averager import Averager
+from autotune.runtime.control.control import ControlPlane
+from autotune.runtime.data.engine import OpError
+from autotune.runtime.errors import PeerFailed, RuntimeFault, ServerLost
+from autotune.runtime.control.faults import Liveness
+from autotune.runtime.control.groups import GroupCache, keep_forever
+from autotune.runtime.data.layout import Layout
+from autotune.runtime.control.reconfigure import Active
+from autotune.runtime.control.world import WorldInfo
 
 
 class Blame:

@@ -2,7 +2,7 @@
 
 :func:`join` runs on every rank of an initialised ``torch.distributed`` world, servers
 too: it makes the control group (every rank, gloo), learns every rank's role and machine
-(:func:`~autotune.runtime.world.discover`, one all-gather), adopts the leader's timeout and
+(:func:`~autotune.runtime.control.world.discover`, one all-gather), adopts the leader's timeout and
 stream limit (a second all-gather, which also checks that every rank encodes
 configurations alike), makes the workers' group and publishes this rank's pid in the
 rendezvous store, so that a fault can name the process. What it learnt is a
@@ -25,11 +25,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .compat import all_gather as _all_gather
-from .config import SIGNATURE, ConfigError, Limits
-from .errors import UsageError
-from .faults import Liveness
-from .world import WorldInfo, discover, local_machine, local_role
+from autotune.runtime.compat import all_gather as _all_gather
+from autotune.runtime.config import SIGNATURE, ConfigError, Limits
+from autotune.runtime.errors import UsageError
+from autotune.runtime.control.faults import Liveness
+from autotune.runtime.control.world import WorldInfo, discover, local_machine, local_role
 
 PID_KEY = "autotune/pid/"
 
@@ -129,7 +129,7 @@ def take() -> Joined | None:
 
 def _forget_left(store: Any, rank: int) -> None:
     """Before the join's first collective: this rank is no longer one that left on
-    purpose (:meth:`Liveness.leave <autotune.runtime.faults.Liveness.leave>` of an earlier
+    purpose (:meth:`Liveness.leave <autotune.runtime.control.faults.Liveness.leave>` of an earlier
     session in this process), so that a peer that stops in this session is seen."""
     try:
         if store is not None:

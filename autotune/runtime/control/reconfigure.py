@@ -1,9 +1,9 @@
 """Reconfiguration: what each rank does around the vote on a new configuration.
 
-A switch happens in three steps (:class:`~autotune.runtime.sync.SyncProtocol` runs them at
+A switch happens in three steps (:class:`~autotune.runtime.control.sync.SyncProtocol` runs them at
 a ``sync`` whose configuration or layout changed):
 
-1. :meth:`Active.prepare` builds the new :class:`~autotune.runtime.prepared.Setup` and its flat
+1. :meth:`Active.prepare` builds the new :class:`~autotune.runtime.control.prepared.Setup` and its flat
    buffers *aside*, checking the configuration against this rank's gradients and, after a
    server loss, against the groups that still exist. It raises; nothing is changed yet.
 2. every rank votes (over the control plane); a single failure cancels the switch on
@@ -11,7 +11,7 @@ a ``sync`` whose configuration or layout changed):
 3. :meth:`Active.commit` swaps the candidate in and moves the error-feedback residuals
    along (re-laid out when the gradient order changed; a Summation Service's residual
    handed back to a worker when it no longer re-encodes the same units, see
-   :mod:`autotune.runtime.compression`).
+   :mod:`autotune.runtime.data.compression`).
 
 :class:`Active` is also where the iteration side reads the configuration it runs under.
 """
@@ -24,15 +24,15 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from .compression import Residuals, summation_key
-from .config import FALLBACK_STREAMS, ConfigError, RuntimeConfig, Transport
-from .errors import RuntimeFault
-from .faults import FaultInjector
-from .groups import GroupCache, needed_groups
-from .layout import DTYPES, Layout, moves
-from .prepared import Setup, build_setup
-from .summation import BufferPool
-from .world import WorldInfo
+from autotune.runtime.data.compression import Residuals, summation_key
+from autotune.runtime.config import FALLBACK_STREAMS, ConfigError, RuntimeConfig, Transport
+from autotune.runtime.errors import RuntimeFault
+from autotune.runtime.control.faults import FaultInjector
+from autotune.runtime.control.groups import GroupCache, needed_groups
+from autotune.runtime.data.layout import DTYPES, Layout, moves
+from autotune.runtime.control.prepared import Setup, build_setup
+from autotune.runtime.data.summation import BufferPool
+from autotune.runtime.control.world import WorldInfo
 
 
 
@@ -80,7 +80,7 @@ class Active:
         """``.grad`` tensors now show the ``which`` (``"inp"`` or ``"out"``) buffers of
         ``dtypes``: from the next round on, work in a spare of each instead (made on first
         use, then the two alternate), so that no reduction writes into what ``.grad``
-        shows (:mod:`autotune.runtime.copies`)."""
+        shows (:mod:`autotune.runtime.data.copies`)."""
         bufs, spares = getattr(self, which), self.spares[which]
         for d in dtypes:
             spare = spares.get(d)
@@ -129,7 +129,7 @@ class Active:
     def _buffers_for(self, setup: Setup, pinned: bool) -> tuple[dict, dict]:
         """Flat buffers for ``setup`` (workers), reusing the active ones when they fit.
         ``pinned``: page-locked host memory, so that CUDA gradients are staged into them
-        and back without blocking (:mod:`autotune.runtime.staging`)."""
+        and back without blocking (:mod:`autotune.runtime.data.staging`)."""
         if not self.info.is_worker:
             return {}, {}
         totals = dict(setup.totals)

@@ -17,9 +17,9 @@ from typing import Any, Iterable
 
 import torch
 
-from .config import ConfigError
-from .plan import DTYPE_BYTES
-from .prepared import Setup
+from autotune.runtime.config import ConfigError
+from autotune.runtime.data.plan import DTYPE_BYTES
+from autotune.runtime.control.prepared import Setup
 
 DTYPES = tuple(DTYPE_BYTES)  # wire codes of gradient dtypes
 

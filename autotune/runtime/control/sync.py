@@ -8,10 +8,10 @@ for a configuration the leader itself rejected. When the layout changed (a ``reg
 or the ready order learnt on the first iteration) the leader's layout
 (``[param index, numel, dtype]`` per gradient) follows as one broadcast and every worker
 checks its own gradients against it. When the configuration or layout changed, every rank
-builds the new :class:`~autotune.runtime.prepared.Setup` aside, all ranks vote (one
+builds the new :class:`~autotune.runtime.control.prepared.Setup` aside, all ranks vote (one
 all-reduce of a per-rank failure vector), and only if all succeeded is it swapped in,
 creating any process group it needs for the first time
-(:mod:`autotune.runtime.reconfigure`); otherwise every rank raises the same error and keeps
+(:mod:`autotune.runtime.control.reconfigure`); otherwise every rank raises the same error and keeps
 the old configuration.
 """
 
@@ -23,13 +23,13 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.distributed as dist
 
-from .config import ConfigError, Limits, RuntimeConfig
-from .control import ControlPlane
-from .errors import RuntimeFault
-from .groups import GroupCache, needed_groups
-from .layout import Layout
-from .reconfigure import Active, Candidate
-from .world import WorldInfo
+from autotune.runtime.config import ConfigError, Limits, RuntimeConfig
+from autotune.runtime.control.control import ControlPlane
+from autotune.runtime.errors import RuntimeFault
+from autotune.runtime.control.groups import GroupCache, needed_groups
+from autotune.runtime.data.layout import Layout
+from autotune.runtime.control.reconfigure import Active, Candidate
+from autotune.runtime.control.world import WorldInfo
 
 MAGIC = 0x4155_5401
 # control message slots (then the configuration, RuntimeConfig.encode())
@@ -106,7 +106,7 @@ class SyncProtocol:
 
     def _apply(self, config: RuntimeConfig, layout: list[list[int]] | None, version: int,
                reregistered: bool = False) -> None:
-        """Reconfigure (see :mod:`autotune.runtime.reconfigure`): every rank builds the
+        """Reconfigure (see :mod:`autotune.runtime.control.reconfigure`): every rank builds the
         configuration aside, all vote, and only if all succeeded is it swapped in."""
         code, failure, cand = 0, None, None
         try:

@@ -7,7 +7,7 @@
 * :class:`RoundState`: the state of one averaging round (one iteration's gradients, on a
   worker; one round of sums, on a server): which gradients are in, which chunks are ready
   (per-stream condition variables), progress, the first error. The
-  :class:`~autotune.runtime.averager.Averager` makes one per round.
+  :class:`~autotune.runtime.data.averager.Averager` makes one per round.
 * :class:`Op`: a ``torch.distributed`` work handle with a description and its peers, so a
   failure can name them. :class:`LocalWork` is the same for a hand-off inside a process.
 * :class:`Mailbox`: the hand-off between a worker's Communication Service and the
@@ -22,8 +22,8 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
-from . import trace
-from .errors import RuntimeFault
+from autotune.runtime.data import trace
+from autotune.runtime.errors import RuntimeFault
 
 
 class Aborted(Exception):
@@ -228,7 +228,7 @@ class RoundState:
     # ------------------------------------------------------------------ readiness
     def mark_ready(self, pos: int, staged: Any = None, lent: Any = None) -> None:
         """Gradient ``pos`` is in the flat buffer, or, with ``staged`` (a
-        :class:`~autotune.runtime.staging.Staged` copy to the host), on its way there:
+        :class:`~autotune.runtime.data.staging.Staged` copy to the host), on its way there:
         :meth:`wait_copies` waits for it before its chunks leave; with ``lent`` (the
         flat gradient itself), the chunks that hold it alone are pushed from there."""
         with self._lock:

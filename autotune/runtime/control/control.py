@@ -11,16 +11,16 @@ checkpoint. So a wait may not simply end after ``timeout``. Instead it is starte
 asynchronously and waited on in slices of a second; between slices it
 
 * ends at once if a member was posted as lost by another rank
-  (:meth:`~autotune.runtime.faults.Liveness.post_lost`);
+  (:meth:`~autotune.runtime.control.faults.Liveness.post_lost`);
 * after ``timeout``, and every ``timeout`` after that, checks the members' heartbeats:
   a member whose heartbeat stopped (killed, stopped with SIGSTOP, its machine gone) ends
   the wait, named;
 * ends after ``idle_timeout`` even when every member is alive (a rank stuck in user code
   with its heartbeat thread still running).
 
-Each end is an :class:`~autotune.runtime.engine.OpError` whose ``peers`` are the ranks to
+Each end is an :class:`~autotune.runtime.data.engine.OpError` whose ``peers`` are the ranks to
 blame; the runtime turns it into a :class:`~autotune.runtime.errors.RuntimeFault`
-(:class:`~autotune.runtime.blame.Blame`).
+(:class:`~autotune.runtime.control.blame.Blame`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any, Callable, Sequence
 
 import torch.distributed as dist
 
-from .engine import OpError
-from .faults import Liveness
-from .groups import destroy
+from autotune.runtime.data.engine import OpError
+from autotune.runtime.control.faults import Liveness
+from autotune.runtime.control.groups import destroy
 
 SLICE_S = 1.0
 
@@ -63,7 +63,7 @@ class ControlPlane:
     def release(self, own_workers_group: bool) -> None:
         """Clean shutdown: destroy the control group, and the workers' group when the
         runtime owns it (:attr:`Joined.owns_workers_group
-        <autotune.runtime.bootstrap.Joined.owns_workers_group>`), and let go of both."""
+        <autotune.runtime.control.bootstrap.Joined.owns_workers_group>`), and let go of both."""
         if self.group is not self.workers_group:
             destroy(self.group)
         if own_workers_group:
