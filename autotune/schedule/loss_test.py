@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.tuning.space import Config
+from autotune.tuning.trial import FAILED, Trial
 
 __all__ = ["BLOCK", "ROUNDS", "Z", "LossTest", "Verdict", "loss_rates"]
 
@@ -147,3 +148,9 @@ class LossTest:
             self.extended, self.length = True, 2 * self.length
             return None
         return Verdict(b - a < -Z * se, b, a, se)
+
+    def record(self, index: int, verdict: Verdict) -> Trial:
+        """The store's record of a codec the test did not keep: a failed trial number
+        ``index`` of technique ``loss test``, the verdict's line its error."""
+        return Trial(index, dict(self.codec), self.count, "loss test", state=FAILED,
+                     error=verdict.line)

@@ -110,7 +110,7 @@ from autotune.schedule.kept import KeptPhase, not_the_fastest
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.listener import SETTLED_SAMPLES, Listener
 from autotune.schedule.loss_test import LossTest
-from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
+from autotune.tuning.lossy import judged_by_goodput, needs_loss_test, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
 from autotune.schedule.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
@@ -572,8 +572,10 @@ class TrialSchedule:
         goodput only once the loss test has kept it (``tested``, :meth:`_loss_tested`)."""
         kept = self.best[0] if self.best else self.fallback()
         lossless = self.ledger.best_lossless(self.space)
+        efficiency = self.trial_phase.efficiency.get(self.space.key(kept), 1.0)
         if not tested and judged_by_goodput(self.goodput, kept) and self.allowed(lossless) \
-                and lossless.get("compression", "none") == "none":  # (not a pinned codec)
+                and lossless.get("compression", "none") == "none" \
+                and needs_loss_test(kept, efficiency):  # (not a pinned codec, not a cast)
             self._loss_test = LossTest(kept, lossless)
             self.phase = LOSS_TEST
             return self._loss_test.config()
@@ -582,8 +584,7 @@ class TrialSchedule:
         line = self.stakes.stopped_line()
         if line is not None:
             self.listener.say(line)
-        self.kept_phase.lock(kept, self.tuner,
-                             self.trial_phase.efficiency.get(self.space.key(kept), 1.0))
+        self.kept_phase.lock(kept, self.tuner, efficiency)
         self.listener.locked(self.kept, not_the_fastest(self.ledger, self.tuner, kept,
                                                          self.samples_per_step))
         return kept
@@ -599,8 +600,7 @@ class TrialSchedule:
             return test.config()
         self.listener.say(f"iteration {self.iteration}: {verdict.line}")
         if not verdict.keep:  # recorded: the store says why the codec was not kept
-            self.ledger.record(Trial(self.trial_phase.index + 1, test.codec, test.count,
-                                     "loss test", state=FAILED, error=verdict.line))
+            self.ledger.record(test.record(self.trial_phase.index + 1, verdict))
             score = self.tuner.score_of(test.lossless) if self.tuner is not None else None
             self.trial_phase.set_best((test.lossless, score or 0.0))
         return self._lock(tested=True)

@@ -39,6 +39,23 @@ def judged_by_goodput(goodput: bool, config: Config) -> bool:
     return goodput and config.get("compression", "none") != "none"
 
 
+#: Codecs that round each element (its relative error at most 2**-11 for fp16, 2**-8 for
+#: bf16) rather than drop or quantise coarsely: where their measured efficiency is at
+#: least :data:`NEAR_LOSSLESS`, a cast is kept by goodput alone (:func:`needs_loss_test`).
+CASTS = ("fp16", "bf16")
+NEAR_LOSSLESS = 0.99
+
+
+def needs_loss_test(config: Config, efficiency: float) -> bool:
+    """Whether a codec the search ends on must pass the loss test
+    (:mod:`autotune.schedule.loss_test`) to be kept: every codec but a cast whose trials
+    measured ``efficiency`` of at least :data:`NEAR_LOSSLESS`. A cast's effect on a step
+    is far below what a test of tens of iterations can resolve from batch noise, and on
+    the held-out GPT job (AdamW) fp16 reached a lower loss than lossless in 6 of 6 runs
+    (``benchmarks/loss_test_bench.py``); a sparsifier's or a coarse quantiser's is not."""
+    return config.get("compression", "none") not in CASTS or efficiency < NEAR_LOSSLESS
+
+
 def scored_efficiency(goodput: bool, config: Config, efficiency: float | None) -> float | None:
     """What a score of ``config``'s iteration is multiplied by: 1 unless it is judged by
     goodput; then its efficiency (None while unknown)."""

@@ -31,9 +31,10 @@ def efficiency_of(config) -> float:
     return EFFICIENCY[config["compression"]]
 
 
-def make(budget=60, goodput=True, warmup=3, **kw):
+def make(budget=60, goodput=True, warmup=3, codecs=None, **kw):
+    fixed = {"streams": [1, 2], "chunk_bytes": 4 << 20}
     space = SearchSpace.build(k_max=0, allow_lossy=True,
-                              fixed={"streams": [1, 2], "chunk_bytes": 4 << 20})
+                              fixed=fixed if codecs is None else {**fixed, "compression": codecs})
     ledger = Ledger(space, None)
 
     def new_tuner(b, seed, warm, space, warmup):
@@ -233,3 +234,17 @@ def test_without_a_loss_no_codec_is_kept():
     drive(s, s.start([]), 300, loss=False)
     assert s.phase == LOCKED and s.kept["compression"] == "none"
     assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said
+
+
+@pytest.mark.parametrize("efficiency, kept", [(0.995, "fp16"), (0.95, "none")])
+def test_a_cast_whose_efficiency_is_near_one_is_kept_without_the_loss_test(efficiency, kept):
+    """fp16 rounds each element (relative error 2**-11): with its measured efficiency at
+    least NEAR_LOSSLESS it is kept by goodput alone, no loss passed; below it, it needs
+    the loss test like any codec, and without a loss it is not kept."""
+    s = make(codecs=["none", "fp16"])
+    said = []
+    s.listener.say = said.append
+    drive(s, s.start([]), 300, loss=False,
+          efficiency=lambda c: efficiency if c["compression"] == "fp16" else 1.0)
+    assert s.phase == LOCKED and s.kept["compression"] == kept, said
+    assert any("codec not kept" in t for t in said) == (kept == "none")
