@@ -25,7 +25,9 @@ below zero by :data:`Z` standard errors (one-sided, about 90%). Where the codec 
 but not yet with confidence, the test runs as long again, once. An inconclusive test, a
 loss the loop did not pass (or not finite), keeps the lossless configuration: a lossy
 codec must never leave the model worse. What the test found is one line
-(:attr:`Verdict.line`). Pure values; nothing here imports torch.
+(:attr:`Verdict.line`). fp16 is scored like a lossless configuration and needs no test
+(:data:`~autotune.tuning.lossy.SCORED_AS_LOSSLESS`). Pure values; nothing here imports
+torch.
 """
 
 from __future__ import annotations

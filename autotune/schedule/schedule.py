@@ -110,7 +110,7 @@ from autotune.schedule.kept import KeptPhase, not_the_fastest
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.listener import SETTLED_SAMPLES, Listener
 from autotune.schedule.loss_test import LossTest
-from autotune.tuning.lossy import judged_by_goodput, needs_loss_test, scored_efficiency
+from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
 from autotune.schedule.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
@@ -572,10 +572,8 @@ class TrialSchedule:
         goodput only once the loss test has kept it (``tested``, :meth:`_loss_tested`)."""
         kept = self.best[0] if self.best else self.fallback()
         lossless = self.ledger.best_lossless(self.space)
-        efficiency = self.trial_phase.efficiency.get(self.space.key(kept), 1.0)
         if not tested and judged_by_goodput(self.goodput, kept) and self.allowed(lossless) \
-                and lossless.get("compression", "none") == "none" \
-                and needs_loss_test(kept, efficiency):  # (not a pinned codec, not a cast)
+                and lossless.get("compression", "none") == "none":  # (not a pinned codec)
             self._loss_test = LossTest(kept, lossless)
             self.phase = LOSS_TEST
             return self._loss_test.config()
@@ -584,7 +582,8 @@ class TrialSchedule:
         line = self.stakes.stopped_line()
         if line is not None:
             self.listener.say(line)
-        self.kept_phase.lock(kept, self.tuner, efficiency)
+        self.kept_phase.lock(kept, self.tuner,
+                             self.trial_phase.efficiency.get(self.space.key(kept), 1.0))
         self.listener.locked(self.kept, not_the_fastest(self.ledger, self.tuner, kept,
                                                          self.samples_per_step))
         return kept

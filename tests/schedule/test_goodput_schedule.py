@@ -10,7 +10,7 @@ import pytest
 from autotune.tuning.efficiency import COLLAPSED, LOSSY_WARMUP
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.loss_test import BLOCK, ROUNDS
-from autotune.tuning.lossy import UNKNOWN_EFFICIENCY
+from autotune.tuning.lossy import SCORED_AS_LOSSLESS, UNKNOWN_EFFICIENCY
 from autotune.schedule.schedule import LOCKED, TRIAL, TrialSchedule
 from autotune.tuning.space import SearchSpace
 from autotune.schedule.stakes import SearchCosts
@@ -21,6 +21,9 @@ SPEED = {"none": 1.0, "fp16": 1.6, "bf16": 1.6, "topk": 4.0, "randomk": 3.0,
          "onebit": 3.5, "powersgd": 3.0}
 EFFICIENCY = {"none": 1.0, "fp16": 0.99, "bf16": 0.98, "topk": 0.2, "randomk": 0.1,
               "onebit": 0.3, "powersgd": 0.7}
+
+
+AS_LOSSLESS = ("none", *SCORED_AS_LOSSLESS)
 
 
 def seconds_of(config) -> float:
@@ -85,7 +88,7 @@ def test_the_warmup_is_lossless_until_the_noise_scale_can_be_stable():
 def test_a_lossy_trial_is_scored_by_throughput_times_efficiency():
     s = make()
     drive(s, s.start([]), 200)
-    lossy = [r for r in s.ledger.history if r.config["compression"] != "none"]
+    lossy = [r for r in s.ledger.history if r.config["compression"] not in AS_LOSSLESS]
     scored = [r for r in lossy if r.score is not None]
     assert scored, s.ledger.history
     for r in scored:
@@ -94,7 +97,7 @@ def test_a_lossy_trial_is_scored_by_throughput_times_efficiency():
         if r.iterations > 1:  # (one cut short after its switch iteration: trial_seconds)
             assert r.throughput == pytest.approx(1 / seconds_of(r.config), rel=1e-9)
     assert all(r.efficiency is None and r.throughput is None
-               for r in s.ledger.history if r.config["compression"] == "none")
+               for r in s.ledger.history if r.config["compression"] in AS_LOSSLESS)
 
 
 def test_a_collapsed_codec_fails_with_its_efficiency_and_is_never_kept():
@@ -128,10 +131,11 @@ def test_scored_by_throughput_the_collapsed_codec_is_kept():
 
 def test_an_unknown_efficiency_fails_the_lossy_trial():
     s = make()
-    drive(s, s.start([]), 200, efficiency=lambda c: None if c["compression"] != "none" else 1.0)
-    lossy = [r for r in s.ledger.history if r.config["compression"] != "none"]
+    drive(s, s.start([]), 200,
+          efficiency=lambda c: None if c["compression"] not in AS_LOSSLESS else 1.0)
+    lossy = [r for r in s.ledger.history if r.config["compression"] not in AS_LOSSLESS]
     assert lossy and all(r.score is None and r.error == UNKNOWN_EFFICIENCY for r in lossy)
-    assert s.kept["compression"] == "none"
+    assert s.kept["compression"] in AS_LOSSLESS  # fp16 needs no efficiency
 
 
 def test_a_kept_codec_whose_efficiency_drops_starts_a_retune_from_lossless():
@@ -236,15 +240,22 @@ def test_without_a_loss_no_codec_is_kept():
     assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said
 
 
-@pytest.mark.parametrize("efficiency, kept", [(0.995, "fp16"), (0.95, "none")])
-def test_a_cast_whose_efficiency_is_near_one_is_kept_without_the_loss_test(efficiency, kept):
-    """fp16 rounds each element (relative error 2**-11): with its measured efficiency at
-    least NEAR_LOSSLESS it is kept by goodput alone, no loss passed; below it, it needs
-    the loss test like any codec, and without a loss it is not kept."""
+def test_fp16_is_scored_as_lossless_and_kept_without_the_loss_test():
+    """fp16 rounds each element (relative error 2**-11, scaled against overflow, the rest
+    carried by error feedback): scored by throughput with no efficiency, and kept without
+    the loss test, so without a loss passed; bf16 (2**-8) is judged like every codec and,
+    without a loss, not kept."""
     s = make(codecs=["none", "fp16"])
     said = []
     s.listener.say = said.append
-    drive(s, s.start([]), 300, loss=False,
-          efficiency=lambda c: efficiency if c["compression"] == "fp16" else 1.0)
-    assert s.phase == LOCKED and s.kept["compression"] == kept, said
-    assert any("codec not kept" in t for t in said) == (kept == "none")
+    drive(s, s.start([]), 300, loss=False)
+    assert s.phase == LOCKED and s.kept["compression"] == "fp16", said
+    fp16 = [r for r in s.ledger.history if r.config["compression"] == "fp16"]
+    assert fp16 and all(r.efficiency is None and r.throughput is None for r in fp16)
+    assert not any("codec not kept" in t for t in said), said
+    s = make(codecs=["none", "bf16"])
+    said = []
+    s.listener.say = said.append
+    drive(s, s.start([]), 300, loss=False)
+    assert s.phase == LOCKED and s.kept["compression"] == "none"
+    assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said
