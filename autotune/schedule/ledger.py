@@ -64,11 +64,12 @@ class Ledger:
         """One scored iteration of ``config`` (its throughput)."""
         self.samples.setdefault(self.space.key(config), []).append(float(score))
 
-    def best_lossless(self, space: SearchSpace) -> Config:
-        """The best-scored lossless configuration of the trials so far, else the default
-        of ``space``."""
-        scored = [r for r in self.history
-                  if r.score is not None and r.config.get("compression", "none") == "none"]
+    def best_lossless(self, space: SearchSpace, untested: tuple[str, ...] = ()) -> Config:
+        """The best-scored lossless configuration of the trials so far (or one whose
+        compression is in ``untested``: kept without a loss test), else the default of
+        ``space``."""
+        scored = [r for r in self.history if r.score is not None
+                  and r.config.get("compression", "none") in ("none", *untested)]
         if not scored:
             return space.default()
         return dict(max(scored, key=lambda r: r.score).config)

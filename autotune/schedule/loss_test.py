@@ -6,7 +6,8 @@ misjudges it: the gradient noise scale's efficiency credited top-k 0.1% under Ad
 about a quarter of a lossless step's progress, and the job ended at a worse loss after
 3.75x DDP's steps. So before the trial schedule (:mod:`autotune.schedule.schedule`) keeps a
 codec, it measures the job itself: :class:`LossTest` runs the codec and the best lossless
-configuration in alternating blocks of :data:`BLOCK` iterations (:data:`ROUNDS` of each,
+configuration (or fp16, which is scored as lossless, where it measured faster) in
+alternating blocks of :data:`BLOCK` iterations (:data:`ROUNDS` of each,
 the codec first), with the loss the training loop passes to ``tuner.step(loss=...)``
 (averaged over the workers), and fits by least squares
 
@@ -64,6 +65,7 @@ class Verdict:
     lossless_rate: float | None = None
     se: float | None = None
     why: str | None = None
+    rival: str = "lossless"  # what the codec ran against (fp16 is scored as lossless)
 
     @property
     def line(self) -> str:
@@ -75,7 +77,8 @@ class Verdict:
         if self.lossless_rate is not None and self.lossless_rate < 0:
             ratio = f" ({self.codec_rate / self.lossless_rate:.2f}x as fast)"
         return (f"{kept}: in the loss test the loss fell {-self.codec_rate:.3g}/s under the "
-                f"codec against {-self.lossless_rate:.3g}/s lossless{ratio}, ± {self.se:.2g}/s"
+                f"codec against {-self.lossless_rate:.3g}/s {self.rival}{ratio}, "
+                f"± {self.se:.2g}/s"
                 + ("" if self.keep else "; slower" if self.codec_rate >= self.lossless_rate
                    else "; not faster with confidence"))
 
@@ -149,7 +152,8 @@ class LossTest:
         if -Z * se <= b - a < 0 and not self.extended:  # ahead, not yet with confidence
             self.extended, self.length = True, 2 * self.length
             return None
-        return Verdict(b - a < -Z * se, b, a, se)
+        rival = self.lossless.get("compression", "none")
+        return Verdict(b - a < -Z * se, b, a, se, rival="lossless" if rival == "none" else rival)
 
     def record(self, index: int, verdict: Verdict) -> Trial:
         """The store's record of a codec the test did not keep: a failed trial number

@@ -110,7 +110,7 @@ from autotune.schedule.kept import KeptPhase, not_the_fastest
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.listener import SETTLED_SAMPLES, Listener
 from autotune.schedule.loss_test import LossTest
-from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
+from autotune.tuning.lossy import SCORED_AS_LOSSLESS, judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
 from autotune.schedule.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
@@ -571,9 +571,9 @@ class TrialSchedule:
         """The budget is spent: keep the best configuration from now on; a codec judged by
         goodput only once the loss test has kept it (``tested``, :meth:`_loss_tested`)."""
         kept = self.best[0] if self.best else self.fallback()
-        lossless = self.ledger.best_lossless(self.space)
+        lossless = self.ledger.best_lossless(self.space, SCORED_AS_LOSSLESS)
         if not tested and judged_by_goodput(self.goodput, kept) and self.allowed(lossless) \
-                and lossless.get("compression", "none") == "none":  # (not a pinned codec)
+                and not judged_by_goodput(True, lossless):  # (not a pinned codec)
             self._loss_test = LossTest(kept, lossless)
             self.phase = LOSS_TEST
             return self._loss_test.config()

@@ -201,17 +201,19 @@ def test_a_drift_retune_once_a_codec_is_kept_tries_no_codec():
 def test_a_codec_the_loss_test_rejects_is_not_kept():
     """Issue 62 item 2: the efficiency credits powersgd with 0.7 of a lossless step (a
     goodput of 2.1), but on this job its steps make 0.2 of the progress (0.6x lossless
-    per second): the loss test runs it against the best lossless configuration, says so,
-    and keeps the lossless one. Before the loss test, powersgd was kept."""
+    per second): the loss test runs it against the best configuration that needs no test
+    (fp16, scored as lossless), says so, and keeps that one. Before the loss test,
+    powersgd was kept."""
     s = make()
     said = []
     s.listener.say = said.append
     ran, config = drive(s, s.start([]), 300,
                         progress=lambda c: 0.2 if c["compression"] == "powersgd"
                         else EFFICIENCY[c["compression"]])
-    assert s.phase == LOCKED and s.kept["compression"] == "none", said
+    assert s.phase == LOCKED and s.kept["compression"] == "fp16", said
     line = next(t for t in said if "codec not kept" in t)
-    assert "in the loss test the loss fell" in line and "(0.6" in line
+    assert "in the loss test the loss fell" in line and " fp16 (0.3" in line
+    assert line.endswith("; slower")
     assert config == s.kept
     # the test ran: blocks of the codec and the lossless configuration alternated
     tested = ran[-300:]
@@ -231,12 +233,13 @@ def test_a_codec_the_loss_test_finds_faster_is_kept_and_said():
 
 def test_without_a_loss_no_codec_is_kept():
     """``tuner.step()`` without the loss: the session cannot tell whether a codec reaches
-    the loss sooner, so none is kept, and it says why."""
+    the loss sooner, so none that needs the loss test is kept (fp16 is: scored as
+    lossless), and it says why."""
     s = make()
     said = []
     s.listener.say = said.append
     drive(s, s.start([]), 300, loss=False)
-    assert s.phase == LOCKED and s.kept["compression"] == "none"
+    assert s.phase == LOCKED and s.kept["compression"] == "fp16"
     assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said
 
 
@@ -259,3 +262,16 @@ def test_fp16_is_scored_as_lossless_and_kept_without_the_loss_test():
     drive(s, s.start([]), 300, loss=False)
     assert s.phase == LOCKED and s.kept["compression"] == "none"
     assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said
+
+
+def test_the_loss_test_runs_the_codec_against_fp16_where_fp16_measured_faster():
+    """The codec's rival in the loss test is the best configuration that needs no test:
+    fp16 here (1.6x lossless), so a rejected codec leaves the job at fp16, not at lossless."""
+    s = make(codecs=["none", "fp16", "powersgd"])
+    said = []
+    s.listener.say = said.append
+    ran, _ = drive(s, s.start([]), 300,
+                   progress=lambda c: 0.2 if c["compression"] == "powersgd" else 1.0)
+    assert s.phase == LOCKED and s.kept["compression"] == "fp16", said
+    line = next(t for t in said if "codec not kept" in t)
+    assert " fp16 (" in line and "in the loss test" in line, line
