@@ -70,7 +70,7 @@ def test_how_often_it_keeps_a_codec_faster_or_slower_to_the_loss():
 
 def test_ahead_but_not_yet_confident_it_runs_as_long_again_once():
     lengths = {run(2.0, 0.9, seed, noise=0.03)[1].count for seed in range(20)}
-    assert lengths <= {2 * BLOCK * ROUNDS, 4 * BLOCK * ROUNDS}
+    assert lengths <= {2 * 2 * BLOCK, 2 * BLOCK * ROUNDS, 4 * BLOCK * ROUNDS}  # (or stopped)
     assert 4 * BLOCK * ROUNDS in lengths
 
 
@@ -82,3 +82,13 @@ def test_without_a_loss_a_failure_or_a_loss_that_is_not_finite_no_codec_is_kept(
     assert not verdict.keep and "nan" in verdict.line
     verdict = LossTest(CODEC, LOSSLESS).ran(CODEC, 1.0, 2.0, failed="could not apply it")
     assert not verdict.keep and verdict.line == "codec not kept: could not apply it"
+
+
+def test_a_codec_slower_with_confidence_stops_the_test_after_two_pairs_of_blocks():
+    """A codec that hurts costs the job while it runs: once two pairs of blocks show it
+    slower to the loss by Z standard errors, the test ends there."""
+    verdict, test = run(1.0, 0.0, seed=0, noise=0.001)  # no progress at all under the codec
+    assert not verdict.keep and verdict.line.endswith("; slower")
+    assert test.count == 2 * 2 * BLOCK
+    verdict, test = run(3.0, 1.0, seed=0, noise=0.001)  # a clear win runs the whole test
+    assert verdict.keep and test.count == 2 * BLOCK * ROUNDS
