@@ -111,11 +111,11 @@ def test_no_module_imports_itself_back():
 
 
 # ------------------------------------------------------------------ class sizes
-#: Issue 60: no class over 300 lines. The two still over it may not grow while they are
-#: split (their lines at the fifth session of 2026-12-06).
+#: Issue 60: no class over 300 lines. The one still over it may not grow while it is
+#: split (its lines at the fifth session of 2026-12-06; SearchSpace came under 300 at the
+#: sixth, its test-only grid order merged into GridSearch's).
 MAX_CLASS_LINES = 300
-OVER_FOR_NOW = {"autotune/schedule/schedule.py:TrialSchedule": 496,
-                "autotune/tuning/space.py:SearchSpace": 314}
+OVER_FOR_NOW = {"autotune/schedule/schedule.py:TrialSchedule": 496}
 
 
 def test_no_class_is_over_300_lines_and_none_over_it_grows():
@@ -127,4 +127,6 @@ def test_no_class_is_over_300_lines_and_none_over_it_grows():
                 sizes[where] = node.end_lineno - node.lineno + 1
     assert len(sizes) > 100  # the package is read
     over = {c: n for c, n in sizes.items() if n > OVER_FOR_NOW.get(c, MAX_CLASS_LINES)}
+    assert all(sizes.get(c, 0) > MAX_CLASS_LINES for c in OVER_FOR_NOW), \
+        "a class listed as over the bound is under it now: take it off the list"
     assert not over, f"classes over {MAX_CLASS_LINES} lines (or grown past their bound): {over}"

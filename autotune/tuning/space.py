@@ -385,29 +385,6 @@ class SearchSpace:
         idx.add(p.index(p.default))
         return tuple(p.values[i] for i in sorted(idx))
 
-    def grid(self, levels: int = 5) -> list[Config]:
-        """A coarse grid, the default first, then outward: configurations sorted by how
-        many parameters differ from the default, then by how far (in grid steps)."""
-        coarse = {p.name: self.coarse_values(p, levels) for p in self.params}
-        default = self.default()
-        seen: set[tuple[int, ...]] = set()
-        scored: list[tuple[tuple[int, int, tuple[int, ...]], Config]] = []
-        for c in _walk(self, coarse):
-            k = self.key(c)
-            if k in seen:
-                continue
-            seen.add(k)
-            changed = 0
-            dist = 0
-            for p in self.params:
-                if c[p.name] != default[p.name]:
-                    changed += 1
-                    vals = coarse[p.name]
-                    dist += abs(vals.index(c[p.name]) - vals.index(default[p.name])) if p.ordinal else 1
-            scored.append(((changed, dist, k), c))
-        scored.sort(key=lambda t: t[0])
-        return [c for _, c in scored]
-
     def all_configs(self) -> Iterator[Config]:
         """Every canonical configuration once (for exhaustive evaluation of small spaces)."""
         seen: set[tuple[int, ...]] = set()

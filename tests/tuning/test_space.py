@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from autotune.runtime.config import ConfigError
 from autotune.tuning.space import MiB, SearchSpace
+from autotune.tuning.search.grid import GridSearch
 
 spaces = st.builds(
     lambda k, w, lossy: SearchSpace.build(k_max=k, workers_per_machine=w, allow_lossy=lossy),
@@ -121,7 +122,7 @@ def test_perturb_moves_ordinals_by_at_least_one_step():
 
 def test_grid_starts_at_default_and_moves_outward():
     s = SearchSpace.build(k_max=2, workers_per_machine=2)
-    g = s.grid()
+    g = GridSearch(s).points()
     assert g[0] == s.default()
     changed = [sum(c[k] != g[0][k] for k in c) for c in g]
     assert changed == sorted(changed)
@@ -151,7 +152,7 @@ def test_signature_tells_spaces_apart():
 def test_a_pinned_knob_has_one_value_even_off_the_grid():
     s = SearchSpace.build(k_max=2, fixed={"chunk_bytes": 3 * MiB})
     assert s["chunk_bytes"].values == (3 * MiB,) and s.default()["chunk_bytes"] == 3 * MiB
-    assert all(c["chunk_bytes"] == 3 * MiB for c in s.grid())
+    assert all(c["chunk_bytes"] == 3 * MiB for c in GridSearch(s).points())
     assert all(c["chunk_bytes"] == 3 * MiB for c in s.seeds())  # push/pull seed too
     assert dict(s.facts)["fixed"] == (("chunk_bytes", (3 * MiB,)),)
     rng = random.Random(0)

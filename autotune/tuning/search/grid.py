@@ -1,7 +1,9 @@
 """Grid search: a coarse grid walked from the defaults outward.
 
-The grid is :meth:`SearchSpace.grid` (ordinal parameters at a few evenly spread
-levels, categorical ones at every value). The first point is the default (the safe
+The grid is the space's canonical configurations with each ordinal parameter at a few
+evenly spread levels (:meth:`SearchSpace.coarse_values`) and each categorical one at
+every value, in order outward from the default (:meth:`GridSearch.points`). The first
+point is the default (the safe
 baseline); each next point is the unevaluated grid point closest to a *centre*.
 Closest means fewest parameters changed, then fewest grid steps, then grid order, so
 the walk is deterministic. The centre depends on ``recentre``:
@@ -34,8 +36,8 @@ class GridSearch(Searcher):
         if recentre not in ("grid", "any", "none"):
             raise ValueError(f"recentre must be 'grid', 'any' or 'none', got {recentre!r}")
         self.recentre = recentre
-        # the coarse grid of space.grid(levels), taken from the table of canonical
-        # configurations (fast even for spaces of 10^5..10^6 configurations)
+        # the coarse grid, taken from the table of canonical configurations (fast even
+        # for spaces of 10^5..10^6 configurations)
         table = canonical_table(space)
         keep = np.ones(len(table), dtype=bool)
         for i, p in enumerate(space.params):
@@ -48,7 +50,8 @@ class GridSearch(Searcher):
         self._step = np.array(
             [max(1.0, (len(p.values) - 1) / max(1, levels - 1)) if p.ordinal else 1.0 for p in params]
         )
-        # grid order: outward from the default (as space.grid), the tie-break later
+        # grid order: outward from the default (fewest parameters changed, then fewest
+        # coarse steps), the tie-break later
         changed, steps = self._distance(codes, np.array(space.encode(space.default())))
         codes = codes[np.lexsort((np.arange(len(codes)), steps, changed))]
         self._codes = codes
@@ -59,6 +62,10 @@ class GridSearch(Searcher):
     def __len__(self) -> int:
         """Number of grid points."""
         return len(self._codes)
+
+    def points(self) -> list[Config]:
+        """The grid in its order, outward from the default (module docstring)."""
+        return [self.space.decode(c) for c in self._codes]
 
     def _distance(self, codes: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(parameters changed, coarse grid steps) from ``centre`` to each row."""
