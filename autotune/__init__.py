@@ -25,11 +25,11 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time, loaded on fir
     import torch
 
     from autotune.errors import ArgumentError, AutotuneError
+    from autotune.runtime.config import ConfigError
     from autotune.runtime.errors import UsageError
+    from autotune.schedule.schedule import TrialSchedule
     from autotune.sessions import DDPSession, Session, TuningSession
     from autotune.sessions.ddp import workers_group
-    from autotune.schedule.schedule import TrialSchedule
-    from autotune.runtime.config import ConfigError
     from autotune.tuning.space import Config, SearchSpace
     from autotune.tuning.trial import Trial
     from autotune.tuning.tuner import Tuner

@@ -137,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch.distributed as dist
 
+    from autotune.errors import install_excepthook
     from autotune.runtime import Runtime
     from autotune.runtime.data import trace
-    from autotune.errors import install_excepthook
 
     dist.init_process_group("gloo")
     install_excepthook()  # a worker's failure ends the server with one line naming it

@@ -114,9 +114,9 @@ def rank_main(a: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from autotune.runtime import Runtime
+    from autotune.schedule.schedule import flow_probe
     from autotune.server import serve
     from autotune.sessions.calibrate import measure_link
-    from autotune.schedule.schedule import flow_probe
     from autotune.tuning.space import SearchSpace
     from autotune.workload import check_average, model_shapes, sleepy_model
 

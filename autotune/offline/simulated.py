@@ -63,13 +63,13 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
     :func:`autotune.progress.tuning_display`) shows the trials as they run, and is
     stopped at the end."""
     from autotune import zoo
+    from autotune.schedule.ledger import Ledger
     from autotune.sim import ClusterSpec, Job, SimulatedObjective, simulate
     from autotune.sim.predict import prior
     from autotune.store import Store
     from autotune.store.fingerprint import model_graph
     from autotune.store.origin import warm_start_line
     from autotune.store.warmstart import warm_start_sources
-    from autotune.schedule.ledger import Ledger
     from autotune.tuning.tuner import Tuner
 
     cluster = cluster_src if isinstance(cluster_src, ClusterSpec) else ClusterSpec.from_json(cluster_src)

@@ -21,9 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.runtime.config import ConfigError
-from autotune.runtime.errors import PeerFailed, PeerStopped, RuntimeFault, ServerLost, UsageError
-from autotune.runtime.data.plan import Chunk, make_plan, summation_shares
 from autotune.runtime.control.world import WorldInfo
+from autotune.runtime.data.plan import Chunk, make_plan, summation_shares
+from autotune.runtime.errors import PeerFailed, PeerStopped, RuntimeFault, ServerLost, UsageError
 
 __all__ = ["BucketTransport", "Chunk", "ConfigError", "PeerFailed", "PeerStopped", "Runtime",
            "RuntimeFault", "ServerLost", "UsageError", "WorldInfo", "make_plan", "summation_shares"]

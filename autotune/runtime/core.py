@@ -35,21 +35,21 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from autotune.runtime.data.averager import Averager
+from autotune.runtime.config import FALLBACK_STREAMS, Limits, RuntimeConfig
 from autotune.runtime.control.blame import Blame
 from autotune.runtime.control.bootstrap import Joined, join, take
-from autotune.runtime.config import FALLBACK_STREAMS, Limits, RuntimeConfig
 from autotune.runtime.control.control import ControlPlane
-from autotune.runtime.data.engine import OpError
-from autotune.runtime.errors import RuntimeFault, UsageError
 from autotune.runtime.control.faults import FaultInjector, Liveness
 from autotune.runtime.control.groups import GroupCache
-from autotune.runtime.data.layout import Layout
 from autotune.runtime.control.prepared import Setup
 from autotune.runtime.control.reconfigure import Active
 from autotune.runtime.control.rounds import Rounds
-from autotune.runtime.data.staging import stage_cpu_from_env
 from autotune.runtime.control.sync import SyncProtocol
+from autotune.runtime.data.averager import Averager
+from autotune.runtime.data.engine import OpError
+from autotune.runtime.data.layout import Layout
+from autotune.runtime.data.staging import stage_cpu_from_env
+from autotune.runtime.errors import RuntimeFault, UsageError
 
 
 class Runtime:

@@ -12,8 +12,8 @@ iteration they are let in at and that search's budget. Nothing here imports torc
 
 from __future__ import annotations
 
-from autotune.tuning.space import SearchSpace
 from autotune.schedule.stakes import MIN_SEARCH
+from autotune.tuning.space import SearchSpace
 
 __all__ = ["CodecWait"]
 

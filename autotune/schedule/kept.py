@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import statistics
 
-from autotune.speedup import MIN_ITERATIONS, beats, measure
 from autotune.schedule.drift import Drift, DriftWatch
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.listener import SETTLED_SAMPLES, Listener
+from autotune.speedup import MIN_ITERATIONS, beats, measure
 from autotune.tuning.lossy import EFFICIENCY_WINDOW, dropped
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import throughput, unit_of

@@ -48,6 +48,11 @@ next. The phases:
     A job of unknown length whose trials have lost their share of its elapsed time
     (:mod:`autotune.schedule.stakes`): the best configuration so far runs, unscored and
     uncharged, until the job has run twice as long; then the next trial starts.
+``loss test``
+    The search ended on a codec judged by goodput: before it is kept, it and the best
+    configuration that needs no test run in alternating blocks, and the loss the loop
+    passes says whether the job's loss falls faster under the codec
+    (:mod:`~autotune.schedule.loss_test`); the verdict's configuration is ``locked``.
 ``locked``
     The budget is spent (or the job affords no search: then the default is kept, or
     a stored best that beat its own run's default, whose settled iterations below are
@@ -102,22 +107,22 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from autotune.errors import ArgumentError
-from autotune.speedup import MIN_ITERATIONS
 from autotune.schedule.codec_wait import CodecWait
 from autotune.schedule.drift import Drift
-from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.schedule.kept import KeptPhase, not_the_fastest
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.listener import SETTLED_SAMPLES, Listener
 from autotune.schedule.loss_test import LossTest
+from autotune.schedule.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
+from autotune.schedule.trial_phase import NewTuner, TrialPhase
+from autotune.schedule.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
+from autotune.speedup import MIN_ITERATIONS
+from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.lossy import SCORED_AS_LOSSLESS, judged_by_goodput, scored_efficiency
 from autotune.tuning.preload import loading
 from autotune.tuning.space import Config, SearchSpace
-from autotune.schedule.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
 from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, throughput, trial_seconds
-from autotune.schedule.trial_phase import NewTuner, TrialPhase
 from autotune.tuning.tuner import SEED, Tuner
-from autotune.schedule.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 
 # re-exported: the session, its display and the tests import them from here
 __all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",

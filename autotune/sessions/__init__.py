@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.sessions.session import DDPSession, Session, TuningSession
-from autotune.sessions.options import SessionOptions
 from autotune.schedule.schedule import PROBE_STREAMS, SWITCH_MARGIN, trial_seconds
+from autotune.sessions.options import SessionOptions
+from autotune.sessions.session import DDPSession, Session, TuningSession
 from autotune.tuning.trial import Trial
 
 

@@ -46,8 +46,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from autotune.runtime.control.bootstrap import hold, join
 from autotune.runtime.config import ConfigError, Limits
+from autotune.runtime.control.bootstrap import hold, join
 from autotune.runtime.errors import UsageError
 from autotune.sessions.world import init_world
 

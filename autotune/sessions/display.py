@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from autotune.speedup import Side
 from autotune.schedule.schedule import Listener
+from autotune.speedup import Side
 from autotune.tuning.space import Config
 from autotune.tuning.trial import Trial
 

@@ -21,8 +21,8 @@ from typing import Sequence
 
 import torch
 
-from autotune.runtime.errors import RuntimeFault
 from autotune.runtime.data.gradstats import GradientSample, Sample
+from autotune.runtime.errors import RuntimeFault
 from autotune.tuning.efficiency import Efficiency
 
 __all__ = ["EfficiencyProbe"]

@@ -22,8 +22,8 @@ from autotune.sessions.tuners import job_space
 from autotune.tuning.space import Config, SearchSpace
 
 if TYPE_CHECKING:
-    from autotune.sessions.hooked import HookedDDP
     from autotune.schedule.schedule import TrialSchedule
+    from autotune.sessions.hooked import HookedDDP
 
 #: Configurations tried in a row before putting one in force is given up as broken.
 MAX_APPLY_TRIES = 1000

@@ -17,12 +17,12 @@ from typing import Any, Sequence
 
 import torch
 
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.schedule import Drift, TrialSchedule
 from autotune.sessions.display import SessionDisplay
 from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.sessions.tuners import JobTuners
-from autotune.schedule.ledger import Ledger
-from autotune.schedule.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import GP_LIBRARIES
 

@@ -160,8 +160,8 @@ class SessionRun:
         only where this process has not imported them yet), or None."""
         if self.store is None or not self.reads_store:
             return None
-        from autotune.store.rows import host
         from autotune.schedule.stakes import SearchCosts
+        from autotune.store.rows import host
 
         loaded = all(name in sys.modules for name in libraries)
         try:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 
-from autotune.sessions.options import SessionOptions
 from autotune.schedule.ledger import Ledger
-from autotune.tuning.lossy import judged_by_goodput
 from autotune.schedule.schedule import TrialSchedule
+from autotune.sessions.options import SessionOptions
+from autotune.tuning.lossy import judged_by_goodput
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import Trial
 from autotune.tuning.tuner import Tuner

@@ -34,6 +34,8 @@ import torch
 
 from autotune.errors import shown_by_rank_0
 from autotune.runtime.errors import ServerLost, UsageError
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.schedule import Drift, TrialSchedule
 from autotune.sessions.display import SessionDisplay, report
 from autotune.sessions.hooked import DDP, HookedDDP
 from autotune.sessions.in_force import InForce
@@ -43,8 +45,6 @@ from autotune.sessions.options import SessionOptions
 from autotune.sessions.record import SessionRun
 from autotune.sessions.results import SessionResults
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
-from autotune.schedule.ledger import Ledger
-from autotune.schedule.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
-from autotune.schedule.schedule import REFERENCE_ITERATIONS
 from autotune.runtime.config import ConfigError
+from autotune.schedule.schedule import REFERENCE_ITERATIONS
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import Tuner
 

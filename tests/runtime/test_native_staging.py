@@ -76,9 +76,9 @@ class _NeverDone:
 
 def test_a_copy_that_never_completes_fails_naming_rank_and_chunk() -> None:
     from autotune.runtime.data.engine import RoundState
-    from autotune.runtime.errors import RuntimeFault
     from autotune.runtime.data.plan import Chunk
     from autotune.runtime.data.staging import Staged
+    from autotune.runtime.errors import RuntimeFault
 
     chunk = Chunk(index=0, stream=0, dtype="float32", offset=0, numel=8, tensors=(0, 1),
                   owner=None)

@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from autotune.tuning.efficiency import COLLAPSED, LOSSY_WARMUP
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.loss_test import BLOCK, ROUNDS
-from autotune.tuning.lossy import SCORED_AS_LOSSLESS, UNKNOWN_EFFICIENCY
 from autotune.schedule.schedule import LOCKED, TRIAL, TrialSchedule
-from autotune.tuning.space import SearchSpace
 from autotune.schedule.stakes import SearchCosts
+from autotune.tuning.efficiency import COLLAPSED, LOSSY_WARMUP
+from autotune.tuning.lossy import SCORED_AS_LOSSLESS, UNKNOWN_EFFICIENCY
+from autotune.tuning.space import SearchSpace
 from autotune.tuning.tuner import Tuner
 
 # a codec is faster per step, and each has its statistical efficiency

@@ -13,8 +13,8 @@ from autotune.schedule.schedule import (LOCKED, PROBE_STREAMS, REFERENCE_ITERATI
                                       SETTLED_SAMPLES, SWITCH_MARGIN, TRIAL, WARMUP, Drift,
                                       Listener, TrialSchedule, flow_probe)
 from autotune.schedule.ledger import Ledger
-from autotune.tuning.space import SearchSpace
 from autotune.schedule.stakes import SearchCosts
+from autotune.tuning.space import SearchSpace
 from autotune.tuning.tuner import Tuner
 
 
@@ -442,9 +442,9 @@ def test_the_first_trial_waits_for_the_tuners_imports(tmp_path, monkeypatch):
     trial runs until the import is done: the default runs meanwhile, unscored."""
     import time
 
-    from autotune.tuning.preload import loading, preload
     from autotune.schedule.schedule import LOADING
     from autotune.schedule.stakes import fmt_cost
+    from autotune.tuning.preload import loading, preload
 
     name = f"slow_import_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.5)\n")

@@ -18,9 +18,9 @@ import textwrap
 
 import pytest
 
+from autotune.schedule.schedule import SETTLED_SAMPLES
 from autotune.store import Store
 from autotune.store.origin import BUDGET_ZERO, NO_SEARCH, WARM_START, fmt_origin
-from autotune.schedule.schedule import SETTLED_SAMPLES
 from store_helpers import table_field
 import zygote
 

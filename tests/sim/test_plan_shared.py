@@ -15,8 +15,8 @@ from itertools import accumulate
 
 import pytest
 
-from autotune.runtime.data.plan import DTYPE_BYTES, coalesces, make_plan
 from autotune.runtime.control.world import WorldInfo
+from autotune.runtime.data.plan import DTYPE_BYTES, coalesces, make_plan
 from autotune.sim import ClusterSpec, Job, simulate
 import zygote
 

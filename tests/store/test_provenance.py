@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
+from autotune.schedule.ledger import Ledger
 from autotune.store import Store, schema
 from autotune.store.origin import BUDGET_ZERO, WARM_START, fmt_origin, origin_of
 from autotune.store.warmstart import warm_start_sources
-from autotune.schedule.ledger import Ledger
 from autotune.tuning.space import SearchSpace
 from autotune.units import fmt_number, fmt_score
 from store_helpers import (CNN, OLD_FINISHED_RUN, WORLD, add_run, cluster, model, old_store,

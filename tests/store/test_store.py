@@ -298,8 +298,8 @@ def test_tuning_costs_are_this_hosts_newest_first(store):
     out."""
     import sqlalchemy as sa
 
-    from autotune.store.rows import host
     from autotune.schedule.stakes import SearchCosts
+    from autotune.store.rows import host
 
     def run(cost: dict | None) -> int:
         rid = store.start_run(job="j", world=WORLD, backend="gloo", model_graph=model(CNN),

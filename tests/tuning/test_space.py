@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotune.runtime.config import ConfigError
-from autotune.tuning.space import MiB, SearchSpace
 from autotune.tuning.search.grid import GridSearch
+from autotune.tuning.space import MiB, SearchSpace
 
 spaces = st.builds(
     lambda k, w, lossy: SearchSpace.build(k_max=k, workers_per_machine=w, allow_lossy=lossy),

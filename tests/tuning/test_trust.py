@@ -139,9 +139,9 @@ def test_the_wrong_prior_inverts_what_the_truth_prefers():
 
 # ------------------------------------------------------------ the decision, visible
 def test_a_session_says_when_the_prior_loses_its_weight_and_each_trial_records_it(tmp_path):
-    from autotune.store import Store
-    from autotune.schedule.schedule import LOCKED, REFERENCE_ITERATIONS, Listener, TrialSchedule
     from autotune.schedule.ledger import Ledger
+    from autotune.schedule.schedule import LOCKED, REFERENCE_ITERATIONS, Listener, TrialSchedule
+    from autotune.store import Store
 
     said = []
 

@@ -26,15 +26,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from autotune.runtime.data.averager import Averager
 from autotune.runtime.control.control import ControlPlane
-from autotune.runtime.data.engine import OpError
-from autotune.runtime.errors import PeerFailed, RuntimeFault, ServerLost
 from autotune.runtime.control.faults import Liveness
 from autotune.runtime.control.groups import GroupCache, keep_forever
-from autotune.runtime.data.layout import Layout
 from autotune.runtime.control.reconfigure import Active
 from autotune.runtime.control.world import WorldInfo
+from autotune.runtime.data.averager import Averager
+from autotune.runtime.data.engine import OpError
+from autotune.runtime.data.layout import Layout
+from autotune.runtime.errors import PeerFailed, RuntimeFault, ServerLost
 
 
 class Blame:

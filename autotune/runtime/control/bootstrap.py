@@ -27,9 +27,9 @@ import torch.distributed as dist
 
 from autotune.runtime.compat import all_gather as _all_gather
 from autotune.runtime.config import SIGNATURE, ConfigError, Limits
-from autotune.runtime.errors import UsageError
 from autotune.runtime.control.faults import Liveness
 from autotune.runtime.control.world import WorldInfo, discover, local_machine, local_role
+from autotune.runtime.errors import UsageError
 
 PID_KEY = "autotune/pid/"
 

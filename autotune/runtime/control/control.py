@@ -31,9 +31,9 @@ from typing import Any, Callable, Sequence
 
 import torch.distributed as dist
 
-from autotune.runtime.data.engine import OpError
 from autotune.runtime.control.faults import Liveness
 from autotune.runtime.control.groups import destroy
+from autotune.runtime.data.engine import OpError
 
 SLICE_S = 1.0
 

@@ -24,15 +24,15 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from autotune.runtime.data.compression import Residuals, summation_key
 from autotune.runtime.config import FALLBACK_STREAMS, ConfigError, RuntimeConfig, Transport
-from autotune.runtime.errors import RuntimeFault
 from autotune.runtime.control.faults import FaultInjector
 from autotune.runtime.control.groups import GroupCache, needed_groups
-from autotune.runtime.data.layout import DTYPES, Layout, moves
 from autotune.runtime.control.prepared import Setup, build_setup
-from autotune.runtime.data.summation import BufferPool
 from autotune.runtime.control.world import WorldInfo
+from autotune.runtime.data.compression import Residuals, summation_key
+from autotune.runtime.data.layout import DTYPES, Layout, moves
+from autotune.runtime.data.summation import BufferPool
+from autotune.runtime.errors import RuntimeFault
 
 
 

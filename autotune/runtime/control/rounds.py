@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import warnings
 
-from autotune.runtime.data.averager import Averager
 from autotune.runtime.control.blame import Blame
+from autotune.runtime.data.averager import Averager
 from autotune.runtime.errors import RuntimeFault, UsageError
 
 

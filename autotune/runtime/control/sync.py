@@ -25,11 +25,11 @@ import torch.distributed as dist
 
 from autotune.runtime.config import ConfigError, Limits, RuntimeConfig
 from autotune.runtime.control.control import ControlPlane
-from autotune.runtime.errors import RuntimeFault
 from autotune.runtime.control.groups import GroupCache, needed_groups
-from autotune.runtime.data.layout import Layout
 from autotune.runtime.control.reconfigure import Active, Candidate
 from autotune.runtime.control.world import WorldInfo
+from autotune.runtime.data.layout import Layout
+from autotune.runtime.errors import RuntimeFault
 
 MAGIC = 0x4155_5401
 # control message slots (then the configuration, RuntimeConfig.encode())

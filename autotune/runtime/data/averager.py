@@ -36,16 +36,16 @@ import torch
 
 from autotune import signals
 
+from autotune.runtime.control.faults import FaultInjector, Liveness
+from autotune.runtime.control.groups import GroupCache
+from autotune.runtime.control.reconfigure import Active
+from autotune.runtime.control.world import WorldInfo
 from autotune.runtime.data.communication import CommunicationStream
 from autotune.runtime.data.copies import GradientCopies
 from autotune.runtime.data.engine import Aborted, Mailbox, OpError, RoundState, StreamPool
-from autotune.runtime.errors import RuntimeFault, UsageError
-from autotune.runtime.control.faults import FaultInjector, Liveness
-from autotune.runtime.control.groups import GroupCache
 from autotune.runtime.data.layout import Layout
-from autotune.runtime.control.reconfigure import Active
 from autotune.runtime.data.summation import SummationStream
-from autotune.runtime.control.world import WorldInfo
+from autotune.runtime.errors import RuntimeFault, UsageError
 
 
 class Averager:

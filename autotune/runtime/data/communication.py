@@ -50,12 +50,12 @@ import torch.distributed as dist
 
 from autotune.runtime.codecs import Context, averaged_payloads, decode_aggregate, whole
 from autotune.runtime.compat import all_gather
-from autotune.runtime.data.compression import Residuals
 from autotune.runtime.config import Intra
-from autotune.runtime.data.engine import RoundState, issue
 from autotune.runtime.control.groups import GroupCache
-from autotune.runtime.data.plan import Chunk, shard_bounds
 from autotune.runtime.control.prepared import Setup
+from autotune.runtime.data.compression import Residuals
+from autotune.runtime.data.engine import RoundState, issue
+from autotune.runtime.data.plan import Chunk, shard_bounds
 
 
 class Tail(list):

@@ -31,8 +31,8 @@ import torch
 
 from autotune.runtime.codecs import Codec, ErrorFeedback, codec_from_config, compress_min_bytes, compresses
 from autotune.runtime.config import Intra, RuntimeConfig
-from autotune.runtime.data.plan import Chunk
 from autotune.runtime.control.world import WorldInfo
+from autotune.runtime.data.plan import Chunk
 
 CODEC_SEED = 0x6175_746F
 """The codecs' shared seed (random-k indices, PowerSGD's first basis): the same on every

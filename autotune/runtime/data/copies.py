@@ -41,10 +41,10 @@ from typing import Sequence
 
 import torch
 
-from autotune.runtime.errors import RuntimeFault
-from autotune.runtime.data.layout import Layout
 from autotune.runtime.control.reconfigure import Active
+from autotune.runtime.data.layout import Layout
 from autotune.runtime.data.staging import HostStaging, Staged
+from autotune.runtime.errors import RuntimeFault
 
 
 GRAD_VIEWS_ENV = "AUTOTUNE_GRAD_VIEWS"

@@ -18,8 +18,8 @@ from typing import Any, Iterable
 import torch
 
 from autotune.runtime.config import ConfigError
-from autotune.runtime.data.plan import DTYPE_BYTES
 from autotune.runtime.control.prepared import Setup
+from autotune.runtime.data.plan import DTYPE_BYTES
 
 DTYPES = tuple(DTYPE_BYTES)  # wire codes of gradient dtypes
 

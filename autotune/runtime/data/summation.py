@@ -26,11 +26,11 @@ import torch
 import torch.distributed as dist
 
 from autotune.runtime.codecs import Context, whole
+from autotune.runtime.control.groups import GroupCache
+from autotune.runtime.control.prepared import Setup
 from autotune.runtime.data.compression import Residuals
 from autotune.runtime.data.engine import Mailbox, RoundState, issue
-from autotune.runtime.control.groups import GroupCache
 from autotune.runtime.data.plan import Unit
-from autotune.runtime.control.prepared import Setup
 
 
 class BufferPool:

@@ -56,9 +56,9 @@ import torch.distributed as dist
 from autotune import signals
 
 from autotune.runtime.config import ConfigError, RuntimeConfig
+from autotune.runtime.data.gradstats import GradientSample
 from autotune.runtime.ddp.ddp_buckets import RuntimeBuckets
 from autotune.runtime.errors import UsageError
-from autotune.runtime.data.gradstats import GradientSample
 
 __all__ = ["BucketTransport"]
 
