@@ -343,7 +343,7 @@ class TrialSchedule:
         self.stakes.charge(float("inf") if failed is not None else seconds)
         if self.phase == LOSS_TEST:
             return self._loss_tested(config, seconds, failed, loss)
-        return self._measured(seconds, failed, switched, scored)
+        return self._measured(seconds, failed, switched, scored, loss)
 
     def rejected(self, config: Config, error: str, retrying: bool = False) -> Config:
         """The runtime could not apply ``config`` (identically on every rank): outside a
@@ -549,9 +549,10 @@ class TrialSchedule:
         return self.stakes.summary(kept_s, at)
 
     def _measured(self, seconds: float, failed: str | None, switched: bool = True,
-                  scored: float | None = 1.0) -> Config:
+                  scored: float | None = 1.0, loss: float | None = None) -> Config:
         """An iteration of the trial under way ran (:meth:`TrialPhase.measured`)."""
-        nxt = self.trial_phase.measured(seconds, failed, switched, scored, self.stakes.spent)
+        nxt = self.trial_phase.measured(seconds, failed, switched, scored, self.stakes.spent,
+                                        loss)
         return self._stopped() if nxt is None else nxt
 
     def _next_trial(self) -> Config:
@@ -564,7 +565,7 @@ class TrialSchedule:
         (:mod:`autotune.schedule.stakes`)."""
         tuner = self.tuner
         if not (self.stakes.spent and self.stakes.pausable and tuner is not None
-                and not tuner.done):
+                and not tuner.done and not self.trial_phase.stopped):
             return self._lock()
         line = self.stakes.pause()
         if line is not None:

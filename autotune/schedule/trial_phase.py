@@ -17,7 +17,8 @@ from typing import Callable
 
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.listener import Listener
-from autotune.tuning.lossy import UNKNOWN_EFFICIENCY, judged_by_goodput
+from autotune.schedule.loss_test import CodecWatch
+from autotune.tuning.lossy import SCORED_AS_LOSSLESS, UNKNOWN_EFFICIENCY, judged_by_goodput
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import Trial, throughput, trial_seconds
 from autotune.tuning.trust import PROPOSE
@@ -55,6 +56,8 @@ class TrialPhase:
         self.iterations = 0               # iterations spent inside trials
         self.efficiency: dict[tuple, float] = {}  # each scored lossy trial's mean, by key
         self._prior_dropped = False       # the prior's drop below PROPOSE was said
+        self.watch = CodecWatch() if goodput else None  # the codec trials' loss
+        self.stopped: str | None = None   # why the codec trials ended (the watch)
 
     @property
     def under_way(self) -> bool:
@@ -76,13 +79,14 @@ class TrialPhase:
         ``warmup``: the warm-up's times (:data:`NewTuner`)."""
         self.tuner = self._new_tuner(budget, seed, warm, self.space, warmup)
         self.ledger.space, self.ledger.tuner = self.space, self.tuner
+        self.stopped = None  # (a re-tune after the watch ended the codec trials is lossless)
         if budget > 0:
             self.listener.tuning(budget)
 
     def next_trial(self, stop: bool = False) -> Config | None:
         """The next trial's configuration; None when the Tuner has none left or ``stop``
         (the trials have cost the job all they may)."""
-        if stop:
+        if stop or self.stopped:
             return None
         trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
         if trial is None:
@@ -94,16 +98,26 @@ class TrialPhase:
         return trial.config
 
     def measured(self, seconds: float, failed: str | None, switched: bool = True,
-                 efficiency: float | None = 1.0, stop: bool = False) -> Config | None:
+                 efficiency: float | None = 1.0, stop: bool = False,
+                 loss: float | None = None) -> Config | None:
         """An iteration of the trial under way ran (``switched``: under another
         configuration than the iteration before; ``efficiency``: what its score is
-        multiplied by, :func:`~autotune.tuning.lossy.scored_efficiency`): the
-        configuration to run next, None when the Tuner has no trial left (or ``stop``,
-        :meth:`next_trial`)."""
+        multiplied by, :func:`~autotune.tuning.lossy.scored_efficiency`; ``loss``: the
+        job's, for the codec watch): the configuration to run next, None when the Tuner
+        has no trial left (or ``stop``, :meth:`next_trial`), or when the watch ended the
+        codec trials (:attr:`stopped`; the best becomes the best configuration that needs
+        no loss test)."""
         trial = self.trial
         assert trial is not None and self.tuner is not None
         self.iterations += 1
         first = trial.step(switched)
+        hurt = self.watch.ran(trial.lossy, seconds, loss) if self.watch and not failed else None
+        if hurt is not None:
+            self.stopped = hurt
+            self.finish(None, hurt)
+            best = self.ledger.best_lossless(self.space, SCORED_AS_LOSSLESS)
+            self.best = (best, self.tuner.score_of(best) or 0.0)
+            return None
         if failed is None and seconds != float("inf") and trial.lossy:
             failed = trial.judged(efficiency, first)
         if failed is not None or seconds == float("inf"):

@@ -92,3 +92,26 @@ def test_a_codec_slower_with_confidence_stops_the_test_after_two_pairs_of_blocks
     assert test.count == 2 * 2 * BLOCK
     verdict, test = run(3.0, 1.0, seed=0, noise=0.001)  # a clear win runs the whole test
     assert verdict.keep and test.count == 2 * BLOCK * ROUNDS
+
+
+def test_the_watch_ends_the_codec_trials_only_when_codecs_make_the_loss_fall_slower():
+    """The search's iterations in the order a search runs them (lossless first, then
+    codec trials among the rest): codecs that raise the loss end the trials in most of
+    20 seeds; codecs as good per second as the rest seldom do, twice as good never."""
+    from autotune.schedule.loss_test import CodecWatch
+
+    def search(codec_progress, seed):
+        rng, watch, loss = random.Random(seed), CodecWatch(), 3.0
+        kinds = [False] * 12 + [rng.random() < 0.6 for _ in range(60)]
+        for i, judged in enumerate(kinds):
+            why = watch.ran(judged, 0.5 if judged else 1.0, loss + rng.gauss(0, 0.01))
+            if why is not None:
+                return i, why
+            loss -= 0.004 * (codec_progress * 0.5 if judged else 1.0)
+        return None, None
+
+    stopped = [search(-1.0, seed) for seed in range(20)]
+    assert sum(i is not None for i, _ in stopped) >= 16
+    assert "the codec trials end" in next(why for _, why in stopped if why)
+    assert sum(search(1.0, seed)[0] is not None for seed in range(20)) <= 3
+    assert all(search(2.0, seed)[0] is None for seed in range(20))  # twice as fast
