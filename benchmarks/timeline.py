@@ -94,10 +94,15 @@ def analyse(ranks: dict[int, dict], label: str | None = None, index: int = -1,
     pushes, pulls, recvs, sends = [], [], [], []
     for r, d in ranks.items():
         for e in d["events"]:
-            if e["issued"] < t0 or e["done"] > t1 + 1e-3:  # another iteration's
-                continue
             m = _OP.match(e["what"])
             if not m:
+                continue
+            # another iteration's. The server posts its receives ahead (``sum_depth``
+            # units): one for this iteration may be issued before the window opens, so a
+            # receive counts by when it was done (a fresh clone's `make test` missed a
+            # chunk's "wait for parts" so)
+            start = e["done"] if m.group(3) == "receive from" else e["issued"]
+            if start < t0 or e["done"] > t1 + 1e-3:
                 continue
             o = {"rank": r, "stream": int(m.group(1)), "chunk": int(m.group(2)),
                  "peer": int(m.group(4)), "bytes": e["nbytes"], "issued": e["issued"],

@@ -163,3 +163,19 @@ def test_a_sum_sent_before_its_last_part_came_in_is_the_previous_iterations(trac
     late.update(issued=t0 + 1e-6, waited=t0 + 2e-6, done=t0 + 3e-6)
     ranks[2]["events"].append(late)
     assert timeline.analyse(ranks)["stages"]["summation"] == before
+
+
+@pytest.mark.serial  # the same job as above (its fixture)
+def test_a_receive_the_server_posted_before_the_window_is_still_this_iterations(
+        traced: Path) -> None:
+    """The server posts its receives ahead (``sum_depth``): one for this iteration may be
+    issued before the window opens and done inside it. It counts (a fresh clone's `make
+    test` once found a chunk's "wait for parts" missing for both workers, 24 of 26)."""
+    ranks = timeline.load(traced)
+    before = timeline.analyse(ranks)["stages"]["wait for parts"]
+    _, _, marks = timeline.window(ranks, None, -1)
+    t0 = min(m["issued"] for m in marks)
+    recv = [e for e in ranks[2]["events"] if "receive from" in e["what"]
+            and e["done"] >= t0]
+    recv[0]["issued"] = t0 - 0.5  # posted during the previous iteration
+    assert timeline.analyse(ranks)["stages"]["wait for parts"] == before
