@@ -63,6 +63,13 @@ class Loss:
         return now
 
 
+def heard(s):
+    """What the schedule ``s`` says from now on, as a list."""
+    said = []
+    s.listener.say = said.append
+    return said
+
+
 def drive(s, config, n, efficiency=efficiency_of, progress=None, loss=None):
     """``n`` iterations; each passes its efficiency and (unless ``loss`` is False) the
     loss, which falls by ``progress`` a step (default: the configuration's efficiency
@@ -140,8 +147,7 @@ def test_an_unknown_efficiency_fails_the_lossy_trial():
 
 def test_a_kept_codec_whose_efficiency_drops_starts_a_retune_from_lossless():
     s = make(budget=40)
-    said = []
-    s.listener.say = said.append
+    said = heard(s)
     config = s.start([])
     _, config = drive(s, config, 300)
     assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
@@ -184,8 +190,7 @@ def test_a_drift_retune_once_a_codec_is_kept_tries_no_codec():
     from autotune.schedule.drift import Drift
 
     s = make(budget=40, drift=Drift(0.2, 5, 12))
-    said = []
-    s.listener.say = said.append
+    said = heard(s)
     config = s.start([])
     _, config = drive(s, config, 300)
     assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
@@ -214,8 +219,7 @@ def test_a_codec_the_loss_test_rejects_is_not_kept():
     (fp16, scored as lossless), says so, and keeps that one. Before the loss test,
     powersgd was kept."""
     s = make()
-    said = []
-    s.listener.say = said.append
+    said = heard(s)
     ran, config = drive(s, s.start([]), 300,
                         progress=only_powersgd_slow)
     assert s.phase == LOCKED and s.kept["compression"] == "fp16", said
@@ -231,8 +235,7 @@ def test_a_codec_the_loss_test_rejects_is_not_kept():
 
 def test_a_codec_the_loss_test_finds_faster_is_kept_and_said():
     s = make()
-    said = []
-    s.listener.say = said.append
+    said = heard(s)
     drive(s, s.start([]), 300)
     assert s.phase == LOCKED and s.kept["compression"] == "powersgd"
     assert any(t.endswith("x as fast), ± " + t.split("± ")[-1]) and "codec kept" in t
@@ -244,8 +247,7 @@ def test_without_a_loss_no_codec_is_kept():
     the loss sooner, so none that needs the loss test is kept (fp16 is: scored as
     lossless), and it says why."""
     s = make()
-    said = []
-    s.listener.say = said.append
+    said = heard(s)
     drive(s, s.start([]), 300, loss=False)
     assert s.phase == LOCKED and s.kept["compression"] == "fp16"
     assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said
@@ -257,16 +259,14 @@ def test_fp16_is_scored_as_lossless_and_kept_without_the_loss_test():
     the loss test, so without a loss passed; bf16 (2**-8) is judged like every codec and,
     without a loss, not kept."""
     s = make(codecs=["none", "fp16"])
-    said = []
-    s.listener.say = said.append
+    said = heard(s)
     drive(s, s.start([]), 300, loss=False)
     assert s.phase == LOCKED and s.kept["compression"] == "fp16", said
     fp16 = [r for r in s.ledger.history if r.config["compression"] == "fp16"]
     assert fp16 and all(r.efficiency is None and r.throughput is None for r in fp16)
     assert not any("codec not kept" in t for t in said), said
     s = make(codecs=["none", "bf16"])
-    said = []
-    s.listener.say = said.append
+    said = heard(s)
     drive(s, s.start([]), 300, loss=False)
     assert s.phase == LOCKED and s.kept["compression"] == "none"
     assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said
@@ -279,8 +279,7 @@ def test_the_loss_test_runs_the_codec_against_fp16_where_fp16_measured_faster():
     the loss than lossless, so the codec watch, which pools the codecs against both, stays
     quiet; against fp16 alone the test finds it slower."""
     s = make(codecs=["none", "fp16", "powersgd"])
-    said = []
-    s.listener.say = said.append
+    said = heard(s)
     ran, _ = drive(s, s.start([]), 300,
                    progress=lambda c: 0.45 if c["compression"] == "powersgd" else 1.0)
     assert s.phase == LOCKED and s.kept["compression"] == "fp16", said
@@ -296,8 +295,7 @@ def test_codec_trials_that_raise_the_loss_end_the_search_early():
     none (fp16, scored as lossless). Before the watch, the whole budget ran and the loss
     test had to reject the codec."""
     s = make(budget=60)
-    said = []
-    s.listener.say = said.append
+    said = heard(s)
     ran, _ = drive(s, s.start([]), 300,
                    progress=lambda c: -1.0 if c["compression"] not in AS_LOSSLESS else 1.0)
     assert s.phase == LOCKED and s.kept["compression"] == "fp16", said
