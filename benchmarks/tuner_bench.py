@@ -51,6 +51,7 @@ import platform
 import statistics
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -75,6 +76,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     "ensemble": DEFAULT_TECHNIQUES,        # the same without the prior (as before it)
     **{t: (t,) for t in SINGLE},
     "random": ("random",),
+    "structured": ("structured",),
     "tpe": ("tpe",),
     "gp": ("optuna-gp",),
 }
@@ -120,7 +122,10 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         "iterations_to_95": to95 if to95 is not None else budget + 1,
         "tuning_cost": cost / max(1, spent), "screened": tuner.screened,
         "overruled": tuner.overruled,
-        "trials": len(tuner.history), "cpu_s": time.process_time() - t0, "best": best[0] if best else None,
+        "trials": len(tuner.history),
+        "by_technique": dict(Counter(t.technique for t in tuner.history)),
+        "new_best_by": dict(Counter(t.technique for t in tuner.history if t.new_best)),
+        "cpu_s": time.process_time() - t0, "best": best[0] if best else None,
     }
 
 

@@ -9,11 +9,12 @@
   end (asked, running, scored, cut, failed), and the cut-short rule;
 - :mod:`~autotune.tuning.noise`: the noise model (each configuration's log mean and
   standard error, the lower bound that picks the kept one);
-- :mod:`~autotune.tuning.confirm`: the confirm phase (LUCB: the leader, the reference and
-  the challengers re-measured);
+- :mod:`~autotune.tuning.confirm`: the confirm phase (a race of the leader, the reference
+  and the challengers; one worse with confidence is dropped);
 - :mod:`~autotune.tuning.screen`: which nominee runs (the prior's screen, the shared judge);
 - :mod:`~autotune.tuning.bandit`: the sliding-window AUC bandit (AIACC-Training, ICDCS 2022);
-- :mod:`~autotune.tuning.search`: the searchers (grid, PBT, Bayesian, Hyperband, random);
+- :mod:`~autotune.tuning.search`: the searchers (grid, PBT, Bayesian, Hyperband, random,
+  structured);
 - :mod:`~autotune.tuning.prior`: the physics prior calibrated online (``Surrogate``);
 - :mod:`~autotune.tuning.efficiency`: the gradient noise scale and a codec's statistical
   efficiency (goodput);

@@ -1,22 +1,28 @@
-"""The confirm phase: re-measure the best candidates before one is kept (LUCB).
+"""The confirm phase: a race of the best candidates before one is kept.
 
 The last ``confirm`` fraction of the Tuner's budget (and any budget left once every
-technique has run out of configurations) re-measures, as the LUCB rule for picking the
-best arm does (Kalyanakrishnan, Tewari, Auer and Stone, ICML 2012), with the bounds of
-the noise model (:mod:`autotune.tuning.noise`):
+technique has run out of configurations) races the best candidates, as irace does
+(López-Ibáñez et al., Operations Research Perspectives 2016), with the bounds of the
+noise model (:mod:`autotune.tuning.noise`):
 
-1. the leader (highest lower bound) until it has :data:`MIN_CONFIRMED` measurements, and
-   the ``reference`` configuration (the session passes the default) until it has as many
-   as the leader, the less measured of the two first, so a speed-up over it compares
-   like with like;
-2. then, of the ``confirm_top`` strongest challengers, the one with the highest upper
-   bound while it overlaps the leader's lower bound (or the leader, when it is the less
-   measured of the two), bounds of :data:`Z_SEPARATED` standard errors.
+1. the *field* is fixed when the phase begins: the leader (highest lower bound), the
+   ``reference`` configuration (the session passes the default) and the ``confirm_top``
+   challengers with the highest upper bounds; a configuration first measured later (a
+   warm start the session queues) joins it;
+2. before each measurement, a candidate whose upper bound is below the best lower bound
+   in the field (bounds of :data:`Z_SEPARATED` standard errors) is *dropped*: worse with
+   confidence, it is never measured again nor kept; a candidate is tested once it has
+   :data:`FIRST_TEST` trials (the noise is not known from one), and the reference, the yardstick of the
+   speed-up a session reports, is never dropped;
+3. the least measured candidate left is measured next (ties: the reference, then the
+   highest upper bound),
+   so the survivors are measured in rounds and a speed-up over the reference compares
+   like with like.
 
-Once no challenger overlaps, the leader is *separated*: :meth:`ConfirmPhase.next` says
-``None`` and tuning ends early. Once the phase has begun, only configurations measured
-:data:`MIN_CONFIRMED` times may be kept (:meth:`ConfirmPhase.kept_from`). Nothing here
-imports torch.
+Once one candidate is left besides the reference, both measured :data:`MIN_CONFIRMED`
+times and the reference as often as it, the leader is *separated*: :meth:`ConfirmPhase.next` says ``None`` and tuning ends early. Once the phase
+has begun, only configurations measured :data:`MIN_CONFIRMED` times and not dropped may be
+kept (:meth:`ConfirmPhase.kept_from`). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.speedup import MIN_ITERATIONS
-from autotune.tuning.noise import LogScores, NoiseModel
+from autotune.tuning.noise import NoiseModel
 from autotune.tuning.search.base import Key, Observations
 from autotune.tuning.space import Config, SearchSpace
 
 CONFIRM = "confirm"  # technique name of re-measurements of the best candidates
 MIN_CONFIRMED = MIN_ITERATIONS  # measurements of the kept one and the reference: a headline's
 Z_SEPARATED = 2.0  # standard errors in the bounds that must not overlap to end early
+FIRST_TEST = 2  # trials of a candidate before the race may drop it (irace's T_first)
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,8 @@ class ConfirmSettings:
 
 
 class ConfirmPhase:
-    """What the confirm phase measures next, and which configurations it lets be kept."""
+    """What the confirm phase's race measures next, and which configurations it lets be
+    kept (module docstring)."""
 
     def __init__(self, settings: ConfirmSettings, budget: int, space: SearchSpace,
                  obs: Observations, noise: NoiseModel, reference: Config | None) -> None:
@@ -58,51 +66,66 @@ class ConfirmPhase:
         self.noise = noise
         self.reference = reference
         self.started = False  # the phase has begun: only confirmed ones may be kept
+        self.field: list[Key] = []  # the race's candidates, dropped ones included
+        self._entered: set[Key] = set()  # what was measured when the field was drawn
+        self.dropped: set[Key] = set()  # worse than the field's best with confidence
 
     def is_reference(self, key: Key) -> bool:
         return self.reference is not None and key == self.space.key(self.reference)
 
     def kept_from(self, ranked: list[Key]) -> list[Key]:
         """``ranked`` (best first), less those not confirmed once the phase has begun:
-        measured fewer than :data:`MIN_CONFIRMED` times (all of them while none is but
-        the reference, which is measured that long from its first trial)."""
+        dropped by the race, or measured fewer than :data:`MIN_CONFIRMED` times (all of
+        them while none is but the reference, which is measured that long from its first
+        trial)."""
         if not self.started:
             return ranked
-        confirmed = [k for k in ranked if self.noise.logs[k].measured >= MIN_CONFIRMED]
+        left = [k for k in ranked if k not in self.dropped] or ranked
+        confirmed = [k for k in left if self.noise.logs[k].measured >= MIN_CONFIRMED]
         if any(not self.is_reference(k) for k in confirmed):
             return confirmed
-        return ranked
+        return left
+
+    def _draw(self, ranked: list[Key]) -> None:
+        """The field: the leader, the reference, the strongest challengers; later
+        arrivals join it."""
+        sigma = self.noise.sigma()
+        if not self.field:
+            self._entered = set(ranked)
+            challengers = sorted(ranked[1:], key=lambda k: -self.noise.upper(k, Z_SEPARATED, sigma))
+            ref = [k for k in ranked if self.is_reference(k)]
+            self.field = list(dict.fromkeys([ranked[0], *ref, *challengers[: self.top]]))
+        self.field += [k for k in ranked if k not in self._entered and k not in self.field]
+
+    def race(self) -> list[Key]:
+        """The candidates left in the race, after dropping those worse with confidence
+        (never the reference: the yardstick of the speed-up)."""
+        sigma = self.noise.sigma()
+        left = [k for k in self.field if k not in self.dropped]
+        best_lower = max(self.noise.lower(k, Z_SEPARATED, sigma) for k in left)
+        self.dropped |= {k for k in left if not self.is_reference(k)
+                         and self.noise.logs[k].count >= FIRST_TEST
+                         and self.noise.upper(k, Z_SEPARATED, sigma) < best_lower}
+        return [k for k in left if k not in self.dropped]
 
     def next(self) -> Config | None:
         """What to measure next (module docstring): ``None`` when nothing has a score
-        yet, or when the leader is confirmed and separated."""
+        yet, or when one candidate is left, confirmed, with the reference measured as
+        long."""
         ranked = self.noise.by_bound()
         if not ranked:
             ranked_mean = self.obs.ranked()  # no positive score: the least measured best
             return dict(ranked_mean[0][1].config) if ranked_mean else None
-        leader = self.noise.logs[ranked[0]]
-        lead = dict(self.obs.stats[ranked[0]].config)
-        ref: LogScores | None = None
-        if self.reference is not None:
-            ref_key = self.space.key(self.reference)
-            if ref_key not in self.obs.stats:
-                return dict(self.reference)  # never measured (a failed one is not retried)
-            if ref_key != ranked[0]:
-                ref = self.noise.get(ref_key)
-        # the leader and the reference, the less measured first (so a short budget leaves
-        # them even): the leader to MIN_CONFIRMED, the reference as long as the leader
-        if ref is not None and ref.measured < leader.measured:
-            return dict(self.reference)
-        if leader.measured < MIN_CONFIRMED:
-            return lead
+        if self.reference is not None and self.space.key(self.reference) not in self.obs.stats:
+            return dict(self.reference)  # never measured (a failed one is not retried)
+        self._draw(ranked)
+        left = self.race()
         sigma = self.noise.sigma()
-        lower = self.noise.lower(ranked[0], Z_SEPARATED, sigma)
-        challengers = sorted(ranked[1:], key=lambda k: self.noise.upper(k, Z_SEPARATED, sigma),
-                             reverse=True)[: self.top]
-        open_ = [k for k in challengers if self.noise.upper(k, Z_SEPARATED, sigma) > lower]
-        if not open_:
-            return None  # separated: the leader is kept
-        challenger = open_[0]
-        if self.noise.logs[challenger].measured < leader.measured:
-            return dict(self.obs.stats[challenger].config)
-        return lead
+        measured = {k: self.noise.logs[k].measured for k in left}
+        contenders = [k for k in left if not self.is_reference(k)]
+        if len(contenders) <= 1 and min(measured.values()) >= MIN_CONFIRMED and (
+                not contenders or min(measured.values()) >= measured[contenders[0]]):
+            return None  # separated: the one left is kept
+        pick = min(left, key=lambda k: (measured[k], not self.is_reference(k),
+                                        -self.noise.upper(k, Z_SEPARATED, sigma)))
+        return dict(self.obs.stats[pick].config)

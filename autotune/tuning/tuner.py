@@ -31,8 +31,8 @@ and by offline callers alike::
   reference's upper bound: proven faster by more than the noise.
 - **Confirming** (:mod:`autotune.tuning.confirm`): the last ``confirm`` fraction of the
   budget (and any budget left once every technique has run out of configurations)
-  re-measures the leader, the ``reference`` and the strongest challengers (LUCB), and
-  ends tuning early once the leader is separated.
+  races the leader, the ``reference`` and the strongest challengers, dropping one worse
+  with confidence, and ends tuning early once the leader is separated.
 - **The screen and the judge** (:mod:`autotune.tuning.screen`): a nominee the physics
   ``prior`` rates far below the incumbent, or whose expected improvement under the
   Bayesian technique's GP is under ``judge`` times the best available, does not run.
@@ -217,6 +217,8 @@ class Tuner:
             if name == PRIOR:
                 searchers[name] = PriorSearch(self.space, self.seed, self.surrogate, **opts)
             else:
+                if name == "structured" and self.surrogate is not None:
+                    opts.setdefault("predict", self.surrogate.predict_config)
                 if name == "hyperband":
                     opts.setdefault("min_iterations", self.min_iterations)
                     opts.setdefault("max_iterations",

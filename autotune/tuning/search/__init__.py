@@ -1,7 +1,8 @@
 """Search techniques with one ask/tell interface (scores are maximised).
 
 ``grid``, ``pbt``, ``bayes`` (scikit-optimize GP) and ``hyperband`` are the ensemble of
-the AIACC-Training paper (ICDCS 2022, §VI); ``random`` and ``tpe`` / ``optuna-gp`` (Optuna's samplers) are there as
+the AIACC-Training paper (ICDCS 2022, §VI); ``structured`` searches the categorical
+subspaces and a compass on the ordinal knobs (AutoCCL, NSDI 2025); ``random`` and ``tpe`` / ``optuna-gp`` (Optuna's samplers) are there as
 baselines and alternatives. :func:`make_searcher` builds one by name.
 """
 
@@ -15,6 +16,7 @@ from autotune.tuning.search.grid import GridSearch
 from autotune.tuning.search.hyperband import Hyperband
 from autotune.tuning.search.pbt import PopulationBasedSearch
 from autotune.tuning.search.random import RandomSearch
+from autotune.tuning.search.structured import StructuredSearch
 from autotune.tuning.space import SearchSpace
 
 def _bayes(space: SearchSpace, seed: int = 0, sampler: str = "gp", **options: Any) -> Searcher:
@@ -33,6 +35,7 @@ TECHNIQUES: dict[str, Any] = {
     "bayes": _bayes,
     "hyperband": Hyperband,
     "random": RandomSearch,
+    "structured": StructuredSearch,
     "tpe": lambda space, seed=0, **kw: OptunaSearch(space, seed, sampler="tpe", **kw),
     "optuna-gp": lambda space, seed=0, **kw: OptunaSearch(space, seed, sampler="gp", **kw),
 }
@@ -49,6 +52,6 @@ def make_searcher(name: str, space: SearchSpace, seed: int = 0, **options: Any) 
 
 __all__ = [
     "BayesianSearch", "GridSearch", "Hyperband", "Observations", "OptunaSearch",
-    "PopulationBasedSearch", "RandomSearch", "Searcher", "TECHNIQUES", "canonical_table",
-    "make_searcher",
+    "PopulationBasedSearch", "RandomSearch", "Searcher", "StructuredSearch", "TECHNIQUES",
+    "canonical_table", "make_searcher",
 ]
