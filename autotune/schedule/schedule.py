@@ -97,43 +97,47 @@ mean efficiency, and its iterations are scored likewise; three guards:
   (a critical regime, or a learning-rate change: Accordion, MLSys 2021).
 
 What a person sees goes through a :class:`Listener` (a progress bar, or nothing).
+
+Each phase is a function with one interface, ``(schedule, ran) -> configuration``
+(:mod:`~autotune.schedule.phase`), in the module of its part of the job:
+:mod:`~autotune.schedule.opening` (``warmup``, ``waiting``, ``baseline``, ``loading``),
+this module (``trial``, ``paused``) and :mod:`~autotune.schedule.locked` (``loss test``,
+``locked``, re-tunes). This class holds the parts they share and the events from outside.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from autotune.errors import ArgumentError
+from autotune.schedule import locked as after
+from autotune.schedule import opening
 from autotune.schedule.codec_wait import CodecWait
 from autotune.schedule.drift import Drift
-from autotune.schedule.kept import KeptPhase, not_the_fastest
+from autotune.schedule.kept import KeptPhase
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.listener import SETTLED_SAMPLES, Listener
 from autotune.schedule.loss_test import LossTest
-from autotune.schedule.stakes import SENSITIVE, SPEND, Allowance, SearchCosts, Stakes
+from autotune.schedule.opening import MAX_LOADING_S, Opening, StoredStart
+from autotune.schedule.phase import (BASELINE, LOADING, LOCKED, LOSS_TEST, PAUSED, TRIAL,
+                                     WAITING, WARMUP, Phase, Ran)
+from autotune.schedule.stakes import SPEND, Allowance, SearchCosts, Stakes
 from autotune.schedule.trial_phase import NewTuner, TrialPhase
 from autotune.schedule.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 from autotune.speedup import MIN_ITERATIONS
 from autotune.tuning.efficiency import LOSSY_WARMUP
-from autotune.tuning.lossy import SCORED_AS_LOSSLESS, judged_by_goodput, scored_efficiency
-from autotune.tuning.preload import loading
+from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
 from autotune.tuning.space import Config, SearchSpace
-from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, throughput, trial_seconds
-from autotune.tuning.tuner import SEED, Tuner
+from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, trial_seconds
+from autotune.tuning.tuner import Tuner
 
 # re-exported: the session, its display and the tests import them from here
-__all__ = ["TrialSchedule", "Drift", "Listener", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
-           "SETTLED_SAMPLES", "SWITCH_MARGIN", "flow_probe", "trial_seconds"]
-
-WARMUP, WAITING, BASELINE, LOADING, TRIAL, PAUSED, LOSS_TEST, LOCKED = (
-    "warmup", "waiting", "baseline", "loading", "trial", "paused", "loss test", "locked")
-
-#: The longest the first trial waits for the Tuner's libraries to be imported
-#: (:func:`~autotune.tuning.preload.loading`), in seconds.
-MAX_LOADING_S = 30.0
+__all__ = ["BASELINE", "Drift", "LOADING", "LOCKED", "LOSS_TEST", "Listener",
+           "MAX_LOADING_S", "PAUSED", "PROBE_STREAMS", "REFERENCE_ITERATIONS",
+           "SETTLED_SAMPLES", "SWITCH_MARGIN", "StoredStart", "TRIAL", "TrialSchedule",
+           "WAITING", "WARMUP", "flow_probe", "trial_seconds"]
 
 #: The length of the default's first trial (the Tuner's ``reference_iterations``): one
 #: switch iteration and :data:`~autotune.speedup.MIN_ITERATIONS` scored ones, the fewest a
@@ -142,37 +146,34 @@ MAX_LOADING_S = 30.0
 REFERENCE_ITERATIONS = MIN_ITERATIONS + 1
 
 
-@dataclass
-class StoredStart:
-    """What the store offers a search (the session's provenance, sessions/record.py),
-    used only where the schedule uses it: ``warm``, the warm start's stored
-    configurations with their origins, and ``line``, what says so, recorded and said when
-    the search starts; ``proven``, a stored best that beat its own run's default by more
-    than the noise, its origin, and the line that says it is tried: where the job
-    affords no search (:attr:`Allowance.stored`), it is kept once the default has enough
-    scored iterations (``baseline``), and its settled iterations confirm it against them
-    (back to the default if not)."""
+def trial(s: TrialSchedule, ran: Ran) -> Config:
+    """An iteration of the trial under way ran (:meth:`TrialPhase.measured`)."""
+    s.stakes.charge(float("inf") if ran.failed is not None else ran.seconds)
+    nxt = s.trial_phase.measured(ran.seconds, ran.failed, ran.switched, ran.scored,
+                                 s.stakes.spent, ran.loss)
+    return s.stopped() if nxt is None else nxt
 
-    warm: list[tuple[Config, dict[str, Any]]] = field(default_factory=list)
-    line: str | None = None
-    proven: tuple[Config, dict[str, Any], str] | None = None
 
-    def tried(self, space: SearchSpace, ledger: Ledger, warmup_s: Sequence[float],
-              samples_per_step: int | None) -> Config | None:
-        """Where the job affords no search: the ``proven`` configuration, if it can run
-        in ``space`` and is not the default; its origin is recorded, and the default's
-        warm-up iterations (``warmup_s``) but the first (which pays for allocations) are
-        scored, the start of the ``baseline``."""
-        if self.proven is None:
-            return None
-        config, origin, _ = self.proven
-        default = space.default()
-        if not space.contains(config) or space.key(config) == space.key(default):
-            return None
-        ledger.came_from(config, origin)
-        for seconds in warmup_s[1:]:
-            ledger.sample(default, throughput(samples_per_step, seconds))
-        return config
+def paused(s: TrialSchedule, ran: Ran) -> Config:
+    """The trials lost their share of the job's time: the best so far runs until the
+    job has run long enough for the next (:meth:`Stakes.may_resume`)."""
+    if not s.stakes.may_resume():
+        return s.best[0] if s.best else s.fallback()
+    return s.next_trial()
+
+
+def loss_test(s: TrialSchedule, ran: Ran) -> Config:
+    """An iteration of the loss test ran: charged to the search."""
+    s.stakes.charge(float("inf") if ran.failed is not None else ran.seconds)
+    return after.loss_testing(s, ran)
+
+
+#: Each phase's function (:mod:`autotune.schedule.phase`).
+PHASES: dict[str, Phase] = {
+    WARMUP: opening.warmed, WAITING: opening.waiting, BASELINE: opening.baseline,
+    LOADING: opening.loading, TRIAL: trial, PAUSED: paused, LOSS_TEST: loss_test,
+    LOCKED: after.locked,
+}
 
 
 class TrialSchedule:
@@ -181,11 +182,14 @@ class TrialSchedule:
     ``ledger`` measures, tells and records trials; ``new_tuner(budget, seed, warm,
     space, warmup)`` makes the Tuner for a (re-)tune (:data:`~autotune.schedule.trial_phase.
     NewTuner`); ``capped(times, probe_times)`` says whether
-    the warm-up's times show a per-flow cap. The phases are parts of their own, each the
-    one owner of its state: the warm-up (:attr:`warmup_phase`, :class:`WarmUp`), the
-    trials of the current Tuner (:attr:`trial_phase`, :class:`TrialPhase`) and the kept
-    configuration after them (:attr:`kept_phase`, :class:`KeptPhase`); they get what they
-    need as values and say what follows. This class says which runs when.
+    the warm-up's times show a per-flow cap. The phases are functions of the parts they
+    share (:data:`PHASES`); the parts are each the one owner of their state: the warm-up
+    (:attr:`warmup_phase`, :class:`WarmUp`), the start of a search (:attr:`opening`,
+    :class:`~autotune.schedule.opening.Opening`), the trials of the current Tuner
+    (:attr:`trial_phase`, :class:`TrialPhase`), the kept configuration after them
+    (:attr:`kept_phase`, :class:`KeptPhase`), the codecs' wait (:attr:`codecs`) and what
+    the search costs (:attr:`stakes`). This class says which phase runs, and hears the
+    events from outside.
     """
 
     def __init__(
@@ -213,15 +217,14 @@ class TrialSchedule:
         self.ledger = ledger
         # what the job can win and what the trials cost it (autotune.schedule.stakes)
         self.stakes = Stakes(total_steps, spend, costs)
-        self._allowance = Allowance(budget)  # the search the job affords (at the warm-up's end)
+        # the search the job affords (at the warm-up's end), the warm start, the imports
+        self.opening = Opening(Allowance(budget))
         self._charging = False  # whether the last next() was the search's (applied())
-        self._warm_start: list[Config] = []  # the warm start, tried once tuning begins
-        self._stored = StoredStart()  # what of it came from the store
         self.codecs = CodecWait(space)  # codecs wait out the sensitive phase
         self.budget = budget
         self.samples_per_step = samples_per_step
         self.seed = seed
-        self._capped = capped
+        self.capped = capped
         self.listener = listener or Listener()
         self.listener.measured_by(ledger.measured)
         self.phase = WARMUP
@@ -237,14 +240,17 @@ class TrialSchedule:
         self.retunes: list[int] = []  # iterations at which drift started a re-tune
         self._replan = False
         self._ran: Config | None = None  # the configuration of the previous iteration
-        self._loading_until = 0.0  # perf_counter: the first trial waits for imports until
-        self._ended_at: int | None = None  # the iteration the last trials ended at
-        self._loss_test: LossTest | None = None  # a codec's, before it is kept
+        self.ended_at: int | None = None  # the iteration the last trials ended at
+        self.loss_test: LossTest | None = None  # a codec's, before it is kept
         # the current Tuner, the trial under way, the best so far
         self.trial_phase = TrialPhase(ledger, self.listener, new_tuner, samples_per_step,
                                       cut_short, space, goodput)
         # after tuning: the kept configuration's settled figure and its watches
         self.kept_phase = KeptPhase(ledger, self.listener, drift, budget, samples_per_step)
+
+    def enter(self, phase: str) -> None:
+        """From now on ``phase`` (one of :data:`PHASES`) hears the iterations."""
+        self.phase = phase
 
     # ---------------------------------------------------------------- start
     def start(self, warm: Sequence[Config], keep: Config | None = None,
@@ -254,15 +260,15 @@ class TrialSchedule:
         (a restarted job's stored best); ``stored``: what of ``warm`` came from the store,
         said and recorded once it is used (:class:`StoredStart`)."""
         if keep is not None or self.budget == 0:
-            self.phase = LOCKED
+            self.enter(LOCKED)
             kept = keep if keep is not None else (warm[0] if warm else self.space.default())
             self.kept_phase.keep(kept)
             return kept
-        self._warm_start = list(warm)
-        self._stored = stored or StoredStart()
+        self.opening.warm = list(warm)
+        self.opening.stored = stored or StoredStart()
         if self.warmup_phase.left:
             return self.space.default()
-        return self._begin()
+        return opening.begin(self)
 
     # ------------------------------------------------------------ each iteration
     def next(self, config: Config, seconds: float, failed: str | None = None,
@@ -303,59 +309,27 @@ class TrialSchedule:
     def _next(self, config: Config, seconds: float, failed: str | None,
               comm_s: float | None, efficiency: float | None, loss: float | None) -> Config:
         self.iteration += 1
-        scored = scored_efficiency(self.goodput, config, efficiency)
-        switched, self._ran = config != self._ran, dict(config)
-        if seconds != float("inf") and failed is None:
+        ran = Ran(dict(config), seconds, failed, comm_s, efficiency, loss,
+                  switched=config != self._ran,
+                  scored=scored_efficiency(self.goodput, config, efficiency))
+        self._ran = dict(config)
+        if ran.ok:
             self.last_good = dict(config)
         if self._replan:
             return self._start_over(failed, config)
-        if self.phase == LOCKED:
-            if self.codecs.due(self.iteration):
-                return self._codecs(config)
-            if self.warmup_phase.left > 0:  # kept untuned from the start: a warm-up, unscored
-                self.warmup_phase.unscored()
-            elif not switched and failed is None and seconds != float("inf"):
-                why = self.kept_phase.settled(self.space, config, seconds, scored)
-                if why is not None:
-                    self._back_to_default(why)
-            kept = self.best[0] if self.best else config
-            retune = self.kept_phase.retune(
-                self.space, config, seconds, comm_s,
-                efficiency if judged_by_goodput(self.goodput, config) else None,
-                None if self.best is None else self.best[0])
-            return kept if retune is None else self._retune(*retune, lossless=True)
-        if self.phase == WARMUP:
-            return self._warmed(config, seconds, comm_s)
-        if self.phase == BASELINE:
-            return self._baseline(config, seconds, failed, switched)
-        if self.phase == WAITING:
-            if self.iteration >= self._allowance.start_at:
-                return self._search()
-            return self.space.default()
-        if self.phase == LOADING:
-            self.stakes.loading(seconds)
-            return self._when_loaded()
-        if self.phase == PAUSED:
-            if not self.stakes.may_resume():
-                return self.best[0] if self.best else self.fallback()
-            self.phase = TRIAL
-            return self._next_trial()
-        self.stakes.charge(float("inf") if failed is not None else seconds)
-        if self.phase == LOSS_TEST:
-            return self._loss_tested(config, seconds, failed, loss)
-        return self._measured(seconds, failed, switched, scored, loss)
+        return PHASES[self.phase](self, ran)
 
     def rejected(self, config: Config, error: str, retrying: bool = False) -> Config:
         """The runtime could not apply ``config`` (identically on every rank): outside a
         trial (or ``retrying`` a failed iteration) the fallback, else the trial fails and
         the next one is proposed."""
         if self.phase == LOSS_TEST:
-            return self._loss_tested(config, float("inf"), error, None)
+            return after.loss_testing(self, Ran(dict(config), float("inf"), error))
         if retrying or self.phase != TRIAL or self.trial_phase.trial is None:
             fallback = self.fallback()
             return fallback if config != fallback else self.space.default()
         self.trial_phase.finish(None, f"could not apply the configuration: {error}")
-        return self._next_trial()
+        return self.next_trial()
 
     def servers_lost(self, space: SearchSpace, servers: Sequence[int], error: str,
                      config: Config | None) -> None:
@@ -402,7 +376,7 @@ class TrialSchedule:
         if self.settled:
             return math.inf
         if self.phase == WAITING and not self.goodput:
-            return float(max(0, self._allowance.start_at - self.iteration - 2))
+            return float(max(0, self.opening.allowance.start_at - self.iteration - 2))
         return 0.0
 
     def skipped(self, iterations: int, seconds: float) -> None:
@@ -431,212 +405,37 @@ class TrialSchedule:
         """The best configuration so far (after the budget: the one kept)."""
         return dict(self.best[0]) if self.best is not None else None
 
-    # --------------------------------------------------------------- phases
-    def _warmed(self, config: Config, seconds: float, comm_s: float | None) -> Config:
-        """A warm-up iteration ran: trains, but is not a trial. At its end the tuning
-        begins (:meth:`_begin`)."""
-        warming = self.warmup_phase.ran(config, seconds, self.allowed, comm_s)
-        if warming is not None:
-            return warming
-        if self.tuner is not None:  # started over after a server loss during the warm-up
-            self.tuner.try_first(self.warmup_phase.seeds(self.space, self._capped),
-                                 technique=SEED)
-            self.phase = TRIAL
-            return self._next_trial()
-        return self._begin()
-
-    def _begin(self) -> Config:
-        """The warm-up is over: as much search as the job can pay back
-        (:meth:`Stakes.allowance`), none where nothing is to be won, later where a young job
-        cannot pay for it yet (``waiting``)."""
-        allowance = self._allowance = self.stakes.allowance(
-            self.budget, self.iteration, self.warmup_phase.times, self.warmup_phase.comm)
-        if allowance.budget == 0:
-            proven = self._stored.tried(self.space, self.ledger, self.warmup_phase.times,
-                                        self.samples_per_step) if allowance.stored else None
-            line = allowance.line(None if proven is None else self._stored.proven[2])
-            if line:
-                self.listener.say(line)
-            if proven is not None:
-                return self._baseline(self.space.default(), None, None, False)
-            self.phase = LOCKED
-            kept = self.space.default()
-            self.kept_phase.keep(kept)
-            return kept
-        if allowance.reason is not None:
-            self.listener.say(allowance.line())
-        if allowance.start_at > self.iteration:
-            self.phase = WAITING
-            return self.space.default()
-        return self._search()
-
-    def _baseline(self, config: Config, seconds: float | None, failed: str | None,
-                  switched: bool) -> Config:
-        """An iteration of the default ran (``seconds``; None: none yet) before a stored
-        best is tried: scored, until the default has :data:`MIN_ITERATIONS`; then the
-        stored best is kept, its settled iterations confirming it."""
-        default = self.space.default()
-        if seconds is not None and failed is None and not switched and math.isfinite(seconds):
-            self.ledger.sample(default, throughput(self.samples_per_step, seconds))
-        if len(self.ledger.samples.get(self.space.key(default), [])) < MIN_ITERATIONS:
-            self.phase = BASELINE
-            return default
-        self.phase = LOCKED
-        kept = self._stored.proven[0]
-        self.kept_phase.keep(kept)
-        return kept
-
-    def _search(self) -> Config:
-        """The search :attr:`_allowance` affords starts: its Tuner is made (a fixed cost,
-        measured: :meth:`Stakes.setup`) and its libraries are imported beside the job.
-        Codecs wait out the sensitive phase (a lossless search first). If the warm-up
-        showed a per-flow cap, the seeds with the probe's streams are tried first."""
-        budget = self._allowance.budget
-        lossless = self.codecs.hold(self.iteration, self.stakes.sensitive_until(), budget)
-        if lossless is not None:
-            self.trial_phase.narrow(lossless)
-            self.listener.say(f"codecs wait for the first {SENSITIVE:.0%} of training "
-                              f"(iteration {self.codecs.at}); tuning lossless until then")
-        for config, origin in self._stored.warm:  # the warm start is used: said, recorded
-            self.ledger.came_from(config, origin)
-        if self._stored.line:
-            self.listener.say(self._stored.line)
-        started = time.perf_counter()
-        self.trial_phase.tune(budget, self.seed, self._warm_start,
-                              self.warmup_phase.timings())
-        self.tuner.try_first(self.warmup_phase.seeds(self.space, self._capped), technique=SEED)
-        self.stakes.setup(time.perf_counter() - started)
-        self._loading_until = time.perf_counter() + MAX_LOADING_S
-        return self._when_loaded()
-
-    def _when_loaded(self) -> Config:
-        """The first trial once the Tuner's libraries are imported (:func:`~autotune.
-        tuning.preload.loading`, at most :data:`MAX_LOADING_S`); until then the default
-        runs, its iterations not scored (timed beside the import they are slower than
-        the default is)."""
-        if loading() and time.perf_counter() < self._loading_until:
-            self.phase = LOADING
-            return self.space.default()
-        self.phase = TRIAL
-        return self._next_trial()
-
-    def _codecs(self, config: Config) -> Config:
-        """The sensitive phase is over: a short search over the whole space (codecs in),
-        from the kept lossless configuration."""
-        full, budget = self.codecs.let_in()
-        self.trial_phase.narrow(full)
-        self.listener.say(f"iteration {self.iteration}: past the sensitive phase, trying "
-                          f"codecs for {budget} iterations")
-        return self._retune(budget, self.best[0] if self.best else config)
-
-    def _back_to_default(self, why: str) -> None:
-        """The kept configuration was not faster than the default once it trained
-        (``why``): the default is kept from now on."""
-        self.listener.say(why)
-        default = self.space.default()
-        score = self.tuner.score_of(default) if self.tuner is not None else None
-        self.trial_phase.set_best((default, score or 0.0))
-        self.kept_phase.restart_watch()
-
     def cost(self) -> dict:
         """What tuning cost and saved so far (:meth:`Stakes.summary`), with the kept
         configuration's measured step."""
         kept = self.kept if self.kept is not None else self.fallback()
         m = self.ledger.measured(kept)
         kept_s = None if not m or not m[0] else (self.samples_per_step or 1) / m[0]
-        at = self._ended_at if self._ended_at is not None and self.phase == LOCKED \
+        at = self.ended_at if self.ended_at is not None and self.phase == LOCKED \
             else self.iteration
         return self.stakes.summary(kept_s, at)
 
-    def _measured(self, seconds: float, failed: str | None, switched: bool = True,
-                  scored: float | None = 1.0, loss: float | None = None) -> Config:
-        """An iteration of the trial under way ran (:meth:`TrialPhase.measured`)."""
-        nxt = self.trial_phase.measured(seconds, failed, switched, scored, self.stakes.spent,
-                                        loss)
-        return self._stopped() if nxt is None else nxt
-
-    def _next_trial(self) -> Config:
+    # ------------------------------------------------- moves the phases share
+    def next_trial(self) -> Config:
+        """The Tuner's next trial (:meth:`TrialPhase.next_trial`), or, with none,
+        :meth:`stopped`."""
+        self.enter(TRIAL)
         nxt = self.trial_phase.next_trial(self.stakes.spent)
-        return self._stopped() if nxt is None else nxt
+        return self.stopped() if nxt is None else nxt
 
-    def _stopped(self) -> Config:
+    def stopped(self) -> Config:
         """No next trial: the Tuner's budget is spent (locked), or the trials have lost
         their share of the job's time: locked when its length is known, paused when not
         (:mod:`autotune.schedule.stakes`)."""
         tuner = self.tuner
         if not (self.stakes.spent and self.stakes.pausable and tuner is not None
                 and not tuner.done and not self.trial_phase.stopped):
-            return self._lock()
+            return after.lock(self)
         line = self.stakes.pause()
         if line is not None:
             self.listener.say(line)
-        self.phase = PAUSED
+        self.enter(PAUSED)
         return self.best[0] if self.best else self.fallback()
-
-    def _lock(self, tested: bool = False) -> Config:
-        """The budget is spent: keep the best configuration from now on; a codec judged by
-        goodput only once the loss test has kept it (``tested``, :meth:`_loss_tested`)."""
-        kept = self.best[0] if self.best else self.fallback()
-        lossless = self.ledger.best_lossless(self.space, SCORED_AS_LOSSLESS)
-        if not tested and judged_by_goodput(self.goodput, kept) and self.allowed(lossless) \
-                and not judged_by_goodput(True, lossless):  # (not a pinned codec)
-            self._loss_test = LossTest(kept, lossless)
-            self.phase = LOSS_TEST
-            return self._loss_test.config()
-        self.phase = LOCKED
-        self._ended_at = self.iteration
-        line = self.stakes.stopped_line()
-        if line is not None:
-            self.listener.say(line)
-        self.kept_phase.lock(kept, self.tuner,
-                             self.trial_phase.efficiency.get(self.space.key(kept), 1.0))
-        self.listener.locked(self.kept, not_the_fastest(self.ledger, self.tuner, kept,
-                                                         self.samples_per_step))
-        return kept
-
-    def _loss_tested(self, config: Config, seconds: float, failed: str | None,
-                     loss: float | None) -> Config:
-        """An iteration of the loss test ran (``inf`` seconds, or ``failed``: it failed
-        or was refused): what runs next, or, with its verdict, the codec or the lossless
-        configuration locked in (a refused or failing codec is not kept)."""
-        test = self._loss_test
-        verdict = test.ran(config, seconds, loss, failed)
-        if verdict is None:
-            return test.config()
-        self.listener.say(f"iteration {self.iteration}: {verdict.line}")
-        if not verdict.keep:  # recorded: the store says why the codec was not kept
-            self.ledger.record(test.record(self.trial_phase.index + 1, verdict))
-            score = self.tuner.score_of(test.lossless) if self.tuner is not None else None
-            self.trial_phase.set_best((test.lossless, score or 0.0))
-        return self._lock(tested=True)
-
-    def _retune(self, budget: int, first: Config, lossless: bool = False) -> Config:
-        """A re-tune of ``budget`` iterations whose first trial is ``first``. What was
-        measured describes the job before the change: the means start afresh.
-        ``lossless``: a re-tune once a kept configuration has settled (:meth:`_lossless`)."""
-        if lossless:
-            first = self._lossless(first)
-        self.retunes.append(self.iteration)
-        self.kept_phase.end_settling()
-        self.ledger.forget()
-        self.trial_phase.set_best(None)
-        self.phase = TRIAL
-        self.trial_phase.tune(budget, self.seed + self.iteration, [first],
-                              self.warmup_phase.timings())
-        return self._next_trial()
-
-    def _lossless(self, first: Config | None) -> Config | None:
-        """From now on the trials are lossless, and so is ``first`` (a codec's becomes the
-        best lossless configuration measured). Codecs are tried once, in the search after
-        the sensitive phase; a later re-tune (drift, a kept codec's efficiency dropping, a
-        lost server) tries none (issue 62: a late re-tune's codec trials undid a codec's
-        lead over DDP, its loss jumping from 2.46 to 2.73)."""
-        space = self.trial_phase.space
-        if space.lossy:
-            self.trial_phase.narrow(space.lossless())
-        if first is not None and first.get("compression", "none") != "none":
-            first = self.ledger.best_lossless(space)
-        return first
 
     def _start_over(self, failed: str | None, config: Config) -> Config:
         """After a server loss. Settled: keep the configuration if it can still run, else
@@ -654,7 +453,7 @@ class TrialSchedule:
             if self.budget == 0:
                 return self.fallback()
             budget = max(10, self.budget // 5)
-            best = self._lossless(best)
+            best = after.lossless_from(self, best)
         else:
             if self.phase == TRIAL and self.trial_phase.under_way:
                 self.trial_phase.finish(None, failed or "servers lost")
@@ -663,14 +462,13 @@ class TrialSchedule:
                                   if best and self.tuner is not None else None)
         self.kept_phase.end_settling()
         if budget <= 0:
-            return self._lock()
+            return after.lock(self)
         self.trial_phase.tune(budget, self.seed + self.iteration, [best] if best else [],
                              self.warmup_phase.timings())
         if self.warmup_phase.left > 0:
-            self.phase = WARMUP
+            self.enter(WARMUP)
             return self.fallback()
-        self.phase = TRIAL
-        return self._next_trial()
+        return self.next_trial()
 
 
 def _check(budget: int, warmup: int, cut_short: float | None) -> None:

@@ -184,7 +184,7 @@ def test_a_young_job_of_unknown_length_waits_for_its_search():
     s, said = make(space, budget=40, costs=SearchCosts(2.0, 0.0))
     run(s, 10, faster_with_streams, lambda c: 0.05 * STEP)
     shortest = 2.0 + MIN_SEARCH * TRIAL_LOSS * STEP
-    assert s._allowance.start_at == math.ceil(shortest / (WIN_SHARE * 0.05 * STEP)) > at
+    assert s.opening.allowance.start_at == math.ceil(shortest / (WIN_SHARE * 0.05 * STEP)) > at
 
 
 def test_an_earlier_runs_measured_costs_are_the_next_ones_estimate():

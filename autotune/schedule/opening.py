@@ -1,0 +1,177 @@
+"""From the warm-up to the first trial: the phases ``warmup``, ``waiting``, ``baseline``
+and ``loading`` (:class:`~autotune.schedule.schedule.TrialSchedule`'s docstring says what
+each does), and the start of a search.
+
+:class:`Opening` holds what only this part of the schedule reads: the search the job
+affords (:class:`~autotune.schedule.stakes.Allowance`), the warm start, what of it came
+from the store (:class:`StoredStart`) and how long the first trial waits for the Tuner's
+libraries. The functions named after a phase have the one interface of
+:mod:`autotune.schedule.phase`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.phase import BASELINE, LOADING, LOCKED, WAITING, Ran, Schedule
+from autotune.schedule.stakes import SENSITIVE, Allowance
+from autotune.speedup import MIN_ITERATIONS
+from autotune.tuning.preload import loading as importing
+from autotune.tuning.space import Config, SearchSpace
+from autotune.tuning.trial import throughput
+from autotune.tuning.tuner import SEED
+
+#: The longest the first trial waits for the Tuner's libraries to be imported
+#: (:func:`~autotune.tuning.preload.loading`), in seconds.
+MAX_LOADING_S = 30.0
+
+
+@dataclass
+class StoredStart:
+    """What the store offers a search (the session's provenance, sessions/record.py),
+    used only where the schedule uses it: ``warm``, the warm start's stored
+    configurations with their origins, and ``line``, what says so, recorded and said when
+    the search starts; ``proven``, a stored best that beat its own run's default by more
+    than the noise, its origin, and the line that says it is tried: where the job
+    affords no search (:attr:`Allowance.stored`), it is kept once the default has enough
+    scored iterations (``baseline``), and its settled iterations confirm it against them
+    (back to the default if not)."""
+
+    warm: list[tuple[Config, dict[str, Any]]] = field(default_factory=list)
+    line: str | None = None
+    proven: tuple[Config, dict[str, Any], str] | None = None
+
+    def tried(self, space: SearchSpace, ledger: Ledger, warmup_s: Sequence[float],
+              samples_per_step: int | None) -> Config | None:
+        """Where the job affords no search: the ``proven`` configuration, if it can run
+        in ``space`` and is not the default; its origin is recorded, and the default's
+        warm-up iterations (``warmup_s``) but the first (which pays for allocations) are
+        scored, the start of the ``baseline``."""
+        if self.proven is None:
+            return None
+        config, origin, _ = self.proven
+        default = space.default()
+        if not space.contains(config) or space.key(config) == space.key(default):
+            return None
+        ledger.came_from(config, origin)
+        for seconds in warmup_s[1:]:
+            ledger.sample(default, throughput(samples_per_step, seconds))
+        return config
+
+
+@dataclass
+class Opening:
+    """What the start of a search reads (module docstring)."""
+
+    allowance: Allowance
+    warm: list[Config] = field(default_factory=list)
+    stored: StoredStart = field(default_factory=StoredStart)
+    loading_until: float = 0.0  # perf_counter: the first trial waits for imports until
+
+
+def warmed(s: Schedule, ran: Ran) -> Config:
+    """A warm-up iteration ran: trains, but is not a trial. At its end the tuning begins
+    (:func:`begin`)."""
+    warming = s.warmup_phase.ran(ran.config, ran.seconds, s.allowed, ran.comm_s)
+    if warming is not None:
+        return warming
+    if s.tuner is not None:  # started over after a server loss during the warm-up
+        s.tuner.try_first(s.warmup_phase.seeds(s.space, s.capped), technique=SEED)
+        return s.next_trial()
+    return begin(s)
+
+
+def begin(s: Schedule) -> Config:
+    """The warm-up is over: as much search as the job can pay back
+    (:meth:`Stakes.allowance`), none where nothing is to be won, later where a young job
+    cannot pay for it yet (``waiting``)."""
+    allowance = s.opening.allowance = s.stakes.allowance(
+        s.budget, s.iteration, s.warmup_phase.times, s.warmup_phase.comm)
+    if allowance.budget == 0:
+        stored = s.opening.stored
+        proven = stored.tried(s.space, s.ledger, s.warmup_phase.times,
+                              s.samples_per_step) if allowance.stored else None
+        line = allowance.line(None if proven is None else stored.proven[2])
+        if line:
+            s.listener.say(line)
+        if proven is not None:
+            return baseline(s, None)
+        s.enter(LOCKED)
+        kept = s.space.default()
+        s.kept_phase.keep(kept)
+        return kept
+    if allowance.reason is not None:
+        s.listener.say(allowance.line())
+    if allowance.start_at > s.iteration:
+        s.enter(WAITING)
+        return s.space.default()
+    return search(s)
+
+
+def waiting(s: Schedule, ran: Ran) -> Config:
+    """A young job runs the default until it may pay for its search."""
+    return search(s) if s.iteration >= s.opening.allowance.start_at else s.space.default()
+
+
+def baseline(s: Schedule, ran: Ran | None) -> Config:
+    """An iteration of the default ran (None: none yet) before a stored best is tried:
+    scored, until the default has :data:`MIN_ITERATIONS`; then the stored best is kept,
+    its settled iterations confirming it."""
+    default = s.space.default()
+    if ran is not None and ran.ok and not ran.switched and math.isfinite(ran.seconds):
+        s.ledger.sample(default, throughput(s.samples_per_step, ran.seconds))
+    if len(s.ledger.samples.get(s.space.key(default), [])) < MIN_ITERATIONS:
+        s.enter(BASELINE)
+        return default
+    s.enter(LOCKED)
+    kept = s.opening.stored.proven[0]
+    s.kept_phase.keep(kept)
+    return kept
+
+
+def search(s: Schedule) -> Config:
+    """The search the allowance affords starts: its Tuner is made (a fixed cost,
+    measured: :meth:`Stakes.setup`) and its libraries are imported beside the job. Codecs
+    wait out the sensitive phase (a lossless search first). If the warm-up showed a
+    per-flow cap, the seeds with the probe's streams are tried first."""
+    budget = s.opening.allowance.budget
+    lossless = s.codecs.hold(s.iteration, s.stakes.sensitive_until(), budget)
+    if lossless is not None:
+        s.trial_phase.narrow(lossless)
+        s.listener.say(f"codecs wait for the first {SENSITIVE:.0%} of training "
+                       f"(iteration {s.codecs.at}); tuning lossless until then")
+    stored = s.opening.stored
+    for config, origin in stored.warm:  # the warm start is used: said, recorded
+        s.ledger.came_from(config, origin)
+    if stored.line:
+        s.listener.say(stored.line)
+    started = time.perf_counter()
+    s.trial_phase.tune(budget, s.seed, s.opening.warm, s.warmup_phase.timings())
+    s.tuner.try_first(s.warmup_phase.seeds(s.space, s.capped), technique=SEED)
+    s.stakes.setup(time.perf_counter() - started)
+    s.opening.loading_until = time.perf_counter() + MAX_LOADING_S
+    return loaded(s)
+
+
+def loading(s: Schedule, ran: Ran) -> Config:
+    """An iteration beside the import ran: on the job's clock, not scored."""
+    s.stakes.loading(ran.seconds)
+    return loaded(s)
+
+
+def loaded(s: Schedule) -> Config:
+    """The first trial once the Tuner's libraries are imported (at most
+    :data:`MAX_LOADING_S`); until then the default runs, its iterations not scored (timed
+    beside the import they are slower than the default is)."""
+    if importing() and time.perf_counter() < s.opening.loading_until:
+        s.enter(LOADING)
+        return s.space.default()
+    return s.next_trial()
+
+
+__all__ = ["MAX_LOADING_S", "Opening", "StoredStart", "baseline", "begin",
+           "loading", "search", "waiting", "warmed"]
