@@ -65,14 +65,27 @@ class Ledger:
         self.samples.setdefault(self.space.key(config), []).append(float(score))
 
     def best_lossless(self, space: SearchSpace, untested: tuple[str, ...] = ()) -> Config:
-        """The best-scored lossless configuration of the trials so far (or one whose
-        compression is in ``untested``: kept without a loss test), else the default of
-        ``space``."""
-        scored = [r for r in self.history if r.score is not None
-                  and r.config.get("compression", "none") in ("none", *untested)]
+        """The best lossless configuration of the trials so far (or one whose compression
+        is in ``untested``: kept without a loss test), else the default of ``space``.
+        Best by the Tuner's lower confidence bound (:meth:`Tuner.bounds`), as the kept
+        configuration is chosen, so that one lucky iteration does not beat a configuration
+        measured many times (issue 62: after a codec was rejected, a one-iteration score
+        chose the lossless configuration kept); a configuration the current Tuner has no
+        bound for (an earlier Tuner's, before a re-tune) by the mean of its trials."""
+        scored: dict[tuple, list[Trial]] = {}
+        for r in self.history:
+            if r.score is not None and r.config.get("compression", "none") in ("none", *untested):
+                scored.setdefault(tuple(sorted(r.config.items())), []).append(r)
         if not scored:
             return space.default()
-        return dict(max(scored, key=lambda r: r.score).config)
+
+        def lower(trials: list[Trial]) -> float:
+            config = trials[0].config
+            bounds = (self.tuner.bounds(config) if self.tuner is not None
+                      and self.tuner.space.contains(config) else None)
+            return bounds[0] if bounds is not None else sum(r.score for r in trials) / len(trials)
+
+        return dict(max(scored.values(), key=lower)[0].config)
 
     def forget(self) -> None:
         """Drop every scored iteration (they describe the job before a change)."""

@@ -3,10 +3,10 @@
 Each phase of :class:`~autotune.schedule.schedule.TrialSchedule` (the module docstring
 there says what each does) is a function that hears what the last iteration measured
 (:class:`Ran`) and says what runs next, as a DDP comm hook is a function ``(state,
-bucket) -> Future``; :class:`Schedule` is what a phase may read and do. A phase moves the
-schedule to another phase with ``enter``; what the phases share (the ledger, the stakes, the listener,
-the warm-up, the trials and the kept configuration) are the schedule's parts, each the
-one owner of its state. ``TrialSchedule``'s ``PHASES`` maps each phase's name to its
+bucket) -> Future``; :class:`Schedule` is what a phase may read and do. A phase moves
+the schedule to another phase with ``enter``; what the phases share (the ledger, the
+stakes, the listener, the warm-up, the trials and the kept configuration) are the
+schedule's parts, each the one owner of its state. ``TrialSchedule``'s ``PHASES`` maps each phase's name to its
 function (:mod:`~autotune.schedule.opening`: from the warm-up to the first trial;
 :mod:`~autotune.schedule.trials`: the trials and the pause; :mod:`~autotune.schedule.locked`:
 the loss test, the kept configuration and re-tunes).

@@ -12,17 +12,17 @@ noise model (:mod:`autotune.tuning.noise`):
 2. before each measurement, a candidate whose upper bound is below the best lower bound
    in the field (bounds of :data:`Z_SEPARATED` standard errors) is *dropped*: worse with
    confidence, it is never measured again nor kept; a candidate is tested once it has
-   :data:`FIRST_TEST` trials (the noise is not known from one), and the reference, the yardstick of the
-   speed-up a session reports, is never dropped;
+   :data:`FIRST_TEST` trials (the noise is not known from one), and the reference, the
+   yardstick of the speed-up a session reports, is never dropped;
 3. the least measured candidate left is measured next (ties: the reference, then the
-   highest upper bound),
-   so the survivors are measured in rounds and a speed-up over the reference compares
-   like with like.
+   highest upper bound), so the survivors are measured in rounds and a speed-up over
+   the reference compares like with like.
 
 Once one candidate is left besides the reference, both measured :data:`MIN_CONFIRMED`
-times and the reference as often as it, the leader is *separated*: :meth:`ConfirmPhase.next` says ``None`` and tuning ends early. Once the phase
-has begun, only configurations measured :data:`MIN_CONFIRMED` times and not dropped may be
-kept (:meth:`ConfirmPhase.kept_from`). Nothing here imports torch.
+times and the reference as often as it, the leader is *separated*:
+:meth:`ConfirmPhase.next` says ``None`` and tuning ends early. Once the phase has begun,
+only configurations measured :data:`MIN_CONFIRMED` times and not dropped may be kept
+(:meth:`ConfirmPhase.kept_from`). Nothing here imports torch.
 """
 
 from __future__ import annotations

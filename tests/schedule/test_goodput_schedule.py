@@ -306,3 +306,22 @@ def test_codec_trials_that_raise_the_loss_end_the_search_early():
     assert 8 <= len(judged) < 40, len(judged)
     after = ran[ran.index(judged[-1]) + 1:]
     assert after and all(c["compression"] in AS_LOSSLESS for c in after)
+
+
+def test_the_lossless_configuration_kept_rests_on_more_than_one_lucky_iteration():
+    """Issue 62: after the codec watch or the loss test rejected a codec, the lossless
+    configuration kept was the one of the best single trial score, so one measured once,
+    luckily, beat one measured eight times. It is now the highest lower bound, as the
+    kept configuration is chosen."""
+    from autotune.schedule.ledger import Ledger
+    from autotune.tuning.tuner import Tuner
+
+    space = SearchSpace.build(k_max=0, max_streams=4)
+    steady, lucky = space.validate({"streams": 3}), space.validate({"streams": 2})
+    ledger = Ledger(space, Tuner(space, budget=40, seed=0, trial_iterations=8,
+                                 min_iterations=1, warm_start=[steady, lucky]))
+    ledger.finish(ledger.ask(), 104.0)  # steady: 8 iterations
+    ledger.finish(ledger.ask(), 106.0, iterations=1)  # lucky: cut short after one
+    assert max(ledger.history, key=lambda r: r.score).config == lucky  # the old choice
+    assert ledger.best_lossless(space) == steady
+    assert ledger.tuner.best[0] == steady  # the same choice as the kept configuration's

@@ -68,7 +68,8 @@ def test_the_step_halves_when_no_move_pays_and_the_technique_ends_when_none_is_l
 
 
 def test_a_prediction_chooses_which_subspace_to_open():
-    s = StructuredSearch(SPACE, seed=0, predict=lambda c: (5.0 if c["intra"] == "scatter" else 1.0, 0.0))
+    scatter_best = lambda c: (5.0 if c["intra"] == "scatter" else 1.0, 0.0)  # noqa: E731
+    s = StructuredSearch(SPACE, seed=0, predict=scatter_best)
     s.tell(SPACE.default(), 50.0)
     assert s.ask()["intra"] == "scatter"
 

@@ -2,8 +2,8 @@
 
 ``grid``, ``pbt``, ``bayes`` (scikit-optimize GP) and ``hyperband`` are the ensemble of
 the AIACC-Training paper (ICDCS 2022, §VI); ``structured`` searches the categorical
-subspaces and a compass on the ordinal knobs (AutoCCL, NSDI 2025); ``random`` and ``tpe`` / ``optuna-gp`` (Optuna's samplers) are there as
-baselines and alternatives. :func:`make_searcher` builds one by name.
+subspaces and a compass on the ordinal knobs (AutoCCL, NSDI 2025); ``random`` and
+``tpe`` / ``optuna-gp`` (Optuna's samplers) are there as baselines and alternatives. :func:`make_searcher` builds one by name.
 """
 
 from __future__ import annotations
