@@ -11,14 +11,15 @@ inside each categorical subspace; this technique does the same with a *compass s
 - the centre is the best configuration measured so far (by any technique; the mean of
   its trials);
 - each active ordinal knob is moved ``step`` indices up and down from the centre, the
-  step starting at a quarter of the knob's range, kept per subspace and knob;
+  step starting at a quarter of the knob's range, kept per subspace and knob; the knob
+  and direction whose move last became the centre go first, at twice the step (a line
+  search along what pays);
 - when every move of the centre's subspace at the current steps is measured and none is
   better, the steps halve; at steps of one the subspace is done;
-- then a categorical move: the centre with one categorical knob changed (its ordinal
-  knobs kept), which opens a neighbouring subspace at the best-known point;
-- among the untried moves, a ``predict`` function (the calibrated physics prior, where
-  the Tuner has one: an optimistic log score) chooses which to spend on; without one,
-  ordinal moves go first, in the space's order.
+- in turns with those moves, an *opener*: the centre with one categorical knob changed
+  (its ordinal knobs kept), into a subspace nothing has measured yet; a ``predict``
+  function (the calibrated physics prior, where the Tuner has one: an optimistic log
+  score) chooses which, else the space's order.
 
 Once every move from the best configuration is measured and its subspace is done, the
 compass goes on from the second best, then the third (:data:`CENTRES`); after that ``ask``
