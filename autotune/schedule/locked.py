@@ -14,7 +14,7 @@ from __future__ import annotations
 from autotune.schedule.kept import not_the_fastest
 from autotune.schedule.loss_test import LossTest
 from autotune.schedule.phase import LOCKED, LOSS_TEST, Ran, Schedule
-from autotune.tuning.lossy import SCORED_AS_LOSSLESS, judged_by_goodput
+from autotune.tuning.lossy import SCORED_AS_LOSSLESS, codec_of, judged_by_goodput
 from autotune.tuning.space import Config
 
 
@@ -37,11 +37,14 @@ def locked(s: Schedule, ran: Ran) -> Config:
 
 
 def lock(s: Schedule, tested: bool = False) -> Config:
-    """The budget is spent: keep the best configuration from now on; a codec judged by
-    goodput only once the loss test has kept it (``tested``, :func:`loss_testing`)."""
+    """The budget is spent, or the search waits for the loss test of the codec it would
+    keep (:meth:`TrialPhase.untested`): keep the best configuration from now on; a codec
+    judged by goodput only once the loss test has kept it (``tested``, or kept during the
+    search, :func:`loss_testing`)."""
     kept = s.best[0] if s.best else s.fallback()
     lossless = s.ledger.best_lossless(s.space, SCORED_AS_LOSSLESS)
     if not tested and judged_by_goodput(s.goodput, kept) and s.allowed(lossless) \
+            and codec_of(kept) not in s.trial_phase.admitted \
             and not judged_by_goodput(True, lossless):  # (not a pinned codec)
         s.loss_test = LossTest(kept, lossless)
         s.enter(LOSS_TEST)
@@ -59,16 +62,24 @@ def lock(s: Schedule, tested: bool = False) -> Config:
 def loss_testing(s: Schedule, ran: Ran) -> Config:
     """An iteration of the loss test ran (``inf`` seconds, or ``failed``: it failed or
     was refused): what runs next, or, with its verdict, the codec or the lossless
-    configuration locked in (a refused or failing codec is not kept)."""
+    configuration locked in (a refused or failing codec is not kept). A test the search
+    waited for (its Tuner not done): a codec kept lets the search go on, admitted; one
+    rejected ends the search's trials (as the codec watch ends them)."""
     test = s.loss_test
     verdict = test.ran(ran.config, ran.seconds, ran.loss, ran.failed)
     if verdict is None:
         return test.config()
     s.listener.say(f"iteration {s.iteration}: {verdict.line}")
+    searching = s.tuner is not None and not s.tuner.done and not s.trial_phase.stopped
+    if verdict.keep and searching:
+        s.trial_phase.admitted.add(codec_of(test.codec))
+        return s.next_trial()
     if not verdict.keep:  # recorded: the store says why the codec was not kept
         s.ledger.record(test.record(s.trial_phase.index + 1, verdict))
         score = s.tuner.score_of(test.lossless) if s.tuner is not None else None
         s.trial_phase.set_best((test.lossless, score or 0.0))
+        if searching:
+            s.trial_phase.stopped = verdict.line
     return lock(s, tested=True)
 
 

@@ -49,10 +49,13 @@ next. The phases:
     (:mod:`autotune.schedule.stakes`): the best configuration so far runs, unscored and
     uncharged, until the job has run twice as long; then the next trial starts.
 ``loss test``
-    The search ended on a codec judged by goodput: before it is kept, it and the best
+    The search would keep a codec judged by goodput (at its end, or as soon as such a
+    codec is the best so far: no trial runs before it is tested): it and the best
     configuration that needs no test run in alternating blocks, and the loss the loop
     passes says whether the job's loss falls faster under the codec
-    (:mod:`~autotune.schedule.loss_test`); the verdict's configuration is ``locked``.
+    (:mod:`~autotune.schedule.loss_test`). At the search's end the verdict's configuration
+    is ``locked``; during it, a codec kept lets the trials go on, one rejected ends them
+    and the best configuration that needs no test is ``locked``.
 ``locked``
     The budget is spent (or the job affords no search: then the default is kept, or
     a stored best that beat its own run's default, whose settled iterations below are

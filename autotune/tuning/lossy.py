@@ -24,7 +24,7 @@ trial phase, the kept phase). Nothing here imports torch.
 from __future__ import annotations
 
 from autotune.tuning.efficiency import COLLAPSED, DROPPED
-from autotune.tuning.space import Config
+from autotune.tuning.space import KNOBS, Config
 
 UNKNOWN_EFFICIENCY = ("its statistical efficiency is unknown: the gradient noise scale is not "
                       "stable yet, so a lossy codec cannot be judged")
@@ -48,6 +48,16 @@ def judged_by_goodput(goodput: bool, config: Config) -> bool:
 #: GPT job (AdamW) it reached a lower loss than lossless in 6 of 6 runs
 #: (``benchmarks/loss_test_bench.py``). bf16 (2**-8) is judged like every other codec.
 SCORED_AS_LOSSLESS = ("fp16",)
+
+
+def codec_of(config: Config) -> tuple:
+    """What makes ``config``'s codec as lossy as it is: the codec and its own knobs (ratio
+    or rank, ``compress_min_bytes``), not the streams or chunks that carry it. A codec
+    the loss test kept during the search is admitted by this (the schedule's gate)."""
+    codec = config.get("compression", "none")
+    own = [k.name for k in KNOBS if k.when and k.when[0][0] == "compression"
+           and codec in k.when[0][1]]
+    return (codec, *((n, config.get(n)) for n in own))
 
 
 def scored_efficiency(goodput: bool, config: Config, efficiency: float | None) -> float | None:
