@@ -86,8 +86,9 @@ class TrialPhase:
             self.listener.tuning(budget)
 
     def next_trial(self, stop: bool = False) -> Config | None:
-        """The next trial's configuration; None when the Tuner has none left or ``stop``
-        (the trials have cost the job all they may)."""
+        """The next trial's configuration; None when the Tuner has none left, ``stop``
+        (the trials have cost the job all they may), or the best so far waits for its loss
+        test (:meth:`untested`)."""
         if stop or self.stopped or self.untested() is not None:
             return None
         trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
@@ -102,10 +103,10 @@ class TrialPhase:
     def untested(self) -> Config | None:
         """The best so far where it is a codec judged by goodput that the loss test has
         not kept (:func:`~autotune.tuning.lossy.codec_of`: the codec and its own knobs):
-        no trial runs before it is tested (the gate, issue 62: left to the
-        search, the goodput score kept proposing the codec that was hurting the loss; 10 of
-        a held-out search's 15 trials were top-k 0.1 %, and the loss rose from 2.75 to
-        3.02 before the test at the end rejected it)."""
+        no trial runs before it is tested (the gate, issue 62: left to the search, the
+        goodput score kept proposing the codec that was hurting the loss; 10 of a held-out
+        search's 15 trials were top-k 0.1 %, and the loss rose from 2.75 to 3.02 before
+        the test at the end rejected it)."""
         best = None if self.best is None else self.best[0]
         if best is None or not judged_by_goodput(self.goodput, best) \
                 or codec_of(best) in self.admitted:
