@@ -40,6 +40,11 @@ as in the demo). DDP takes about 400 s a run:
 
     sudo .venv/bin/python benchmarks/clock_bench.py --model demo --workers 4 --servers 4 --rate 300mbit
 
+A tiny model (``--model mlp``, issue 59): an MLP of 332 KiB, SGD on random data, a step of a
+few milliseconds, where whatever the session adds to a step shows:
+
+    sudo .venv/bin/python benchmarks/clock_bench.py --model mlp --steps 3000
+
 Each rank is this file again (``--job train``); a rank that fails stops the benchmark
 with its name and output; every wait is bounded (``--rank-timeout``).
 """
@@ -91,7 +96,8 @@ def train_main(a: argparse.Namespace) -> None:
         return
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", timeout=timedelta(seconds=a.rank_timeout))
-    task = GPTTask(a.seed, rank, world, a.batch) if a.model == "gpt" else DemoTask(rank)
+    task = (GPTTask(a.seed, rank, world, a.batch) if a.model == "gpt"
+            else MLPTask(a.seed, rank, a.batch) if a.model == "mlp" else DemoTask(rank))
     model, opt = task.model, task.optimizer()
     batches = [task.next_batch() for _ in range(a.steps)]  # data off the clock
     if world == a.workers:
@@ -171,6 +177,38 @@ class DemoTask:
     @staticmethod
     def loss(net: Any, x: Any, _y: None) -> Any:
         return net(x)
+
+
+class MLPTask:
+    """A tiny model (an MLP of 332 KiB, 3 layers): a step of a few milliseconds, where any
+    per-step cost of the session shows; random inputs and labels, SGD with momentum."""
+
+    def __init__(self, seed: int, rank: int, batch: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)  # the same initial weights on every rank and variant
+        self.model = torch.nn.Sequential(
+            torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+            torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        self.gen = torch.Generator().manual_seed(seed * 1000 + rank + 1)  # each rank its own
+        self.batch = batch
+
+    def optimizer(self) -> Any:
+        import torch
+
+        return torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+
+    def next_batch(self) -> tuple[Any, Any]:
+        import torch
+
+        return (torch.randn(self.batch, 64, generator=self.gen),
+                torch.randint(10, (self.batch,), generator=self.gen))
+
+    @staticmethod
+    def loss(net: Any, x: Any, y: Any) -> Any:
+        from torch.nn import functional as F
+
+        return F.cross_entropy(net(x), y)
 
 
 class _NoOptimizer:
@@ -273,8 +311,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--servers", type=int, default=0,
                     help="server hosts the sessions may use (DDP runs on the workers alone)")
-    ap.add_argument("--model", choices=("gpt", "demo"), default="gpt",
-                    help="gpt: little to win (module docstring); demo: make demo's job")
+    ap.add_argument("--model", choices=("gpt", "mlp", "demo"), default="gpt",
+                    help="gpt: little to win (module docstring); mlp: a tiny model; "
+                         "demo: make demo's job")
     add_cluster_args(ap)
     ap.set_defaults(rate="1gbit")
     ap.add_argument("--seed", type=int, default=0)
