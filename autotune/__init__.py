@@ -163,8 +163,8 @@ def session(
     import time
 
     called = time.perf_counter()  # the session's start counts its import (start_s)
+    from autotune.options import SessionOptions
     from autotune.sessions import open_session
-    from autotune.sessions.options import SessionOptions
 
     options = SessionOptions(
         budget=budget, total_steps=total_steps, spend=spend, db=db, allow_lossy=allow_lossy,

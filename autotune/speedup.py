@@ -22,7 +22,7 @@ model; counting them would make a prediction look like a measurement). The
 :data:`MIN_ITERATIONS` rule is about measured iterations, so it does not apply to them.
 
 Every table and JSON document that shows a speed-up builds it here: the session's table
-(:mod:`autotune.sessions.display`), ``autotune tune`` (table and ``--json``), ``autotune
+(:mod:`autotune.leader.display`), ``autotune tune`` (table and ``--json``), ``autotune
 db runs/show/best``, ``autotune report``, the demo and the Optuna export::
 
     s = Speedup.of(best=(6209.0, 80.0, 12), reference=(3833.0, 41.0, 12))

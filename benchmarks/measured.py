@@ -18,7 +18,7 @@ measurement from the emulated cluster:
   iteration is one of its recorded step times, drawn with replacement, and the score is
   the mean throughput (it/s) over them, as a session scores a trial.
 - **The truth** a kept configuration is judged by is its median recorded throughput.
-- **The prior** is built as a session builds it (:class:`autotune.sessions.tuners.
+- **The prior** is built as a session builds it (:class:`autotune.leader.tuners.
   JobTuners`): the simulator on the job's gradient sizes, world and CPU device, with the
   link as recorded at the start (tables recorded after issue 40) and as the recorded
   warm-up implies it (:func:`autotune.sim.predict.warmup_link`), and this machine's
@@ -126,7 +126,7 @@ class MeasuredJob:
         showed it, this machine's summation, copy and codec rates (timed once per
         process, as a session's leader times them), the simulator's defaults for the rest;
         refitted to the trials as the Tuner tells them."""
-        from autotune.sessions.calibrate import link_calibration, merged
+        from autotune.leader.calibrate import link_calibration, merged
         from autotune.sim.predict import job_prior, warmup_link
 
         job, warm = self.table["job"], self.table["warmup"]
@@ -142,8 +142,8 @@ class MeasuredJob:
     @cached_property
     def host(self):
         """This machine's constants, as a session's leader measures them
-        (:meth:`autotune.sessions.tuners.JobTuners.starting_calibration`)."""
-        from autotune.sessions.calibrate import host_calibration
+        (:meth:`autotune.leader.tuners.JobTuners.starting_calibration`)."""
+        from autotune.leader.calibrate import host_calibration
 
         return host_calibration(self.space, gradient_bytes=sum(self.table["job"]["sizes"]),
                                 device="cpu")

@@ -1,7 +1,7 @@
 """Record measured tabular benchmarks on the emulated cluster (root only).
 
 For each job below, a seeded sample of the space a session of that job would search
-(:meth:`SearchSpace.of` on the runtime's limits, as :func:`autotune.sessions.tuners.
+(:meth:`SearchSpace.of` on the runtime's limits, as :func:`autotune.leader.tuners.
 job_space` builds it) is run through the runtime directly, in the sample's (random)
 order: per configuration one switch iteration (the vote and the rebuild, timed but not
 scored, as a session does not score it) and ``--iterations`` scored iterations. Every
@@ -116,7 +116,7 @@ def rank_main(a: argparse.Namespace) -> None:
     from autotune.runtime import Runtime
     from autotune.schedule.schedule import flow_probe
     from autotune.server import serve
-    from autotune.sessions.calibrate import measure_link
+    from autotune.leader.calibrate import measure_link
     from autotune.tuning.space import SearchSpace
     from autotune.workload import check_average, model_shapes, sleepy_model
 

@@ -16,7 +16,7 @@ The first two judge the tuner on data it was not built from. On every objective 
 method gets the same budget of training iterations (100, as in the AIACC-Training paper
 (ICDCS 2022)) through the same :class:`Tuner` loop:
 
-- ``tuner``: the Tuner as a session runs it (:class:`autotune.sessions.tuners.JobTuners`):
+- ``tuner``: the Tuner as a session runs it (:class:`autotune.leader.tuners.JobTuners`):
   the default as its reference, measured first and long enough for a speed-up; the
   space's seeds tried first; the physics prior (the simulator on what the job knows,
   :meth:`Scenario.prior`) calibrated online, then grid, PBT, Bayes and Hyperband under

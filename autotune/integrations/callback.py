@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import autotune
 from autotune.errors import did_you_mean, shown_by_rank_0
 from autotune.runtime.errors import UsageError
-from autotune.sessions.options import SessionOptions
+from autotune.options import SessionOptions
 from autotune.sessions.session import Session
 from autotune.sessions.world import launcher_hint
 from autotune.tuning.space import Config
@@ -166,7 +166,7 @@ class CallbackSession:
 
 class CallbackResults:
     """The results of a framework callback's session, as a session shows them
-    (:class:`autotune.sessions.results.SessionResults`, whose name it no longer shares):
+    (:class:`autotune.leader.results.SessionResults`, whose name it no longer shares):
     mixed into each framework's callback, whose :class:`CallbackSession` is
     ``self.session``."""
 

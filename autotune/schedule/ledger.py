@@ -34,7 +34,7 @@ class Ledger:
     """A job's trials, told and recorded (module docstring).
     ``store``/``run_id``: where trials go (``None``: nowhere); ``elsewhere``: where they
     go when the store's server is lost mid-run (:meth:`SessionRun.elsewhere
-    <autotune.sessions.record.SessionRun.elsewhere>`)."""
+    <autotune.leader.record.SessionRun.elsewhere>`)."""
 
     def __init__(self, space: SearchSpace, tuner: Tuner | None, store: Any = None,
                  run_id: int | None = None,

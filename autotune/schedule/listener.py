@@ -1,6 +1,6 @@
 """What the trial schedule tells a person: the :class:`Listener` interface.
 
-The session's progress display implements it (:mod:`autotune.sessions.display`); the
+The session's progress display implements it (:mod:`autotune.leader.display`); the
 default says nothing. Nothing here imports torch.
 """
 

@@ -32,7 +32,7 @@ MAX_LOADING_S = 30.0
 
 @dataclass
 class StoredStart:
-    """What the store offers a search (the session's provenance, sessions/record.py),
+    """What the store offers a search (the session's provenance, leader/record.py),
     used only where the schedule uses it: ``warm``, the warm start's stored
     configurations with their origins, and ``line``, what says so, recorded and said when
     the search starts; ``proven``, a stored best that beat its own run's default by more

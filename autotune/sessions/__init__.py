@@ -9,22 +9,22 @@ leader drives a :class:`~autotune.tuning.tuner.Tuner` through the trial schedule
 Tuning iterations train the model like any other: no step is wasted. DDP's semantics are
 DDP's own (``docs/ddp.md``).
 
-- :mod:`~autotune.sessions.options`: :class:`SessionOptions`, the settings, checked;
 - :mod:`~autotune.sessions.session`: :class:`Session`, the one session: each step,
   faults, the close;
 - :mod:`~autotune.sessions.in_force`: the configuration in force and the job's space, and
   the apply-and-retry loop that puts one in force on every rank;
 - :mod:`~autotune.sessions.hooked`: :class:`~autotune.sessions.hooked.HookedDDP`, how the
   gradients are averaged: DDP with the runtime behind its comm hook;
-- :mod:`~autotune.sessions.leader`: the leader's run, trial schedule and Tuners;
 - :mod:`~autotune.sessions.iteration`: what each iteration measures, in one all-reduce;
-- :mod:`~autotune.sessions.results`: what a session reports (``best``, ``history``);
 - :mod:`~autotune.sessions.ddp`: DDP applied to a plain module in place
   (:class:`~autotune.sessions.ddp.InPlaceDDP`), and the workers' group for DDP;
 - :mod:`~autotune.sessions.world`: the ``torch.distributed`` world a session runs in;
-- :mod:`~autotune.sessions.tuners`: the job's space and physics prior;
-- :mod:`~autotune.sessions.record`: the run in the results store;
-- :mod:`~autotune.sessions.display`: the progress and the final table.
+- :mod:`~autotune.sessions.efficiency_probe`: the statistical efficiency measured each
+  iteration when lossy codecs are scored by goodput.
+
+Its settings are :class:`autotune.options.SessionOptions`; the leader's part (its run in
+the store, trial schedule and Tuners, display and results) is :mod:`autotune.leader`,
+below this package: nothing there imports it.
 
 The subpackage is ``sessions``, not ``session``: importing a subpackage binds its name on
 the parent package, which would shadow the function ``autotune.session``.
@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.options import SessionOptions
 from autotune.schedule.schedule import PROBE_STREAMS, SWITCH_MARGIN, trial_seconds
-from autotune.sessions.options import SessionOptions
 from autotune.sessions.session import DDPSession, Session, TuningSession
 from autotune.tuning.trial import Trial
 
@@ -46,5 +46,5 @@ def open_session(model: Any, options: SessionOptions) -> Session:
     return Session(model, options)
 
 
-__all__ = ["TuningSession", "Session", "DDPSession", "SessionOptions", "open_session",
+__all__ = ["TuningSession", "Session", "DDPSession", "open_session",
            "Trial", "PROBE_STREAMS", "SWITCH_MARGIN", "trial_seconds"]

@@ -36,7 +36,7 @@ from autotune.runtime.control.bootstrap import rendezvous_store
 from autotune.runtime.control.faults import Liveness
 from autotune.runtime.errors import UsageError
 from autotune.sessions.ddp import InPlaceDDP, group_for, unfinished_error
-from autotune.sessions.options import SessionOptions
+from autotune.options import SessionOptions
 from autotune.sessions.world import init_world
 from autotune.tuning.space import Config
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, ServerLost
-from autotune.sessions.options import SessionOptions
-from autotune.sessions.tuners import job_space
+from autotune.options import SessionOptions
+from autotune.leader.tuners import job_space
 from autotune.tuning.space import Config, SearchSpace
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ goodput, every worker adds its sample of the gradient
 (:class:`~autotune.sessions.efficiency_probe.EfficiencyProbe`): one float64 all-reduce
 (SUM) over the workers carries it all (:meth:`IterationMeter.reduce`). At the start,
 :meth:`IterationMeter.start` makes the probe and times the link for the leader's prior
-(:func:`~autotune.sessions.calibrate.measure_link`).
+(:func:`~autotune.leader.calibrate.measure_link`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any, Sequence
 
 import torch
 
-from autotune.sessions.calibrate import measure_link
+from autotune.leader.calibrate import measure_link
 from autotune.sessions.efficiency_probe import EfficiencyProbe
-from autotune.sessions.options import SessionOptions
+from autotune.options import SessionOptions
 
 
 class IterationMeter:

@@ -9,7 +9,7 @@ session: DDP with autotune's runtime behind its comm hook
 every rank (the apply-and-retry loop, :class:`~autotune.sessions.in_force.InForce`, the
 one holder of the configuration in force), records to the store, shows the progress and ends
 with the table; its results (``best``, ``history``, the scores) are
-:class:`~autotune.sessions.results.SessionResults`'.
+:class:`~autotune.leader.results.SessionResults`'.
 
 ``step()`` counts the iteration (the gradients are averaged when backward returns),
 measures it and puts in force what the leader's trial schedule runs next.
@@ -36,14 +36,14 @@ from autotune.errors import shown_by_rank_0
 from autotune.runtime.errors import ServerLost, UsageError
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.schedule import Drift, TrialSchedule
-from autotune.sessions.display import SessionDisplay, report
+from autotune.leader.display import SessionDisplay, report
 from autotune.sessions.hooked import DDP, HookedDDP
 from autotune.sessions.in_force import InForce
 from autotune.sessions.iteration import IterationMeter
-from autotune.sessions.leader import Leader
-from autotune.sessions.options import SessionOptions
-from autotune.sessions.record import SessionRun
-from autotune.sessions.results import SessionResults
+from autotune.leader.leader import Leader
+from autotune.options import SessionOptions
+from autotune.leader.record import SessionRun
+from autotune.leader.results import SessionResults
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
 from autotune.tuning.space import Config, SearchSpace
 
@@ -55,7 +55,7 @@ class Session(SessionResults):
     """What :func:`autotune.session` returns, for a plain module (DDP applied in place) or
     a ``DistributedDataParallel`` model (kept): use it as a context manager around the
     training loop and call :meth:`step` after each iteration's backward (the settings:
-    :class:`~autotune.sessions.options.SessionOptions`; the module docstring says the
+    :class:`~autotune.options.SessionOptions`; the module docstring says the
     rest)."""
 
     def __init__(self, model: torch.nn.Module, options: SessionOptions | None = None) -> None:
@@ -224,7 +224,7 @@ class Session(SessionResults):
     def _open(self) -> None:
         """Join the world (a server rank serves, then leaves the process); workers start
         DDP with the hook, build the space, and put the first configuration in force
-        (the leader's: :class:`~autotune.sessions.leader.Leader`)."""
+        (the leader's: :class:`~autotune.leader.leader.Leader`)."""
         self.hooked.join()
         try:
             self.info = self.rt.info

@@ -70,7 +70,7 @@ class StoreError(AutotuneError, RuntimeError):
 
 class StoreUnreachable(StoreError):
     """The store's database server cannot be reached (down, wrong address, refused
-    login): a session trains anyway (:mod:`autotune.sessions.record`)."""
+    login): a session trains anyway (:mod:`autotune.leader.record`)."""
 
 
 class Connection:

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from autotune.errors import ArgumentError
-from autotune.sessions.options import SessionOptions
+from autotune.options import SessionOptions
 from autotune.schedule.schedule import (LOCKED, PAUSED, TRIAL, WAITING, Listener,
                                       TrialSchedule)
 from autotune.tuning.space import SearchSpace

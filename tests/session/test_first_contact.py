@@ -74,7 +74,7 @@ print("ok", len(skipped))
 
 
 def test_the_signature_names_every_option_with_its_type_and_default():
-    from autotune.sessions.options import SessionOptions
+    from autotune.options import SessionOptions
 
     sig = inspect.signature(autotune.session)
     params = list(sig.parameters.values())

@@ -276,7 +276,7 @@ def test_a_phase_shown_while_the_tuning_display_waits_for_the_kept_figure():
 def test_a_tuning_that_failed_never_says_done():
     """Issue 28: a session that failed ends its display with ``failed``, on its own
     lines and through events shown by another process, and says nothing was kept."""
-    from autotune.sessions.display import SessionDisplay
+    from autotune.leader.display import SessionDisplay
 
     events, shown = io.StringIO(), io.StringIO()
     display = SessionDisplay(True, "it/s", lambda: 812.0)
@@ -294,7 +294,7 @@ def test_each_message_is_said_once_a_session(capsys):
     """Issue 64 item 4: a message that a state was reached is one line a session, however
     often the state is reached again (the prior's weight once printed 6 times a run):
     on the progress display's lines and, without one, on stderr."""
-    from autotune.sessions.display import SessionDisplay
+    from autotune.leader.display import SessionDisplay
 
     shown = io.StringIO()
     display = SessionDisplay(True, "it/s", lambda: None)
@@ -320,7 +320,7 @@ def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
     again (the first, picked for being high, was lucky), so it is not what a progress
     line shows. The display closes, once the kept figure is final, with that figure as
     the table shows it: mean ± spread (iterations)."""
-    from autotune.sessions.display import SessionDisplay
+    from autotune.leader.display import SessionDisplay
     from autotune.tuning.trial import Trial
     from autotune.units import fmt_score
 
@@ -354,7 +354,7 @@ def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
 def test_the_done_line_says_why_the_fastest_trial_was_not_kept():
     """Issue 65 item 5: why a faster-looking trial was not kept is in the done line (the
     clause the schedule hands the display at the lock, tests/schedule/test_stakes.py)."""
-    from autotune.sessions.display import SessionDisplay
+    from autotune.leader.display import SessionDisplay
     from autotune.tuning.trial import Trial
 
     kept = {"streams": 2}

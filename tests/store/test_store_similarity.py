@@ -301,7 +301,7 @@ def test_a_loopback_session_is_not_warm_started_by_a_simulated_32_gpu_run(tmp_pa
     from types import SimpleNamespace
 
     from autotune.offline.simulated import cluster_graph
-    from autotune.sessions.record import SessionRun
+    from autotune.leader.record import SessionRun
     from autotune.store import Store
     from autotune.store.fingerprint import model_graph
     from autotune.tuning.tuner import Tuner
@@ -379,7 +379,7 @@ def test_an_unrelated_job_on_the_same_machine_does_not_warm_start(tmp_path, monk
     from types import SimpleNamespace
 
     from autotune.offline.simulated import cluster_graph
-    from autotune.sessions.record import SessionRun, job_name
+    from autotune.leader.record import SessionRun, job_name
     from autotune.store import Store
     from autotune.store.similarity import job_distance
 

@@ -2,9 +2,9 @@
 Tuners, and the run's end.
 
 The leader (the first worker) tunes for every rank: :meth:`Leader.start` opens the run
-in the store (:mod:`autotune.sessions.record`), makes the trials' record
+in the store (:mod:`autotune.leader.record`), makes the trials' record
 (:class:`~autotune.schedule.ledger.Ledger`), the job's Tuners with the physics prior
-(:class:`~autotune.sessions.tuners.JobTuners`) and the trial schedule
+(:class:`~autotune.leader.tuners.JobTuners`) and the trial schedule
 (:class:`~autotune.schedule.schedule.TrialSchedule`) that says what each iteration runs,
 and picks the first configuration: the default, the stored best or the warm start.
 :meth:`Leader.close` closes the run. The other ranks have no leader: they put in force
@@ -19,10 +19,10 @@ import torch
 
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.schedule import Drift, TrialSchedule
-from autotune.sessions.display import SessionDisplay
-from autotune.sessions.options import SessionOptions
-from autotune.sessions.record import SessionRun
-from autotune.sessions.tuners import JobTuners
+from autotune.leader.display import SessionDisplay
+from autotune.options import SessionOptions
+from autotune.leader.record import SessionRun
+from autotune.leader.tuners import JobTuners
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import GP_LIBRARIES
 

@@ -5,7 +5,7 @@ launched, workers per machine, stream groups, transports; after a server loss wh
 left), the topology probe's reduce-root candidates and the user's pins. The physics prior
 is the simulator on the job's gradients, world and device, with its machines' constants
 measured, stored and fitted (:class:`JobTuners`, which makes each Tuner;
-:mod:`autotune.sessions.calibrate`).
+:mod:`autotune.leader.calibrate`).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class JobTuners:
         self.trial_iterations = trial_iterations
         self.samples_per_step = samples_per_step
         self.prior = prior
-        self.measured_link = dict(link or {})  # autotune.sessions.calibrate.measure_link
+        self.measured_link = dict(link or {})  # autotune.leader.calibrate.measure_link
         self.stored = stored  # a Calibration stored for alike machines, or None
         # what the latest tune was given: its space and the warm-up's times
         self._space: Any = None
@@ -102,8 +102,8 @@ class JobTuners:
         """The constants the prior starts from: those stored for alike machines, then
         (unless stored ones had them) this machine's summation, copy and codec rates at
         the default chunk size, then the link as measured at the start and as the warm-up
-        showed it (:mod:`autotune.sessions.calibrate`)."""
-        from autotune.sessions.calibrate import host_calibration, link_calibration, merged
+        showed it (:mod:`autotune.leader.calibrate`)."""
+        from autotune.leader.calibrate import host_calibration, link_calibration, merged
         from autotune.sim.calibration import Calibration
 
         stored = self.stored.restamped("stored") if self.stored is not None else Calibration()

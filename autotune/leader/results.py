@@ -16,7 +16,7 @@ import math
 
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.schedule import TrialSchedule
-from autotune.sessions.options import SessionOptions
+from autotune.options import SessionOptions
 from autotune.tuning.lossy import judged_by_goodput
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import Trial
