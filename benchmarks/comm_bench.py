@@ -207,7 +207,7 @@ def main() -> int:
                     help="time these chunk sizes only, e.g. 64KiB,256KiB,4MiB")
     ap.add_argument("--streams", type=_int_list, default=None,
                     help="time these stream counts only, e.g. 1,2,4")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "comm_bench.json"))
+    ap.add_argument("--json", "--out", dest="out", default=str(ROOT / "benchmarks" / "results" / "comm_bench.json"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.model = args.model or ["resnet50", "bert-base"]

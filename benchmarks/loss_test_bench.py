@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--start", type=int, default=100, help="lossless steps first")
     ap.add_argument("--seconds", type=float, default=100.0, help="model clock after them")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--json", "--out", dest="out", type=Path, default=OUT)
     a = ap.parse_args(argv)
     models, codecs = a.models.split(","), a.codecs.split(",")
     shares = [float(s) for s in a.shares.split(",")]

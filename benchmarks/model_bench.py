@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", default="8,16", help="configurations each fit is told (comma list)")
     ap.add_argument("--seeds", type=int, default=10, help="random draws per n")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--json", "--out", dest="out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.n.split(",") if x.strip()]
     from rich.console import Console

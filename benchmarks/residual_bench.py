@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ratio", type=float, default=0.001, help="top-k's kept fraction")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--every", type=int, default=20)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--json", "--out", dest="out", type=Path, default=OUT)
     a = ap.parse_args(argv)
     models, rules = a.models.split(","), a.rules.split(",")
     bad = [m for m in models if m not in ("gpt", "cnn")] + [r for r in rules if r not in RULES]

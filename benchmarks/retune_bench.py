@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scenarios", default="cut,raise,cap")
     ap.add_argument("--steps", type=int, default=90)
     ap.add_argument("--ref-budget", type=int, default=24)
-    ap.add_argument("--out", default=str(HERE / "results" / "retune_bench.json"))
+    ap.add_argument("--json", "--out", dest="out", default=str(HERE / "results" / "retune_bench.json"))
     a = ap.parse_args(argv)
     started = time.time()
     results = {}

@@ -167,6 +167,9 @@ def main() -> None:
     ap.add_argument("--db", default=None, metavar="URL",
                     help="a PostgreSQL database to measure instead of the cached SQLite file "
                          "(an empty one is filled first; its meta is kept beside the JSON)")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="where the results go (default: results/store_bench.json, "
+                         "store_bench_postgresql.json with --db)")
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = args.db or RESULTS / f"store_bench_{args.runs}.db"
@@ -234,7 +237,9 @@ def main() -> None:
           f"(target < 500 ms: {'met' if worst < 0.5 else 'NOT met'} on wall time, "
           f"{'met' if worst_cpu < 0.5 else 'NOT met'} on cpu time; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus)")
-    out = RESULTS / ("store_bench_postgresql.json" if args.db else "store_bench.json")
+    out = args.json or RESULTS / ("store_bench_postgresql.json" if args.db
+                                  else "store_bench.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "database": meta, "kind": "postgresql" if args.db else "sqlite", "open_s": open_s, "queries": results, "k": args.k,
         "fresh_process_first_lookup": {"wall_s": fresh_wall, "cpu_s": fresh_cpu},

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run", type=int, default=10_000)
     p.add_argument("--budget", type=int, default=100)
     p.add_argument("--trial-iterations", type=int, default=2)
-    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--json", "--out", dest="out", type=Path, default=OUT)
     a = p.parse_args(argv)
     sizes = [int(x) for x in a.machines.split(",")]
     if any(n < 2 for n in sizes):

@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                          "or both (measured and analytic, the suites before issue 51)")
     ap.add_argument("--scenarios", default=None,
                     help="comma-separated objective names (default: all of the suite)")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--json", "--out", dest="out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if not isinstance(args.tuner_options, dict):
         ap.error("--tuner-options must be a JSON object")
