@@ -2,7 +2,7 @@
 
 The public API::
 
-    with autotune.session(model, budget=100) as tuner:   # tune while training
+    with autotune.session(model, budget=100) as session:   # tune while training
         ...
     autotune.Tuner(space, budget=100)                     # the tuner alone (ask/tell)
     autotune.SearchSpace.build(k_max=2)                   # the tunable parameters
@@ -106,12 +106,12 @@ def session(
     Use the result as a context manager around the training loop and call its ``step()``
     after each iteration's backward::
 
-        with autotune.session(model, budget=100) as tuner:
+        with autotune.session(model, budget=100) as session:
             for x, y in loader:
                 loss_fn(model(x), y).backward()
-                tuner.step()             # .grad now holds the gradient averaged over workers
+                session.step()             # .grad now holds the gradient averaged over workers
                 optimizer.step(); optimizer.zero_grad()
-        print(tuner.best)
+        print(session.best)
 
     ``model`` is an ``nn.Module`` (autotune applies DDP to it in place: the module stays
     yours, DDP's semantics are DDP's) or a ``DistributedDataParallel`` model (kept as it

@@ -96,30 +96,30 @@ def session_job(a: argparse.Namespace) -> None:
     # job's time instead (docs/tuner.md, "What tuning may cost")
     with autotune.session(model, budget=a.budget, db=a.db, job=f"demo-{a.model}",
                           seed=a.seed, warmup=WARMUP, verbose=rank == 0,
-                          timeout=a.timeout, spend=None) as tuner:
+                          timeout=a.timeout, spend=None) as session:
         for i in range(WARMUP + a.budget + a.after):
-            tuning = tuner.tuning
+            tuning = session.tuning
             t0 = time.perf_counter()
             model.zero_grad(set_to_none=False)
             model(x).backward()
-            tuner.step()
+            session.step()
             dt = time.perf_counter() - t0
             if tuning:
                 tuning_s += dt
             else:
                 kept_times.append(dt)
             if i % 5 == 4:  # the exact average, outside the timed window
-                check_average(model, (n + 1) / 2, f"session under {tuner.config}")
+                check_average(model, (n + 1) / 2, f"session under {session.config}")
     if rank == 0:
         history = [{"index": r.index, "technique": r.technique, "config": r.config,
-                    "score": r.score, "error": r.error} for r in tuner.history]
+                    "score": r.score, "error": r.error} for r in session.history]
         print(MARK + json.dumps({
-            "best": tuner.best, "best_score": tuner.best_score,
-            "best_spread": tuner.best_spread, "default": tuner.space.default(),
-            "default_score": tuner.default_score, "default_spread": tuner.default_spread,
-            "best_iterations": (tuner.ledger.measured(tuner.best) or (0, 0, 0))[2],
-            "default_iterations": (tuner.ledger.measured(tuner.space.default()) or (0, 0, 0))[2],
-            "unit": tuner.unit, "history": history, "tuning_s": tuning_s,
+            "best": session.best, "best_score": session.best_score,
+            "best_spread": session.best_spread, "default": session.space.default(),
+            "default_score": session.default_score, "default_spread": session.default_spread,
+            "best_iterations": (session.ledger.measured(session.best) or (0, 0, 0))[2],
+            "default_iterations": (session.ledger.measured(session.space.default()) or (0, 0, 0))[2],
+            "unit": session.unit, "history": history, "tuning_s": tuning_s,
             # rank 0's own times after tuning; the first pays the switch
             "kept_times_s": kept_times[1:]}), flush=True)
 

@@ -16,7 +16,7 @@ session opens, and stops after the last step: the session's start, its warm-up, 
 and its close are all on it. Each variant runs ``--runs`` times (3), interleaved (run 1 of
 every variant, then run 2, ...; run i uses seed ``--seed`` + i in every variant). The
 table gives medians with their min-max spread, the ratio to DDP's median (the target: at
-most 1.03), where rank 0's steps went (forward and backward, ``tuner.step()``, the
+most 1.03), where rank 0's steps went (forward and backward, ``session.step()``, the
 optimizer: sums over the job; the JSON also has the first 20 steps' times), the trial
 iterations, what the session said tuning cost, and the training loss of the last 20
 steps (the same data and start in every variant). ``--fixed`` pins knobs in the sessions
@@ -71,7 +71,7 @@ LABELS = {"ddp": "DDP", "native": "autotune.session(model)",
           "hook": "autotune.session(ddp_model)"}
 TAIL = 20  # steps whose mean training loss is reported
 # where a step's time goes, on rank 0: forward + backward (with DDP, its all-reduce up to
-# the last bucket), tuner.step() (the wait for the average and the session's own work),
+# the last bucket), session.step() (the wait for the average and the session's own work),
 # the optimizer; their sums over the job are reported beside the wall time
 PARTS = ("backward", "step", "optimizer")
 
@@ -112,7 +112,7 @@ def train_main(a: argparse.Namespace) -> None:
         kw["budget"] = a.budget
     if a.fixed:
         kw["fixed"] = a.fixed
-    tuner: Any = None
+    session: Any = None
     if a.variant == "ddp":
         net, ctx = DDP(model), contextlib.nullcontext()
     else:
@@ -125,15 +125,15 @@ def train_main(a: argparse.Namespace) -> None:
         ctx = autotune.session(net, **kw)
     losses = []
     parts: dict[str, list[float]] = {p: [] for p in PARTS}  # each step's seconds, by part
-    with ctx as tuner:
+    with ctx as session:
         started = time.perf_counter() - t0
         for x, y in batches:
             t = [time.perf_counter()]
             loss = task.loss(net, x, y)
             loss.backward()
             t.append(time.perf_counter())
-            if tuner is not None:
-                tuner.step()
+            if session is not None:
+                session.step()
             t.append(time.perf_counter())
             opt.step()
             opt.zero_grad(set_to_none=False)
@@ -149,10 +149,10 @@ def train_main(a: argparse.Namespace) -> None:
                                "parts_s": {p: sum(ts) for p, ts in parts.items()},
                                "first_steps_s": [round(sum(ts), 4) for ts in
                                                  zip(*parts.values())][:TAIL]}
-        if tuner is not None:
-            out.update(best=tuner.best, trials=len(tuner.history),
-                       tuning_iterations=tuner.tuning_iterations,
-                       tuning_cost=tuner.tuning_cost)
+        if session is not None:
+            out.update(best=session.best, trials=len(session.history),
+                       tuning_iterations=session.tuning_iterations,
+                       tuning_cost=session.tuning_cost)
         emit(out)
     dist.destroy_process_group()
 

@@ -32,7 +32,7 @@ each job, in the same processes:
   (lossless: the gradients are checked exactly): the session's 3 warm-up iterations and
   ``--budget`` tuning iterations, then ``--measure`` timed iterations under the kept
   configuration (the first after tuning is not timed: it pays the switch). A timed
-  iteration is ``ddp(x).backward()`` and ``tuner.step()``, after a barrier, the slowest
+  iteration is ``ddp(x).backward()`` and ``session.step()``, after a barrier, the slowest
   worker's time, as ``time_ddp`` times DDP's (which has no ``step()``).
 
 Every iteration's averaged gradients are checked exactly (``check_average``) in both.
@@ -129,26 +129,26 @@ def pair_main(a: argparse.Namespace) -> None:
     with autotune.session(wrapped, budget=a.budget, samples_per_step=1, store=False,
                           spend=None, fixed=json.loads(a.fixed) if a.fixed else None,
                           trial_iterations=a.trial_iterations, seed=a.seed, warmup=WARMUP,
-                          verbose=rank == 0, timeout=600) as tuner:
-        workers = tuner.rt.workers_group  # the runtime's: servers are not in it
+                          verbose=rank == 0, timeout=600) as session:
+        workers = session.rt.workers_group  # the runtime's: servers are not in it
         while len(times) < cap and sum(1 for b in tuning if not b) < a.measure + 1:
-            busy = tuner.tuning  # the leader knows; under what this iteration runs
+            busy = session.tuning  # the leader knows; under what this iteration runs
             model.zero_grad(set_to_none=False)
             dist.barrier(group=workers)
             t0 = time.perf_counter()
             wrapped(x).backward()
-            tuner.step()
+            session.step()
             # the slowest worker's time, and whether the leader was tuning
             t = torch.tensor([time.perf_counter() - t0, float(busy)], dtype=torch.float64)
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=workers)
             times.append(float(t[0]))
             tuning.append(bool(t[1]))
-            configs.append(dict(tuner.config))
+            configs.append(dict(session.config))
             check_average(model, want, f"{a.way} iteration {len(times) - 1} under "
-                                       f"{tuner.config}")
-        best = tuner.best
+                                       f"{session.config}")
+        best = session.best
         history = [{"config": r.config, "iterations": r.iterations, "score": r.score,
-                    "technique": r.technique, "error": r.error} for r in tuner.history]
+                    "technique": r.technique, "error": r.error} for r in session.history]
     if rank == 0:
         kept = [t for t, busy in zip(times, tuning) if not busy][1:]  # first: the switch
         emit({"ddp_times_s": ddp_times, "times_s": times, "tuning": tuning,

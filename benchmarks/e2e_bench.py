@@ -163,21 +163,21 @@ def session_main(a: argparse.Namespace) -> None:
     with autotune.session(model, budget=a.budget, samples_per_step=1, store=False,
                           spend=None,
                           trial_iterations=a.trial_iterations, seed=a.seed, warmup=WARMUP,
-                          verbose=rank == 0, timeout=600) as tuner:
+                          verbose=rank == 0, timeout=600) as session:
         # the same count on every rank: warm-up, budget, then the kept configuration
         for i in range(WARMUP + a.budget + a.measure):
-            tuning.append(tuner.tuning)  # rank 0 knows
+            tuning.append(session.tuning)  # rank 0 knows
             t0 = time.perf_counter()
             model.zero_grad(set_to_none=False)
             model(x).backward()
-            tuner.step()
+            session.step()
             times.append(time.perf_counter() - t0)
-            configs.append(dict(tuner.config))
+            configs.append(dict(session.config))
             if i % 5 == 4 or not tuning[-1]:  # exact average (outside the timed window)
-                check_average(model, (n + 1) / 2, f"session under {tuner.config}")
-        best = tuner.best
+                check_average(model, (n + 1) / 2, f"session under {session.config}")
+        best = session.best
         history = [{"config": r.config, "iterations": r.iterations, "score": r.score,
-                    "technique": r.technique, "error": r.error} for r in tuner.history]
+                    "technique": r.technique, "error": r.error} for r in session.history]
     if rank == 0:
         # under the kept configuration; its first iteration pays the switch
         kept = [t for t, busy in zip(times, tuning) if not busy][1:]

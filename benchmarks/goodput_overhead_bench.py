@@ -11,7 +11,7 @@ only difference between the two arms is the measurement:
 * ``off``: ``lossy_score="throughput"``: nothing is measured (as a lossless job).
 
 Each launch trains ``--warmup`` iterations, then times ``--iterations`` (wall time of the
-whole step: forward, backward, ``tuner.step()``, optimizer), on the slower rank. The arms
+whole step: forward, backward, ``session.step()``, optimizer), on the slower rank. The arms
 alternate, ``--repeats`` launches each, on the same hosts. Printed per model: the median
 iteration time of each arm (median of the launches' medians, with their min-max), their
 ratio, and the probe's own time per iteration (``EfficiencyProbe.seconds``: the sampling on
@@ -60,19 +60,19 @@ def rank_main(a: argparse.Namespace) -> None:
     times: list[float] = []
     with autotune.session(task.model, budget=0, allow_lossy=True, lossy_score=ARMS[a.arm],
                           fixed={"compression": "none"}, store=False, verbose=False,
-                          samples_per_step=batch, timeout=a.rank_timeout) as tuner:
+                          samples_per_step=batch, timeout=a.rank_timeout) as session:
         for i in range(a.warmup + a.iterations):
             t = time.perf_counter()
             x, y = task.next_batch()
             task.loss(task.model, x, y).backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad(set_to_none=False)
             if i >= a.warmup:
                 times.append(time.perf_counter() - t)
-            if i == a.warmup - 1 and tuner.meter.probe is not None:
-                tuner.meter.probe.seconds = 0.0  # the probe's time over the timed steps only
-        probe = tuner.meter.probe.seconds if tuner.meter.probe is not None else 0.0
+            if i == a.warmup - 1 and session.meter.probe is not None:
+                session.meter.probe.seconds = 0.0  # the probe's time over the timed steps only
+        probe = session.meter.probe.seconds if session.meter.probe is not None else 0.0
     mine = torch.tensor([median(times), probe / a.iterations], dtype=torch.float64)
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)  # the slower rank's
     if rank == 0:

@@ -1,6 +1,6 @@
 """What autotune's DDP comm hook adds to a real training step: a zoo model (ResNet-50,
 batch 64) forward and backward under DDP with autotune's hook
-(:class:`autotune.runtime.ddp.ddp_hook.BucketTransport`, which hands the buckets to the
+(:class:`autotune.runtime.ddp.ddp_hook.CommHookState`, which hands the buckets to the
 native runtime), under plain DDP (its default hook),
 and alone (no DDP: the compute), in rotation, iteration by iteration; medians of the
 slowest rank.
@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from autotune import zoo
-from autotune.runtime.ddp.ddp_hook import BucketTransport
+from autotune.runtime.ddp.ddp_hook import CommHookState
 from autotune.selftest.rank import pick_device
 from autotune.selftest.rank_ddp import ddp_backend
 
@@ -77,7 +77,7 @@ def main() -> None:
     models = {"alone": build(),
               "plain DDP": DDP(build(), process_group=group, bucket_cap_mb=args.bucket_mb, **kw),
               "DDP + hook": DDP(build(), process_group=group, bucket_cap_mb=args.bucket_mb, **kw)}
-    transport = BucketTransport.install(models["DDP + hook"])  # joins a runtime
+    transport = CommHookState.install(models["DDP + hook"])  # joins a runtime
     leader = dist.get_rank() == 0
     wanted = {"streams": args.streams, "chunk_bytes": int(args.chunk_mib * (1 << 20)),
               "compression": args.compression}

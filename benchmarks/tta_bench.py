@@ -302,14 +302,14 @@ def train_main(a: argparse.Namespace) -> None:
 
         net, ctx = model, autotune.session(model, **session_kwargs(a, a.batch))
     step, next_snap = 0, every
-    with ctx as tuner:
+    with ctx as session:
         first_step = time.perf_counter() - t0  # DDP's wrap, the session's start
         while True:
             x, y = task.next_batch()
             loss = task.loss(net, x, y)
             loss.backward()
-            if tuner is not None:
-                tuner.step(loss=loss)
+            if session is not None:
+                session.step(loss=loss)
             opt.step()
             opt.zero_grad(set_to_none=False)
             step += 1
@@ -318,22 +318,22 @@ def train_main(a: argparse.Namespace) -> None:
                 if now >= next_snap or now >= a.duration:
                     snaps.append((now, step, snapshot()))
                     next_snap = now + every
-                if tuner is not None:
-                    if tuner.tuning:
+                if session is not None:
+                    if session.tuning:
                         tuning_end = None
                     elif tuning_end is None:
                         tuning_end = now
-                    if not switches or switches[-1][2] != tuner.config:
-                        switches.append((now, step, dict(tuner.config)))
+                    if not switches or switches[-1][2] != session.config:
+                        switches.append((now, step, dict(session.config)))
                 flag.fill_(int(now >= a.duration))
             dist.broadcast(flag, 0, group=side)
             if flag.item():
                 break
         wall = time.perf_counter() - t0
         out: dict[str, Any] = {}
-        if tuner is not None and rank == 0:
-            out = {"best": tuner.best, "history": [trial_row(r) for r in tuner.history],
-                   "tuning_iterations": tuner.tuning_iterations,
+        if session is not None and rank == 0:
+            out = {"best": session.best, "history": [trial_row(r) for r in session.history],
+                   "tuning_iterations": session.tuning_iterations,
                    "tuning_end_s": tuning_end, "switches": switches}
     if rank != 0:
         dist.destroy_process_group()

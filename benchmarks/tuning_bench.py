@@ -153,21 +153,21 @@ def rank_main(a: argparse.Namespace) -> None:
                           spend=None,
                           seed=a.seed, verbose=leader, timeout=600,
                           **({"trial_iterations": a.trial_iterations}
-                             if a.trial_iterations else {})) as tuner:
+                             if a.trial_iterations else {})) as session:
         t_start = time.perf_counter()
         for i in range(a.iterations):
-            tuning.append(tuner.tuning)  # warm-up or a trial (rank 0 knows)
+            tuning.append(session.tuning)  # warm-up or a trial (rank 0 knows)
             t0 = time.perf_counter()
             model.zero_grad(set_to_none=False)
             model(x).backward()
-            tuner.step()
+            session.step()
             tuned.append(time.perf_counter() - t0)
-            configs.append(dict(tuner.config))
+            configs.append(dict(session.config))
         tuned_total = time.perf_counter() - t_start
         check("session")
         history = [{"config": r.config, "iterations": r.iterations, "score": r.score,
-                    "technique": r.technique, "error": r.error} for r in tuner.history]
-        kept = tuner.best
+                    "technique": r.technique, "error": r.error} for r in session.history]
+        kept = session.best
     _, _, second = runtime_phase([], a.iterations - first, best)
     fixed_total += second
     if leader:

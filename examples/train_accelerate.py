@@ -5,7 +5,7 @@ communication is tuned by one session around the loop. The two new lines are mar
     torchrun --standalone --nproc-per-node 2 examples/train_accelerate.py --steps 200
 
 ``accelerator.prepare(model)`` returns Accelerate's DDP model; ``autotune.session(ddp)``
-tunes how DDP's buckets cross the wire. ``tuner.step()`` goes inside
+tunes how DDP's buckets cross the wire. ``session.step()`` goes inside
 ``accelerator.accumulate()``: a micro-step (its backward ran inside DDP's ``no_sync()``)
 returns at once and is not counted, so autotune's iterations are the steps that
 synchronise (``accelerator.sync_gradients``), which the last line of output shows.
@@ -53,13 +53,13 @@ def main() -> None:
     # new line 1: DDP's communication is tuned while it trains
     with autotune.session(ddp, budget=args.budget, db=args.db, job="train_accelerate",
                           total_steps=args.total_steps or args.steps,
-                          samples_per_step=args.batch * args.accum) as tuner:
+                          samples_per_step=args.batch * args.accum) as session:
         while synced < args.steps:
             for x, y in loader:
                 with accelerator.accumulate(ddp):
                     loss = nn.functional.cross_entropy(ddp(x), y)
                     accelerator.backward(loss)
-                    tuner.step()  # new line 2: counts only the steps that synchronise
+                    session.step()  # new line 2: counts only the steps that synchronise
                     opt.step()
                     opt.zero_grad()
                 micro += 1
@@ -76,8 +76,8 @@ def main() -> None:
             x, y = dataset.tensors
             accuracy = (ddp.module(x).argmax(1) == y).float().mean().item()
         print(f"accuracy on all {len(y)} digits: {accuracy:.3f}", flush=True)
-        print(f"kept configuration: {fmt_config(tuner.best)}", flush=True)
-        print(f"iterations counted: {tuner.iteration} (synchronising steps {synced}, "
+        print(f"kept configuration: {fmt_config(session.best)}", flush=True)
+        print(f"iterations counted: {session.iteration} (synchronising steps {synced}, "
               f"micro-steps {micro})", flush=True)
     accelerator.end_training()
 

@@ -56,13 +56,13 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
 
     with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
-                          job="train_cnn") as tuner:
+                          job="train_cnn") as session:
         for step in range(args.steps):
             y = torch.randint(classes, (args.batch,), generator=gen)
             x = patterns[y] + torch.randn(args.batch, 3, 16, 16, generator=gen)
             loss = F.cross_entropy(model(x), y)
             loss.backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad(set_to_none=False)
             if rank == 0 and (step % 50 == 0 or step == args.steps - 1):
@@ -70,7 +70,7 @@ def main() -> None:
     if rank == 0:
         from autotune.units import fmt_config
 
-        print(f"kept configuration: {fmt_config(tuner.best)}", flush=True)
+        print(f"kept configuration: {fmt_config(session.best)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -41,14 +41,14 @@ def main() -> None:
     # the one new line: DDP's communication is tuned while it trains
     with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
                           total_steps=args.total_steps or args.steps,
-                          job="train_ddp") as tuner:
+                          job="train_ddp") as session:
         for step in range(args.steps):
             x = torch.randn(args.batch, 64, generator=gen).to(dev)
             with torch.no_grad():
                 y = torch.tanh(teacher(x))
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()  # DDP averages the gradients, through autotune's hook
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad(set_to_none=False)
             if rank == 0 and (step % 50 == 0 or step == args.steps - 1):
@@ -56,7 +56,7 @@ def main() -> None:
     if rank == 0:
         from autotune.units import fmt_config
 
-        print(f"kept configuration: {fmt_config(tuner.best)}", flush=True)
+        print(f"kept configuration: {fmt_config(session.best)}", flush=True)
     dist.destroy_process_group()
 
 

@@ -106,11 +106,11 @@ def main() -> None:
 
         print(f"training loss {result.training_loss:.4f} (bytes: ln 256 = 5.545 at random)",
               flush=True)
-        if tuning.tuner is None:  # one process: no DDP, nothing was tuned
-            print(f"not tuned: {tuning.session.inactive}", flush=True)
+        if tuning.session is None:  # one process: no DDP, nothing was tuned
+            print(f"not tuned: {tuning.autotune.inactive}", flush=True)
             return
         print(f"kept configuration: {fmt_config(tuning.best)}", flush=True)
-        print(f"iterations counted: {tuning.tuner.iteration} (optimizer steps "
+        print(f"iterations counted: {tuning.session.iteration} (optimizer steps "
               f"{trainer.state.global_step})", flush=True)
 
 

@@ -84,11 +84,11 @@ def main() -> None:
             x, y = dataset.tensors
             accuracy = (model.net(x).argmax(1) == y).float().mean().item()
         print(f"accuracy on all {len(y)} digits: {accuracy:.3f}", flush=True)
-        if tuning.tuner is None:  # one process without DDP: nothing was tuned
-            print(f"not tuned: {tuning.session.inactive}", flush=True)
+        if tuning.session is None:  # one process without DDP: nothing was tuned
+            print(f"not tuned: {tuning.autotune.inactive}", flush=True)
             return
         print(f"kept configuration: {fmt_config(tuning.best)}", flush=True)
-        print(f"iterations counted: {tuning.tuner.iteration} (optimizer steps "
+        print(f"iterations counted: {tuning.session.iteration} (optimizer steps "
               f"{trainer.global_step})", flush=True)
 
 

@@ -63,14 +63,14 @@ def main() -> None:
 
     with autotune.session(model, budget=args.budget, db=args.db, samples_per_step=args.batch,
                           total_steps=args.total_steps or args.steps,
-                          job="train_mlp") as tuner:
+                          job="train_mlp") as session:
         for step in range(args.steps):
             x = torch.randn(args.batch, 64, generator=gen).to(dev)
             with torch.no_grad():
                 y = torch.tanh(teacher(x))
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad(set_to_none=False)
             if rank == 0 and (step % 50 == 0 or step == args.steps - 1):
@@ -78,7 +78,7 @@ def main() -> None:
     if rank == 0:
         from autotune.units import fmt_config
 
-        print(f"kept configuration: {fmt_config(tuner.best)}", flush=True)
+        print(f"kept configuration: {fmt_config(session.best)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -83,12 +83,12 @@ def main() -> None:
     data = bigram_batches(vocab, ctx, args.batch, args.seed, rank)
 
     with autotune.session(model, budget=args.budget, db=args.db, allow_lossy=args.lossy,
-                          samples_per_step=args.batch, job="train_transformer") as tuner:
+                          samples_per_step=args.batch, job="train_transformer") as session:
         for step in range(args.steps):
             x, y = next(data)
             loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
             loss.backward()
-            tuner.step(loss=loss)  # with --lossy, a codec is kept only if the loss falls sooner
+            session.step(loss=loss)  # with --lossy, a codec is kept only if the loss falls sooner
             opt.step()
             opt.zero_grad(set_to_none=False)
             if rank == 0 and (step % 50 == 0 or step == args.steps - 1):
@@ -96,7 +96,7 @@ def main() -> None:
     if rank == 0:
         from autotune.units import fmt_config
 
-        print(f"kept configuration: {fmt_config(tuner.best)}", flush=True)
+        print(f"kept configuration: {fmt_config(session.best)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -39,18 +39,18 @@ def _run(model: nn.Module, way: str, steps: int, budget: int
     started = time.perf_counter()
     session = autotune.session(net, budget=budget, spend=None, store=False, verbose=False,
                                allow_lossy=False, seed=1, trial_iterations=4)
-    with session as tuner:
+    with session as session:
         entered = time.perf_counter()
         for i in range(steps):
             net(data[i % len(data)]).pow(2).mean().backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad()
         looped = time.perf_counter()
     dist.barrier()
     ended = time.perf_counter()
     parts = {"enter": entered - started, "loop": looped - entered, "exit": ended - looped}
-    return ended - started, tuner.tuning_cost, parts
+    return ended - started, session.tuning_cost, parts
 
 
 def cost_match(out: str, way: str = "native", steps: int = 100, budget: int = 40,

@@ -1,5 +1,5 @@
 """Per-rank code of tests/runtime/test_ddp_hook.py: real DDP (gloo, CPU) with and
-without :class:`~autotune.runtime.ddp.ddp_hook.BucketTransport`, as cases of the shared worlds
+without :class:`~autotune.runtime.ddp.ddp_hook.CommHookState`, as cases of the shared worlds
 (tests/worlds.py)::
 
     world(2).run("ddp_hook_worker:cases", mode="all")
@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from autotune.runtime.ddp.ddp_hook import BucketTransport
+from autotune.runtime.ddp.ddp_hook import CommHookState
 
 RANK = int(os.environ.get("RANK", 0))
 KiB, MiB = 1024, 1024 * 1024
@@ -113,7 +113,7 @@ def parity(copy_cpu: bool = False, views: bool = False) -> dict:
     train(plain, STEPS, 2)
     hooked = make_ddp(views=views)
     rt = runtime(copy_cpu)
-    t = BucketTransport.install(hooked, rt)
+    t = CommHookState.install(hooked, rt)
     seen = []
 
     def switch(it: int) -> None:
@@ -134,7 +134,7 @@ def lossy() -> dict:
     it), then top-k 10%, then none."""
     ddp = make_ddp(unused=False)
     rt = runtime()
-    t = BucketTransport.install(ddp, rt)
+    t = CommHookState.install(ddp, rt)
     topk = {"compression": "topk", "chunk_bytes": 64 * KiB, "streams": 2,
             "compress_min_bytes": 16 * KiB}
     out: dict[str, Any] = {}
@@ -186,7 +186,7 @@ def conservation() -> dict:
     rt = runtime()
     n = 40_000
     ddp = DDP(Flat(n))
-    t = BucketTransport.install(ddp, rt)
+    t = CommHookState.install(ddp, rt)
     g = torch.Generator().manual_seed(3 + RANK)
     norms, steps = [], []
     plan = ([{"compression": "topk", "topk_ratio": 0.01, "chunk_bytes": 32 * KiB,
@@ -225,14 +225,14 @@ def misuse() -> dict:
             return f"{type(e).__name__}: {e}"
 
     rt = runtime()
-    out = {"not_ddp": err(lambda: BucketTransport.install(Net(), rt))}
+    out = {"not_ddp": err(lambda: CommHookState.install(Net(), rt))}
     ddp = make_ddp()
     ddp.register_comm_hook(None, default_hooks.allreduce_hook)
-    out["second_hook"] = err(lambda: BucketTransport.install(ddp, rt))
+    out["second_hook"] = err(lambda: CommHookState.install(ddp, rt))
     ddp2 = make_ddp()
-    t = BucketTransport.install(ddp2, rt)
+    t = CommHookState.install(ddp2, rt)
     t.sync()
-    out["twice"] = err(lambda: BucketTransport.install(ddp2, rt))
+    out["twice"] = err(lambda: CommHookState.install(ddp2, rt))
     out["streams"] = err(lambda: t.sync({"streams": 5} if RANK == 0 else None))
     out["servers"] = err(lambda: t.sync({"transport": "pushpull", "servers": 1}
                                         if RANK == 0 else None))

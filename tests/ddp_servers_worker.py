@@ -75,26 +75,26 @@ def train(group, family: str | None, kill: bool = False) -> dict:
         return rec
     fired = False
     with autotune.session(ddp, budget=STEPS, store=False, verbose=False, timeout=60, warmup=1,
-                          fixed=FAMILIES[family], seed=3, spend=None) as tuner:
+                          fixed=FAMILIES[family], seed=3, spend=None) as session:
         for step, (x, y) in enumerate(batches()):
             nn.functional.mse_loss(ddp(x), y).backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad()
-            rec["configs"].append(dict(tuner.config))
-            if kill and not fired and step >= 3 and tuner.config["transport"] == "pushpull":
+            rec["configs"].append(dict(session.config))
+            if kill and not fired and step >= 3 and session.config["transport"] == "pushpull":
                 fired = True
                 rec["fired_at"] = step
                 if RANK == 0:
                     store = dist.distributed_c10d._get_default_store()
-                    server = tuner.rt.info.servers[0]
+                    server = session.rt.info.servers[0]
                     time.sleep(0.3)  # the other worker is in its next backward by now
                     os.kill(int(store.get(f"autotune/pid/{server}").decode()), signal.SIGKILL)
-    rec["history"] = [dict(config=h.config, error=h.error, score=h.score) for h in tuner.history]
-    rec["lost_servers"] = list(tuner.rt.lost_servers)
-    rec["handed"] = tuner.hooked.hook.buckets.handed
-    rec["averaged_again"] = tuner.hooked.hook.buckets.averaged_again
-    rec["buckets"] = len(tuner.hooked.hook.buckets.sizes)
+    rec["history"] = [dict(config=h.config, error=h.error, score=h.score) for h in session.history]
+    rec["lost_servers"] = list(session.rt.lost_servers)
+    rec["handed"] = session.hooked.hook.buckets.handed
+    rec["averaged_again"] = session.hooked.hook.buckets.averaged_again
+    rec["buckets"] = len(session.hooked.hook.buckets.sizes)
     rec["state"] = state(model)
     return rec
 

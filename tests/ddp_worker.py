@@ -131,20 +131,20 @@ def train(build: Callable[[], nn.Module], micro: int, wrap: str, **kw: Any) -> d
     if wrap == "hook":  # keep DDP: autotune.session(ddp_model) tunes its comm hook
         ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=unused)
         with autotune.session(ddp, **{"budget": 16, "store": False, "verbose": False,
-                                      "timeout": 60, "warmup": 1, "spend": None, **kw}) as tuner:
+                                      "timeout": 60, "warmup": 1, "spend": None, **kw}) as session:
             def hook_step() -> None:
-                tuner.step()
-                configs.add(json.dumps(tuner.config, sort_keys=True))
+                session.step()
+                configs.add(json.dumps(session.config, sort_keys=True))
 
-            loop(ddp, tuner.no_sync, hook_step)
-        return dict(state(model), _configs=len(configs), _history=len(tuner.history))
+            loop(ddp, session.no_sync, hook_step)
+        return dict(state(model), _configs=len(configs), _history=len(session.history))
     with autotune.session(model, **{"budget": 12, "store": False, "verbose": False,
-                                    "timeout": 60, "spend": None, **kw}) as tuner:
+                                    "timeout": 60, "spend": None, **kw}) as session:
         def step() -> None:
-            tuner.step()
-            configs.add(json.dumps(tuner.config, sort_keys=True))
+            session.step()
+            configs.add(json.dumps(session.config, sort_keys=True))
 
-        loop(model, tuner.no_sync, step)
+        loop(model, session.no_sync, step)
     return dict(state(model), _configs=len(configs))
 
 
@@ -167,12 +167,12 @@ def misuse(kind: str) -> str:
     if kind == "different":
         model = nn.Sequential(nn.Linear(8, 32 + RANK), nn.Tanh(), nn.Linear(32 + RANK, 1))
     try:
-        with autotune.session(model, budget=0, store=False, verbose=False, timeout=60) as tuner:
+        with autotune.session(model, budget=0, store=False, verbose=False, timeout=60) as session:
             for _ in range(3):
                 nn.functional.mse_loss(model(x), y).backward()
                 if kind == "twice":
                     nn.functional.mse_loss(model(x), y).backward()
-                tuner.step()
+                session.step()
                 if kind == "replaced":
                     model[2] = nn.Linear(32, 1)
         return ""
@@ -201,13 +201,13 @@ def parity(out: str) -> dict:
     return result
 
 
-def plain_loop(model: nn.Module, tuner: Any, steps: int) -> None:
+def plain_loop(model: nn.Module, session: Any, steps: int) -> None:
     """One micro-batch per step, SGD."""
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for mb in data(RANK, steps):
         x, y = mb[0]
         nn.functional.mse_loss(model(x), y).backward()
-        tuner.step()
+        session.step()
         opt.step()
         opt.zero_grad()
 
@@ -220,11 +220,11 @@ def server0(out: str) -> None:
     torch.manual_seed(1000 + RANK)
     model = mlp()
     with autotune.session(model, budget=8, db=os.path.join(out, "t.db"), verbose=False,
-                          timeout=60, spend=None) as tuner:
-        plain_loop(model, tuner, STEPS)
+                          timeout=60, spend=None) as session:
+        plain_loop(model, session, STEPS)
     with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
-        json.dump({"leader": tuner.is_leader, "history": len(tuner.history),
-                   "tuning_iterations": tuner.tuning_iterations, "state": state(model)}, f)
+        json.dump({"leader": session.is_leader, "history": len(session.history),
+                   "tuning_iterations": session.tuning_iterations, "state": state(model)}, f)
 
 
 def restart(out: str, db: str) -> dict:
@@ -234,10 +234,10 @@ def restart(out: str, db: str) -> dict:
 
     model = mlp()
     with autotune.session(model, budget=8, db=db, verbose=False,
-                          timeout=60, job="restart-test", spend=None) as tuner:
-        plain_loop(model, tuner, 14)
-    return {"history": len(tuner.history), "tuning": tuner.tuning_iterations,
-            "config": tuner.config, "best": tuner.best}
+                          timeout=60, job="restart-test", spend=None) as session:
+        plain_loop(model, session, 14)
+    return {"history": len(session.history), "tuning": session.tuning_iterations,
+            "config": session.config, "best": session.best}
 
 
 if __name__ == "__main__":

@@ -72,16 +72,16 @@ def main(scenario: str, out: str) -> None:
     t_fault = None
     try:
         with autotune.session(model, budget=12 if tune else 0, db=os.path.join(out, "t.db"),
-                              timeout=TIMEOUT, verbose=False, seed=1, spend=None) as tuner:
+                              timeout=TIMEOUT, verbose=False, seed=1, spend=None) as session:
             for step, (x, y) in enumerate(batches(RANK)):
                 t0 = time.monotonic()
                 nn.functional.mse_loss(model(x), y).backward()
-                tuner.step()
+                session.step()
                 opt.step()
                 opt.zero_grad()
                 rec["steps"].append(time.monotonic() - t0)
-                rec["configs"].append(dict(tuner.config))
-                pushpull = tuner.config["transport"] == "pushpull"
+                rec["configs"].append(dict(session.config))
+                pushpull = session.config["transport"] == "pushpull"
                 if not fired and step >= (4 if tune else AT) and (pushpull or not tune):
                     fired = True
                     rec["fired_at"] = step
@@ -97,8 +97,8 @@ def main(scenario: str, out: str) -> None:
                         signal_rank(target, sig)
                     t_fault = time.monotonic()
         rec["history"] = [dict(technique=h.technique, config=h.config, error=h.error,
-                               score=h.score) for h in tuner.history]
-        rec["lost_servers"] = list(tuner.rt.lost_servers)
+                               score=h.score) for h in session.history]
+        rec["lost_servers"] = list(session.rt.lost_servers)
     except RuntimeFault as e:
         rec.update(fault=str(e), rank=e.rank, recoverable=e.recoverable,
                    seconds=time.monotonic() - (t_fault or time.monotonic()))

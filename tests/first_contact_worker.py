@@ -31,10 +31,10 @@ def main() -> None:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     seen: dict = {"kind": type(None).__name__}
-    with autotune.session(model, budget=8, db=out / "one.db", job=f"one-{kind}") as tuner:
-        seen["kind"] = type(tuner).__name__
+    with autotune.session(model, budget=8, db=out / "one.db", job=f"one-{kind}") as session:
+        seen["kind"] = type(session).__name__
         try:
-            tuner.step()
+            session.step()
         except autotune.UsageError as e:
             seen["early_step"] = str(e)
         steps = 0
@@ -42,14 +42,14 @@ def main() -> None:
             for m in range(MICRO):
                 x = torch.randn(8, 16)
                 last = m == MICRO - 1
-                with contextlib.nullcontext() if last else tuner.no_sync():
+                with contextlib.nullcontext() if last else session.no_sync():
                     torch.nn.functional.mse_loss(model(x), x[:, :1]).backward()
-                tuner.step()
+                session.step()
                 steps += 1
             opt.step()
             opt.zero_grad()
-        seen.update(iterations=tuner.iteration, step_calls=steps, leader=tuner.is_leader,
-                    best=tuner.best, trials=len(tuner.history))
+        seen.update(iterations=session.iteration, step_calls=steps, leader=session.is_leader,
+                    best=session.best, trials=len(session.history))
     (out / "result.json").write_text(json.dumps(seen))
 
 

@@ -42,21 +42,21 @@ def job(kind: str, score: str, out: str, device: str = "cpu") -> dict | None:
     gen = torch.Generator().manual_seed(int(os.environ["RANK"]))  # a batch of its own
     with autotune.session(model, budget=40, db=out / "goodput.db", allow_lossy=True,
                           lossy_score=score, prior=False, fixed=FIXED, samples_per_step=32,
-                          verbose=False, job=f"goodput-{kind}-{score}", spend=None) as tuner:
+                          verbose=False, job=f"goodput-{kind}-{score}", spend=None) as session:
         for _ in range(90):
             idx = torch.randint(len(data), (32,), generator=gen)
             x, y = data.tensors[0][idx].to(device), data.tensors[1][idx].to(device)
             torch.nn.functional.cross_entropy(model(x), y).backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad()
-    if not tuner.is_leader:
+    if not session.is_leader:
         return None
     trials = [{"config": r.config, "score": r.score, "error": r.error,
                "iterations": r.iterations, "throughput": r.throughput,
-               "efficiency": r.efficiency} for r in tuner.history]
-    return {"trials": trials, "best": tuner.best, "db": str(out / "goodput.db"),
-            "noise_scale": tuner.meter.probe.noise_scale if tuner.meter.probe is not None else None}
+               "efficiency": r.efficiency} for r in session.history]
+    return {"trials": trials, "best": session.best, "db": str(out / "goodput.db"),
+            "noise_scale": session.meter.probe.noise_scale if session.meter.probe is not None else None}
 
 
 def main() -> None:

@@ -73,11 +73,11 @@ def _rank(rank: int, port: int, db: Path, log: Path, ddp: bool, device: str) -> 
             # tuning all along (configurations switch under the signal), without the
             # physics prior's CPU cost
             with autotune.session(model, budget=10**6, db=db, verbose=False, timeout=30,
-                                  prior=False, job="interrupt", spend=None) as tuner:
+                                  prior=False, job="interrupt", spend=None) as session:
                 while True:
                     x = torch.randn(16, 32, generator=gen).to(device)
                     torch.nn.functional.mse_loss(model(x), x[:, :1]).backward()
-                    tuner.step()
+                    session.step()
                     opt.step()
                     opt.zero_grad()
         except KeyboardInterrupt as exc:

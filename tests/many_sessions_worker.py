@@ -58,11 +58,11 @@ def sessions(out: str, way: str, n: int, same: bool, steps: int = 30,
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
         with autotune.session(wrapped, budget=budget, total_steps=steps, store=False,
-                              verbose=False, allow_lossy=False) as tuner:
+                              verbose=False, allow_lossy=False) as session:
             for _ in range(steps):
                 x = torch.randn(16, 32, generator=gen)
                 wrapped(x).pow(2).mean().backward()
-                tuner.step()
+                session.step()
                 opt.step()
                 opt.zero_grad()
                 ref(x).pow(2).mean().backward()

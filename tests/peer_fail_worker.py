@@ -34,12 +34,12 @@ def main() -> None:
         dist.init_process_group("gloo", timeout=timedelta(seconds=30))
         model = nn.parallel.DistributedDataParallel(model)
     with autotune.session(model, budget=10, db=db, timeout=30, job="peer_fail",
-                          warmup=1, trial_iterations=2, spend=None) as tuner:
+                          warmup=1, trial_iterations=2, spend=None) as session:
         for step in range(20):
             model(torch.randn(8, 16)).sum().backward()
             if rank == 1 and step == FAIL_AT:
                 raise RuntimeError("boom")
-            tuner.step()
+            session.step()
     print(f"rank {rank}: finished", flush=True)
 
 

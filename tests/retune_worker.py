@@ -51,11 +51,11 @@ def main(progress: str, trigger: str, spec_json: str) -> None:
     with autotune.session(model, budget=int(spec["budget"]), warmup=int(spec["warmup"]),
                           retune_on_drift=float(spec["threshold"]),
                           drift_window=int(spec["window"]), db=spec.get("db"),
-                          verbose=False, job="retune", timeout=120, spend=None) as tuner:
+                          verbose=False, job="retune", timeout=120, spend=None) as session:
         for i in range(int(spec["steps"])):
             t0 = time.perf_counter()
             if early:  # rank 0's schedule decides, for every rank at the same iteration
-                seen, stop = _decide(tuner, i, slower_at, selfslow, window, trigger)
+                seen, stop = _decide(session, i, slower_at, selfslow, window, trigger)
                 if stop:
                     break
                 slower_at = i if seen and selfslow and slower_at is None else slower_at
@@ -65,25 +65,25 @@ def main(progress: str, trigger: str, spec_json: str) -> None:
                 changed_at = i
             time.sleep(spec["compute_s"] + (spec["slower_compute_s"] if seen else 0.0))
             model(torch.randn(32, f, generator=g)).pow(2).mean().backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad()
             if rank == 0:
-                s = tuner.schedule
+                s = session.schedule
                 rows.append([time.time(), time.perf_counter() - t0, s.phase])
                 with open(progress, "a") as out:
                     out.write(f"{i} {s.phase} {int(s.kept_phase.watch.baseline is not None)}\n")
     if rank == 0:
-        s = tuner.schedule
+        s = session.schedule
         print("RESULT " + json.dumps({
             "rows": rows, "changed_at": changed_at, "retunes": s.retunes,
-            "warmup": int(spec["warmup"]), "unit": tuner.unit,
+            "warmup": int(spec["warmup"]), "unit": session.unit,
             "trials": [{"index": r.index, "technique": r.technique, "config": r.config,
-                        "score": r.score} for r in tuner.history],
+                        "score": r.score} for r in session.history],
         }), flush=True)
 
 
-def _decide(tuner: Any, i: int, slower_at: int | None, selfslow: bool, window: int,
+def _decide(session: Any, i: int, slower_at: int | None, selfslow: bool, window: int,
             trigger: str) -> tuple[bool, bool]:
     """``end_early``: (whether the change is on, whether to stop before iteration ``i``),
     decided on rank 0 (only the leader holds the schedule) and broadcast: the change is on
@@ -94,7 +94,7 @@ def _decide(tuner: Any, i: int, slower_at: int | None, selfslow: bool, window: i
     import torch.distributed as dist
 
     flags = torch.zeros(2, dtype=torch.int64)
-    s = tuner.schedule
+    s = session.schedule
     if s is not None:
         if selfslow:
             flags[0] = slower_at is not None or (s.phase == "locked" and s.kept_phase.watch.baseline is not None)

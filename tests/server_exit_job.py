@@ -59,10 +59,10 @@ def main(out: Path, way: str, world: str) -> None:
         model = DDP(model, process_group=autotune.workers_group())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     fixed = {"transport": "pushpull", "servers": 1, "streams": 2, "chunk_bytes": 16384}
-    with autotune.session(model, fixed=fixed, store=False, verbose=False) as tuner:
+    with autotune.session(model, fixed=fixed, store=False, verbose=False) as session:
         for _ in range(20):
             model(torch.randn(8, 64)).pow(2).mean().backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad()
     if world == "own":

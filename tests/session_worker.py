@@ -53,15 +53,15 @@ def train_ddp(seed: int, steps: int) -> torch.Tensor:
     return flat(model)
 
 
-def count_collectives(tuner) -> dict:
+def count_collectives(session) -> dict:
     """Count the session's own collectives (its per-iteration reduce, and putting a
     configuration in force), each still run as it is."""
     calls = {"n": 0}
     for name in ("worker_sum", "put_in_force"):
-        def counted(*a, _real=getattr(tuner.hooked, name), **k):
+        def counted(*a, _real=getattr(session.hooked, name), **k):
             calls["n"] += 1
             return _real(*a, **k)
-        setattr(tuner.hooked, name, counted)
+        setattr(session.hooked, name, counted)
     return calls
 
 
@@ -72,45 +72,45 @@ def train_session(data_seed: int, steps: int, wrap_ddp: bool = False, **kw):
     net = nn.parallel.DistributedDataParallel(model) if wrap_ddp else model
     losses, sums, configs, settled, collectives, hooked = [], [], [], [], [], []
     kw.setdefault("spend", None)  # the search is what these tests look at, whole
-    with autotune.session(net, **kw) as tuner:
-        calls = count_collectives(tuner)
-        default = dict(tuner.space.default())
+    with autotune.session(net, **kw) as session:
+        calls = count_collectives(session)
+        default = dict(session.space.default())
         ddps: list = []
         for x, y in batches(data_seed, RANK, steps):
             before = calls["n"]
             loss = nn.functional.mse_loss(net(x), y)
             loss.backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad()
             losses.append(loss.item())
             sums.append(hashlib.sha256(flat(model).numpy().tobytes()).hexdigest())
-            configs.append(dict(tuner.config))
-            settled.append(tuner.settled)
+            configs.append(dict(session.config))
+            settled.append(session.settled)
             collectives.append(calls["n"] - before)
             # whether DDP's comm hook is registered (else DDP's built-in all-reduce runs)
-            hooked.append(tuner.hooked.hook.hooked and bool(tuner.ddp._comm_hooks))
-            if not any(r() is tuner.ddp for r in ddps):
-                ddps.append(weakref.ref(tuner.ddp))
+            hooked.append(session.hooked.hook.hooked and bool(session.ddp._comm_hooks))
+            if not any(r() is session.ddp for r in ddps):
+                ddps.append(weakref.ref(session.ddp))
         # the DDPs built over the model that are still alive (no garbage collection run):
         # one built anew must free the last, whose reducer would all-reduce again
         alive = sum(r() is not None for r in ddps)
     hist = [dict(index=r.index, technique=r.technique, config=r.config, iterations=r.iterations,
-                 score=r.score, error=r.error) for r in tuner.history]
+                 score=r.score, error=r.error) for r in session.history]
     numbers = {}
-    if tuner.ledger is not None:  # the leader: what "best" and "default" mean
-        numbers = dict(best_score=tuner.best_score, best_spread=tuner.best_spread,
-                       default_score=tuner.default_score, default_spread=tuner.default_spread,
-                       unit=tuner.unit, measured_best=tuner.ledger.measured(tuner.best),
-                       measured_default=tuner.ledger.measured(tuner.space.default()))
-    schedule = tuner.schedule  # the leader's
+    if session.ledger is not None:  # the leader: what "best" and "default" mean
+        numbers = dict(best_score=session.best_score, best_spread=session.best_spread,
+                       default_score=session.default_score, default_spread=session.default_spread,
+                       unit=session.unit, measured_best=session.ledger.measured(session.best),
+                       measured_default=session.ledger.measured(session.space.default()))
+    schedule = session.schedule  # the leader's
     numbers["warmup_s"] = ((schedule.warmup_times, schedule.probe_times) if schedule  # the cap
                            else ([], []))                                             # probe's evidence
     return model, dict(losses=losses, sums=sums, configs=configs, history=hist,
                        settled=settled, collectives=collectives, hooked=hooked,
                        ddps=len(ddps), alive=alive,
                        default=default,
-                       best=tuner.best, tuning_iterations=tuner.tuning_iterations, **numbers)
+                       best=session.best, tuning_iterations=session.tuning_iterations, **numbers)
 
 
 def case(out: str, steps: int = 60, budget: int = 40, ddp: bool = False,
@@ -133,24 +133,24 @@ def case(out: str, steps: int = 60, budget: int = 40, ddp: bool = False,
 
 
 def loss_mean(out: str) -> dict:
-    """Issue 62: the loss each worker passes to ``tuner.step(loss=...)`` reaches the
+    """Issue 62: the loss each worker passes to ``session.step(loss=...)`` reaches the
     leader's schedule as the mean over the workers, through the session's own iteration
     all-reduce (its meter, over the real process group); a worker that passes none, or a
     loss that is not finite, makes it None; a loss that is not a number is a usage error."""
     model = make_model(0)
     (x, y), = batches(0, RANK, 1)
     seen = {}
-    with autotune.session(model, budget=0, verbose=False, db=None) as tuner:
+    with autotune.session(model, budget=0, verbose=False, db=None) as session:
         torch.nn.functional.mse_loss(model(x), y).backward()
-        tuner.step(loss=torch.tensor(float(RANK + 1)))
-        seen["mean"] = tuner.meter.reduce(0.1, 0.0, 0.0, False, float(RANK + 1))[4]
-        seen["one_missing"] = tuner.meter.reduce(0.1, 0.0, 0.0, False,
+        session.step(loss=torch.tensor(float(RANK + 1)))
+        seen["mean"] = session.meter.reduce(0.1, 0.0, 0.0, False, float(RANK + 1))[4]
+        seen["one_missing"] = session.meter.reduce(0.1, 0.0, 0.0, False,
                                                  None if RANK else 2.0)[4]
-        seen["nan"] = tuner.meter.reduce(0.1, 0.0, 0.0, False,
+        seen["nan"] = session.meter.reduce(0.1, 0.0, 0.0, False,
                                          float("nan") if RANK else 2.0)[4]
         try:
             torch.nn.functional.mse_loss(model(x), y).backward()
-            tuner.step(loss="low")
+            session.step(loss="low")
         except autotune.UsageError as e:
             seen["error"] = str(e)
     return seen

@@ -34,15 +34,15 @@ def main(dbs: list[str], out: str, steps: int) -> None:
     histories = []
     for i, db in enumerate(dbs):
         with autotune.session(model, budget=steps, db=db, verbose=False, job="user-job",
-                              spend=None, samples_per_step=16 if i == 0 else None) as tuner:
+                              spend=None, samples_per_step=16 if i == 0 else None) as session:
             for _ in range(steps):
                 x = torch.randn(16, 256, generator=g)
                 model(x).pow(2).mean().backward()
-                tuner.step()
+                session.step()
                 opt.step()
                 opt.zero_grad()
         histories.append([{"technique": r.technique, "config": r.config}
-                          for r in tuner.history])
+                          for r in session.history])
     if rank == 0:
         with open(out, "w") as f:
             json.dump(histories, f)

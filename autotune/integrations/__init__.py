@@ -7,7 +7,7 @@ communication without touching the training loop (docs/integrations.md).
   ``Trainer`` (a ``TrainerCallback`` that is also the context manager around
   ``trainer.train()`` that closes the run on an error);
 - Accelerate needs no module: ``autotune.session(accelerator.prepare(model))`` and one
-  ``tuner.step()`` inside ``accelerator.accumulate()`` (docs/integrations.md);
+  ``session.step()`` inside ``accelerator.accumulate()`` (docs/integrations.md);
 - :mod:`autotune.integrations.callback`: what the callbacks share, framework-free: one
   :func:`autotune.session` of the framework's DDP module, opened, stepped and closed from
   the framework's hooks.

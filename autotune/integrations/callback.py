@@ -4,7 +4,7 @@ A framework wraps the model in ``DistributedDataParallel`` itself and runs the t
 loop; a callback only sees its hooks. :class:`CallbackSession` turns three of them into
 the public session API: :meth:`~CallbackSession.start` opens ``autotune.session(ddp,
 **options)`` (after the framework has wrapped the model, before the first backward: DDP
-takes a comm hook only then), :meth:`~CallbackSession.step` calls ``tuner.step()`` once per
+takes a comm hook only then), :meth:`~CallbackSession.step` calls ``session.step()`` once per
 training step (a gradient-accumulation micro-step, whose backward ran inside DDP's
 ``no_sync()``, returns at once and is not counted), and :meth:`~CallbackSession.finish`
 closes the run exactly once: ``finished``, or with the exception that ended training
@@ -78,7 +78,7 @@ class CallbackSession:
         self.options = check_options(options)
         #: the session (open, or the last one, closed); None before training started or
         #: where there is nothing to tune (:attr:`inactive`)
-        self.tuner: Session | None = None
+        self.session: Session | None = None
         #: why no session was opened (one process, no process group), or None
         self.inactive: str | None = None
         self._open = False
@@ -121,28 +121,28 @@ class CallbackSession:
         options = dict(self.options)
         if options.get("total_steps") is None:
             options["total_steps"] = known_steps(total_steps)
-        tuner = autotune.session(model, **options)
-        tuner.__enter__()  # registers the comm hook: before the first backward
+        session = autotune.session(model, **options)
+        session.__enter__()  # registers the comm hook: before the first backward
         _TUNED.add(model)
-        self.tuner, self._open = tuner, True
+        self.session, self._open = session, True
 
     def step(self, loss: Any = None) -> None:
-        """``tuner.step(loss)`` after a training step (nothing where no session is open)."""
-        if self._open and self.tuner is not None:
-            self.tuner.step(loss)
+        """``session.step(loss)`` after a training step (nothing where no session is open)."""
+        if self._open and self.session is not None:
+            self.session.step(loss)
 
     def finish(self, exc: BaseException | None) -> None:
         """Close the run, once: ``finished`` (``exc`` None), else with ``exc``. A failure
         while closing after an exception (the session names a failed peer rank) is a
         warning: the exception that ended training is the one that goes on."""
-        if not self._open or self.tuner is None:
+        if not self._open or self.session is None:
             return
         self._open = False
         if exc is None:
-            self.tuner.__exit__(None, None, None)
+            self.session.__exit__(None, None, None)
             return
         try:
-            self.tuner.__exit__(type(exc), exc, exc.__traceback__)
+            self.session.__exit__(type(exc), exc, exc.__traceback__)
         except Exception as closing:  # noqa: BLE001 - the training's exception goes on
             warnings.warn(f"autotune ({self.framework}): closing the run after "
                           f"{type(exc).__name__}: {closing}", RuntimeWarning, stacklevel=2)
@@ -151,40 +151,40 @@ class CallbackSession:
     @property
     def best(self) -> Config | None:
         """The configuration the session settled on (None before it started)."""
-        return self.tuner.best if self.tuner is not None else None
+        return self.session.best if self.session is not None else None
 
     @property
     def history(self) -> list[Trial]:
         """Every trial (on the leader; empty elsewhere)."""
-        return self.tuner.history if self.tuner is not None else []
+        return self.session.history if self.session is not None else []
 
     @property
     def is_leader(self) -> bool:
         """Whether this rank leads the session (tunes, records, shows)."""
-        return self.tuner.is_leader if self.tuner is not None else False
+        return self.session.is_leader if self.session is not None else False
 
 
 class CallbackResults:
     """The results of a framework callback's session, as a session shows them
     (:class:`autotune.leader.results.SessionResults`, whose name it no longer shares):
     mixed into each framework's callback, whose :class:`CallbackSession` is
-    ``self.session``."""
+    ``self.autotune``."""
 
-    session: CallbackSession
+    autotune: CallbackSession
 
     @property
-    def tuner(self) -> Session | None:
+    def session(self) -> Session | None:
         """The session (the last one, once closed); None before training started."""
-        return self.session.tuner
+        return self.autotune.session
 
     @property
     def best(self) -> Config | None:
-        return self.session.best
+        return self.autotune.best
 
     @property
     def history(self) -> list[Trial]:
-        return self.session.history
+        return self.autotune.history
 
     @property
     def is_leader(self) -> bool:
-        return self.session.is_leader
+        return self.autotune.is_leader

@@ -11,7 +11,7 @@ communication (docs/integrations.md, "Lightning").
 Lightning keeps everything it does (DDP's wrap, samplers, ``accumulate_grad_batches``
 through DDP's ``no_sync()``, precision, clipping, checkpoints, loggers). The callback
 opens ``autotune.session(trainer.strategy.model)`` in ``on_train_start`` (DDP has wrapped
-the model then, and no backward has run), calls ``tuner.step()`` in
+the model then, and no backward has run), calls ``session.step()`` in
 ``on_train_batch_end`` (an accumulation micro-batch is not counted as an iteration, a
 batch skipped by returning None from ``training_step`` is passed over),
 closes the run ``finished`` in ``on_train_end``, and in ``on_exception`` closes it with
@@ -52,25 +52,25 @@ class AutotuneCallback(CallbackResults, pl.Callback):
     def __init__(self, *, budget: int = 100, db: str | os.PathLike[str] | None = None,
                  **options: Any) -> None:
         super().__init__()
-        self.session = CallbackSession("Lightning", {"budget": budget, "db": db, **options})
+        self.autotune = CallbackSession("Lightning", {"budget": budget, "db": db, **options})
 
     # ------------------------------------------------------------- Lightning's hooks
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.session.start(trainer.strategy.model, "trainer.strategy.model",
+        self.autotune.start(trainer.strategy.model, "trainer.strategy.model",
                            total_steps=trainer.estimated_stepping_batches)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
         if pl_module.automatic_optimization and not _has_loss(outputs):
             return  # training_step returned None: Lightning skipped backward and the step
-        self.session.step(_loss_of(outputs))
+        self.autotune.step(_loss_of(outputs))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.session.finish(None)
+        self.autotune.finish(None)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
-        self.session.finish(exception)
+        self.autotune.finish(exception)
 
 
 def _has_loss(outputs: Any) -> bool:

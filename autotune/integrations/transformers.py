@@ -14,7 +14,7 @@ accumulation through DDP's ``no_sync()``, clipping, the optimizer and scheduler,
 checkpoints, logging). The DDP module is the trainer's ``model_wrapped`` (callbacks are
 given the unwrapped ``model``), so the callback is made with the trainer:
 ``on_train_begin`` opens ``autotune.session(trainer.model_wrapped)`` (wrapped then, no
-backward yet), ``on_step_end`` calls ``tuner.step()`` (once per optimizer step, after
+backward yet), ``on_step_end`` calls ``session.step()`` (once per optimizer step, after
 accumulation) and ``on_train_end`` closes the run ``finished``.
 
 The Trainer has no hook for an exception, so the callback is also the context manager
@@ -56,7 +56,7 @@ class AutotuneCallback(CallbackResults, TrainerCallback):
             options["samples_per_step"] = (trainer.args.per_device_train_batch_size
                                            * trainer.args.gradient_accumulation_steps)
         self.trainer = trainer
-        self.session = CallbackSession("Transformers Trainer",
+        self.autotune = CallbackSession("Transformers Trainer",
                                        {"budget": budget, "db": db, **options})
         self._entered = False
         trainer.add_callback(self)
@@ -77,7 +77,7 @@ class AutotuneCallback(CallbackResults, TrainerCallback):
         try:
             if exc_type is not None and exc is None:
                 exc = exc_type()
-            self.session.finish(exc)
+            self.autotune.finish(exc)
         finally:
             self._entered = False
             if self in self.trainer.callback_handler.callbacks:
@@ -93,13 +93,13 @@ class AutotuneCallback(CallbackResults, TrainerCallback):
                 "    with AutotuneCallback(trainer, ...):\n        trainer.train()\n"
                 "so that an error closes the tuning run as failed instead of leaving it "
                 "running")
-        self.session.start(self.trainer.model_wrapped, "trainer.model_wrapped",
+        self.autotune.start(self.trainer.model_wrapped, "trainer.model_wrapped",
                            total_steps=state.max_steps)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, **kwargs: Any) -> None:
-        self.session.step()
+        self.autotune.step()
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState,
                      control: TrainerControl, **kwargs: Any) -> None:
-        self.session.finish(None)
+        self.autotune.finish(None)

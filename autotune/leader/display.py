@@ -93,7 +93,7 @@ class SessionDisplay(Listener):
         if self._progress is not None:
             self._close_kept(kept)
 
-    def settled(self, kept: Config | None, status: str = "finished") -> None:
+    def ended(self, kept: Config | None, status: str = "finished") -> None:
         """The session ends: the tuning display (if still open) ends ``done`` with what
         was ``kept`` and its figure when ``status`` is ``finished``, else it says
         ``failed`` or ``aborted``."""

@@ -385,7 +385,7 @@ class _status:
 
 def _local(req: _Request) -> dict:
     from autotune import progress, zoo
-    from autotune.offline.local import LocalPlan, TuneError, memory_check, tune_local
+    from autotune.offline.local import LocalTune, TuneError, memory_check, tune_local
     from autotune.workload import gradient_bytes
 
     o, name = req.options, req.model
@@ -395,7 +395,7 @@ def _local(req: _Request) -> dict:
                      int(o.max_memory * (1 << 30)) if o.max_memory else None)
     except (TuneError, zoo.ZooError) as exc:
         raise click.UsageError(str(exc)) from None
-    plan = LocalPlan(model=name, workers=o.workers, servers=o.servers, machines=o.machines,
+    tune = LocalTune(model=name, workers=o.workers, servers=o.servers, machines=o.machines,
                      budget=o.budget, db=req.db, compute_ms=req.compute_ms,
                      backward_fraction=o.backward_fraction, seed=o.seed,
                      techniques=req.techniques, trial_iterations=o.trial_iterations,
@@ -411,7 +411,7 @@ def _local(req: _Request) -> dict:
         progress.message(f"autotune tune: starting {o.workers} worker(s) + {o.servers} "
                          f"server(s) on {where}", sys.stderr)
     try:
-        res = tune_local(plan, on_event=None if viewer is None else viewer.event)
+        res = tune_local(tune, on_event=None if viewer is None else viewer.event)
     except TuneError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -426,8 +426,9 @@ def _local(req: _Request) -> dict:
         "world": res["world"], "emulate_rate": o.emulate, "compute_ms": req.compute_ms,
         "budget": o.budget, "unit": "it/s", "best": res["best"], **_stored_sides(run),
         "kept": res["kept"], "kept_score": kept[0], "kept_spread": kept[1],
-        "kept_iterations": kept[2],
+        "kept_iterations": kept[2], "kept_timed_s": sum(res["verify_times_s"]),
         "ddp_score": ddp[0], "ddp_spread": ddp[1], "ddp_iterations": ddp[2],
+        "ddp_timed_s": sum(res["ddp"]["times_s"]) if res.get("ddp") else None,
         "trials": len(res["trials"]), "failed_trials": failed,
         "run_id": run["id"], "db": shown(req.db), "model_fp": run["model_fp"], "topology_fp": run["topology_fp"],
         "simulated": False, "wall_s": res["wall_s"], "history": res["history"],

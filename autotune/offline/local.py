@@ -44,7 +44,7 @@ class TuneError(AutotuneError, RuntimeError):
 
 
 @dataclass
-class LocalPlan:
+class LocalTune:
     """Everything one offline job needs (built and checked by the command)."""
 
     model: str
@@ -158,26 +158,26 @@ class _Output:
             self.on_event(ev[1])
 
 
-def _env(plan: LocalPlan) -> dict[str, str]:
+def _env(tune: LocalTune) -> dict[str, str]:
     # A factory "pkg.module:attr" must import in the ranks as it did here.
     paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "OMP_NUM_THREADS": "1",
-            "AUTOTUNE_TIMEOUT": str(min(plan.timeout, 600.0)), progress.ENV: "events",
-            **plan.extra_env}
+            "AUTOTUNE_TIMEOUT": str(min(tune.timeout, 600.0)), progress.ENV: "events",
+            **tune.extra_env}
 
 
-def _run(plan: LocalPlan, mode: str, workers: int, servers: int,
+def _run(tune: LocalTune, mode: str, workers: int, servers: int,
          on_event: Callable[[dict], None] | None) -> dict:
     """One job (``mode`` tune or ddp) on ``workers`` + ``servers`` ranks; rank 0's report."""
     output = _Output(on_event)
     with tempfile.TemporaryDirectory(prefix="autotune-tune-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        spec_path.write_text(json.dumps(plan.spec(mode, str(result_path))))
+        spec_path.write_text(json.dumps(tune.spec(mode, str(result_path))))
         argv = [sys.executable, "-m", "autotune.offline.worker", str(spec_path)]
-        if plan.emulate:
-            failure = _run_emulated(plan, argv, workers, servers, output)
+        if tune.emulate:
+            failure = _run_emulated(tune, argv, workers, servers, output)
         else:
-            failure = _run_loopback(plan, argv, workers, servers, output)
+            failure = _run_loopback(tune, argv, workers, servers, output)
         result = json.loads(result_path.read_text()) if result_path.exists() else None
     if failure is not None or result is None:
         tail = "\n".join(output.tail[-25:])
@@ -186,17 +186,17 @@ def _run(plan: LocalPlan, mode: str, workers: int, servers: int,
     return result
 
 
-def _run_loopback(plan: LocalPlan, argv: list[str], workers: int, servers: int,
+def _run_loopback(tune: LocalTune, argv: list[str], workers: int, servers: int,
                   output: _Output) -> str | None:
     import io
 
     from autotune.launch import run_job
 
     err = io.StringIO()
-    saved = {k: os.environ.get(k) for k in _env(plan)}
-    os.environ.update(_env(plan))  # run_job hands this process's environment to the ranks
+    saved = {k: os.environ.get(k) for k in _env(tune)}
+    os.environ.update(_env(tune))  # run_job hands this process's environment to the ranks
     try:
-        code = run_job(argv[1:], workers, servers, plan.machines, grace=10.0, out=output, err=err)
+        code = run_job(argv[1:], workers, servers, tune.machines, grace=10.0, out=output, err=err)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -208,18 +208,18 @@ def _run_loopback(plan: LocalPlan, argv: list[str], workers: int, servers: int,
     return None
 
 
-def _run_emulated(plan: LocalPlan, argv: list[str], workers: int, servers: int,
+def _run_emulated(tune: LocalTune, argv: list[str], workers: int, servers: int,
                   output: _Output) -> str | None:
     from autotune.emulate import Cluster, EmulatorError
 
-    machines = plan.machines or workers
+    machines = tune.machines or workers
     per = workers // machines
     hosts = [r // per for r in range(workers)] + [machines + s for s in range(servers)]
     try:
-        with Cluster(hosts=machines + servers, rate=plan.emulate) as cluster:
+        with Cluster(hosts=machines + servers, rate=tune.emulate) as cluster:
             job = cluster.launch(argv, workers=workers, servers=servers,
                                  server_argv=[sys.executable, "-m", "autotune.server"],
-                                 timeout_s=plan.timeout, env=_env(plan), echo=output,
+                                 timeout_s=tune.timeout, env=_env(tune), echo=output,
                                  hosts=hosts)
     except EmulatorError as exc:
         return str(exc)
@@ -230,8 +230,8 @@ def _run_emulated(plan: LocalPlan, argv: list[str], workers: int, servers: int,
     return None
 
 
-def tune_local(plan: LocalPlan, on_event: Callable[[dict], None] | None = None) -> dict:
-    """Run the offline tuning job (and, with ``plan.compare_ddp``, the DDP reference: in
+def tune_local(tune: LocalTune, on_event: Callable[[dict], None] | None = None) -> dict:
+    """Run the offline tuning job (and, with ``tune.compare_ddp``, the DDP reference: in
     the same world without servers, else as a second job on the workers); return rank
     0's report with the stored run (``run``, ``trials``) and the DDP result (``ddp``),
     which the run then holds too (``runs.ddp``, :meth:`~autotune.store.Store.record_ddp`).
@@ -239,21 +239,21 @@ def tune_local(plan: LocalPlan, on_event: Callable[[dict], None] | None = None) 
     :class:`autotune.progress.Viewer`)."""
     from autotune.store import Store
 
-    with Store(plan.db) as store:
+    with Store(tune.db) as store:
         before = max((r["id"] for r in store.runs(limit=1)), default=0)
-    result = _run(plan, "tune", plan.workers, plan.servers, on_event)
-    with Store(plan.db) as store:
-        runs = [r for r in store.runs(job=plan.job) if r["id"] > before]
+    result = _run(tune, "tune", tune.workers, tune.servers, on_event)
+    with Store(tune.db) as store:
+        runs = [r for r in store.runs(job=tune.job) if r["id"] > before]
         if not runs:
-            raise TuneError(f"the job ran but no run was recorded in {shown(plan.db)}")
+            raise TuneError(f"the job ran but no run was recorded in {shown(tune.db)}")
         result["run"] = runs[0]
         result["trials"] = store.trials(runs[0]["id"])
-    if plan.compare_ddp and result.get("ddp") is None:
-        result["ddp"] = _run(plan, "ddp", plan.workers, 0, on_event)
+    if tune.compare_ddp and result.get("ddp") is None:
+        result["ddp"] = _run(tune, "ddp", tune.workers, 0, on_event)
     if result.get("ddp"):  # stored with the run: db show and report show it too
         from autotune.speedup import measure_times
 
-        with Store(plan.db) as store:
+        with Store(tune.db) as store:
             store.record_ddp(result["run"]["id"], measure_times(result["ddp"]["times_s"]),
                              measure_times(result["verify_times_s"]))
             result["run"] = store.run(result["run"]["id"])

@@ -110,19 +110,19 @@ def run_tune(spec: dict, rank: int) -> None:
         dist.init_process_group("gloo")
         ddp = ddp_phase(spec, rank, model, job)
     t0 = time.perf_counter()
-    with autotune.session(model, **kwargs) as tuner:
-        world = len(tuner.rt.info.workers)
+    with autotune.session(model, **kwargs) as session:
+        world = len(session.rt.info.workers)
         # Tuning: until the session has spent its budget and keeps the best (warm-up
         # iterations, if the session has any, come first). Only rank 0 knows when: its
         # flag reaches the others with the per-iteration maximum over workers.
         step = 0
         while True:
             job(x).backward()
-            tuner.step()
+            session.step()
             step += 1
-            going = rank == 0 and tuner.tuning and step < 10 * budget + 100
+            going = rank == 0 and session.tuning and step < 10 * budget + 100
             model.zero_grad(set_to_none=False)
-            if not tuner.rt.worker_max(1.0 if going else 0.0):
+            if not session.rt.worker_max(1.0 if going else 0.0):
                 break
         # The kept configuration, timed like the DDP reference (slowest worker).
         from autotune.workload import more_timed
@@ -134,8 +134,8 @@ def run_tune(spec: dict, rank: int) -> None:
         while True:
             start = time.perf_counter()
             job(x).backward()
-            tuner.step()
-            times.append(tuner.rt.worker_max(time.perf_counter() - start))
+            session.step()
+            times.append(session.rt.worker_max(time.perf_counter() - start))
             shown.update(len(times), max(verify, len(times)))
             if not more_timed(times, verify, least_s):  # the same times on every rank
                 break
@@ -143,22 +143,22 @@ def run_tune(spec: dict, rank: int) -> None:
         shown.stop(timed_figure(times))
         # lossless configurations must give the exact average
         exact = _check_average(model, world)
-        lossy = tuner.config.get("compression", "none") != "none"
-        kept = dict(tuner.config)
+        lossy = session.config.get("compression", "none") != "none"
+        kept = dict(session.config)
     if not exact and not lossy:
         raise SystemExit(f"rank {rank}: gradients were not averaged correctly under {kept}")
     if rank == 0:
-        info = tuner.rt.info
+        info = session.rt.info
         med = statistics.median(times)
         _write_result(spec, {
-            "mode": "tune", "best": tuner.best, "best_score": tuner.best_score,
-            "default_score": tuner.default_score, "wall_s": time.perf_counter() - t0,
+            "mode": "tune", "best": session.best, "best_score": session.best_score,
+            "default_score": session.default_score, "wall_s": time.perf_counter() - t0,
             "ddp": ddp, "kept": kept, "verify_times_s": times, "verified_score": 1.0 / med,
             "world": {"workers": len(info.workers), "servers": len(info.servers),
                       "machines": info.n_machines, "workers_per_machine": info.workers_per_machine},
             "history": [{"index": r.index, "technique": r.technique, "config": r.config,
                          "iterations": r.iterations, "score": r.score, "error": r.error}
-                        for r in tuner.history],
+                        for r in session.history],
         })
 
 

@@ -12,7 +12,7 @@ runtime's own configuration (:mod:`~autotune.runtime.config`), its errors and th
 :class:`Runtime` that faces its users (:mod:`~autotune.runtime.core`) sit above them.
 
 Import cost: this package imports torch only when :class:`Runtime` (or
-:class:`~autotune.runtime.ddp.ddp_hook.BucketTransport`, autotune inside DDP) is used; the pure
+:class:`~autotune.runtime.ddp.ddp_hook.CommHookState`, autotune inside DDP) is used; the pure
 plan (:func:`make_plan`) and the errors import without it.
 """
 
@@ -25,7 +25,7 @@ from autotune.runtime.control.world import WorldInfo
 from autotune.runtime.data.plan import Chunk, make_plan, summation_shares
 from autotune.runtime.errors import PeerFailed, PeerStopped, RuntimeFault, ServerLost, UsageError
 
-__all__ = ["BucketTransport", "Chunk", "ConfigError", "PeerFailed", "PeerStopped", "Runtime",
+__all__ = ["CommHookState", "Chunk", "ConfigError", "PeerFailed", "PeerStopped", "Runtime",
            "RuntimeFault", "ServerLost", "UsageError", "WorldInfo", "make_plan", "summation_shares"]
 
 
@@ -33,7 +33,7 @@ def __getattr__(name: str) -> Any:
     if name == "Runtime":
         from autotune.runtime.core import Runtime
         return Runtime
-    if name == "BucketTransport":
-        from autotune.runtime.ddp.ddp_hook import BucketTransport
-        return BucketTransport
+    if name == "CommHookState":
+        from autotune.runtime.ddp.ddp_hook import CommHookState
+        return CommHookState
     raise AttributeError(f"module 'autotune.runtime' has no attribute {name!r}")

@@ -11,7 +11,7 @@ best configuration. :class:`KeptPhase` then
   that the default never met);
 - then checks them: a kept configuration whose settled iterations do not beat the
   default's scored iterations by more than their noise (:data:`Z_KEPT` standard errors
-  of the difference of the means) gives way to the default (:meth:`KeptPhase.settled`);
+  of the difference of the means) gives way to the default (:meth:`KeptPhase.measure`);
 - watches a kept codec's efficiency (:mod:`autotune.tuning.lossy`) and the
   communication time (:mod:`autotune.schedule.drift`), and says when either calls for a
   re-tune, and from which configuration.
@@ -81,7 +81,7 @@ class KeptPhase:
                               f"by more than the noise; {tuner.remaining} iterations of "
                               f"the budget are not needed")
 
-    def settled(self, space: SearchSpace, config: Config, seconds: float,
+    def measure(self, space: SearchSpace, config: Config, seconds: float,
                 efficiency: float | None = 1.0) -> str | None:
         """A settled iteration of ``config`` (no switch, no failure) ran in ``seconds``
         with this ``efficiency``: scored while it is one of the kept configuration's

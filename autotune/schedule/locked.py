@@ -26,7 +26,7 @@ def locked(s: Schedule, ran: Ran) -> Config:
     if s.warmup_phase.left > 0:  # kept untuned from the start: a warm-up, unscored
         s.warmup_phase.unscored()
     elif not ran.switched and ran.ok:
-        why = s.kept_phase.settled(s.space, ran.config, ran.seconds, ran.scored)
+        why = s.kept_phase.measure(s.space, ran.config, ran.seconds, ran.scored)
         if why is not None:
             back_to_default(s, why)
     kept = s.best[0] if s.best else ran.config

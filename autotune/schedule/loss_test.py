@@ -8,7 +8,7 @@ about a quarter of a lossless step's progress, and the job ended at a worse loss
 codec, it measures the job itself: :class:`LossTest` runs the codec and the best lossless
 configuration (or fp16, which is scored as lossless, where it measured faster) in
 alternating blocks of :data:`BLOCK` iterations (:data:`ROUNDS` of each,
-the codec first), with the loss the training loop passes to ``tuner.step(loss=...)``
+the codec first), with the loss the training loop passes to ``session.step(loss=...)``
 (averaged over the workers), and fits by least squares
 
     loss_i = c + a * T_lossless(i) + b * T_codec(i) + q * T(i)^2
@@ -62,7 +62,7 @@ Z_WATCH = 3.0
 #: Iterations of each kind the watch needs before it judges.
 WATCH_MIN = 8
 
-NO_LOSS = ("the training loop passed no loss to tuner.step(loss=...), so the session "
+NO_LOSS = ("the training loop passed no loss to session.step(loss=...), so the session "
            "cannot tell whether the codec's faster iterations reach the loss sooner")
 
 
@@ -149,7 +149,7 @@ class LossTest:
             return Verdict(False, why=failed)
         if loss is None or not math.isfinite(loss):
             return Verdict(False, why=NO_LOSS if loss is None else
-                           f"the loss passed to tuner.step() is {loss}")
+                           f"the loss passed to session.step() is {loss}")
         self.count += 1
         if math.isfinite(seconds) and config in (self.codec, self.lossless):
             self.ran_codec.append(config == self.codec)  # (a failed iteration is left out)

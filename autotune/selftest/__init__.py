@@ -36,7 +36,7 @@ option or environment it cannot run with is a :class:`SelftestError`, one line, 
 
 ``--ddp``: the same checks and times for autotune inside real
 ``torch.nn.parallel.DistributedDataParallel``, as DDP's comm hook
-(:class:`autotune.runtime.ddp.ddp_hook.BucketTransport`), against plain DDP on the same
+(:class:`autotune.runtime.ddp.ddp_hook.CommHookState`), against plain DDP on the same
 iterations (:mod:`autotune.selftest.rank_ddp`): every rank a worker, the hook's space
 (streams x chunk sizes, all-reduce; codecs with ``--lossy``).
 

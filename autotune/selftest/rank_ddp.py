@@ -1,6 +1,6 @@
 """``autotune selftest --ddp``: the program each rank runs (:func:`run_ddp_rank`) to check
 and time autotune inside real ``torch.nn.parallel.DistributedDataParallel``, as DDP's comm
-hook (:class:`autotune.runtime.ddp.ddp_hook.BucketTransport`), instead of the native runtime.
+hook (:class:`autotune.runtime.ddp.ddp_hook.CommHookState`), instead of the native runtime.
 
 The job may have Summation Service servers (``--servers K``) and several workers per
 machine (``--machines M``): as under ``autotune.session(ddp_model)``, the workers join the
@@ -127,7 +127,7 @@ class DDPWorker(Checker):
         import torch
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        from autotune.runtime.ddp.ddp_hook import BucketTransport
+        from autotune.runtime.ddp.ddp_hook import CommHookState
 
         self.backend = backend
         kwargs: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" \
@@ -138,7 +138,7 @@ class DDPWorker(Checker):
         self.plain = DDP(self.plain_model, process_group=ddp_group, bucket_cap_mb=BUCKET_MB,
                          **kwargs)
         self.rt = rt
-        self.transport = BucketTransport.install(self.hooked, rt)
+        self.hook = CommHookState.install(self.hooked, rt)
         self.ddp_group = ddp_group
         self.x = torch.ones(1, device=device)
         self.plain_checks: list[dict[str, float]] = []
@@ -153,8 +153,8 @@ class DDPWorker(Checker):
 
     def _sync(self, cfg: Mapping[str, Any] | None) -> Any:
         """Put ``cfg`` (the leader's; ``None``: keep) in force on every rank, servers too
-        (:meth:`BucketTransport.sync`): once before each iteration of the hooked model."""
-        return self.transport.sync(cfg if self.leader else None)
+        (:meth:`CommHookState.sync`): once before each iteration of the hooked model."""
+        return self.hook.sync(cfg if self.leader else None)
 
     def stop(self) -> None:
         """The leader's last sync: the servers leave their loop."""
@@ -188,7 +188,7 @@ class DDPWorker(Checker):
         forgets it. What is left (0.0)."""
         left = 0.0
         for _ in range(3):
-            self._sync({**(self.transport.config or {}), **FLUSH})
+            self._sync({**(self.hook.config or {}), **FLUSH})
             self._step(self.hooked, zero=True)
             left = max(self.rt.residual_norms.values(), default=0.0)
             left = self._max([left])[0]
@@ -221,7 +221,7 @@ class DDPWorker(Checker):
                         if hooked:
                             active = self._sync(cfg)
                             row["config"], row["label"] = active.as_dict(), label(active)
-                            by_ddp = self.transport.buckets.averaged_again
+                            by_ddp = self.hook.buckets.averaged_again
                         sec = self._step(self.hooked if hooked else self.plain)
                         if not hooked:
                             if it:
@@ -236,8 +236,8 @@ class DDPWorker(Checker):
                             checks.append(self._compare(
                                 refs, self._grads(self.hooked_model), cfg if lossy else None,
                                 # DDP's own all-reduce (it divides first) ran a bucket
-                                divided_first=(not self.transport.hooked or
-                                               self.transport.buckets.averaged_again > by_ddp)))
+                                divided_first=(not self.hook.hooked or
+                                               self.hook.buckets.averaged_again > by_ddp)))
         except ConfigError as e:  # rejected by the sync, on every rank alike
             row["error"] = f"ConfigError: {e}"
         except Exception as e:
@@ -297,7 +297,7 @@ def run_ddp_rank(opts: Mapping[str, Any]) -> int:
         list(info.workers), backend=backend, timeout=timedelta(seconds=rt.timeout),
         use_local_synchronization=True)
     w = DDPWorker(rt, opts, device, ddp_group, backend)
-    configs = sweep_of(w.transport.limits, quick=bool(opts["quick"]),
+    configs = sweep_of(w.hook.limits, quick=bool(opts["quick"]),
                        lossy=bool(opts["lossy"]))
     t_start = time.monotonic()
     say = ((lambda text: print(text, file=say_to(opts), flush=True)) if w.leader

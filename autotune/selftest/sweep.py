@@ -43,7 +43,7 @@ def _intra_modes(workers_per_machine: int) -> list[tuple[str, int]]:
 def sweep_of(limits: Any, quick: bool = False, lossy: bool = False) -> list[dict[str, Any]]:
     """:func:`sweep` over what ``limits`` (a :class:`autotune.runtime.config.Limits`)
     allows: the native runtime's (``rt.limits``) or DDP's comm hook's
-    (``BucketTransport.limits``: the runtime's, when the hook has one)."""
+    (``CommHookState.limits``: the runtime's, when the hook has one)."""
     return sweep(limits.workers_per_machine, limits.servers, limits.max_streams,
                  quick=quick, lossy=lossy, transports=tuple(limits.transports))
 

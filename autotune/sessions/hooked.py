@@ -5,7 +5,7 @@
 (:class:`~autotune.sessions.ddp.InPlaceDDP`); from then on both are one
 :class:`HookedDDP`. DDP owns what it owns (the start, buffers, ``no_sync``, unused
 parameters, buckets and their overlap with backward, checkpoints); autotune's comm hook
-(:class:`~autotune.runtime.ddp.ddp_hook.BucketTransport`) averages each bucket under the
+(:class:`~autotune.runtime.ddp.ddp_hook.CommHookState`) averages each bucket under the
 configuration in force, the untuned default being DDP's own all-reduce. The
 :class:`~autotune.runtime.core.Runtime` joins the world (servers included) and puts a
 configuration in force on every rank (``Runtime.sync``: the configuration as int64s,
@@ -58,9 +58,9 @@ class HookedDDP:
         self.rt: Any = None
         self._user_ddp: DDP | None = model if isinstance(model, DDP) else None
         self.in_place: InPlaceDDP | None = None  # for a plain module
-        self.hook: Any = None  # the comm hook's state (runtime.ddp.ddp_hook.BucketTransport)
+        self.hook: Any = None  # the comm hook's state (runtime.ddp.ddp_hook.CommHookState)
         self._liveness: Liveness | None = None  # reads the failure a peer posted
-        self._accumulating = False  # inside tuner.no_sync()
+        self._accumulating = False  # inside session.no_sync()
         # the hook's counts at the last step: buckets, backwards, forwards inside
         # no_sync(), synchronising forwards
         self._seen = (0, 0, 0, 0)
@@ -105,7 +105,7 @@ class HookedDDP:
     def start(self) -> None:
         """Workers: DDP applied in place (a plain module) or DDP's group checked, and the
         comm hook installed."""
-        from autotune.runtime.ddp.ddp_hook import BucketTransport
+        from autotune.runtime.ddp.ddp_hook import CommHookState
 
         info = self.rt.info
         if self.ddp is None:
@@ -122,7 +122,7 @@ class HookedDDP:
                        "DDP with process_group=autotune.workers_group()" if info.servers else
                        ": autotune inside DDP averages among every worker of the world"))
         self._liveness = Liveness(rendezvous_store(), info.rank)
-        self.hook = BucketTransport.install(self.ddp, self.rt, called=self.model)
+        self.hook = CommHookState.install(self.ddp, self.rt, called=self.model)
 
     def _follow(self, ddp: DDP) -> None:
         """The in-place DDP was built anew (to find unused parameters): the comm hook
@@ -142,7 +142,7 @@ class HookedDDP:
             self.in_place.check()  # a parameter replaced would get no bucket
         if self._accumulating:  # (inside DDP's own no_sync(), as Accelerate's
             # accumulate() calls step(), a micro-step is no mistake)
-            raise UsageError("tuner.step() inside tuner.no_sync(): leave the block for the "
+            raise UsageError("session.step() inside session.no_sync(): leave the block for the "
                              "last micro-batch's backward, then call step()")
         now = (t.averaged, t.backwards, *t.buckets.forwards)
         seen, self._seen = self._seen, now
@@ -152,7 +152,7 @@ class HookedDDP:
                 return None
             if synced and any(p.grad is not None for p in self.ddp.module.parameters()):
                 raise unfinished_error(self.ddp.module)  # a bucket never filled
-            raise UsageError("tuner.step() with no backward since the last step: call it "
+            raise UsageError("session.step() with no backward since the last step: call it "
                              "once per iteration, after loss.backward()")
         if not backwards:  # buckets left, the last never: DDP could not finish
             raise unfinished_error(self.ddp.module)
@@ -160,7 +160,7 @@ class HookedDDP:
             raise UsageError(
                 f"{backwards} backward passes since the last step, each averaged over the "
                 "wire: for gradient accumulation run all but the last inside "
-                "tuner.no_sync() (then call tuner.step() once per iteration)")
+                "session.no_sync() (then call session.step() once per iteration)")
         # the exposed communication: from the last bucket's hook call to backward's end
         waited = time.perf_counter() - t.last_bucket_at
         failure = t.buckets.take_failure()

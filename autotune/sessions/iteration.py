@@ -3,7 +3,7 @@
 Each measured iteration every worker puts its wall time of the iteration (a failure is
 infinity) and how long it waited for the averaged gradients (the communication the
 configuration left exposed) in a slot of its own, with the training loss the loop passed
-to ``tuner.step(loss=...)`` (NaN where none), the leader adds how many iterations its
+to ``session.step(loss=...)`` (NaN where none), the leader adds how many iterations its
 trial schedule needs no measurement of next, and, where lossy codecs are scored by
 goodput, every worker adds its sample of the gradient
 (:class:`~autotune.sessions.efficiency_probe.EfficiencyProbe`): one float64 all-reduce

@@ -273,11 +273,11 @@ class Session(SessionResults):
     def _require_open(self, call: str) -> None:
         if self._state == "new":
             raise UsageError(
-                f"tuner.{call} outside its `with` block: a session is a context manager; "
-                "write `with autotune.session(model, ...) as tuner:` around the training loop "
-                f"and call tuner.{call} inside it")
+                f"session.{call} outside its `with` block: a session is a context manager; "
+                "write `with autotune.session(model, ...) as session:` around the training loop "
+                f"and call session.{call} inside it")
         if self._state == "closed":
-            raise UsageError(f"tuner.{call} after the session's `with` block ended: the "
+            raise UsageError(f"session.{call} after the session's `with` block ended: the "
                              "session is closed; open a new one for more training")
 
     # ------------------------------------------------------------------ closing
@@ -300,7 +300,7 @@ class Session(SessionResults):
             # (this rank's own failure is posted first: the others name it and its cause).
             # Stopped by Ctrl-C/SIGTERM: no further signal cuts the closing short.
             with shielded(isinstance(exc, KeyboardInterrupt)):
-                self.display.settled(None, status_of(exc))
+                self.display.ended(None, status_of(exc))
                 self.hooked.shutdown(failed=exc)
                 if self.is_leader:
                     self._finish(exc)
@@ -325,7 +325,7 @@ class Session(SessionResults):
         status = status_of(exc)
         ok = status == "finished"
         with shielded(status == "aborted"):
-            self.display.settled(self.best if ok else None, status)
+            self.display.ended(self.best if ok else None, status)
             if self.leader is not None:
                 self.leader.close(status, kept=self.best, cost=self.tuning_cost)
         if ok and self.options.verbose and self.ledger is not None:
@@ -361,11 +361,11 @@ def _check_model(model: Any) -> None:
 
 
 def _number(loss: Any) -> float | None:
-    """``tuner.step(loss=...)``'s loss as a float (None: not passed)."""
+    """``session.step(loss=...)``'s loss as a float (None: not passed)."""
     if loss is None:
         return None
     try:
         return float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
     except (TypeError, ValueError, RuntimeError) as e:
-        raise UsageError(f"tuner.step(loss=...) takes the iteration's loss, a number or a "
+        raise UsageError(f"session.step(loss=...) takes the iteration's loss, a number or a "
                          f"one-element tensor, not {type(loss).__name__}: {e}") from None

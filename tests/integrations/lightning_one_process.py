@@ -65,13 +65,13 @@ def main() -> None:
         warnings.simplefilter("always")
         model = fit("auto", untuned, max_steps=4)
     seen["untuned_warnings"] = [str(w.message) for w in caught if "autotune" in str(w.message)]
-    seen["untuned_tuner"] = untuned.tuner is not None
+    seen["untuned_tuner"] = untuned.session is not None
     seen["untuned_losses"] = model.losses
     # one-process DDP: tuned (one worker keeps the default); skipped batches are passed over
     tuned = AutotuneCallback(budget=5, db=db, verbose=False, job="one_process")
     model = fit("ddp", tuned, max_steps=8)
     seen["losses"] = model.losses
-    seen["iterations"] = tuned.tuner.iteration if tuned.tuner is not None else None
+    seen["iterations"] = tuned.session.iteration if tuned.session is not None else None
     seen["is_leader"] = tuned.is_leader
     print(json.dumps(seen), flush=True)
 

@@ -139,7 +139,7 @@ def test_hf_trainer_outside_the_with_block_is_a_usage_error(tmp_path):
     trainer = Trainer(model=model, args=args, train_dataset=data)
     tuning = AutotuneCallback(trainer, budget=5, db=tmp_path / "t.db")
     assert tuning in trainer.callback_handler.callbacks
-    assert tuning.session.options["samples_per_step"] == 4 * 3  # batch x accumulation
+    assert tuning.autotune.options["samples_per_step"] == 4 * 3  # batch x accumulation
     with pytest.raises(UsageError, match="with AutotuneCallback"):
         trainer.train()
     assert trainer.state.global_step == 0  # refused before any step
@@ -150,4 +150,4 @@ def test_hf_trainer_outside_the_with_block_is_a_usage_error(tmp_path):
         trainer.train()
     assert trainer.state.global_step == 2
     assert any("nothing to tune" in str(w.message) for w in seen), [str(w.message) for w in seen]
-    assert tuning not in trainer.callback_handler.callbacks and tuning.tuner is None
+    assert tuning not in trainer.callback_handler.callbacks and tuning.session is None

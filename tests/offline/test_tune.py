@@ -297,8 +297,9 @@ def test_tune_on_loopback_stores_a_run(tuned):
     # --verify-seconds (2 s by default; issue 65: 8 iterations of a fast job measure
     # noise), so the speed-up over DDP is headlined
     assert report["kept_iterations"] > 2 and report["ddp_iterations"] > 8
-    assert report["kept_iterations"] / report["kept_score"] >= 2.0 * 0.8  # n / (n / sum)
-    assert report["ddp_iterations"] / report["ddp_score"] >= 2.0 * 0.8
+    # the timed seconds themselves: n / score is not their sum (the score is the mean of
+    # 1 / t, so n / score is below the sum when the times spread: a flaky check before)
+    assert report["kept_timed_s"] >= 2.0 and report["ddp_timed_s"] >= 2.0
     assert report["speedup_over_ddp"]["refused"] is None
     assert report["speedup_over_ddp"]["ratio"] > 0
     # ... and stored with the run (db show and report read it there)

@@ -1,4 +1,4 @@
-"""autotune inside DDP: :class:`~autotune.runtime.ddp.ddp_hook.BucketTransport` as DDP's comm
+"""autotune inside DDP: :class:`~autotune.runtime.ddp.ddp_hook.CommHookState` as DDP's comm
 hook, against plain DDP in the same processes (tests/ddp_hook_worker.py), and the CPU
 side of :class:`~autotune.runtime.data.staging.HostStaging`.
 
@@ -133,22 +133,22 @@ def test_misuse_is_a_clear_error(two):
 
 # ---------------------------------------------------------------------- in process
 def test_install_needs_a_ddp_model():
-    from autotune.runtime.ddp.ddp_hook import BucketTransport
+    from autotune.runtime.ddp.ddp_hook import CommHookState
 
     with pytest.raises(TypeError, match="torch.nn.modules.linear.Linear"):
-        BucketTransport.install(torch.nn.Linear(2, 2))
+        CommHookState.install(torch.nn.Linear(2, 2))
 
 
 def test_transport_needs_torch_distributed():
     import torch.distributed as dist
 
     from autotune.runtime import UsageError
-    from autotune.runtime.ddp.ddp_hook import BucketTransport
+    from autotune.runtime.ddp.ddp_hook import CommHookState
 
     if dist.is_initialized():
         pytest.skip("a process group exists in this process")
     with pytest.raises(UsageError, match="init_process_group"):
-        BucketTransport(None)
+        CommHookState(None)
 
 
 def test_the_hook_imports_nothing_from_tuning_or_session():

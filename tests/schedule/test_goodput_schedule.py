@@ -243,14 +243,14 @@ def test_a_codec_the_loss_test_finds_faster_is_kept_and_said():
 
 
 def test_without_a_loss_no_codec_is_kept():
-    """``tuner.step()`` without the loss: the session cannot tell whether a codec reaches
+    """``session.step()`` without the loss: the session cannot tell whether a codec reaches
     the loss sooner, so none that needs the loss test is kept (fp16 is: scored as
     lossless), and it says why."""
     s = make()
     said = heard(s)
     drive(s, s.start([]), 300, loss=False)
     assert s.phase == LOCKED and s.kept["compression"] == "fp16"
-    assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said
+    assert any("codec not kept" in t and "session.step(loss=...)" in t for t in said), said
 
 
 def test_fp16_is_scored_as_lossless_and_kept_without_the_loss_test():
@@ -269,7 +269,7 @@ def test_fp16_is_scored_as_lossless_and_kept_without_the_loss_test():
     said = heard(s)
     drive(s, s.start([]), 300, loss=False)
     assert s.phase == LOCKED and s.kept["compression"] == "none"
-    assert any("codec not kept" in t and "tuner.step(loss=...)" in t for t in said), said
+    assert any("codec not kept" in t and "session.step(loss=...)" in t for t in said), said
 
 
 def test_the_loss_test_runs_the_codec_against_fp16_where_fp16_measured_faster():

@@ -77,7 +77,7 @@ def test_ahead_but_not_yet_confident_it_runs_as_long_again_once():
 def test_without_a_loss_a_failure_or_a_loss_that_is_not_finite_no_codec_is_kept():
     verdict = LossTest(CODEC, LOSSLESS).ran(CODEC, 1.0, None)
     assert not verdict.keep and verdict.why == NO_LOSS
-    assert "tuner.step(loss=...)" in verdict.line
+    assert "session.step(loss=...)" in verdict.line
     verdict = LossTest(CODEC, LOSSLESS).ran(CODEC, 1.0, float("nan"))
     assert not verdict.keep and "nan" in verdict.line
     verdict = LossTest(CODEC, LOSSLESS).ran(CODEC, 1.0, 2.0, failed="could not apply it")

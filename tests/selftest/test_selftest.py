@@ -60,7 +60,7 @@ def test_the_sweep_takes_the_stream_limit_from_the_runtime() -> None:
     assert max(c["streams"] for c in sweep(2, 1)) == 4
 
 
-#: what DDP's comm hook runs (``BucketTransport.limits``: all-reduce, flat, no servers)
+#: what DDP's comm hook runs (``CommHookState.limits``: all-reduce, flat, no servers)
 HOOK_LIMITS = Limits(servers=0, workers_per_machine=1, max_streams=16,
                      transports=("allreduce",))
 

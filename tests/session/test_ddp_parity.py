@@ -106,7 +106,7 @@ def test_ddp_with_the_hook_records_its_run_like_a_session(parity):
 
 
 @pytest.mark.parametrize("misuse, error, says", [
-    ("twice", "UsageError", "tuner.no_sync()"),       # two backwards without no_sync()
+    ("twice", "UsageError", "session.no_sync()"),       # two backwards without no_sync()
     ("replaced", "UsageError", "'2.weight'"),         # a parameter replaced after the start
     ("sometimes", "UsageError", "find_unused_parameters=True"),  # a forward that skips a layer later
     ("dataparallel", "TypeError", "DistributedDataParallel"),  # DataParallel stays an error

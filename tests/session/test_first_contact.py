@@ -197,11 +197,11 @@ MISTAKE = """
 import torch, autotune
 torch.set_num_threads(1)
 model = torch.nn.Linear(8, 1)
-with autotune.session(model, budget=0, store=False, verbose=False) as tuner:
+with autotune.session(model, budget=0, store=False, verbose=False) as session:
     for _ in range(5):
         model(torch.randn(4, 8)).sum().backward()
-        tuner.step()
-        tuner.step()
+        session.step()
+        session.step()
 """
 
 
@@ -221,7 +221,7 @@ def test_a_mistake_in_the_loop_is_one_line_once(tmp_path):
     lines = [x for x in (proc.stdout + proc.stderr).splitlines() if x.strip()]
     assert proc.returncode == 1, lines
     assert lines == [
-        "[w0] autotune: tuner.step() with no backward since the last step: call it once "
+        "[w0] autotune: session.step() with no backward since the last step: call it once "
         f"per iteration, after loss.backward() (at {script}:9)",
         "autotune launch: rank 0 (worker) failed, exit code 1 (its one-line error is above)",
     ], lines
@@ -233,13 +233,13 @@ torch.set_num_threads(1)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for k in range(2):  # a notebook's cells, one after another
-    with autotune.session(model, store=False) as tuner:
+    with autotune.session(model, store=False) as session:
         for _ in range(6):
             model(torch.randn(4, 8)).sum().backward()
-            tuner.step()
+            session.step()
             opt.step()
             opt.zero_grad()
-    assert type(model) is torch.nn.Sequential and tuner.best is not None
+    assert type(model) is torch.nn.Sequential and session.best is not None
 print("ok", torch.distributed.get_world_size())
 """
 

@@ -74,5 +74,5 @@ def test_the_loss_passed_to_step_reaches_the_leader_as_the_workers_mean(world):
     for seen in (leader, other):
         assert seen["mean"] == pytest.approx(1.5)
         assert seen["one_missing"] is None and seen["nan"] is None
-        assert "tuner.step(loss=...) takes the iteration's loss" in seen["error"]
+        assert "session.step(loss=...) takes the iteration's loss" in seen["error"]
         assert "not str" in seen["error"]

@@ -43,14 +43,14 @@ SCRIPT = textwrap.dedent(f"""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     with autotune.session(model, budget={BUDGET}, store=False, warmup=1,
-                          trial_iterations=2, seed=1, spend=None) as tuner:
+                          trial_iterations=2, seed=1, spend=None) as session:
         for step in range({STEPS}):
             model(torch.randn(4, 8)).sum().backward()
-            tuner.step()
+            session.step()
             model.zero_grad()
             time.sleep(0.1)
             if rank == 0:
-                print(f"step {{step}} tuning={{tuner.tuning}}", flush=True)
+                print(f"step {{step}} tuning={{session.tuning}}", flush=True)
 """)
 
 
@@ -282,7 +282,7 @@ def test_a_tuning_that_failed_never_says_done():
     display = SessionDisplay(True, "it/s", lambda: 812.0)
     display._progress = progress.Events(10, out=events)
     display.advanced(3)
-    display.settled({"streams": 2}, "failed")
+    display.ended({"streams": 2}, "failed")
     viewer = progress.Viewer("lines", out=shown)
     for line in events.getvalue().splitlines():
         viewer.event(progress.parse(line)[1])
@@ -347,7 +347,7 @@ def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
     assert best == [max(score for score, _ in trials[:i + 1]) for i in range(len(trials))]
     assert out[5].startswith("tuning: done, 8/8 iterations in ")
     assert out[5].endswith(f"; kept streams=2 at {fmt_score(101.5, 'it/s', 6.5)} (25 iterations)")
-    display.settled(kept)  # the session ends: already closed, nothing more
+    display.ended(kept)  # the session ends: already closed, nothing more
     assert len(shown.getvalue().splitlines()) == 6
 
 

@@ -131,11 +131,11 @@ JOB = """
 import sys, time, torch, autotune
 torch.set_num_threads(1)
 model = torch.nn.Linear(8, 1)
-with autotune.session(model, budget=0, store=False, verbose=False) as tuner:
+with autotune.session(model, budget=0, store=False, verbose=False) as session:
     open(sys.argv[1], "w").write("open")
     for _ in range(60):
         model(torch.randn(4, 8)).sum().backward()
-        tuner.step()
+        session.step()
         time.sleep(0.05)
 print("finished", flush=True)
 """

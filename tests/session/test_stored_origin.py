@@ -38,10 +38,10 @@ SCRIPT = textwrap.dedent("""
                                 torch.nn.Linear(512, 512), torch.nn.Linear(512, 1))
     with autotune.session(model, budget=budget, db=db, job="origin", warmup=1,
                           trial_iterations=2, seed=1, spend=0.05 if short else None,
-                          total_steps=steps if short else None) as tuner:
+                          total_steps=steps if short else None) as session:
         for step in range(steps):
             model(torch.randn(4, 8)).sum().backward()
-            tuner.step()
+            session.step()
             model.zero_grad()
 """)
 

@@ -156,9 +156,9 @@ def test_a_session_whose_store_is_down_trains_warns_once_and_keeps_its_run_local
         "import torch, autotune\n"
         "m = torch.nn.Linear(8, 2)\n"
         "opt = torch.optim.SGD(m.parameters(), 0.1)\n"
-        f"with autotune.session(m, db='postgresql://u:{PASSWORD}@127.0.0.1:1/x') as tuner:\n"
+        f"with autotune.session(m, db='postgresql://u:{PASSWORD}@127.0.0.1:1/x') as session:\n"
         "    for i in range(6):\n"
-        "        opt.zero_grad(); m(torch.randn(4, 8)).sum().backward(); tuner.step(); opt.step()\n"
+        "        opt.zero_grad(); m(torch.randn(4, 8)).sum().backward(); session.step(); opt.step()\n"
         "print('TRAINED', flush=True)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
 

@@ -201,7 +201,7 @@ class Averager:
                 f"registered parameter {reg} ({tuple(p.shape)}) got a gradient from two "
                 "backward passes in one iteration, and the first was already sent. For "
                 "gradient accumulation run every backward but the last inside "
-                "`with tuner.no_sync():`, as with DDP")
+                "`with session.no_sync():`, as with DDP")
         changed = it.changed_lent()
         if changed:
             reg = self.layout.order[changed[0]]
@@ -210,7 +210,7 @@ class Averager:
                 f"registered parameter {reg} ({tuple(p.shape)}): its .grad was changed in "
                 "place between backward() and wait() (e.g. gradient clipping or a "
                 "GradScaler's unscale_) while it was being sent, so this round's averages "
-                "are not defined. Change gradients after wait() (tuner.step()), as after "
+                "are not defined. Change gradients after wait() (session.step()), as after "
                 "DDP's backward()")
         if write:
             self.copies.write_back(self._had_grad)

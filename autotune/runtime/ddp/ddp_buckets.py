@@ -1,6 +1,6 @@
 """DDP's buckets over the native runtime's round: what autotune's comm hook hands over.
 
-Under ``autotune.session(ddp_model)`` (and :class:`~autotune.runtime.ddp.ddp_hook.BucketTransport`
+Under ``autotune.session(ddp_model)`` (and :class:`~autotune.runtime.ddp.ddp_hook.CommHookState`
 alone) every configuration, the default all-reduce among the workers included, is run by
 the native :class:`~autotune.runtime.core.Runtime`, so both ways in run one runtime: its
 plan (chunks, streams, BytePS's split between servers and colocated Summation Services),

@@ -2,7 +2,7 @@
 the native :class:`~autotune.runtime.core.Runtime`.
 
 DDP keeps everything it owns (its buckets and their order, ``no_sync``, buffers, unused
-parameters, checkpoints); :class:`BucketTransport` is the state of the comm hook it calls
+parameters, checkpoints); :class:`CommHookState` is the state of the comm hook it calls
 with each bucket (``register_comm_hook``). The runtime does the work, under every
 configuration, the default all-reduce among the workers included: its one chunk plan,
 engine of bounded operations, codec factory and error-feedback store, on DDP's own
@@ -11,10 +11,10 @@ What DDP adds stays here and in :class:`~autotune.runtime.ddp.ddp_buckets.Runtim
 (its ``no_sync``, its buckets and the futures it waits on)::
 
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    transport = BucketTransport.install(ddp)       # collective: every rank (joins a runtime)
+    state = CommHookState.install(ddp)           # collective: every rank (joins a runtime)
     for x, y in loader:
-        transport.sync(config if leader else None)   # between iterations, every rank
-        loss_fn(ddp(x), y).backward()                # buckets leave as DDP fills them
+        state.sync(config if leader else None)   # between iterations, every rank
+        loss_fn(ddp(x), y).backward()            # buckets leave as DDP fills them
         opt.step(); opt.zero_grad()
 
 ``autotune.session(ddp_model)`` does this for the user, with the session's runtime
@@ -37,7 +37,7 @@ of ``benchmarks/clock_bench.py`` on this project's CPU machine. Meanwhile a grad
 hook per parameter counts the gradients that arrive (:attr:`averaged`, the backward
 passes, when the last arrived) as the buckets do once the hook is in. DDP cannot take a
 comm hook back: once registered it stays, and the default runs through it from then on,
-unless the DDP is built anew without it (:meth:`BucketTransport.unhook`: the session does
+unless the DDP is built anew without it (:meth:`CommHookState.unhook`: the session does
 so for DDP applied in place, once the search settles on the default).
 
 **Bounds and errors.** The runtime bounds every wait by its ``timeout``; DDP's all-reduce
@@ -60,11 +60,11 @@ from autotune.runtime.data.gradstats import GradientSample
 from autotune.runtime.ddp.ddp_buckets import RuntimeBuckets
 from autotune.runtime.errors import UsageError
 
-__all__ = ["BucketTransport"]
+__all__ = ["CommHookState"]
 
 DEFAULT_TIMEOUT = 300.0
 _ALREADY = "can only be called once"  # DDP's message for a second comm hook
-_ATTRIBUTE = "_autotune_transport"  # where a DDP model keeps its transport
+_ATTRIBUTE = "_autotune_hook_state"  # where a DDP model keeps its comm hook state
 
 
 def _theirs(rank: int, said: str = "") -> UsageError:
@@ -74,14 +74,14 @@ def _theirs(rank: int, said: str = "") -> UsageError:
                       f"yours{said}")
 
 
-class BucketTransport:
+class CommHookState:
     """The state of autotune's DDP comm hook; see the module docstring. ``rt``: the
     runtime (a worker's) that averages the buckets; ``process_group``: DDP's group
     (default: the world). Make it with :meth:`install`."""
 
     def __init__(self, rt: Any, process_group: Any = None):
         if not dist.is_available() or not dist.is_initialized():
-            raise UsageError("BucketTransport needs torch.distributed initialised "
+            raise UsageError("CommHookState needs torch.distributed initialised "
                              "(dist.init_process_group) before DDP and the hook")
         self.rank = dist.get_rank()
         self._forward_hook: Any = None  # the handle of the DDP model's forward pre-hook
@@ -113,13 +113,13 @@ class BucketTransport:
     # ------------------------------------------------------------------ making
     @classmethod
     def install(cls, ddp_model: Any, rt: Any = None, *, called: Any = None,
-                timeout: float = DEFAULT_TIMEOUT) -> "BucketTransport":
-        """Register a new transport as ``ddp_model``'s comm hook (collective: every rank
+                timeout: float = DEFAULT_TIMEOUT) -> "CommHookState":
+        """Register a new state as ``ddp_model``'s comm hook (collective: every rank
         of the world calls it, as it built DDP). ``rt``: the runtime that averages the
         buckets (default: one joined now, ``Runtime.bootstrap(timeout=timeout)``, every
         rank of the world a worker). A model that is not DDP is a ``TypeError``; a DDP
         model that already has a comm hook is a :class:`UsageError`, unless it is the
-        transport of a closed session (:meth:`detach`): DDP cannot take a hook back, so
+        state of a closed session (:meth:`detach`): DDP cannot take a hook back, so
         that one is bound to ``rt`` again. Until the first :meth:`sync`, buckets are
         averaged as DDP averages them. ``called``: the module whose forward the user calls,
         where it is not ``ddp_model`` (DDP applied in place: its forward pre-hook reads
@@ -128,13 +128,13 @@ class BucketTransport:
 
         if not isinstance(ddp_model, DistributedDataParallel):
             kind = type(ddp_model)
-            raise TypeError(f"BucketTransport.install needs a "
+            raise TypeError(f"CommHookState.install needs a "
                             f"torch.nn.parallel.DistributedDataParallel model, got "
                             f"{kind.__module__}.{kind.__qualname__}")
         hooks = getattr(ddp_model, "_comm_hooks", ())
         if any(not isinstance(s, cls) for _, s in hooks):
             raise _theirs(dist.get_rank())
-        # the transport of an earlier session on this model (registered as its comm hook
+        # the state of an earlier session on this model (registered as its comm hook
         # or not yet)
         state = getattr(ddp_model, _ATTRIBUTE, None)
         if state is not None and state.attached:
@@ -163,7 +163,7 @@ class BucketTransport:
     def move_to(self, ddp_model: Any) -> None:
         """Average the buckets of ``ddp_model``, a DDP built anew over the same module and
         parameters on the same group (:class:`autotune.sessions.ddp.InPlaceDDP`), from
-        now on: this transport is its comm hook (once one is needed); the runtime's
+        now on: this state is its comm hook (once one is needed); the runtime's
         registration stays."""
         if self.hooked:
             self._register(ddp_model)
@@ -191,7 +191,7 @@ class BucketTransport:
         self._uncount()
 
     def _register(self, ddp_model: Any) -> None:
-        """This transport as ``ddp_model``'s comm hook (DDP takes one, once)."""
+        """This state as ``ddp_model``'s comm hook (DDP takes one, once)."""
         try:
             ddp_model.register_comm_hook(self, type(self).hook)
         except RuntimeError as e:
@@ -310,7 +310,7 @@ class BucketTransport:
     # ------------------------------------------------------------------ the hook
     @staticmethod
     def hook(state, bucket):
-        """DDP's comm hook: ``hook(state: BucketTransport, bucket: dist.GradBucket) ->
+        """DDP's comm hook: ``hook(state: CommHookState, bucket: dist.GradBucket) ->
         torch.futures.Future[torch.Tensor]`` of the bucket's average (no annotations:
         DDP compares them with its own classes). A stop signal arriving inside is raised
         at the next safe point, not here (:mod:`autotune.signals`)."""
