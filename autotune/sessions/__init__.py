@@ -35,9 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.options import SessionOptions
-from autotune.schedule.schedule import PROBE_STREAMS, SWITCH_MARGIN, trial_seconds
 from autotune.sessions.session import DDPSession, Session, TuningSession
-from autotune.tuning.trial import Trial
 
 
 def open_session(model: Any, options: SessionOptions) -> Session:
@@ -46,5 +44,4 @@ def open_session(model: Any, options: SessionOptions) -> Session:
     return Session(model, options)
 
 
-__all__ = ["TuningSession", "Session", "DDPSession", "open_session",
-           "Trial", "PROBE_STREAMS", "SWITCH_MARGIN", "trial_seconds"]
+__all__ = ["TuningSession", "Session", "DDPSession", "open_session"]

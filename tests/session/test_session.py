@@ -123,7 +123,7 @@ def test_exactly_budget_tuning_iterations_then_fixed(with_server):
 
 
 def test_across_machines_the_last_warm_up_iteration_runs_several_streams(with_server, capped):
-    from autotune.sessions import PROBE_STREAMS
+    from autotune.schedule.schedule import PROBE_STREAMS
 
     # one machine: the warm-up is the default throughout (checked above); two machines:
     # the default, then the default with several streams (configs[i] is for iteration i + 1),
@@ -216,7 +216,7 @@ def test_matches_ddp_and_survives_faults(with_faults):
 
 
 def test_a_trial_with_only_its_switch_iteration_is_not_credited_as_faster():
-    from autotune.sessions import SWITCH_MARGIN, trial_seconds
+    from autotune.schedule.schedule import SWITCH_MARGIN, trial_seconds
 
     assert trial_seconds([0.4, 0.6, 0.5], 2.0, cut=False) == 0.5  # the scored iterations
     # cut short on its switch iteration as clearly slow: the optimistic bound, still slow
