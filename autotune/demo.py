@@ -39,8 +39,8 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.store.location import shown
 from autotune.speedup import Speedup, measure, measure_times
+from autotune.store.location import shown
 
 MARK = "DEMO "  # a rank's result line: MARK + JSON
 WARMUP = 3  # the session's warm-up iterations (its default)

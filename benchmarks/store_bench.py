@@ -37,8 +37,8 @@ from pathlib import Path
 import networkx as nx
 
 from autotune.store import Store
-from autotune.store.location import shown
 from autotune.store.fingerprint import layers_graph, model_graph, normalize
+from autotune.store.location import shown
 from autotune.store.similarity import TIMEOUT_S, Matcher, Summary
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -28,8 +28,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import autotune
 from autotune.errors import did_you_mean, shown_by_rank_0
-from autotune.runtime.errors import UsageError
 from autotune.options import SessionOptions
+from autotune.runtime.errors import UsageError
 from autotune.sessions.session import Session
 from autotune.sessions.world import launcher_hint
 from autotune.tuning.space import Config

@@ -17,12 +17,12 @@ from typing import Any, Sequence
 
 import torch
 
-from autotune.schedule.ledger import Ledger
-from autotune.schedule.schedule import Drift, TrialSchedule
 from autotune.leader.display import SessionDisplay
-from autotune.options import SessionOptions
 from autotune.leader.record import SessionRun
 from autotune.leader.tuners import JobTuners
+from autotune.options import SessionOptions
+from autotune.schedule.ledger import Ledger
+from autotune.schedule.schedule import Drift, TrialSchedule
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import GP_LIBRARIES
 

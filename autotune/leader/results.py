@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
+from autotune.options import SessionOptions
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.schedule import TrialSchedule
-from autotune.options import SessionOptions
 from autotune.tuning.lossy import judged_by_goodput
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import Trial

@@ -30,8 +30,8 @@ from typing import Any
 import click
 
 from autotune.outpath import StoreTarget
-from autotune.store.location import shown
 from autotune.speedup import Speedup, measure_times
+from autotune.store.location import shown
 from autotune.tuning.search import TECHNIQUES
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, PRIOR
 

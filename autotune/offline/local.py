@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 from autotune import progress
 from autotune.errors import AutotuneError
-from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 from autotune.store.location import is_url, shown
+from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
 #: Copies of the gradient bytes one worker holds: parameters, gradients, the runtime's
 #: packed input and output buffers, and the Summation Service's working buffers.

@@ -32,11 +32,11 @@ import torch
 import torch.distributed as dist
 
 from autotune.errors import AutotuneError, install_excepthook
+from autotune.options import SessionOptions
 from autotune.runtime.control.bootstrap import rendezvous_store
 from autotune.runtime.control.faults import Liveness
 from autotune.runtime.errors import UsageError
 from autotune.sessions.ddp import InPlaceDDP, group_for, unfinished_error
-from autotune.options import SessionOptions
 from autotune.sessions.world import init_world
 from autotune.tuning.space import Config
 

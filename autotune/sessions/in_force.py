@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autotune.leader.tuners import job_space
+from autotune.options import SessionOptions
 from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, ServerLost
-from autotune.options import SessionOptions
-from autotune.leader.tuners import job_space
 from autotune.tuning.space import Config, SearchSpace
 
 if TYPE_CHECKING:

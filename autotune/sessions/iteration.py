@@ -20,8 +20,8 @@ from typing import Any, Sequence
 import torch
 
 from autotune.leader.calibrate import measure_link
-from autotune.sessions.efficiency_probe import EfficiencyProbe
 from autotune.options import SessionOptions
+from autotune.sessions.efficiency_probe import EfficiencyProbe
 
 
 class IterationMeter:

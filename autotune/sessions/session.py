@@ -33,17 +33,17 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from autotune.errors import shown_by_rank_0
+from autotune.leader.display import SessionDisplay, report
+from autotune.leader.leader import Leader
+from autotune.leader.record import SessionRun
+from autotune.leader.results import SessionResults
+from autotune.options import SessionOptions
 from autotune.runtime.errors import ServerLost, UsageError
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.schedule import Drift, TrialSchedule
-from autotune.leader.display import SessionDisplay, report
 from autotune.sessions.hooked import DDP, HookedDDP
 from autotune.sessions.in_force import InForce
 from autotune.sessions.iteration import IterationMeter
-from autotune.leader.leader import Leader
-from autotune.options import SessionOptions
-from autotune.leader.record import SessionRun
-from autotune.leader.results import SessionResults
 from autotune.signals import TerminateAsInterrupt, check, deferred, shielded, status_of
 from autotune.tuning.space import Config, SearchSpace
 
