@@ -179,8 +179,7 @@ def model_shapes(name: str) -> list[tuple[str, tuple[int, ...]]]:
     base width 16 (a quarter of the channels: the same 161 tensors, 7.6 MiB)."""
     from autotune import zoo
 
-    base, _, width = name.partition("/")
-    return zoo.gradient_shapes(base, **({"base_width": int(width)} if width else {}))
+    return zoo.gradient_shapes(name)
 
 
 def materialize(model: nn.Module) -> nn.Module:

@@ -111,6 +111,7 @@ BENCHES = (
     Bench("scale_table", "tuner", False, 70,
           ("--models", "resnet50", "--gpus", "256", "--nics", "100", "--caps", "none")),
     Bench("loss_test_bench", "tuner", False, 25, ("--models", "cnn", "--seeds", "1")),
+    Bench("replay_check", "tuner", True, 6, ("--seeds", "1", "--budget", "40")),
     Bench("clock_bench", "clock", True, 5, ("--model", "mlp", "--steps", "300", "--runs", "1")),
     Bench("e2e_bench", "clock", True, 20, ("--repeats", "1")),
     Bench("tta_bench", "clock", True, 30, ("--quick",)),

@@ -14,6 +14,7 @@ Vaswani et al.; see :mod:`autotune.zoo.vision` and :mod:`autotune.zoo.text`.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -75,19 +76,33 @@ def names() -> list[str]:
 
 
 def resolve(name: str) -> str:
-    """The canonical zoo name of ``name`` (case, ``_`` vs ``-`` and aliases forgiven)."""
-    key = str(name).strip().lower().replace("_", "-")
+    """The canonical zoo name of ``name`` (case, ``_`` vs ``-`` and aliases forgiven),
+    with its base width where it gives one: ``resnet50/16`` is ResNet-50 with base width
+    16 (the same 161 tensors at a quarter of the channels), for the models that have a
+    ``base_width`` (the ResNets and VGG-16)."""
+    base, sep, width = str(name).strip().partition("/")
+    key = base.lower().replace("_", "-")
     key = _ALIASES.get(key, key)
     if key not in _SPECS:
         raise ZooError(
             f"unknown model {name!r}{did_you_mean(key, names() + list(_ALIASES))}; "
             f"built-in models are {', '.join(names())} "
             f"(or give a factory as 'package.module:attr')")
-    return key
+    if not sep:
+        return key
+    if not width.isdigit() or int(width) < 1:
+        raise ZooError(f"model {name!r}: the width after '/' is a whole number >= 1 "
+                       f"(resnet50/16), got {width!r}")
+    if "base_width" not in inspect.signature(_SPECS[key].factory).parameters:
+        widths = [n for n, s in _SPECS.items()
+                  if "base_width" in inspect.signature(s.factory).parameters]
+        raise ZooError(f"model {name!r}: {key} has no base width to set ('NAME/WIDTH' is for "
+                       f"{', '.join(widths)})")
+    return f"{key}/{int(width)}"
 
 
 def spec(name: str) -> ModelSpec:
-    return _SPECS[resolve(name)]
+    return _SPECS[resolve(name).partition("/")[0]]
 
 
 def is_factory_spec(name: str) -> bool:
@@ -127,7 +142,12 @@ def build(name: str, device: str | torch.device = "meta", **kwargs: Any) -> nn.M
     GPT-2 medium costs no memory. ``kwargs`` go to the factory (e.g. ``num_classes`` for
     the image models, ``layers``/``hidden`` for the transformers).
     """
-    factory = load_factory(name) if is_factory_spec(name) else spec(name).factory
+    if is_factory_spec(name):
+        factory = load_factory(name)
+    else:
+        key, _, width = resolve(name).partition("/")
+        factory = _SPECS[key].factory
+        kwargs = {**({"base_width": int(width)} if width else {}), **kwargs}
     with torch.device(device):
         model = factory(**kwargs)
     if not isinstance(model, nn.Module):

@@ -92,6 +92,22 @@ def test_aliases_and_unknown_names() -> None:
         zoo.build("resnet18")
 
 
+def test_a_base_width_after_the_name_builds_the_narrower_model() -> None:
+    """``resnet50/8``, as the benchmarks and the recorded tables name their models, is a
+    zoo name for ``autotune tune --model`` too: ResNet-50 at base width 8 (the same 161
+    tensors, an eighth of the channels); a model with no width, or no whole number after
+    the '/', is an error that says which models take one."""
+    assert zoo.resolve("ResNet_50/8") == "resnet50/8"
+    narrow, full = zoo.build("resnet50/8"), zoo.build("resnet50", base_width=8)
+    assert [p.shape for p in narrow.parameters()] == [p.shape for p in full.parameters()]
+    assert len(zoo.gradient_shapes("resnet50/8")) == len(zoo.gradient_shapes("resnet50"))
+    assert count(narrow) < count(zoo.build("resnet50")) / 32
+    with pytest.raises(zoo.ZooError, match="bert-base has no base width.*resnet50"):
+        zoo.resolve("bert-base/8")
+    with pytest.raises(zoo.ZooError, match="whole number"):
+        zoo.build("resnet50/wide")
+
+
 def test_a_misspelled_model_name_says_did_you_mean() -> None:
     """Issue 65: 'resnet5O' (a letter O) got the list, no suggestion."""
     with pytest.raises(zoo.ZooError, match=r"unknown model 'resnet5O' \(did you mean 'resnet50'\?\)"):
