@@ -37,10 +37,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import machine, require_emulator  # noqa: E402
+from benchlib import machine, median, require_emulator  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "tables"
 
@@ -131,6 +132,9 @@ def rank_main(a: argparse.Namespace) -> None:
         return
     shapes = model_shapes(job.model)
     model = sleepy_model(shapes, job.fwd_ms / 1e3, job.bwd_ms / 1e3, rank + 1)
+    if a.default_ddp:
+        default_as_ddp(a, rt, model, job)
+        return
     rt.register(model.parameters())
     space = SearchSpace.of(rt.limits, allow_lossy=job.allow_lossy)
     configs = sample(space, a.configs, a.seed)  # the same list on every rank
@@ -187,6 +191,78 @@ def rank_main(a: argparse.Namespace) -> None:
         Path(a.out).write_text(json.dumps(table))
 
 
+def default_as_ddp(a: argparse.Namespace, rt: Any, model: Any, job: Job) -> None:
+    """The default as a session runs it today: DDP itself (its buckets, its overlap with
+    backward; issue 59), on the workers' group: the warm-up's three iterations, then a
+    first iteration and ``--iterations`` scored ones, each the slowest worker's time, as
+    :func:`rank_main` times a row."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from autotune.workload import check_average
+
+    ddp = DDP(model, process_group=rt.workers_group)
+    x = torch.ones(1)
+
+    def iteration() -> float:
+        t0 = time.perf_counter()
+        model.zero_grad(set_to_none=False)
+        ddp(x).backward()  # DDP's backward returns once its buckets are averaged
+        return float(rt.worker_max(time.perf_counter() - t0))
+
+    warm = [iteration() for _ in range(3)]
+    first = iteration()
+    times = [iteration() for _ in range(a.iterations)]
+    check_average(model, (job.workers + 1) / 2, f"rank {dist_rank()}: DDP")
+    if dist_rank() == 0:
+        Path(a.out).write_text(json.dumps({"one_stream_s": warm, "switch_s": first,
+                                           "times_s": times, "machine": machine()}))
+    rt.sync(stop=True) if dist_rank() == 0 else rt.sync()
+    rt.shutdown()
+
+
+def dist_rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank()
+
+
+def record_default_ddp(a: argparse.Namespace, job: Job) -> Path:
+    """Measure the default as DDP runs it (:func:`default_as_ddp`) on the job's cluster
+    and put it into the recorded table: its row's times and the warm-up's; what the
+    runtime measured for the default before stays beside them (``runtime_default``)."""
+    from autotune.emulate import Cluster
+
+    out = Path(a.out_dir) / f"{job.name}.json"
+    table = json.loads(out.read_text())
+    fresh = out.with_suffix(".ddp.json")
+    with Cluster(hosts=job.machines + job.servers, rate=job.rate, flow_cap=job.flow_cap) as c:
+        argv = [sys.executable, os.path.abspath(__file__), "--job", job.name,
+                "--spec", json.dumps(asdict(job)), "--iterations", str(a.iterations),
+                "--out", str(fresh), "--default-ddp"]
+        c.launch(argv, workers=job.workers, servers=job.servers, hosts=job.hosts,
+                 timeout_s=a.timeout, echo=sys.stderr).check()
+    ddp = json.loads(fresh.read_text())
+    fresh.unlink()
+    from measured import MeasuredJob
+
+    default = MeasuredJob.load(out).space.default()
+    row = table["rows"][0]  # the sample puts the default first
+    if row["config"] != default:
+        raise SystemExit(f"{out}: the first row is {row['config']}, not the default {default}")
+    table["runtime_default"] = {"switch_s": row["switch_s"], "times_s": row["times_s"],
+                                "one_stream_s": table["warmup"]["one_stream_s"]}
+    row["switch_s"], row["times_s"] = ddp["switch_s"], ddp["times_s"]
+    table["warmup"]["one_stream_s"] = ddp["one_stream_s"]
+    table["default_ddp"] = {"recorded": time.strftime("%Y-%m-%d %H:%M"), "machine": ddp["machine"],
+                            "command": "benchmarks/record_tables.py " + " ".join(sys.argv[1:])}
+    out.write_text(json.dumps(table))
+    before = table["runtime_default"]["times_s"]
+    print(f"{job.name}: the default as DDP runs it, median {median(ddp['times_s']):.4f} s "
+          f"(the runtime's all-reduce in 4 MiB chunks: {median(before):.4f} s)")
+    return out
+
+
 # ---- driver ---------------------------------------------------------------------------
 
 def run_job(job: Job, out: Path, *, configs: int, iterations: int, seed: int,
@@ -212,6 +288,8 @@ def run_job(job: Job, out: Path, *, configs: int, iterations: int, seed: int,
 
 def record(a: argparse.Namespace, job: Job) -> Path:
     out = Path(a.out_dir) / f"{job.name}.json"
+    if a.default_ddp:  # the default's row as a session runs it today: DDP itself
+        return record_default_ddp(a, job)
     if a.warmup_only:  # a new warm-up (e.g. a changed probe) for a table already recorded
         table = json.loads(out.read_text())
         fresh = run_job(job, out.with_suffix(".warmup.json"), configs=1, iterations=1,
@@ -238,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out-dir", default=str(DATA))
     p.add_argument("--warmup-only", action="store_true",
                    help="record only the warm-up again, into the existing tables")
+    p.add_argument("--default-ddp", action="store_true",
+                   help="record only the default again, as DDP runs it (a session's default "
+                        "since issue 59), into the existing tables")
     p.add_argument("--job", dest="name", default=None, help=argparse.SUPPRESS)
     p.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
