@@ -23,6 +23,13 @@ keeps what it measured; ``--resume`` is not offered: a table is one run). The re
 
     sudo .venv/bin/python benchmarks/record_tables.py                 # all jobs, ~40 min
     sudo .venv/bin/python benchmarks/record_tables.py --jobs cap --configs 40   # a quick look
+    sudo .venv/bin/python benchmarks/record_tables.py --default-ddp   # the default's row again
+
+Since issue 59 a session's default is DDP itself (its buckets, its overlap with backward),
+not the runtime's all-reduce in 4 MiB chunks that the tables first recorded for it:
+``--default-ddp`` measures the default as DDP runs it on each job's cluster and puts it into
+the table (its row and the warm-up's default times; the runtime's stay as
+``runtime_default``), so that a replay's default is the one a session runs (issue 63).
 
 The same file is the rank program (``--job``).
 """
@@ -197,10 +204,12 @@ def default_as_ddp(a: argparse.Namespace, rt: Any, model: Any, job: Job) -> None
     first iteration and ``--iterations`` scored ones, each the slowest worker's time, as
     :func:`rank_main` times a row."""
     import torch
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from autotune.workload import check_average
 
+    rank = dist.get_rank()
     ddp = DDP(model, process_group=rt.workers_group)
     x = torch.ones(1)
 
@@ -213,18 +222,12 @@ def default_as_ddp(a: argparse.Namespace, rt: Any, model: Any, job: Job) -> None
     warm = [iteration() for _ in range(3)]
     first = iteration()
     times = [iteration() for _ in range(a.iterations)]
-    check_average(model, (job.workers + 1) / 2, f"rank {dist_rank()}: DDP")
-    if dist_rank() == 0:
+    check_average(model, (job.workers + 1) / 2, f"rank {rank}: DDP")
+    if rank == 0:
         Path(a.out).write_text(json.dumps({"one_stream_s": warm, "switch_s": first,
                                            "times_s": times, "machine": machine()}))
-    rt.sync(stop=True) if dist_rank() == 0 else rt.sync()
+    rt.sync(stop=True) if rank == 0 else rt.sync()
     rt.shutdown()
-
-
-def dist_rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank()
 
 
 def record_default_ddp(a: argparse.Namespace, job: Job) -> Path:
