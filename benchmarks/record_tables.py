@@ -2,9 +2,11 @@
 
 For each job below, a seeded sample of the space a session of that job would search
 (:meth:`SearchSpace.of` on the runtime's limits, as :func:`autotune.leader.tuners.
-job_space` builds it) is run through the runtime directly, in the sample's (random)
-order: per configuration one switch iteration (the vote and the rebuild, timed but not
-scored, as a session does not score it) and ``--iterations`` scored iterations. Every
+job_space` builds it) is run as a session runs it (DDP on the workers' group, the runtime
+behind its comm hook, the default DDP's own all-reduce; tables before 2026-12-06 ran the
+runtime directly), in the sample's (random) order: per configuration one switch iteration
+(the vote and the rebuild, timed but not scored, as a session does not score it) and
+``--iterations`` scored iterations. Every
 iteration is a whole training step as the session times it (sync, forward, backward,
 wait; the slowest worker's time). Lossless configurations are checked to give the exact
 average. Before the sample, the session's warm-up is recorded too: the default three
@@ -120,11 +122,13 @@ def sample(space, n: int, seed: int) -> list[dict]:
 def rank_main(a: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from autotune.leader.calibrate import measure_link
     from autotune.runtime import Runtime
+    from autotune.runtime.ddp.ddp_hook import CommHookState
     from autotune.schedule.schedule import flow_probe
     from autotune.server import serve
-    from autotune.leader.calibrate import measure_link
     from autotune.tuning.space import SearchSpace
     from autotune.workload import check_average, model_shapes, sleepy_model
 
@@ -139,24 +143,34 @@ def rank_main(a: argparse.Namespace) -> None:
         return
     shapes = model_shapes(job.model)
     model = sleepy_model(shapes, job.fwd_ms / 1e3, job.bwd_ms / 1e3, rank + 1)
-    if a.default_ddp:
-        default_as_ddp(a, rt, model, job)
-        return
-    rt.register(model.parameters())
+    # the session's path (issue 59): DDP on the workers' group, the runtime behind its comm
+    # hook once a configuration needs it, the default DDP's own all-reduce
+    ddp = DDP(model, process_group=rt.workers_group)
+    state = CommHookState.install(ddp, rt)
     space = SearchSpace.of(rt.limits, allow_lossy=job.allow_lossy)
-    configs = sample(space, a.configs, a.seed)  # the same list on every rank
     leader = rank == 0
     want = (job.workers + 1) / 2
     x = torch.ones(1)
+    in_force: list = [None]
 
-    def iteration(cfg: dict | None) -> float:
+    def iteration(cfg: dict) -> float:
+        """One training iteration under ``cfg`` as a session runs it: put in force where
+        it changes or where push/pull needs a sync each iteration, then forward and
+        backward until DDP has the average; the slowest worker's seconds."""
         t0 = time.perf_counter()
-        rt.sync(cfg if leader else None)
+        if cfg != in_force[0] or rt.needs_sync:
+            state.sync(cfg if leader else None)
+            in_force[0] = cfg
         model.zero_grad(set_to_none=False)
-        model(x).backward()
-        rt.wait()
+        ddp(x).backward()
         return float(rt.worker_max(time.perf_counter() - t0))
 
+    if a.default_ddp:
+        default_only(a, iteration, space.default(), model, want, rank)
+        rt.sync(stop=True) if leader else rt.sync()
+        rt.shutdown()
+        return
+    configs = sample(space, a.configs, a.seed)  # the same list on every rank
     default = space.default()
     sizes = [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
     probe = flow_probe(space, sum(sizes))  # as the session's warm-up runs it
@@ -170,6 +184,7 @@ def rank_main(a: argparse.Namespace) -> None:
         "space": [[p.name, list(p.values)] for p in space.params],
         "space_facts": {k: v for k, v in space.facts},
         "iterations": a.iterations, "seed": a.seed,
+        "path": "DDP, the runtime behind its comm hook (a session's, issue 59)",
         "warmup": {"one_stream_s": warm, "many_streams_s": many, "probe": probe, "link": link},
         "rows": [],
     }
@@ -198,36 +213,19 @@ def rank_main(a: argparse.Namespace) -> None:
         Path(a.out).write_text(json.dumps(table))
 
 
-def default_as_ddp(a: argparse.Namespace, rt: Any, model: Any, job: Job) -> None:
-    """The default as a session runs it today: DDP itself (its buckets, its overlap with
-    backward; issue 59), on the workers' group: the warm-up's three iterations, then a
-    first iteration and ``--iterations`` scored ones, each the slowest worker's time, as
-    :func:`rank_main` times a row."""
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
+def default_only(a: argparse.Namespace, iteration: Any, default: dict, model: Any,
+                 want: float, rank: int) -> None:
+    """The default alone, as :func:`rank_main` records a row: the warm-up's three
+    iterations, a first one and ``--iterations`` scored ones."""
     from autotune.workload import check_average
 
-    rank = dist.get_rank()
-    ddp = DDP(model, process_group=rt.workers_group)
-    x = torch.ones(1)
-
-    def iteration() -> float:
-        t0 = time.perf_counter()
-        model.zero_grad(set_to_none=False)
-        ddp(x).backward()  # DDP's backward returns once its buckets are averaged
-        return float(rt.worker_max(time.perf_counter() - t0))
-
-    warm = [iteration() for _ in range(3)]
-    first = iteration()
-    times = [iteration() for _ in range(a.iterations)]
-    check_average(model, (job.workers + 1) / 2, f"rank {rank}: DDP")
+    warm = [iteration(default) for _ in range(3)]
+    first = iteration(default)
+    times = [iteration(default) for _ in range(a.iterations)]
+    check_average(model, want, f"rank {rank}: the default")
     if rank == 0:
         Path(a.out).write_text(json.dumps({"one_stream_s": warm, "switch_s": first,
                                            "times_s": times, "machine": machine()}))
-    rt.sync(stop=True) if rank == 0 else rt.sync()
-    rt.shutdown()
 
 
 def record_default_ddp(a: argparse.Namespace, job: Job) -> Path:
