@@ -139,7 +139,6 @@ def unavailable(bench: Bench) -> str | None:
     """Why ``bench`` cannot run here, or None."""
     if not bench.root:
         return None
-    sys.path.insert(0, str(HERE.parent))
     from autotune.emulate import unavailable_reason
 
     return unavailable_reason() or None

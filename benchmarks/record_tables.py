@@ -229,20 +229,14 @@ def default_only(a: argparse.Namespace, iteration: Any, default: dict, model: An
 
 
 def record_default_ddp(a: argparse.Namespace, job: Job) -> Path:
-    """Measure the default as DDP runs it (:func:`default_as_ddp`) on the job's cluster
-    and put it into the recorded table: its row's times and the warm-up's; what the
-    runtime measured for the default before stays beside them (``runtime_default``)."""
-    from autotune.emulate import Cluster
-
+    """Measure the default as a session runs it, DDP's own all-reduce
+    (:func:`default_only`), on the job's cluster and put it into the recorded table: its
+    row's times and the warm-up's; what the runtime measured for the default before stays
+    beside them (``runtime_default``)."""
     out = Path(a.out_dir) / f"{job.name}.json"
     table = json.loads(out.read_text())
     fresh = out.with_suffix(".ddp.json")
-    with Cluster(hosts=job.machines + job.servers, rate=job.rate, flow_cap=job.flow_cap) as c:
-        argv = [sys.executable, os.path.abspath(__file__), "--job", job.name,
-                "--spec", json.dumps(asdict(job)), "--iterations", str(a.iterations),
-                "--out", str(fresh), "--default-ddp"]
-        c.launch(argv, workers=job.workers, servers=job.servers, hosts=job.hosts,
-                 timeout_s=a.timeout, echo=sys.stderr).check()
+    _launch(job, fresh, a.timeout, "--iterations", str(a.iterations), "--default-ddp")
     ddp = json.loads(fresh.read_text())
     fresh.unlink()
     from measured import MeasuredJob
@@ -261,28 +255,34 @@ def record_default_ddp(a: argparse.Namespace, job: Job) -> Path:
     out.write_text(json.dumps(table))
     before = table["runtime_default"]["times_s"]
     print(f"{job.name}: the default as DDP runs it, median {median(ddp['times_s']):.4f} s "
-          f"(the runtime's all-reduce in 4 MiB chunks: {median(before):.4f} s)")
+          f"(first recorded: {median(before):.4f} s)")
     return out
 
 
 # ---- driver ---------------------------------------------------------------------------
+
+def _launch(job: Job, out: Path, timeout: float, *args: str) -> None:
+    """This file's rank program for ``job`` on a new emulated cluster of its hosts, writing
+    ``out``; ``args``: its other options."""
+    from autotune.emulate import Cluster
+
+    with Cluster(hosts=job.machines + job.servers, rate=job.rate, flow_cap=job.flow_cap) as c:
+        print(f"{job.name}: {job.what}; {c.describe()}", file=sys.stderr)
+        argv = [sys.executable, os.path.abspath(__file__), "--job", job.name,
+                "--spec", json.dumps(asdict(job)), "--out", str(out), *args]
+        c.launch(argv, workers=job.workers, servers=job.servers, hosts=job.hosts,
+                 timeout_s=timeout, echo=sys.stderr).check()
+
 
 def run_job(job: Job, out: Path, *, configs: int, iterations: int, seed: int,
             timeout: float) -> dict:
     """Record ``job`` on a new emulated cluster into ``out``; the table."""
     from rich.console import Console
 
-    from autotune.emulate import Cluster
-
     con = Console(stderr=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with Cluster(hosts=job.machines + job.servers, rate=job.rate, flow_cap=job.flow_cap) as c:
-        con.print(f"[bold]{job.name}[/]: {job.what}; {c.describe()}")
-        argv = [sys.executable, os.path.abspath(__file__), "--job", job.name,
-                "--spec", json.dumps(asdict(job)), "--configs", str(configs),
-                "--iterations", str(iterations), "--seed", str(seed), "--out", str(out)]
-        c.launch(argv, workers=job.workers, servers=job.servers, hosts=job.hosts,
-                 timeout_s=timeout, echo=sys.stderr).check()
+    _launch(job, out, timeout, "--configs", str(configs), "--iterations", str(iterations),
+            "--seed", str(seed))
     table = json.loads(out.read_text())
     con.print(f"{job.name}: {len(table['rows'])} configurations in {table['wall_s']:.0f} s -> {out}")
     return table

@@ -89,7 +89,7 @@ class TrialPhase:
         """The next trial's configuration; None when the Tuner has none left, ``stop``
         (the trials have cost the job all they may), or the best so far waits for its loss
         test (:meth:`untested`)."""
-        if stop or self.stopped or self.untested() is not None:
+        if stop or self.stopped or self.untested():
             return None
         trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
         if trial is None:
@@ -100,18 +100,16 @@ class TrialPhase:
         self.listener.trial_started(self.index, trial)
         return trial.config
 
-    def untested(self) -> Config | None:
-        """The best so far where it is a codec judged by goodput that the loss test has
+    def untested(self) -> bool:
+        """Whether the best so far is a codec judged by goodput that the loss test has
         not kept (:func:`~autotune.tuning.lossy.codec_of`: the codec and its own knobs):
         no trial runs before it is tested (the gate, issue 62: left to the search, the
         goodput score kept proposing the codec that was hurting the loss; 10 of a held-out
         search's 15 trials were top-k 0.1 %, and the loss rose from 2.75 to 3.02 before
         the test at the end rejected it)."""
         best = None if self.best is None else self.best[0]
-        if best is None or not judged_by_goodput(self.goodput, best) \
-                or codec_of(best) in self.admitted:
-            return None
-        return dict(best)
+        return (best is not None and judged_by_goodput(self.goodput, best)
+                and codec_of(best) not in self.admitted)
 
     def measured(self, seconds: float, failed: str | None, switched: bool = True,
                  efficiency: float | None = 1.0, stop: bool = False,
