@@ -9,7 +9,8 @@
 The families (issue 60): ``runtime`` (the gradient runtime's communication against the
 analytic optimum, codecs, switches), ``tuner`` (the Tuner's choices against the optimum and
 the stock methods, its model of the cluster), ``clock`` (the user's clock: autotune against
-plain DDP, from a whole job to one iteration, to accuracy), ``hook`` (DDP with autotune's
+plain DDP, one script, ``clock_bench.py``, in five cases: a whole job, the time to a target
+loss, one iteration after tuning, the search against a sweep, a re-tune), ``hook`` (DDP with autotune's
 comm hook against DDP alone) and ``store`` (the results store's look-ups).
 
 ``run`` starts each benchmark of the family as its own process, one after another (alone on
@@ -65,10 +66,11 @@ NOT_BENCHMARKS = {
 
 @dataclass(frozen=True)
 class Bench:
-    """One benchmark: its file (``benchmarks/<name>.py``), its family, whether it needs the
-    emulated cluster, about how long its defaults take on the 2-core machine, the arguments
-    of a short run, and the launcher it runs under (``autotune launch -n 2`` for the ones
-    that are themselves a rank)."""
+    """One benchmark: its file (``benchmarks/<name>.py``) and, for a script of several cases,
+    the case (``clock_bench.py job``; its docstring in ``benchmarks/userclock/<case>.py``);
+    its family, whether it needs the emulated cluster, about how long its defaults take on
+    the 2-core machine, the arguments of a short run, and the launcher it runs under
+    (``autotune launch -n 2`` for the ones that are themselves a rank)."""
 
     name: str
     family: str
@@ -76,22 +78,33 @@ class Bench:
     minutes: float
     quick: tuple[str, ...] = ()
     launch: tuple[str, ...] = ()
+    case: str = ""
+
+    @property
+    def key(self) -> str:
+        """How ``family/KEY`` selects it, and its JSON's name: the case, or the file."""
+        return self.case or self.name
 
     @property
     def path(self) -> Path:
         return HERE / f"{self.name}.py"
 
+    @property
+    def doc_path(self) -> Path:
+        """The file whose docstring says what it measures."""
+        return HERE / "userclock" / f"{self.case}.py" if self.case else self.path
+
     def what(self) -> str:
         """The first sentence of its docstring: what it measures."""
-        doc = ast.get_docstring(ast.parse(self.path.read_text())) or ""
+        doc = ast.get_docstring(ast.parse(self.doc_path.read_text())) or ""
         first = " ".join(doc.split("\n\n")[0].split())
         return first.split(". ")[0].rstrip(".") + "." if first else ""
 
     def command(self, json_path: Path, *, quick: bool, extra: list[str]) -> list[str]:
         launcher = ([str(Path(sys.executable).with_name("autotune")), *self.launch]
                     if self.launch else [sys.executable])
-        return [*launcher, str(self.path), *(self.quick if quick else ()), *extra,
-                "--json", str(json_path)]
+        return [*launcher, str(self.path), *((self.case,) if self.case else ()),
+                *(self.quick if quick else ()), *extra, "--json", str(json_path)]
 
 
 BENCHES = (
@@ -112,11 +125,12 @@ BENCHES = (
           ("--models", "resnet50", "--gpus", "256", "--nics", "100", "--caps", "none")),
     Bench("loss_test_bench", "tuner", False, 25, ("--models", "cnn", "--seeds", "1")),
     Bench("replay_check", "tuner", True, 6, ("--seeds", "1", "--budget", "40")),
-    Bench("clock_bench", "clock", True, 5, ("--model", "mlp", "--steps", "300", "--runs", "1")),
-    Bench("e2e_bench", "clock", True, 20, ("--repeats", "1")),
-    Bench("tta_bench", "clock", True, 30, ("--quick",)),
-    Bench("tuning_bench", "clock", True, 20, ("--repeats", "1")),
-    Bench("retune_bench", "clock", True, 10, ("--scenarios", "cut")),
+    Bench("clock_bench", "clock", True, 5, ("--model", "mlp", "--steps", "300", "--runs", "1"),
+          case="job"),
+    Bench("clock_bench", "clock", True, 30, ("--quick",), case="accuracy"),
+    Bench("clock_bench", "clock", True, 20, ("--repeats", "1"), case="iteration"),
+    Bench("clock_bench", "clock", True, 20, ("--repeats", "1"), case="tuning"),
+    Bench("clock_bench", "clock", True, 10, ("--scenarios", "cut"), case="retune"),
     Bench("ddp_hook_bench", "hook", True, 25, ("--cases", "uncapped", "--repeats", "1")),
     Bench("hook_overhead_bench", "hook", False, 3,
           ("--device", "cpu", "--batch", "2", "--iterations", "2"), launch=("launch", "-n", "2")),
@@ -125,10 +139,12 @@ BENCHES = (
 
 
 def select(what: str) -> list[Bench]:
-    """A family's benchmarks, or one as ``family/name``; a name that is neither is an
-    error that lists the choices."""
+    """A family's benchmarks, or one as ``family/name`` (a case of a script by its case's
+    name, every case by the script's); a name that is neither is an error that lists the
+    choices."""
     family, _, name = what.partition("/")
-    chosen = [b for b in BENCHES if b.family == family and (not name or b.name == name)]
+    chosen = [b for b in BENCHES
+              if b.family == family and (not name or name in (b.key, b.name))]
     if not chosen:
         raise SystemExit(f"bench.py: no benchmark {what!r}: a family ({', '.join(FAMILIES)}) "
                          f"or family/name (bench.py list)")
@@ -149,19 +165,19 @@ def run(benches: list[Bench], out: Path, *, quick: bool, extra: list[str], dry: 
     """Run ``benches`` one after another; what ran, as ``OUT/harness.json`` holds it."""
     done = []
     for b in benches:
-        json_path = out / f"{b.name}.json"
+        json_path = out / f"{b.key}.json"
         cmd = b.command(json_path, quick=quick, extra=extra)
-        row = {"benchmark": b.name, "family": b.family, "command": cmd, "json": str(json_path)}
+        row = {"benchmark": b.key, "family": b.family, "command": cmd, "json": str(json_path)}
         reason = unavailable(b)
         if dry:
             print(" ".join(cmd) + (f"   # skipped here: {reason}" if reason else ""))
             continue
         if reason:
-            print(f"bench.py: {b.name} skipped: {reason}", file=sys.stderr)
+            print(f"bench.py: {b.key} skipped: {reason}", file=sys.stderr)
             done.append({**row, "skipped": reason})
             continue
         limit = timeout or max(600.0, 3 * 60 * b.minutes)
-        print(f"bench.py: {b.name} ({'quick' if quick else 'defaults'}, at most "
+        print(f"bench.py: {b.key} ({'quick' if quick else 'defaults'}, at most "
               f"{limit / 60:.0f} min): {' '.join(cmd)}", file=sys.stderr, flush=True)
         started = time.perf_counter()
         try:
@@ -172,7 +188,7 @@ def run(benches: list[Bench], out: Path, *, quick: bool, extra: list[str], dry: 
         done.append({**row, "rc": rc, "wall_s": round(wall, 1),
                      "timed_out": rc is None, "wrote": json_path.exists()})
         if rc != 0:
-            print(f"bench.py: {b.name} {'timed out after' if rc is None else f'exited {rc} after'}"
+            print(f"bench.py: {b.key} {'timed out after' if rc is None else f'exited {rc} after'}"
                   f" {wall:.0f} s", file=sys.stderr)
     from benchlib import machine
 
@@ -191,7 +207,7 @@ def list_benches() -> None:
     for family, about in FAMILIES.items():
         t.add_row(f"[bold]{family}[/]", "", about, "", "")
         for b in (b for b in BENCHES if b.family == family):
-            t.add_row("", b.name, b.what(), "yes" if b.root else "",
+            t.add_row("", f"{b.name} {b.case}".strip(), b.what(), "yes" if b.root else "",
                       f"{b.minutes:g} min")
     Console().print(t)
 

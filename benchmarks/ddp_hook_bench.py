@@ -1,6 +1,6 @@
 """DDP against DDP with autotune's comm hook, same job, same run (root only; issues 25, 41).
 
-The job is e2e_bench's: ``--workers`` (n) emulated worker hosts train a model with the
+The job is ``clock_bench.py iteration``'s: ``--workers`` (n) emulated worker hosts train a model with the
 real parameters of a zoo model's gradient shapes (``--model``, default ResNet-50 at half
 width, ``resnet50/32``: 161 tensors, 26 MiB) and emulated compute (the forward sleeps
 ``--fwd-ms``, the backward yields the gradients one by one in ready order over

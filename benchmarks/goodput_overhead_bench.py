@@ -1,8 +1,8 @@
 """What measuring statistical efficiency costs an iteration, on the emulated cluster (root only).
 
-The time-to-accuracy jobs of ``tta_bench.py`` (a small GPT on the standard library's
-sources, a CNN on scikit-learn's digits; real compute, 2 worker hosts at 50 mbit, one
-CPU thread each) train under ``autotune.session(model, budget=0, allow_lossy=True,
+The time-to-accuracy jobs of ``clock_bench.py accuracy`` (``userclock/tasks.py``: a small
+GPT on the standard library's sources, a CNN on scikit-learn's digits; real compute, 2
+worker hosts at 50 mbit, one CPU thread each) train under ``autotune.session(model, budget=0, allow_lossy=True,
 fixed={"compression": "none"})``: no tuning, the default lossless configuration, so the
 only difference between the two arms is the measurement:
 
@@ -49,12 +49,12 @@ def rank_main(a: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     import autotune
-    from tta_bench import MODELS, TASKS
+    from userclock.tasks import BATCH, TASKS
 
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", timeout=timedelta(seconds=a.rank_timeout))
-    batch = MODELS[a.model].batch
+    batch = BATCH
     task = TASKS[a.model](0, rank, world, batch)
     opt = task.optimizer()
     times: list[float] = []

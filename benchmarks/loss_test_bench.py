@@ -3,10 +3,10 @@
 A session keeps a codec only if its loss test (:mod:`autotune.schedule.loss_test`) finds
 the loss falling faster per second under it than under lossless. This benchmark asks
 whether that verdict predicts the outcome, on the two held-out-like jobs of
-``benchmarks/tta_bench.py`` (a small GPT-2 with AdamW on the standard library's sources; a
-CNN with SGD and momentum on scikit-learn's digits), in one process, with the real codecs
-and the real :class:`~autotune.runtime.codecs.feedback.ErrorFeedback` (and its bounded
-fold when a chunk leaves its codec, as the runtime does).
+``benchmarks/userclock/tasks.py`` (a small GPT-2 with AdamW on the standard library's
+sources; a CNN with SGD and momentum on scikit-learn's digits), in one process, with the
+real codecs and the real :class:`~autotune.runtime.codecs.feedback.ErrorFeedback` (and its
+bounded fold when a chunk leaves its codec, as the runtime does).
 
 The clock is a model, so that the communication's share of a step can be set: a lossless
 step takes 1 s, of which ``share`` is communication; a codec's step takes ``1 - share +
@@ -57,7 +57,7 @@ class Job:
     def __init__(self, model: str, seed: int, batch: int) -> None:
         import torch
 
-        from tta_bench import TASKS
+        from userclock.tasks import TASKS
 
         torch.manual_seed(seed)
         self.task = TASKS[model](seed, 0, 1, batch)

@@ -6,7 +6,7 @@ steps' worth of most of the gradient under top-k 0.1%. Added to one step's gradi
 whole, it floods the optimiser (Adam's moments, SGD's momentum) for hundreds of steps.
 
 This benchmark trains, in one process, the two held-out-like jobs of
-``benchmarks/tta_bench.py`` (a small GPT-2 with AdamW on the standard library's sources;
+``benchmarks/userclock/tasks.py`` (a small GPT-2 with AdamW on the standard library's sources;
 a CNN with SGD and momentum on scikit-learn's digits), ``--steps`` steps, the gradient
 compressed by the real ``topk`` codec with the real :class:`~autotune.runtime.codecs.
 feedback.ErrorFeedback` from ``--lossy-from`` to ``--lossy-to``, then lossless, under
@@ -54,7 +54,7 @@ def train(model: str, rule: str, seed: int, a: argparse.Namespace) -> list[tuple
 
     from autotune.runtime.codecs.feedback import ErrorFeedback, whole
     from autotune.runtime.codecs.registry import make_codec
-    from tta_bench import TASKS
+    from userclock.tasks import TASKS
 
     torch.set_num_threads(1)
     task = TASKS[model](seed, 0, 1, a.batch)

@@ -1,6 +1,6 @@
 """Re-tuning on the emulated cluster: the rank program (run as a script on each host) and
 the driver that changes the cluster while it trains (:func:`run_job`), for
-tests/session/test_retune.py and benchmarks/retune_bench.py.
+tests/session/test_retune.py and ``benchmarks/clock_bench.py retune``.
 
 The job: 2 workers train a 1 MiB-gradient model under ``autotune.session`` with
 ``retune_on_drift``; each iteration sleeps ``compute_s`` (the emulated compute step).

@@ -36,8 +36,9 @@ def _options(path: Path) -> set[str]:
 
 def test_every_file_in_benchmarks_is_a_benchmark_of_one_family_or_named_as_not_one():
     files = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
-    names = [b.name for b in bench.BENCHES]
-    assert len(names) == len(set(names)), "a benchmark listed twice"
+    keys = [(b.name, b.case) for b in bench.BENCHES]
+    assert len(keys) == len(set(keys)), "a benchmark listed twice"
+    names = {b.name for b in bench.BENCHES}
     assert not set(names) & set(bench.NOT_BENCHMARKS)
     assert not files - set(names) - set(bench.NOT_BENCHMARKS), \
         f"files in benchmarks/ no family holds: {sorted(files - set(names) - set(bench.NOT_BENCHMARKS))}"
@@ -48,10 +49,10 @@ def test_every_file_in_benchmarks_is_a_benchmark_of_one_family_or_named_as_not_o
 def test_every_benchmark_takes_json_and_the_options_of_its_short_run():
     wrong = {}
     for b in bench.BENCHES:
-        options = _options(b.path)
+        options = _options(b.path) | _options(b.doc_path)  # a case's own options too
         missing = {"--json"} | {q for q in b.quick if q.startswith("--")}
         if missing - options:
-            wrong[b.name] = sorted(missing - options)
+            wrong[b.key] = sorted(missing - options)
     assert not wrong, f"options a benchmark does not have: {wrong}"
 
 
@@ -61,8 +62,8 @@ def test_list_shows_every_family_and_benchmark_with_what_it_measures():
     for family in bench.FAMILIES:
         assert family in out.stdout
     for b in bench.BENCHES:
-        assert b.name in out.stdout
-        assert b.what() and b.what()[:30] in out.stdout, b.name
+        assert f"{b.name} {b.case}".strip() in out.stdout
+        assert b.what() and b.what()[:30] in out.stdout, b.key
 
 
 def test_a_family_runs_for_real_and_its_json_and_what_ran_are_written(tmp_path):
@@ -92,8 +93,16 @@ def test_a_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
     assert len(lines) == sum(b.family == "clock" for b in bench.BENCHES)
-    assert any("clock_bench.py --model mlp --steps 300 --runs 1 --json" in ln for ln in lines)
+    assert any("clock_bench.py job --model mlp --steps 300 --runs 1 --json" in ln for ln in lines)
+    assert any("clock_bench.py accuracy --quick --json" in ln and "accuracy.json" in ln
+               for ln in lines)
     assert not (tmp_path / "x").exists()
+    # a case by its name, every case of the script by the script's
+    one = _harness("run", "clock/iteration", "--quick", "--dry-run", "--out", str(tmp_path))
+    line, = [ln for ln in one.stdout.splitlines() if ln.strip()]
+    assert f"clock_bench.py iteration --repeats 1 --json {tmp_path / 'iteration.json'}" in line
+    every = _harness("run", "clock/clock_bench", "--dry-run")
+    assert len([ln for ln in every.stdout.splitlines() if ln.strip()]) == len(lines) == 5
 
 
 def test_an_unknown_family_or_benchmark_is_an_error_that_lists_the_families():

@@ -21,9 +21,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import benchlib  # noqa: E402
 import ddp_hook_bench  # noqa: E402
-from e2e_bench import parse_fixed  # noqa: E402
 from goodput_bench import optimum, parse_settings  # noqa: E402
-from tuning_bench import parse_size  # noqa: E402
+from userclock.iteration import parse_fixed  # noqa: E402
+from userclock.tuning import parse_size  # noqa: E402
 
 
 def test_parsers():

@@ -2,7 +2,7 @@
 under a running job (``tc`` on the hosts, :meth:`autotune.emulate.Cluster.reshape`),
 slower or faster, and the session re-tunes; the compute step gets longer and it does
 not (a re-tune cannot help). The drift rule itself: tests/schedule/test_schedule.py.
-Times to notice and to recover: benchmarks/retune_bench.py."""
+Times to notice and to recover: benchmarks/clock_bench.py retune."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def retuned(res: dict) -> list[int]:
 
 
 RAISED_TOO = os.environ.get("AUTOTUNE_LONG_TESTS") == "1"  # ~35 s more; the faster
-# direction is also tested on the schedule (tests/tuning) and measured by retune_bench
+# direction is also tested on the schedule (tests/tuning) and measured by clock_bench.py retune
 
 
 @pytest.mark.parametrize("before,after", [

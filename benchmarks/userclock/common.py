@@ -1,0 +1,75 @@
+"""The driver's side of the user's clock: launching arms, interleaved runs, the summaries.
+
+One convention for every case: the **speed-up over DDP** is DDP's time over the arm's
+(above 1, the arm is faster); where a case reports a time ratio as well (the ``job`` case:
+wall time over DDP's, above 1 slower, the form its targets take), it says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchlib import launch_json, median
+
+SCRIPT = Path(__file__).resolve().parents[1] / "clock_bench.py"
+
+
+def launch(cluster: Any, spec: dict, a: Any, *, servers: int = 0, failed: str) -> list[dict]:
+    """Run ``spec``'s arms (:mod:`.rank`) on ``spec["workers"]`` hosts of ``cluster`` and
+    ``servers`` more (every rank's output echoed with ``a.verbose``; bounded by the arms'
+    seconds and ``a.timeout``); each arm's measurements, in order. A launch with servers
+    holds runtime arms, then at most one session arm (the servers leave after a session)."""
+    kinds = [a["kind"] for a in spec["arms"]]
+    if servers and (any(k == "ddp" for k in kinds) or sum(k != "runtime" for k in kinds) > 1
+                    or (kinds[-1] == "runtime" and any(k != "runtime" for k in kinds))):
+        raise ValueError(f"with servers, a launch holds runtime arms, then at most one "
+                         f"session arm; got {kinds}")
+    length = sum(a.get("seconds") or 0 for a in spec["arms"])
+    argv = [sys.executable, str(SCRIPT), "--rank", json.dumps(spec)]
+    return launch_json(cluster, argv, workers=spec["workers"], servers=servers,
+                       timeout_s=length + a.timeout, verbose=a.verbose,
+                       failed=failed)["arms"]
+
+
+def spread(xs: list[float]) -> dict[str, float]:
+    """The median of ``xs`` with its min-max spread (infinite values kept: "never")."""
+    return {"median": median(xs), "min": min(xs), "max": max(xs)}
+
+
+def speedup(ref: float | None, t: float | None) -> float | None:
+    """DDP's time over the arm's (None where either is unknown or infinite)."""
+    if not ref or not t or not (math.isfinite(ref) and math.isfinite(t)):
+        return None
+    return ref / t
+
+
+def session_options(a: Any, **more: Any) -> dict[str, Any]:
+    """What every case's sessions get: no store (runs must not warm-start each other),
+    the run's seed, its verbosity and its waits' bound; then ``more``."""
+    return {"store": False, "seed": a.seed, "verbose": a.verbose,
+            "timeout": a.rank_timeout, **more}
+
+
+def command(case: str) -> str:
+    """The command line that ran, for the JSON."""
+    args = sys.argv[1:]
+    if args and args[0] == case:
+        args = args[1:]
+    return f"benchmarks/clock_bench.py {case} " + " ".join(args)
+
+
+def fmt(cfg: dict | None) -> str:
+    if not cfg:
+        return ""
+    from autotune.units import fmt_config
+
+    return fmt_config(cfg)
+
+
+def fmt_s(x: float) -> str:
+    return f"{x:.1f}" if math.isfinite(x) else "never"
+
