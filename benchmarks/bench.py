@@ -10,8 +10,9 @@ The families (issue 60): ``runtime`` (the gradient runtime's communication again
 analytic optimum, codecs, switches), ``tuner`` (the Tuner's choices against the optimum and
 the stock methods, its model of the cluster), ``clock`` (the user's clock: autotune against
 plain DDP, one script, ``clock_bench.py``, in five cases: a whole job, the time to a target
-loss, one iteration after tuning, the search against a sweep, a re-tune), ``hook`` (DDP with autotune's
-comm hook against DDP alone) and ``store`` (the results store's look-ups).
+loss, one iteration after tuning, the search against a sweep, a re-tune), ``hook`` (DDP with
+autotune's comm hook against DDP alone: the script's sixth case, ``clock_bench.py hook``, and
+the hook's own overhead) and ``store`` (the results store's look-ups).
 
 ``run`` starts each benchmark of the family as its own process, one after another (alone on
 the machine: a benchmark is never timed beside another), each bounded by ``--timeout``
@@ -131,7 +132,8 @@ BENCHES = (
     Bench("clock_bench", "clock", True, 20, ("--repeats", "1"), case="iteration"),
     Bench("clock_bench", "clock", True, 20, ("--repeats", "1"), case="tuning"),
     Bench("clock_bench", "clock", True, 10, ("--scenarios", "cut"), case="retune"),
-    Bench("ddp_hook_bench", "hook", True, 25, ("--cases", "uncapped", "--repeats", "1")),
+    Bench("clock_bench", "hook", True, 25, ("--cases", "uncapped", "--repeats", "1"),
+          case="hook"),
     Bench("hook_overhead_bench", "hook", False, 3,
           ("--device", "cpu", "--batch", "2", "--iterations", "2"), launch=("launch", "-n", "2")),
     Bench("store_bench", "store", False, 2, ("--runs", "100", "--repeats", "1")),

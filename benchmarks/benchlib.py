@@ -109,15 +109,16 @@ def report(res: dict, table: Callable[[dict], None], json_path: Path,
 
 
 def launch_json(cluster: Any, argv: list[str], *, workers: int, timeout_s: float,
-                verbose: bool, failed: str, servers: int = 0) -> dict:
+                verbose: bool, failed: str, servers: int = 0,
+                hosts: list[int] | None = None) -> dict:
     """Run ``argv`` on ``workers`` hosts of ``cluster`` (and ``servers`` more, the same
-    ``argv`` with ``AUTOTUNE_ROLE=server``; each rank's output echoed when ``verbose``)
-    and return the ``MARK`` JSON rank 0 emitted; a failed job ends the benchmark with
-    ``failed`` (who failed) and the job's error."""
+    ``argv`` with ``AUTOTUNE_ROLE=server``; or on ``hosts``, one per rank; each rank's
+    output echoed when ``verbose``) and return the ``MARK`` JSON rank 0 emitted; a failed
+    job ends the benchmark with ``failed`` (who failed) and the job's error."""
     from autotune.emulate import EmulatorError
 
     job = cluster.launch(argv, workers=workers, servers=servers, timeout_s=timeout_s,
-                         echo=sys.stderr if verbose else None)
+                         echo=sys.stderr if verbose else None, hosts=hosts)
     try:
         job.check()
         return job.last_json(MARK)

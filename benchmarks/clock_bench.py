@@ -1,7 +1,7 @@
 """The user's clock: autotune against plain DDP on the emulated cluster, by case (root only).
 
-One question in five cases (``benchmarks/userclock/``, one module each; issue 60 merged
-the five scripts that asked it each its own way):
+One question in six cases (``benchmarks/userclock/``, one module each; issue 60 merged
+the six scripts that asked it each its own way):
 
 * ``job`` (the default): a whole job's wall time, from the start line to the last step,
   the session's start and tuning included: DDP, ``autotune.session(model)``,
@@ -12,7 +12,9 @@ the five scripts that asked it each its own way):
   and the analytic optimum (with server hosts, fixed configurations);
 * ``tuning``: the search's quality and cost against the best configuration of a sweep,
   fixed from the start;
-* ``retune``: a link change under a locked session: how fast it notices and recovers.
+* ``retune``: a link change under a locked session: how fast it notices and recovers;
+* ``hook``: DDP against DDP with autotune's comm hook, per iteration after tuning (a
+  per-flow cap, server hosts, nothing to win, two workers a host).
 
 Every case trains through one rank program (``userclock/rank.py``: arms run one after
 another in one world, every step timed the same way) and reports the **speed-up over
@@ -25,6 +27,7 @@ JSON (and a PNG where the case draws one) under benchmarks/results/clock/.
     sudo .venv/bin/python benchmarks/clock_bench.py iteration --model resnet50
     sudo .venv/bin/python benchmarks/clock_bench.py tuning
     sudo .venv/bin/python benchmarks/clock_bench.py retune --scenarios cut
+    sudo .venv/bin/python benchmarks/clock_bench.py hook --cases servers
 
 A command without a case is the ``job`` case (``clock_bench.py --model mlp`` as before).
 Every rank is this file again (``--rank SPEC``); a rank that fails stops the benchmark
@@ -44,7 +47,7 @@ sys.path.insert(0, str(HERE))
 
 from benchlib import RESULTS, add_cluster_args, report, require_emulator  # noqa: E402
 
-CASES = ("job", "accuracy", "iteration", "tuning", "retune")
+CASES = ("job", "accuracy", "iteration", "tuning", "retune", "hook")
 
 
 def case_module(name: str):

@@ -1,8 +1,8 @@
 """The user's clock against DDP: the cases of ``benchmarks/clock_bench.py`` (issue 60).
 
-One script asks one question, autotune against plain DDP on the emulated cluster, in five
-cases (``job``, ``accuracy``, ``iteration``, ``tuning``, ``retune``); what they share has
-one home here:
+One script asks one question, autotune against plain DDP on the emulated cluster, in six
+cases (``job``, ``accuracy``, ``iteration``, ``tuning``, ``retune``, ``hook``); what they
+share has one home here:
 
 * :mod:`.tasks`: the training jobs (a small GPT, a CNN on digits, a tiny MLP, a model of
   emulated compute with a zoo model's gradients);

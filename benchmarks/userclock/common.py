@@ -14,25 +14,25 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import launch_json, median
+from userclock.rank import SESSIONS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "clock_bench.py"
 
 
-def launch(cluster: Any, spec: dict, a: Any, *, servers: int = 0, failed: str) -> list[dict]:
+def launch(cluster: Any, spec: dict, a: Any, *, servers: int = 0,
+           hosts: list[int] | None = None, failed: str) -> list[dict]:
     """Run ``spec``'s arms (:mod:`.rank`) on ``spec["workers"]`` hosts of ``cluster`` and
-    ``servers`` more (every rank's output echoed with ``a.verbose``; bounded by the arms'
-    seconds and ``a.timeout``); each arm's measurements, in order. A launch with servers
-    holds runtime arms, then at most one session arm (the servers leave after a session)."""
-    kinds = [a["kind"] for a in spec["arms"]]
-    if servers and (any(k == "ddp" for k in kinds) or sum(k != "runtime" for k in kinds) > 1
-                    or (kinds[-1] == "runtime" and any(k != "runtime" for k in kinds))):
-        raise ValueError(f"with servers, a launch holds runtime arms, then at most one "
-                         f"session arm; got {kinds}")
-    length = sum(a.get("seconds") or 0 for a in spec["arms"])
+    ``servers`` more (or on ``hosts``, one per rank; every rank's output echoed with
+    ``a.verbose``; bounded by the arms' seconds and ``a.timeout``); each arm's
+    measurements, in order. With servers, a session arm comes last (the servers leave
+    after a session)."""
+    kinds = [arm["kind"] for arm in spec["arms"]]
+    if servers and any(k in SESSIONS for k in kinds[:-1]):
+        raise ValueError(f"with servers, a session arm comes last; got {kinds}")
+    length = sum(arm.get("seconds") or 0 for arm in spec["arms"])
     argv = [sys.executable, str(SCRIPT), "--rank", json.dumps(spec)]
-    return launch_json(cluster, argv, workers=spec["workers"], servers=servers,
-                       timeout_s=length + a.timeout, verbose=a.verbose,
-                       failed=failed)["arms"]
+    return launch_json(cluster, argv, workers=spec["workers"], servers=servers, hosts=hosts,
+                       timeout_s=length + a.timeout, verbose=a.verbose, failed=failed)["arms"]
 
 
 def spread(xs: list[float]) -> dict[str, float]:

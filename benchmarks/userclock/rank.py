@@ -14,9 +14,10 @@ emits one line (``benchlib.emit``) with every arm's measurements. An arm is:
   runtime and one model.
 
 Every other arm starts from a new task of the same seed: the same initial weights and
-data order. An arm runs ``steps`` steps, or, with ``seconds``, until rank 0 has seen that
-many seconds since the start line (one 4-byte broadcast a step on the workers' group,
-in every such arm alike).
+data order. An arm runs ``steps`` steps; or, with ``seconds``, until rank 0 has seen that
+many seconds since the start line; or, with ``kept_steps`` (a session arm), until rank 0
+has seen that many steps not tuning, ``steps`` at most (rank 0 decides: one 4-byte
+broadcast a step on the workers' group, in every such arm alike).
 
 The clock: the start line is a barrier of the workers, before DDP wraps the model or the
 session opens; ``start_s`` runs from it to the first step, ``wall_s`` to the session's
@@ -33,8 +34,9 @@ copy, about a millisecond) and evaluates them on held-out data after the arm, of
 clock: the validation curve ``(seconds, step, loss)``.
 
 Servers (``AUTOTUNE_ROLE=server``) serve each group of runtime arms (one bootstrap) and a
-session arm (a session on a stand-in model: it serves, then leaves the process), so a
-launch with servers holds runtime arms, then at most one session arm. A launch of one
+session arm (a session on a stand-in model: it serves, then leaves the process), and wait
+out a DDP arm (DDP runs on the workers' group), so a launch with servers holds at most one
+session arm, last. A launch of one
 group of runtime arms, or of one session arm, may have ``python -m autotune.server`` as its
 servers instead (``autotune launch -k``): the workers ask nothing else of them.
 """
@@ -153,7 +155,8 @@ def _arm(arm: dict, task: Any, side: Any, rt: Any, done: list[dict],
     leader = rank == 0
     kind, label = arm["kind"], arm["label"]
     model, opt = task.model, task.optimizer()
-    steps, seconds = arm.get("steps"), arm.get("seconds")
+    steps, seconds, kept = arm.get("steps"), arm.get("seconds"), arm.get("kept_steps")
+    bucket_mb = arm.get("bucket_mb", 25.0)
     batches = [task.next_batch() for _ in range(steps)] if steps else None
     options = dict(arm.get("options") or {})
     check = task.exact is not None and not options.get("allow_lossy")
@@ -167,8 +170,7 @@ def _arm(arm: dict, task: Any, side: Any, rt: Any, done: list[dict],
     dist.barrier(group=side)  # the start line
     t0 = time.perf_counter()
     if kind == "ddp":
-        net: Any = DDP(model, bucket_cap_mb=arm.get("bucket_mb", 25.0),
-                       process_group=side if servers else None)
+        net: Any = DDP(model, bucket_cap_mb=bucket_mb, process_group=side if servers else None)
         ctx: Any = contextlib.nullcontext()
     elif kind == "runtime":
         net, ctx = model, contextlib.nullcontext()
@@ -176,7 +178,8 @@ def _arm(arm: dict, task: Any, side: Any, rt: Any, done: list[dict],
         import autotune
 
         net = model if kind == "native" else DDP(
-            model, process_group=autotune.workers_group() if servers else None)
+            model, bucket_cap_mb=bucket_mb,
+            process_group=autotune.workers_group() if servers else None)
         ctx = autotune.session(net, **options)
     step_s: list[float] = []
     end_s: list[float] = []
@@ -224,13 +227,13 @@ def _arm(arm: dict, task: Any, side: Any, rt: Any, done: list[dict],
                 if n_snaps and (now >= next_snap or (seconds and now >= seconds)):
                     snaps.append((now, i, _copy(model)))
                     next_snap = now + every
-            if steps:
-                if i >= steps:
-                    break
-                continue
-            flag.fill_(int(leader and now >= seconds))
-            dist.broadcast(flag, 0, group=side)
-            if flag.item():
+            done = bool(steps) and i >= steps
+            if seconds or kept:  # rank 0 decides
+                flag.fill_(int(leader and (done or bool(seconds) and now >= seconds or bool(
+                    kept) and len(tuning) - sum(tuning) >= kept)))
+                dist.broadcast(flag, 0, group=side)
+                done = bool(flag.item())
+            if done:
                 break
     wall = time.perf_counter() - t0
     out: dict[str, Any] = {"label": label, "kind": kind, "steps": i, "wall_s": wall,
@@ -239,8 +242,8 @@ def _arm(arm: dict, task: Any, side: Any, rt: Any, done: list[dict],
                            "end_s": [round(t, 4) for t in end_s], "loss": losses}
     if kind == "runtime":
         out["config"] = dict(rt.config)
-    if kind == "ddp":
-        out["bucket_mb"] = arm.get("bucket_mb", 25.0)
+    if kind != "runtime":
+        out["bucket_mb"] = bucket_mb
     if session is not None:
         busy_at = [j for j, b in enumerate(tuning) if b]
         out.update(tuning=tuning, switches=switches, best=session.best,

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import benchlib  # noqa: E402
-import ddp_hook_bench  # noqa: E402
 from goodput_bench import optimum, parse_settings  # noqa: E402
+from userclock import hook  # noqa: E402
 from userclock.iteration import parse_fixed  # noqa: E402
 from userclock.tuning import parse_size  # noqa: E402
 
@@ -66,10 +66,10 @@ def test_measure_B_under_a_flow_cap_is_the_nic_rate_and_one_flow_the_cap():
     assert "one flow" in out["described"]
 
 
-def test_ddp_hook_bench_cases_and_summary():
-    assert ddp_hook_bench.parse_cases("uncapped, capped") == ["capped", "uncapped"]
+def test_hook_case_parses_its_cases_and_sums_them_up():
+    assert hook.parse_cases("uncapped, capped") == ["capped", "uncapped"]
     with pytest.raises(ValueError):
-        ddp_hook_bench.parse_cases("capped,cloud")
+        hook.parse_cases("capped,cloud")
     M, B = 24 << 20, 48e6
     link = {"B": B, "flow_B": B / 4}
     run = {"bytes": M, "best": {"transport": "allreduce", "streams": 4, "chunk_bytes": 1 << 20},
@@ -77,14 +77,14 @@ def test_ddp_hook_bench_cases_and_summary():
     case = {"link": link, "servers": 0, "flow_cap": "100mbit",
             "runs": [dict(run, ddp_times_s=[3.6, 3.7, 3.5], kept_times_s=[1.0, 1.1, 0.9]),
                      dict(run, ddp_times_s=[3.6], kept_times_s=[1.2])]}
-    row = ddp_hook_bench.summarize_case("capped", case, 4, 0.05)
+    row = hook.summarize_case("capped", case, 4, 0.05)
     assert row["ddp_s"] == pytest.approx(3.6) and row["hook_s"] == pytest.approx(1.1)
     assert row["ratios"] == pytest.approx([3.6, 3.0]) and row["ratio_spread"] == [3.0, 3.6]
     assert row["met"] and row["optimum_s"] == pytest.approx(1.5 * M / B + 0.05)
     assert row["ddp_bound_s"] == pytest.approx(1.5 * M / (B / 4) + 0.05)
     servers = dict(case, servers=4, flow_cap=None,
                    runs=[dict(run, ddp_times_s=[1.0], kept_times_s=[0.98])])
-    row = ddp_hook_bench.summarize_case("servers", servers, 4, 0.05)
+    row = hook.summarize_case("servers", servers, 4, 0.05)
     assert not row["met"] and "of BytePS's optimum" in row["why_missed"]
     assert row["byteps_optimum_s"] < row["optimum_s"]
     assert row["hook_of_byteps"] == pytest.approx(row["byteps_optimum_s"] / 0.98)
@@ -92,7 +92,7 @@ def test_ddp_hook_bench_cases_and_summary():
     intra = dict(case, flow_cap=None, machines=2,
                  runs=[dict(run, ddp_times_s=[1.0], kept_times_s=[0.9], native_times_s=[0.8],
                             native_best=run["best"])])
-    row = ddp_hook_bench.summarize_case("intra", intra, 4, 0.05)
+    row = hook.summarize_case("intra", intra, 4, 0.05)
     assert row["hook_vs_native"] == pytest.approx(0.8 / 0.9) and not row["met"]
     assert "native runtime" in row["why_missed"]
     assert row["intra_optimum_s"] == pytest.approx(M / B + 0.05)  # the ring of 2 machines
@@ -101,21 +101,22 @@ def test_ddp_hook_bench_cases_and_summary():
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_ddp_hook_bench_runs_end_to_end(tmp_path):
-    """The benchmark, tiny, as a user runs it: 2 workers (+ 2 server hosts, which the
+def test_the_hook_case_runs_end_to_end(tmp_path):
+    """The hook case, tiny, as a user runs it: 2 workers (+ 2 server hosts, which the
     hook's push/pull may use), ResNet-50 at 1/8 width (2 MiB), 4 tuning iterations; every
-    gradient checked exactly (~15 s)."""
-    out = tmp_path / "ddp_hook.json"
-    run = zygote.run([sys.executable, ddp_hook_bench.__file__, "--workers", "2", "--model",
-                      "resnet50/8", "--budget", "4", "--measure", "2", "--repeats", "1",
-                      "--cases", "servers,uncapped", "--fwd-ms", "5", "--bwd-ms", "15",
-                      "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
-                     timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    10th step's average and the last checked exactly (~30 s)."""
+    out = tmp_path / "hook.json"
+    run = zygote.run([sys.executable, str(ROOT / "benchmarks" / "clock_bench.py"), "hook",
+                      "--workers", "2", "--model", "resnet50/8", "--budget", "4", "--measure",
+                      "2", "--repeats", "1", "--cases", "servers,uncapped", "--fwd-ms", "5",
+                      "--bwd-ms", "15", "--json", str(out)], cwd=ROOT, capture_output=True,
+                     text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     res = json.loads(out.read_text())
     assert [r["case"] for r in res["rows"]] == ["servers", "uncapped"]
     for r in res["rows"]:
         assert r["ddp_s"] > 0 and r["hook_s"] > 0 and r["kept_iterations"] == [2]
+        assert r["speedup_vs_ddp"] == pytest.approx(r["ddp_s"] / r["hook_s"], rel=0.5)
     assert res["raw"]["servers"]["runs"][0]["world"] == 4
     assert 0 < res["rows"][0]["hook_of_byteps"]
     assert "BytePS optimum with them" in run.stdout  # the servers case's line
