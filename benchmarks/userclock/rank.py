@@ -26,8 +26,8 @@ to the optimizer's end, in three parts: ``backward`` (forward and backward; with
 all-reduce up to the last bucket), ``step`` (``session.step(loss=...)``, or the runtime's
 wait) and ``optimizer``. A ``steps`` arm makes its batches before the start line; a
 ``seconds`` arm in the loop, on the clock. With a task whose average is known (``exact``),
-every 10th step's averaged gradients and the last step's are checked exactly in arms
-that allow no codec (off the step's time).
+every 10th step's averaged gradients (and a ``steps`` arm's last step's) are checked
+exactly in arms that allow no codec (off the step's time).
 
 ``snapshots``: rank 0 keeps that many copies of the parameters over a ``seconds`` arm (a
 copy, about a millisecond) and evaluates them on held-out data after the arm, off the
