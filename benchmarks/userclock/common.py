@@ -1,4 +1,4 @@
-"""The driver's side of the user's clock: launching arms, interleaved runs, the summaries.
+"""The driver's side of the user's clock: launching arms, medians with their spread, the speed-up.
 
 One convention for every case: the **speed-up over DDP** is DDP's time over the arm's
 (above 1, the arm is faster); where a case reports a time ratio as well (the ``job`` case:
