@@ -77,6 +77,11 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def with_case(argv: list[str]) -> list[str]:
+    """``argv`` with its case: a command line that names none is the ``job`` case's."""
+    return argv if argv[:1] and argv[0] in CASES + ("-h", "--help") else ["job", *argv]
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--rank"]:  # a rank of a launch (userclock/rank.py)
@@ -84,10 +89,8 @@ def main(argv: list[str] | None = None) -> None:
 
         rank.main(json.loads(argv[1]))
         return
-    if not argv or argv[0] not in CASES + ("-h", "--help"):
-        argv = ["job", *argv]
     ap = parser()
-    a = ap.parse_args(argv)
+    a = ap.parse_args(with_case(argv))
     mod = case_module(a.case)
     mod.check(ap, a)
     if a.json is None and mod.JSON:

@@ -16,6 +16,10 @@ import pytest
 
 import zygote
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import clock_bench  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 # own world: the benchmark's own rank program, launched as its cases launch it (a script
@@ -91,3 +95,19 @@ def test_servers_serve_a_group_of_runtime_arms_and_a_session():
                      "fixed": {"transport": "pushpull", "servers": 1}}}]}, servers=1)
     assert session["steps"] == 10
     assert {c["transport"] for _, _, c in session["switches"]} == {"pushpull"}
+
+
+def test_a_command_without_a_case_is_the_job_case_and_bad_input_is_refused(capsys):
+    assert clock_bench.with_case(["--model", "mlp"]) == ["job", "--model", "mlp"]
+    assert clock_bench.with_case([]) == ["job"]
+    assert clock_bench.with_case(["hook", "--cases", "servers"])[0] == "hook"
+    a = clock_bench.parser().parse_args(clock_bench.with_case(["--steps", "50"]))
+    assert (a.case, a.steps, a.rate, a.variants) == ("job", 50, "1gbit", "ddp,native,hook")
+    for argv, says in ((["--variants", "ddp,nope"], "variants of"),
+                       (["accuracy", "--models", "gpt,resnet"], "unknown or no models"),
+                       (["iteration", "--buckets", "5,100"], "must include 25"),
+                       (["hook", "--cases", "cloud"], "unknown case"),
+                       (["retune", "--scenarios", "flood"], "scenarios of")):
+        with pytest.raises(SystemExit) as e:
+            clock_bench.main(argv)
+        assert e.value.code == 2 and says in capsys.readouterr().err, argv
