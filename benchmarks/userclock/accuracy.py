@@ -124,8 +124,7 @@ def arm(a: argparse.Namespace, variant: str, seed: int, duration: float) -> dict
     out: dict[str, Any] = {"label": variant, "kind": "ddp" if variant == "ddp" else "native",
                            "seconds": duration, "snapshots": SNAPSHOTS}
     if variant != "ddp":
-        kw = session_options(a, budget=a.budget, samples_per_step=BATCH)
-        kw["seed"] = seed
+        kw = session_options(a, seed, budget=a.budget, samples_per_step=BATCH)
         if variant in ("goodput", "throughput"):
             kw.update(allow_lossy=True, lossy_score=variant)
         out["options"] = kw

@@ -17,6 +17,7 @@ from benchlib import launch_json, median
 from userclock.rank import SESSIONS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "clock_bench.py"
+WARMUP = 3  # the session's warm-up iterations (its default), before the budget
 
 
 def launch(cluster: Any, spec: dict, a: Any, *, servers: int = 0,
@@ -47,11 +48,17 @@ def speedup(ref: float | None, t: float | None) -> float | None:
     return ref / t
 
 
-def session_options(a: Any, **more: Any) -> dict[str, Any]:
+def session_options(a: Any, seed: int | None = None, **more: Any) -> dict[str, Any]:
     """What every case's sessions get: no store (runs must not warm-start each other),
-    the run's seed, its verbosity and its waits' bound; then ``more``."""
-    return {"store": False, "seed": a.seed, "verbose": a.verbose,
+    the run's seed (``seed``, else ``a.seed``), its verbosity and its waits' bound; then
+    ``more``."""
+    return {"store": False, "seed": a.seed if seed is None else seed, "verbose": a.verbose,
             "timeout": a.rank_timeout, **more}
+
+
+def kept_steps(r: dict) -> list[float]:
+    """A session arm's steps under its kept configuration, the first (the switch) left out."""
+    return [t for t, busy in zip(r["step_s"], r["tuning"]) if not busy][1:]
 
 
 def command(case: str) -> str:

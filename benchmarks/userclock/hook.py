@@ -39,8 +39,7 @@ import statistics
 import time
 
 from benchlib import RESULTS, describe_link, fmt_cfg, machine, measure_B, median
-from userclock.common import command, launch, session_options
-from userclock.iteration import kept_steps
+from userclock.common import WARMUP, command, kept_steps, launch, session_options
 
 from autotune.workload import gradient_bytes, model_shapes, optimum_s
 
@@ -49,7 +48,6 @@ CASES = ("capped", "servers", "uncapped", "intra")
 TARGETS = {"capped": 1.3, "servers": 1.4, "uncapped": 0.97, "intra": 0.0}
 BYTEPS_SHARE = 0.85  # servers: the hook reaches at least this share of BytePS's optimum
 NATIVE_SHARE = 0.97  # intra: the hook at least this share of the native runtime's speed
-WARMUP = 3  # the session's warm-up iterations (its default), before the budget
 JSON = None  # clock/hook_<model>[_<cases>].json, by check()
 
 
@@ -100,10 +98,9 @@ def check(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 def arms(a: argparse.Namespace, seed: int, way: str) -> list[dict]:
     """A launch's arms: plain DDP, then DDP + the hook tuned (``way`` ddp); or the native
     session alone (``way`` native)."""
-    options = session_options(a, budget=a.budget, samples_per_step=1, spend=None,
+    options = session_options(a, seed, budget=a.budget, samples_per_step=1, spend=None,
                               fixed=json.loads(a.fixed) if a.fixed else None,
                               trial_iterations=a.trial_iterations, warmup=WARMUP)
-    options["seed"] = seed
     # the session's steps: until ``measure`` + 1 after tuning (the first pays the switch)
     session = {"steps": 2 * (WARMUP + a.budget) + a.measure + 1, "kept_steps": a.measure + 1,
                "options": options, "bucket_mb": a.bucket_mb}

@@ -32,11 +32,10 @@ from pathlib import Path
 
 from benchlib import (RESULTS, add_diagnosis_args, describe_link, fmt_cfg, machine,
                       measure_B, median, pyplot, save_figure)
-from userclock.common import command, launch, session_options, speedup
+from userclock.common import WARMUP, command, kept_steps, launch, session_options, speedup
 
 from autotune.workload import gradient_bytes, model_shapes, optimum_s
 
-WARMUP = 3  # the session's warm-up iterations (its default), before the budget
 JSON = None  # clock/iteration_<model>[_cap].json, by check()
 
 
@@ -129,11 +128,6 @@ def run(a: argparse.Namespace) -> dict:
                  "steps": WARMUP + a.budget + a.measure}]}, a, servers=k,
                 failed=f"clock_bench iteration: session with {k} servers")
     return summarize(a, out, ks, time.time() - started)
-
-
-def kept_steps(r: dict) -> list[float]:
-    """A session arm's steps under its kept configuration, the first (the switch) left out."""
-    return [t for t, busy in zip(r["step_s"], r["tuning"]) if not busy][1:]
 
 
 def summarize(a: argparse.Namespace, out: dict, ks: list[int], wall: float) -> dict:

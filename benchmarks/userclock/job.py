@@ -82,9 +82,8 @@ def check(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 def arm(a: argparse.Namespace, variant: str, seed: int) -> dict:
     out: dict[str, Any] = {"label": variant, "kind": variant, "steps": a.steps}
     if variant != "ddp":
-        kw = session_options(a, total_steps=None if a.unknown_length else a.steps,
+        kw = session_options(a, seed, total_steps=None if a.unknown_length else a.steps,
                              samples_per_step=a.batch)
-        kw["seed"] = seed
         if a.budget is not None:
             kw["budget"] = a.budget
         if a.fixed:

@@ -188,7 +188,7 @@ def _arm(arm: dict, task: Any, side: Any, rt: Any, done: list[dict],
     switches: list[list] = []
     parts = dict.fromkeys(PARTS, 0.0)
     flag = torch.zeros(1, dtype=torch.int32)
-    i, next_snap = 0, every
+    i, next_snap, settled = 0, every, 0  # settled: steps not tuning, rank 0's count
     with ctx as session:
         start = time.perf_counter() - t0  # DDP's wrap, the session's start
         while True:
@@ -222,6 +222,7 @@ def _arm(arm: dict, task: Any, side: Any, rt: Any, done: list[dict],
                     parts[p] += dt
                 if session is not None:
                     tuning.append(busy)
+                    settled += not busy
                     if not switches or switches[-1][2] != session.config:
                         switches.append([i, round(now, 4), dict(session.config)])
                 if n_snaps and (now >= next_snap or (seconds and now >= seconds)):
@@ -229,8 +230,8 @@ def _arm(arm: dict, task: Any, side: Any, rt: Any, done: list[dict],
                     next_snap = now + every
             done = bool(steps) and i >= steps
             if seconds or kept:  # rank 0 decides
-                flag.fill_(int(leader and (done or bool(seconds) and now >= seconds or bool(
-                    kept) and len(tuning) - sum(tuning) >= kept)))
+                flag.fill_(int(leader and (done or bool(seconds) and now >= seconds
+                                           or bool(kept) and settled >= kept)))
                 dist.broadcast(flag, 0, group=side)
                 done = bool(flag.item())
             if done:

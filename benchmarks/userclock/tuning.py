@@ -36,8 +36,7 @@ from pathlib import Path
 
 from benchlib import (MiB, RESULTS, add_diagnosis_args, describe_link, fmt_cfg, machine,
                       measure_B, median, pyplot, save_figure)
-from userclock.common import command, launch, session_options
-from userclock.iteration import kept_steps
+from userclock.common import command, kept_steps, launch, session_options
 
 JSON = None  # clock/tuning[_cap].json, by check()
 
