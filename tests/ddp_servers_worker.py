@@ -35,7 +35,10 @@ FAMILIES = {
     "pushpull": {"transport": ["pushpull"], "chunk_bytes": [4 << 10, 16 << 10, 64 << 10]},
     "intra": {"intra": ["root", "scatter"], "chunk_bytes": [4 << 10, 16 << 10, 64 << 10]},
     "server": {"transport": "pushpull", "servers": 1},
+    # everything fixed, no search: settled after its measured iterations, then quiet
+    "kept": {"transport": "pushpull", "servers": 1, "streams": 2, "chunk_bytes": 16 << 10},
 }
+LONGER = {"kept": 40}  # steps of a family that needs more than STEPS
 
 
 def build() -> nn.Module:
@@ -44,11 +47,11 @@ def build() -> nn.Module:
                          nn.Tanh(), nn.Linear(64, 1))
 
 
-def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+def batches(steps: int = STEPS) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(7 + RANK)
     w = torch.linspace(-1, 1, 8)
     out = []
-    for _ in range(STEPS):
+    for _ in range(steps):
         x = torch.randn(16, 8, generator=g) * (1 + RANK)
         out.append((x, torch.tanh(x @ w).unsqueeze(1)))
     return out
@@ -58,7 +61,7 @@ def state(model: nn.Module) -> list[float]:
     return [v for t in model.state_dict().values() for v in t.detach().double().reshape(-1).tolist()]
 
 
-def train(group, family: str | None, kill: bool = False) -> dict:
+def train(group, family: str | None, kill: bool = False, steps: int = STEPS) -> dict:
     import autotune
 
     model = build()
@@ -67,16 +70,17 @@ def train(group, family: str | None, kill: bool = False) -> dict:
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     rec: dict = {"configs": []}
     if family is None:
-        for x, y in batches():
+        for x, y in batches(steps):
             nn.functional.mse_loss(ddp(x), y).backward()
             opt.step()
             opt.zero_grad()
         rec["state"] = state(model)
         return rec
     fired = False
-    with autotune.session(ddp, budget=STEPS, store=False, verbose=False, timeout=60, warmup=1,
-                          fixed=FAMILIES[family], seed=3, spend=None) as session:
-        for step, (x, y) in enumerate(batches()):
+    with autotune.session(ddp, budget=0 if family == "kept" else STEPS, store=False,
+                          verbose=False, timeout=60, warmup=1, fixed=FAMILIES[family], seed=3,
+                          spend=None) as session:
+        for step, (x, y) in enumerate(batches(steps)):
             nn.functional.mse_loss(ddp(x), y).backward()
             session.step()
             opt.step()
@@ -95,6 +99,7 @@ def train(group, family: str | None, kill: bool = False) -> dict:
     rec["handed"] = session.hooked.hook.buckets.handed
     rec["averaged_again"] = session.hooked.hook.buckets.averaged_again
     rec["buckets"] = len(session.hooked.hook.buckets.sizes)
+    rec["background"] = session.rt._sync.background  # syncs that did not wait
     rec["state"] = state(model)
     return rec
 
@@ -106,8 +111,9 @@ def main(scenario: str, out: str, family: str) -> None:
     dist.init_process_group("gloo")
     group = autotune.workers_group()
     assert autotune.workers_group() is group  # once joined, the same group (no new join)
-    result = {"ddp": train(group, None)}
-    result["session"] = train(group, family, kill=scenario == "kill_server")
+    steps = LONGER.get(family, STEPS)
+    result = {"ddp": train(group, None, steps=steps)}
+    result["session"] = train(group, family, kill=scenario == "kill_server", steps=steps)
     with open(os.path.join(out, f"rank{RANK}.json"), "w") as f:
         json.dump(result, f)
 

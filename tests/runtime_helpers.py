@@ -153,14 +153,22 @@ def _used(how: str, rank: int) -> bool:
 
 
 def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | None,
-               zero_grads: bool, check_overlap: bool = False) -> dict:
-    """One sync + backward + wait; compares with all_reduce. Returns a record."""
+               zero_grads: bool, check_overlap: bool = False, background: bool = False,
+               late_s: float = 0.0) -> dict:
+    """One sync + backward + wait; compares with all_reduce. Returns a record.
+    ``background``: the sync keeps the configuration without waiting (``cfg`` None);
+    ``late_s``: the last worker comes to the sync that much later."""
     import torch
 
     t_start = time.perf_counter()
     info = rt.info
     rank, n = info.rank, len(info.workers)
-    active = rt.sync(cfg if rank == info.leader else None)
+    if rank == info.workers[-1]:
+        time.sleep(late_s)
+    t_sync = time.perf_counter()
+    active = rt.sync(cfg if rank == info.leader else None, background=background)
+    sync_ms = (time.perf_counter() - t_sync) * 1000
+    pending = rt._sync.pending is not None
     copies = rt._averager.copies.staged_copies  # copies through host staging (AUTOTUNE_STAGE_CPU)
     lent = rt._averager.copies.lent  # gradients pushed from .grad itself (no pack copy)
     g = torch.Generator().manual_seed(1000 * it + rank)
@@ -216,6 +224,7 @@ def _iteration(rt: Any, wg: Any, params: list, use: dict, it: int, cfg: dict | N
             "messages": len(rt.setup.plan),
             "chunks": len(cut(list(rt.setup.sizes), int(active["chunk_bytes"]))),
             "overlap": overlap, "order": rt.gradient_order, "ms": round(ms, 2),
+            "sync_ms": round(sync_ms, 2), "pending": pending,
             "ref_ms": round(t_ref * 1000, 2),
             "total_ms": round((time.perf_counter() - t_start) * 1000, 2)}
 
@@ -325,6 +334,17 @@ def run_sweep(out: Path, full: bool) -> None:
             q.grad.mul_(0.5)
     err["changed_lent"] = _expect_error(rt.wait, UsageError)
     rec["after_changed"] = _iteration(rt, wg, params, use, it + 1, base, False)
+    # a background keep (a settled session's quiet stretch, push/pull): the leader's sync
+    # returns at once while the last worker comes 1.5 s late, where a sync that waits
+    # waits for it; the averages stay exact; misuse is refused on every worker before
+    # anything is sent
+    err["background_stop"] = _expect_error(lambda: rt.sync(stop=True, background=True),
+                                           UsageError)
+    rec["background"] = [_iteration(rt, wg, params, use, it + 2, pp, False),
+                         _iteration(rt, wg, params, use, it + 3, None, False, late_s=1.5)]
+    rec["background"] += [_iteration(rt, wg, params, use, it + 4 + k, None, False,
+                                     background=True, late_s=1.5 if k == 0 else 0.0)
+                          for k in range(3)]
     # injected fault (streams=7, pushpull): wait() raises, .grad intact, a second wait() averages
     faulty = {**base, "transport": "pushpull", "servers": 1, "streams": 7}
     rt.sync(faulty if leader else None)

@@ -213,19 +213,31 @@ class Runtime:
         return not self._closed and self._blame.broken is None
 
     # ================================================================== sync
-    def sync(self, config: Mapping[str, Any] | None = None, stop: bool = False) -> dict[str, Any]:
+    def sync(self, config: Mapping[str, Any] | None = None, stop: bool = False, *,
+             background: bool = False) -> dict[str, Any]:
         """Collective on ALL ranks at an iteration boundary; returns the active config. The
         leader (the first worker) passes the configuration (``None``: keep the active one,
         or the default) and ``stop=True`` at the end; the others pass nothing. Raises
         :class:`ConfigError` (bad configuration, registrations that disagree) or a
         recoverable :class:`RuntimeFault` (a rank could not apply it) alike on every rank,
-        the previous configuration kept (:class:`SyncProtocol`)."""
+        the previous configuration kept (:class:`SyncProtocol`).
+
+        ``background=True`` (every worker at the same sync, the leader with no
+        configuration; servers wait as always): keep the active configuration and return
+        at once; the control message's round trip overlaps the next iteration and is
+        waited for, bounded, at the next ``sync`` (:mod:`~autotune.runtime.control.sync`).
+        For a caller that knows nothing changes, as a settled session."""
         self._check_alive()
         if self._stopped:
             raise UsageError("sync() after the job was stopped")
+        if background and (config is not None or stop or not self.info.is_worker
+                           or self._active.config is None or self._layout.dirty):
+            raise UsageError("sync(background=True) keeps the active configuration: only on "
+                             "a worker, with no configuration and no stop, after a sync, with "
+                             "nothing registered since")
         if self.info.is_worker and self._averager.open():
             self._rounds.discard_open()
-        if self._sync.run(config, stop):
+        if self._sync.run(config, stop, background):
             self._stopped = True
             return (self._active.config or RuntimeConfig()).as_dict()
         self._averager.served = self._faults.refuses(self._active.config)
@@ -309,6 +321,12 @@ class Runtime:
         self._closed = True
         if failed is not None:
             self._liveness.fail(failed)
+        if failed is None and self._blame.broken is None:
+            try:  # a background sync's message, before its group goes
+                self._sync.drain()
+            except RuntimeFault as e:
+                failed = e
+                self._liveness.fail(e)
         self._averager.close(timeout=2.0 if self._blame.broken else 10.0)
         self._liveness.leave()
         self._liveness.stop()

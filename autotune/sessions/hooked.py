@@ -170,12 +170,13 @@ class HookedDDP:
         """All-reduce (SUM) ``t`` in place over the workers, the wait bounded."""
         self.rt.worker_sum(t)
 
-    def put_in_force(self, config: Config | None) -> Mapping[str, Any]:
+    def put_in_force(self, config: Config | None, background: bool = False) -> Mapping[str, Any]:
         """Collective: ``config`` (the leader's; None elsewhere or to keep the active one)
         in force on every rank, the runtime's world and the hook alike; the active
         configuration. Raises :class:`~autotune.runtime.config.ConfigError` alike on every
-        rank when it cannot run."""
-        return self.hook.sync(config)
+        rank when it cannot run. ``background``: keep the active configuration, the
+        servers' next round announced without waiting (``Runtime.sync``)."""
+        return self.hook.sync(config, background)
 
     @property
     def needs_sync(self) -> bool:

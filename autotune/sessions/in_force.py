@@ -54,19 +54,21 @@ class InForce:
         """Whether the configuration in force runs a codec (the same on every rank)."""
         return (self.config or {}).get("compression", "none") != "none"
 
-    def put(self, config: Config | None, retrying: bool = False) -> None:
+    def put(self, config: Config | None, retrying: bool = False,
+            background: bool = False) -> None:
         """Put ``config`` (None on the other ranks: what the leader sends) in force on
         every rank, or what the leader's schedule says instead, until one is
         (``retrying``: after a failed iteration, when the schedule's answer is the
-        fallback)."""
+        fallback). ``background``: every worker keeps the configuration in force (a quiet
+        stretch), without waiting for the servers' message (a retry waits)."""
         for _ in range(MAX_APPLY_TRIES):
             try:
-                active = self.hooked.put_in_force(config)
+                active = self.hooked.put_in_force(config, background)
             except ConfigError as exc:
-                config = self._rejected(config, exc, retrying)
+                config, background = self._rejected(config, exc, retrying), False
                 continue
             except RuntimeFault as exc:
-                config = self._fault(exc, config, retrying)
+                config, background = self._fault(exc, config, retrying), False
                 continue
             # the runtime's configuration, as a point of this session's space
             self.config = {k: active[k] for k in self.space.names}

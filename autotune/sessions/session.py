@@ -183,8 +183,8 @@ class Session(SessionResults):
             failed, waited = averaged
             self.iteration += 1
             if self.iteration <= self._quiet_until and failed is None:
-                if self.hooked.needs_sync:  # no collective of its own, but a sync
-                    self._apply(None)        # where push/pull or servers need one
+                if self.hooked.needs_sync:  # no collective of its own, but a sync where
+                    self._apply(None, background=True)  # push/pull or servers need one
                 self._t_last = time.perf_counter()
                 return
             if self._quiet_from is not None:  # a quiet stretch ended (a failure cuts it)
@@ -264,10 +264,12 @@ class Session(SessionResults):
         self._apply(self.schedule.fallback() if self.is_leader else None, retrying=True)
         return str(failure), None
 
-    def _apply(self, config: Config | None, retrying: bool = False) -> None:
-        """Put ``config`` in force on every rank (:meth:`InForce.put`); the next
-        iteration's time starts after it."""
-        self.in_force.put(config, retrying)
+    def _apply(self, config: Config | None, retrying: bool = False,
+               background: bool = False) -> None:
+        """Put ``config`` in force on every rank (:meth:`InForce.put`; ``background``: the
+        configuration kept, its message not waited for); the next iteration's time starts
+        after it."""
+        self.in_force.put(config, retrying, background)
         self._t_last = time.perf_counter()
 
     def _require_open(self, call: str) -> None:

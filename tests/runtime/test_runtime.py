@@ -149,6 +149,22 @@ def test_bad_configs_and_registrations_raise_everywhere(results: list[dict]) -> 
         assert res["after_changed"]["ratio"] <= 1.0
 
 
+def test_a_background_sync_does_not_wait_and_averages_exactly(results: list[dict]) -> None:
+    """Push/pull through 2 servers: a sync that keeps the configuration in the background
+    returns on the leader while the last worker is 1.5 s late (the sync that waits waits
+    for it), leaves its message for the next sync, and every average stays exact."""
+    for r, res in enumerate(results):
+        assert res["errors"]["background_stop"].startswith("UsageError"), res["errors"]
+        first, waited, *kept = res["background"]
+        for rec in (first, waited, *kept):
+            assert rec["config"]["transport"] == "pushpull", f"rank {r}: {rec['config']}"
+            assert rec["ratio"] <= 1.0 and rec["none_ok"], f"rank {r}: {rec}"
+        assert not waited["pending"] and all(rec["pending"] for rec in kept), f"rank {r}"
+    leader = results[0]["background"]
+    assert leader[1]["sync_ms"] >= 1000, leader[1]  # waited for the late worker
+    assert leader[2]["sync_ms"] < 500, leader[2]    # did not
+
+
 def test_injected_fault_keeps_gradients_and_a_second_wait_averages(results: list[dict]) -> None:
     for res in results:
         err = res["errors"]

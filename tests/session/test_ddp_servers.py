@@ -64,6 +64,19 @@ def test_pushpull_through_servers_is_bit_for_bit_ddp(tmp_path):
         assert not [h for h in s["history"] if h["error"]]
 
 
+def test_a_settled_session_keeps_push_pull_in_the_background_bit_for_bit_ddp(tmp_path):
+    """Push/pull through the server fixed, no search: once settled, each step's sync keeps
+    the configuration without waiting for the server's message (``Runtime.sync(background=
+    True)``), and training still ends bit for bit where plain DDP does."""
+    ranks = launch(tmp_path, 2, 1, None, "parity", "kept")
+    for r in ranks:
+        s = r["session"]
+        assert s["state"] == r["ddp"]["state"]
+        went_through_the_runtime(s)
+        assert {(c["transport"], c["servers"]) for c in s["configs"]} == {("pushpull", 1)}
+        assert s["background"] >= 10, s["background"]  # 40 steps, settled after about 22
+
+
 def test_intra_machine_step_on_two_machines_matches_ddp(tmp_path):
     ranks = launch(tmp_path, 4, 1, 2, "parity", "intra")
     for r in ranks:

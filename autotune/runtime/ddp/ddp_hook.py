@@ -239,16 +239,18 @@ class CommHookState:
         """The configuration the next buckets use (``None`` before the first :meth:`sync`)."""
         return self._config
 
-    def sync(self, config: Union[RuntimeConfig, Mapping[str, Any], None] = None) -> RuntimeConfig:
+    def sync(self, config: Union[RuntimeConfig, Mapping[str, Any], None] = None,
+             background: bool = False) -> RuntimeConfig:
         """Put the leader's ``config`` in force on every rank of the runtime's world
         (servers too, in their serving loop), between iterations: ``Runtime.sync`` (the
         leader passes ``config``, the others ``None``; one int64 message, nothing
         pickled). The one way a configuration reaches the hook; under
         push/pull, once before every iteration (the servers serve one round per
         ``sync``). Raises :class:`ConfigError` alike on every rank, naming the parameter;
-        the previous configuration stays."""
+        the previous configuration stays. ``background``: keep the active configuration
+        without waiting for the message (``Runtime.sync``)."""
         try:
-            active = self.rt.sync(config)
+            active = self.rt.sync(config, background=background)
         except ConfigError as e:
             limits = self.limits
             raise ConfigError(f"autotune inside DDP ({limits.servers} server(s), "
