@@ -122,6 +122,7 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         "iterations_to_95": to95 if to95 is not None else budget + 1,
         "tuning_cost": cost / max(1, spent), "screened": tuner.screened,
         "overruled": tuner.overruled,
+        "guarded": getattr(getattr(tuner, "screening", None), "guarded", 0),
         "trials": len(tuner.history),
         "by_technique": dict(Counter(t.technique for t in tuner.history)),
         "new_best_by": dict(Counter(t.technique for t in tuner.history if t.new_best)),

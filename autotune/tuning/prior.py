@@ -15,7 +15,9 @@ questions for the Tuner:
 * **ordering**: the :class:`PriorSearch` technique proposes the untried configuration with
   the best upper confidence bound, so the first trials go where the physics says;
 * **screening**: a proposal of any technique whose *optimistic* prediction is far below
-  the incumbent is not run (safe exploration, see :meth:`Surrogate.clearly_worse`).
+  the incumbent is not run (safe exploration, see :meth:`Surrogate.clearly_worse`);
+* **guarding**: whatever its weight, its physics keeps a hopeless proposal from running
+  (:mod:`autotune.tuning.guard`).
   Data overrules the prior: the predictions widen as their measured errors grow
   (:attr:`Surrogate.inflation`), and the prior weighs in the surrogate only as far as it
   has ranked the trials rightly (:class:`autotune.tuning.trust.Trust`,
@@ -168,7 +170,7 @@ class Surrogate:
                 cols.append(np.eye(n)[rows[:, i].astype(int)])
         return np.hstack(cols) if cols else np.zeros((len(rows), 1))
 
-    def _locate(self, config: Mapping) -> int:
+    def locate(self, config: Mapping) -> int:
         """The pool index of ``config``, added to the pool if it is not there yet."""
         self._build()
         c = self.space.validate(config)
@@ -190,13 +192,13 @@ class Surrogate:
         surrogate proves overconfident (a prior far from this job's physics). A prior
         that can learn (one with a ``fit`` method, :class:`autotune.sim.predict.
         ModelPrior`) is refitted to the measurements when :data:`REFIT_AT` of them are in."""
-        i = self._locate(config)
+        i = self.locate(config)
         if score is not None and score > 0:
             mean, std = self.predict_config(config)
             self._z.append((math.log(score) - mean) / max(std, 1e-6))
             if self.failed is None and self.obs.mean(self.keys[i]) is None:  # a first score
                 self.trust.vote(float(self.log_prior[i]), log_score(score),
-                                [(float(self.log_prior[self._locate(st.config)]),
+                                [(float(self.log_prior[self.locate(st.config)]),
                                   log_score(st.mean)) for _, st in self.obs.scored()
                                  if st.mean > 0])
         self.obs.add(config, score, weight)
@@ -222,7 +224,7 @@ class Surrogate:
             return
         if not changed:
             return
-        told = [self._locate(st.config) for _, st in scored]
+        told = [self.locate(st.config) for _, st in scored]
         known = set(told)
         top = [i for i in np.argsort(-self.log_prior, kind="stable")[:REPREDICT]
                if i not in known]
@@ -256,7 +258,7 @@ class Surrogate:
         scored = self.obs.scored()
         if self._gp is not None or not scored:
             return
-        idx = np.array([self._locate(s.config) for _, s in scored])
+        idx = np.array([self.locate(s.config) for _, s in scored])
         y = (np.log(np.array([max(s.mean, 1e-12) for _, s in scored]))
              - self.weight * self.log_prior[idx])
         self._offset = float(np.median(y))
@@ -299,7 +301,7 @@ class Surrogate:
 
     def predict_config(self, config: Mapping) -> tuple[float, float]:
         """``(mean, std)`` of the log score of one configuration."""
-        i = self._locate(config)
+        i = self.locate(config)
         m, s = self.predict(np.array([i]))
         return float(m[0]), float(s[0])
 
@@ -337,7 +339,7 @@ class Surrogate:
         one-parameter neighbours join the pool first)."""
         for _, st in self.obs.ranked()[:NEIGHBOURS_OF]:
             for c in self.space.neighbours(st.config):
-                self._locate(c)
+                self.locate(c)
         mean, std = self.predict()
         ucb = mean + kappa * std
         order = np.argsort(-ucb, kind="stable")

@@ -9,6 +9,9 @@ then decide whether that nominee is worth a trial.
   asked again, at most ``tries`` times. An ``unscreened`` share of the nominees is never
   screened, and nothing is once the prior's ranking is shown wrong, so data overrules
   the prior.
+- **The guard** (with a physics prior, :mod:`autotune.tuning.guard`): whatever the
+  screen's share and the prior's weight, a nominee its physics calls hopeless is not run;
+  its searcher is noted the prediction; after :data:`GUARD_TRIES` in a row the next runs.
 - **The judge** (``judge``): the Bayesian technique's GP, fitted on every trial, rates
   every other technique's nominee; one whose expected improvement is under ``judge``
   times the best available is replaced by the GP's own nominee, and its technique is
@@ -24,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.tuning.bandit import AUCBandit
+from autotune.tuning.guard import hopeless
 from autotune.tuning.prior import Surrogate
 from autotune.tuning.search.base import Searcher
 from autotune.tuning.space import Config
@@ -31,6 +35,7 @@ from autotune.tuning.space import Config
 PRIOR = "prior"  # technique name of the calibrated physics prior (with Tuner(prior=...))
 JUDGE = "bayes"  # the technique whose model judges every other technique's nominee
 JUDGE_SHARE = 0.3  # a nominee runs if its expected improvement is this share of the best's
+GUARD_TRIES = 20  # hopeless nominees in a row, after which the next runs whatever it is
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class Screen:
         self.surrogate = surrogate
         self.screened = 0  # nominees not run: predicted far slower than the incumbent
         self.overruled = 0  # nominees the judge replaced by its own
+        self.guarded = 0  # nominees not run: the physics called them hopeless
+        self._in_a_row = 0  # guarded since the last nominee that ran
         self._proposals = 0  # nominees screened or not, for the unscreened share
 
     def ask(self, name: str, tries: int = 20) -> Config | None:
@@ -87,6 +94,19 @@ class Screen:
             mean, _ = self.surrogate.predict_config(config)
             searcher.note(config, float(math.exp(mean)))
         return searcher.ask()
+
+    def guards(self, name: str, config: Config) -> bool:
+        """Whether the guard keeps technique ``name``'s final nominee ``config`` from
+        running (module docstring); if so its searcher is noted the prediction."""
+        predicted = (hopeless(self.surrogate, config)
+                     if self.surrogate is not None and self._in_a_row < GUARD_TRIES else None)
+        if predicted is None:
+            self._in_a_row = 0
+            return False
+        self._in_a_row += 1
+        self.guarded += 1
+        self.searchers[name].note(config, predicted)
+        return True
 
     def overrules(self, name: str, config: Config, exhausted: set[str]) -> bool:
         """Whether the judge replaces ``name``'s nominee ``config`` by its own: when the

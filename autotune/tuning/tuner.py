@@ -250,11 +250,6 @@ class Tuner:
         return self.screening.overruled
 
     @property
-    def judge(self) -> float:
-        """The judge's share (0: no judge, as without the ``"bayes"`` technique)."""
-        return self.screening.judge
-
-    @property
     def best(self) -> tuple[Config, float] | None:
         """``(config, mean score)`` of the configuration to keep so far (the highest lower
         confidence bound; in the confirm phase, of those confirmed), or ``None`` before
@@ -366,8 +361,8 @@ class Tuner:
         return self._issue(config, CONFIRM, None)
 
     def _technique_trial(self) -> Trial | None:
-        """A trial of the technique the bandit chooses, through the screen and the judge;
-        ``None`` once every technique has run out of configurations."""
+        """A trial of the technique the bandit chooses, through the screen, the judge and
+        the guard; ``None`` once every technique has run out of configurations."""
         while True:
             available = [t for t in self.techniques if t not in self._exhausted
                          and (t != PRIOR or self.surrogate.may_propose())]
@@ -384,6 +379,8 @@ class Tuner:
                 if config is None:
                     self._exhausted.add(JUDGE)
                     continue
+            if self.screening.guards(name, config):
+                continue
             return self._issue(config, name, self.searchers[name].iterations())
 
     def _queued_label(self, config: Config) -> str:

@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from autotune.tuning.guard import hopeless
 from autotune.tuning.prior import PriorSearch, Surrogate
 from autotune.tuning.space import MiB, SearchSpace
 from autotune.tuning.trust import PROPOSE
@@ -95,6 +96,44 @@ def test_screening_keeps_clearly_slow_proposals_from_running():
         bad.append(sum(truth(r.config) < 0.5 * 130 for r in ran[3:]))
     assert runs[False].screened > 0
     assert bad[1] < bad[0]  # with the prior: fewer trials at under half the optimum
+
+
+def one_server(c):
+    """truth, except that push/pull through one server (it carries every chunk) is at a
+    twentieth of the optimum, as a chunk larger than the model is under push/pull."""
+    return 6.5 if c["transport"] == "pushpull" and c["servers"] == 1 else truth(c)
+
+
+def test_a_nominee_the_physics_calls_hopeless_never_runs_even_unscreened():
+    """Whatever the prior's weight and the screen's free share (here every nominee is
+    free of the screen), a nominee predicted at under a third of the incumbent's speed
+    is not run; without the prior such nominees run."""
+    ran = {}
+    for prior in (None, lambda cs: [one_server(c) for c in cs]):
+        t = Tuner(SPACE, budget=80, techniques=("grid", "pbt"), seed=0, prior=prior,
+                  confirm=0, unscreened=1.0)
+        while (tr := t.ask()) is not None:
+            t.tell(tr, one_server(tr.config))
+        ran[prior is None] = sum(one_server(r.config) == 6.5 for r in t.history)
+        if prior is not None:
+            assert t.screening.guarded > 0 and t.screened == 0
+    assert ran[True] > 0 and ran[False] == 0, ran
+
+
+def test_the_guard_lifts_once_a_measurement_shows_the_prior_wrong_by_as_much():
+    s = Surrogate(SPACE, lambda cs: [one_server(c) for c in cs], seed=0)
+    best = max(SPACE.all_configs(), key=truth)  # push/pull through both servers
+    doomed = {**best, "servers": 1}
+    allreduce = {**SPACE.default(), "streams": 6, "chunk_bytes": 8 * MiB}
+    s.tell(allreduce, truth(allreduce))
+    assert hopeless(s, doomed) is None  # the prior not yet checked on push/pull
+    s.tell(best, truth(best))
+    assert hopeless(s, doomed) == pytest.approx(6.5)
+    assert hopeless(s, best) is None
+    # another configuration the prior calls hopeless measures near the best: wrong by 20x
+    other = {**doomed, "streams": 1}
+    s.tell(other, 0.9 * truth(best))
+    assert hopeless(s, doomed) is None
 
 
 def test_the_reference_is_measured_as_long_as_the_best():

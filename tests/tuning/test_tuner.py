@@ -322,7 +322,7 @@ def test_the_judge_replaces_weak_nominees_by_its_own_and_credits_them_as_failure
 def test_the_judge_needs_the_bayesian_technique_and_a_fraction():
     t = Tuner(SPACE, budget=40, seed=3, techniques=("grid", "pbt"), judge=0.5)
     t.run(objective)
-    assert t.judge == 0 and t.overruled == 0
+    assert t.screening.judge == 0 and t.overruled == 0
     with pytest.raises(ValueError, match="judge"):
         Tuner(SPACE, judge=1.5)
 
