@@ -9,15 +9,15 @@ fitted to the trials' residuals ``log(score) - log(prior)``:
     log score(c) ~ weight * log prior(c) + a + GP(features(c))
 
 With no trial the surrogate is the prior (up to scale, and its differences shrunk by its
-weight, below); each trial corrects it near the configurations measured. It answers two
+weight, below); each trial corrects it near the configurations measured. It answers three
 questions for the Tuner:
 
 * **ordering**: the :class:`PriorSearch` technique proposes the untried configuration with
   the best upper confidence bound, so the first trials go where the physics says;
-* **screening**: a proposal of any technique whose *optimistic* prediction is far below
-  the incumbent is not run (safe exploration, see :meth:`Surrogate.clearly_worse`);
 * **guarding**: whatever its weight, its physics keeps a hopeless proposal from running
-  (:mod:`autotune.tuning.guard`).
+  (:mod:`autotune.tuning.guard`);
+* **screening**: a proposal of any technique whose *optimistic* prediction is far below
+  the incumbent is not run (safe exploration, see :meth:`Surrogate.clearly_worse`).
   Data overrules the prior: the predictions widen as their measured errors grow
   (:attr:`Surrogate.inflation`), and the prior weighs in the surrogate only as far as it
   has ranked the trials rightly (:class:`autotune.tuning.trust.Trust`,
