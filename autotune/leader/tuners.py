@@ -18,6 +18,10 @@ from autotune.schedule.schedule import REFERENCE_ITERATIONS
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.tuner import Tuner
 
+#: The share of its budget a live job's Tuner may race its last candidates past it, while
+#: each is proven faster than the default (:mod:`autotune.tuning.confirm`, overtime).
+OVERTIME = 1.0
+
 
 def job_space(rt: Any, *, allow_lossy: bool, fixed: Mapping[str, Any] | None) -> SearchSpace:
     """The space this job's runtime ``rt`` can run, with the user's pins. After a server
@@ -50,7 +54,8 @@ class JobTuners:
     schedule's ``new_tuner``, which passes it what it needs as values; it holds nothing of
     the schedule): over the space it is given, the default as its reference (its first trial long
     enough for a speed-up over it, :data:`~autotune.schedule.schedule.REFERENCE_ITERATIONS`;
-    then measured as long as the kept configuration) and, with ``prior``, the simulator on what this job knows as
+    then measured as long as the kept configuration), its race allowed :data:`OVERTIME`
+    past the budget among candidates proven faster than the default, and, with ``prior``, the simulator on what this job knows as
     its physics prior (:attr:`model`, one for every tune, so what it fits carries over):
     its gradients (``params`` in ready order: reverse registration), world and device,
     and its machines' constants (:meth:`starting_calibration`)."""
@@ -79,7 +84,7 @@ class JobTuners:
         extra = {"trial_iterations": self.trial_iterations} if self.trial_iterations else {}
         return Tuner(space, budget=budget, techniques=self.techniques, seed=seed,
                      warm_start=warm, reference=space.default(),
-                     reference_iterations=REFERENCE_ITERATIONS,
+                     reference_iterations=REFERENCE_ITERATIONS, overtime=OVERTIME,
                      prior=self._prior if self.prior and self.sizes else None, **extra)
 
     def link(self, times: list, probe_times: list) -> dict[str, float]:

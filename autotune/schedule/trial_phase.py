@@ -94,6 +94,12 @@ class TrialPhase:
         trial = self.tuner.ask() if self.tuner is not None and not self.tuner.done else None
         if trial is None:
             return None
+        if self.tuner.overtime == trial.iterations:  # the first trial past the budget
+            self.listener.say(
+                f"tuning: the budget is spent and {len(self.tuner.confirming.contenders())} "
+                "candidates, each faster than the default by more than the noise, are not "
+                f"told apart yet: racing them for at most {self.tuner.confirming.overtime} "
+                "more iterations")
         trial.start(judged_by_goodput(self.goodput, trial.config))
         self.trial = trial
         self.index += 1

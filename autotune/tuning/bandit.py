@@ -88,3 +88,13 @@ class AUCBandit:
         if len(self.history) > self.window:
             old, _ = self.history.popleft()
             self.uses[old] -= 1
+
+
+def in_top(score: float | None, scores: Sequence[float], quantile: float) -> bool:
+    """Whether ``score`` ranks in the best ``quantile`` of ``scores`` (every trial's so
+    far): the Tuner's credit, which carries information long before a technique finds a
+    new best."""
+    if score is None or len(scores) < 2:
+        return False
+    better = sum(1 for s in scores if s > score)
+    return better < quantile * len(scores)

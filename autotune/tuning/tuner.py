@@ -32,7 +32,9 @@ and by offline callers alike::
 - **Confirming** (:mod:`autotune.tuning.confirm`): the last ``confirm`` fraction of the
   budget (and any budget left once every technique has run out of configurations)
   races the leader, the ``reference`` and the strongest challengers, dropping one worse
-  with confidence, and ends tuning early once the leader is separated.
+  with confidence, and ends tuning early once the leader is separated. With
+  ``overtime`` it goes on past the budget while two or more candidates, each proven
+  faster than the reference, are left (near-ties that a job then runs for its length).
 - **The screen and the judge** (:mod:`autotune.tuning.screen`): a nominee the physics
   ``prior`` rates far below the incumbent, or whose expected improvement under the
   Bayesian technique's GP is under ``judge`` times the best available, does not run.
@@ -56,8 +58,9 @@ import zlib
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from autotune.tuning.bandit import AUCBandit
-from autotune.tuning.confirm import CONFIRM, MIN_CONFIRMED, ConfirmPhase, ConfirmSettings
+from autotune.tuning.bandit import AUCBandit, in_top
+from autotune.tuning.confirm import (CONFIRM, MIN_CONFIRMED, OVERTIME_LENGTH, ConfirmPhase,
+                                     ConfirmSettings)
 from autotune.tuning.noise import NoiseModel
 from autotune.tuning.preload import preload
 from autotune.tuning.prior import GP_FIT_AT, Prior, PriorSearch, Surrogate
@@ -160,7 +163,7 @@ class Tuner:
     ``reference_iterations``), :class:`BanditSettings` (``window``, ``C``,
     ``credit_quantile``), :class:`~autotune.tuning.screen.ScreenSettings` (``screen``,
     ``unscreened``, ``judge``) and :class:`~autotune.tuning.confirm.ConfirmSettings`
-    (``confirm``, ``confirm_top``). ``options``: keyword arguments per technique."""
+    (``confirm``, ``confirm_top``, ``overtime``). ``options``: keyword arguments per technique."""
 
     def __init__(
         self,
@@ -232,12 +235,24 @@ class Tuner:
     @property
     def remaining(self) -> int:
         """Iterations of the budget not yet handed out."""
-        return self.budget - self.spent
+        return max(0, self.budget - self.spent)
+
+    @property
+    def overtime(self) -> int:
+        """Iterations handed out past the budget, to the confirm phase's race (overtime)."""
+        return max(0, self.spent - self.budget)
+
+    def _overtime_left(self) -> int:
+        """Iterations the race may still run past the budget (0: none; confirm.py)."""
+        left = self.budget + self.confirming.overtime - self.spent
+        return left if left > 0 and self.confirming.contenders() else 0
 
     @property
     def done(self) -> bool:
-        """The budget is handed out (or nothing is left to try) and all trials told."""
-        return (self.remaining <= 0 or self._stalled) and not self._pending
+        """The budget is handed out (or nothing is left to try), the race's overtime
+        too, and all trials told."""
+        return (self._stalled or (self.remaining <= 0 and not self._overtime_left())) \
+            and not self._pending
 
     @property
     def screened(self) -> int:
@@ -305,7 +320,7 @@ class Tuner:
     # ------------------------------------------------------------- ask/tell
     def _length(self, wanted: int | None) -> int:
         it = max(self.min_iterations, wanted or self.trial_iterations)
-        left = self.remaining
+        left = self.remaining or self._overtime_left()
         it = min(it, left)
         if 0 < left - it < self.min_iterations:
             it = left
@@ -342,12 +357,18 @@ class Tuner:
 
         Order: warm-start configurations; then techniques chosen by the bandit; the
         last ``confirm`` fraction of the budget (and any budget left when every
-        technique has run out of configurations) re-measures the best candidates."""
-        if self.remaining <= 0 or self._stalled:
+        technique has run out of configurations) re-measures the best candidates, and
+        with ``overtime`` races them on past the budget."""
+        if self._stalled:
             return None
+        if self.remaining <= 0:
+            config = self.confirming.next_over() if self._overtime_left() else None
+            if config is None:
+                return None
+            return self._issue(config, CONFIRM, OVERTIME_LENGTH * self.trial_iterations)
         if self._warm:
             config, label = self._warm.pop(0)
-            return self._issue(config, label or self._queued_label(config), None)
+            return self._issue(config, label or queued_label(self.space, config), None)
         if self.remaining > self.confirming.budget or not self.obs.scored():
             trial = self._technique_trial()
             if trial is not None:
@@ -382,13 +403,6 @@ class Tuner:
             if self.screening.guards(name, config):
                 continue
             return self._issue(config, name, self.searchers[name].iterations())
-
-    def _queued_label(self, config: Config) -> str:
-        """A queued configuration's technique: what it is (the default, a seed), else warm."""
-        key = self.space.key(config)
-        if key == self.space.key(self.space.default()):
-            return DEFAULT
-        return SEED if any(key == self.space.key(c) for c in self.space.seeds()) else WARM
 
     def tell(self, trial: Trial, score: float | None, iterations: int | None = None,
              measured: int | None = None) -> Trial:
@@ -427,7 +441,7 @@ class Tuner:
         if score is not None:
             self._scores.append(float(score))
         if trial.technique in self.bandit.uses:
-            success = new_best or self._top(score)
+            success = new_best or in_top(score, self._scores, self.credit_quantile)
             # the window counts training iterations, so a long trial weighs more
             for _ in range(used):
                 self.bandit.credit(trial.technique, success)
@@ -436,19 +450,19 @@ class Tuner:
         self.history.append(trial)
         return trial
 
-    def _top(self, score: float | None) -> bool:
-        """Whether ``score`` ranks in the best ``credit_quantile`` of every trial's score so
-        far: a credit that carries information long before a technique finds a new best."""
-        if score is None or len(self._scores) < 2:
-            return False
-        better = sum(1 for s in self._scores if s > score)
-        return better < self.credit_quantile * len(self._scores)
-
     def run(self, evaluate: Callable[[Config, int], float | None]) -> tuple[Config, float] | None:
         """Offline loop: ``evaluate(config, iterations) -> score`` until done; the best."""
         while (trial := self.ask()) is not None:
             self.tell(trial, evaluate(trial.config, trial.iterations))
         return self.best
+
+
+def queued_label(space: SearchSpace, config: Config) -> str:
+    """A queued configuration's technique: what it is (the default, a seed), else warm."""
+    key = space.key(config)
+    if key == space.key(space.default()):
+        return DEFAULT
+    return SEED if any(key == space.key(c) for c in space.seeds()) else WARM
 
 
 def _techniques(techniques: Sequence[str], prior: Prior | None,

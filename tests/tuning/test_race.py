@@ -78,3 +78,62 @@ def test_the_reference_is_never_dropped_and_measured_as_long_as_the_kept_one():
     assert SMALL.key(B) not in t.confirming.dropped
     assert t.separated and t.best[0] == A
     assert t.measurements(B) >= t.measurements(A)
+
+
+# ------------------------------------------------------------------ overtime
+STREAMS = SearchSpace.build(k_max=0, max_streams=4, min_chunk_bytes=4 * MiB,
+                            max_chunk_bytes=4 * MiB, transports=("allreduce",))
+REF, A2, B3 = (STREAMS.validate({"streams": s}) for s in (1, 2, 3))
+
+
+def overtime_run(means, seed, overtime, budget=16, noise=0.02):
+    """A Tuner whose reference is ``REF``, the three warm configurations first, then the
+    race; ``means`` maps streams to a true mean, each iteration ``noise`` relative."""
+    rng = random.Random(seed)
+    A, B = A2, B3
+    t = Tuner(STREAMS, budget=budget, seed=seed, trial_iterations=2, warm_start=[REF, A, B],
+              techniques=("grid",), confirm=0.5, reference=REF, overtime=overtime)
+    past = []  # the trials asked for once the budget was handed out
+    while (trial := t.ask()) is not None:
+        if t.spent > budget:
+            past.append(trial)
+        sd = noise / trial.iterations ** 0.5  # the mean of its iterations
+        t.tell(trial, means[trial.config["streams"]] * (1 + rng.gauss(0, sd)))
+    return t, past
+
+
+def test_overtime_races_near_ties_faster_than_the_reference_and_keeps_the_faster():
+    # A is 4 % faster than B, both twice the reference, at 8 % noise an iteration: a
+    # budget of 24 often cannot tell them apart; the race past it (at most 24 more
+    # iterations, in trials twice as long, measuring neither the reference nor anything
+    # else) mostly can
+    means = {1: 50.0, 2: 100.0, 3: 96.0, 4: 30.0}
+    right = {0.0: 0, 1.0: 0}
+    raced = 0
+    for seed in range(30):
+        for overtime in right:
+            t, past = overtime_run(means, seed, overtime, budget=24, noise=0.08)
+            right[overtime] += t.best[0] == A2
+            if overtime == 0:
+                assert not past and t.spent <= 24
+                continue
+            raced += bool(past)  # not where the budget's race told them apart
+            assert t.spent <= 48 and t.overtime == max(0, t.spent - 24)
+            assert all(p.technique == CONFIRM and p.config in (A2, B3) for p in past)
+            assert all(p.iterations == 4 for p in past[:-1])
+    assert raced >= 20 and right[1.0] >= 27 and right[1.0] >= right[0.0] + 4, (raced, right)
+
+
+def test_no_overtime_where_the_candidates_are_not_proven_faster_than_the_reference():
+    # little to win: A and B within the noise of the reference; nothing runs past the budget
+    for seed in range(5):
+        t, past = overtime_run({1: 100.0, 2: 101.0, 3: 100.5, 4: 30.0}, seed, 1.0)
+        assert not past and t.spent <= 16 and t.overtime == 0
+
+
+def test_overtime_ends_once_one_contender_is_left():
+    # A far ahead of B, both far ahead of the reference: B is dropped (worse with
+    # confidence) and the race ends without spending its overtime
+    t, past = overtime_run({1: 20.0, 2: 100.0, 3: 80.0, 4: 10.0}, 0, 1.0, noise=0.01)
+    assert t.best[0] == A2 and t.spent < 32
+    assert STREAMS.key(B3) in t.confirming.dropped
