@@ -60,6 +60,13 @@ class SessionDisplay(Listener):
             self._progress.describe(describe_trial(index, trial.technique, self._top,
                                                    self.unit))
 
+    def overtime(self, contenders: int, iterations: int) -> None:
+        if self._progress is not None:
+            self._progress.update(total=self._progress.total + iterations)
+        self.say(f"tuning: the budget is spent and {contenders} candidates, each faster than "
+                 "the default by more than the noise, are not told apart yet: racing them "
+                 f"for at most {iterations} more iterations")
+
     def advanced(self, iterations: int) -> None:
         if self._progress is not None:
             self._progress.advance(iterations)

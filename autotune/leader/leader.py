@@ -19,7 +19,7 @@ import torch
 
 from autotune.leader.display import SessionDisplay
 from autotune.leader.record import SessionRun
-from autotune.leader.tuners import JobTuners
+from autotune.leader.tuners import OVERTIME, JobTuners
 from autotune.options import SessionOptions
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.schedule import Drift, TrialSchedule
@@ -56,7 +56,8 @@ class Leader:
         tuners = self.tuners = JobTuners(
             info, params, techniques=o.techniques, trial_iterations=o.trial_iterations,
             samples_per_step=o.samples_per_step, prior=o.prior, link=link,
-            stored=run.stored_calibration())
+            stored=run.stored_calibration(),
+            overtime=0.0 if o.spend is None else OVERTIME)  # no spend: the budget is the job
         if len(info.workers) == 1 and budget:
             self.display.say("one worker: no gradient crosses the wire, so tuning has nothing "
                              "to gain; keeping the default (or the stored best) untuned")

@@ -54,16 +54,19 @@ class JobTuners:
     schedule's ``new_tuner``, which passes it what it needs as values; it holds nothing of
     the schedule): over the space it is given, the default as its reference (its first trial long
     enough for a speed-up over it, :data:`~autotune.schedule.schedule.REFERENCE_ITERATIONS`;
-    then measured as long as the kept configuration), its race allowed :data:`OVERTIME`
-    past the budget among candidates proven faster than the default, and, with ``prior``, the simulator on what this job knows as
+    then measured as long as the kept configuration), its race allowed ``overtime`` (a
+    share of the budget, :data:`OVERTIME`) past the budget among candidates proven faster
+    than the default, and, with ``prior``, the simulator on what this job knows as
     its physics prior (:attr:`model`, one for every tune, so what it fits carries over):
     its gradients (``params`` in ready order: reverse registration), world and device,
     and its machines' constants (:meth:`starting_calibration`)."""
 
     def __init__(self, info: Any, params: Sequence[Any], *, techniques: Sequence[str],
                  trial_iterations: int | None, samples_per_step: int | None, prior: bool,
-                 link: Mapping[str, float] | None = None, stored: Any = None):
+                 link: Mapping[str, float] | None = None, stored: Any = None,
+                 overtime: float = OVERTIME):
         self.info = info
+        self.overtime = overtime  # the race's share past the budget (0: none)
         self.sizes = [p.numel() * p.element_size() for p in reversed(list(params))]
         self.device = params[0].device if params else None
         self.cuda = bool(params) and params[0].is_cuda
@@ -84,7 +87,7 @@ class JobTuners:
         extra = {"trial_iterations": self.trial_iterations} if self.trial_iterations else {}
         return Tuner(space, budget=budget, techniques=self.techniques, seed=seed,
                      warm_start=warm, reference=space.default(),
-                     reference_iterations=REFERENCE_ITERATIONS, overtime=OVERTIME,
+                     reference_iterations=REFERENCE_ITERATIONS, overtime=self.overtime,
                      prior=self._prior if self.prior and self.sizes else None, **extra)
 
     def link(self, times: list, probe_times: list) -> dict[str, float]:

@@ -25,6 +25,11 @@ class Listener:
     def trial_started(self, index: int, trial: Trial) -> None:
         """Trial number ``index`` (counted across re-tunes) starts."""
 
+    def overtime(self, contenders: int, iterations: int) -> None:
+        """The budget is spent and ``contenders`` near-ties, each faster than the default
+        by more than the noise, race on for at most ``iterations`` more
+        (:mod:`autotune.tuning.confirm`)."""
+
     def advanced(self, iterations: int) -> None:
         """``iterations`` of the tuning budget went by."""
 

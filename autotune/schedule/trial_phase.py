@@ -95,11 +95,8 @@ class TrialPhase:
         if trial is None:
             return None
         if self.tuner.overtime == trial.iterations:  # the first trial past the budget
-            self.listener.say(
-                f"tuning: the budget is spent and {len(self.tuner.confirming.contenders())} "
-                "candidates, each faster than the default by more than the noise, are not "
-                f"told apart yet: racing them for at most {self.tuner.confirming.overtime} "
-                "more iterations")
+            self.listener.overtime(len(self.tuner.confirming.contenders()),
+                                   self.tuner.confirming.overtime)
         trial.start(judged_by_goodput(self.goodput, trial.config))
         self.trial = trial
         self.index += 1

@@ -131,8 +131,9 @@ class ConfirmPhase:
         the race that are proven faster than the reference; none where fewer than two
         are, or where the phase has not begun or has no measured reference."""
         ref = None if self.reference is None else self.space.key(self.reference)
-        if not self.started or not self.field or ref is None or self.noise.get(ref) is None:
+        if not self.started or ref is None or self.noise.get(ref) is None:
             return []
+        self._draw(self.noise.by_bound())  # (not yet drawn where the reference came last)
         ceiling = self.noise.bounds(ref)[2]
         faster = [k for k in self.race() if k != ref and self.noise.bounds(k)[0] > ceiling]
         return faster if len(faster) >= 2 else []

@@ -234,6 +234,49 @@ def test_settled_iterations_are_scored_iterations_of_the_kept_configuration():
     assert s.ledger.measured(kept)[2] == n + SETTLED_SAMPLES
 
 
+def test_near_ties_faster_than_the_default_race_past_the_budget_and_say_so_once():
+    # push/pull at 2, 3 and 4 streams within 3 % of each other, all twice the default's
+    # speed, 4 % noise an iteration: with overtime (as a session's Tuner has it) the
+    # trials go on past the budget among them alone, the listener hears it once, and
+    # the schedule locks when the overtime is spent (or one is left)
+    import random
+
+    rng = random.Random(3)
+    space = SearchSpace.build(k_max=2, max_streams=4, transports=("allreduce", "pushpull"))
+    ties = {2: 0.5, 3: 0.49, 4: 0.505}
+
+    def time_of(config):
+        base = ties.get(config["streams"], 0.7) if config["transport"] == "pushpull" else 1.0
+        return base * (1 + rng.gauss(0, 0.04))
+
+    overtimes = []
+
+    class Heard2(Heard):
+        def overtime(self, contenders, iterations):
+            overtimes.append((contenders, iterations))
+
+    def new_tuner(b, seed, warm, space, warmup):
+        return Tuner(space, budget=b, seed=seed, warm_start=warm, techniques=("grid",),
+                     reference=space.default(), reference_iterations=REFERENCE_ITERATIONS,
+                     trial_iterations=2, overtime=1.0)
+
+    s = TrialSchedule(space, Ledger(space, None), new_tuner, budget=24, warmup=0,
+                      listener=Heard2(), costs=SearchCosts(0.0, 0.0))
+    cfg = s.start([{**space.default(), "transport": "pushpull", "servers": 2, "streams": n}
+                   for n in (2, 3, 4)])
+    for _ in range(200):
+        if s.phase == LOCKED:
+            break
+        cfg = s.next(cfg, time_of(cfg))
+    assert s.phase == LOCKED
+    assert len(overtimes) == 1 and overtimes[0][0] >= 2 and overtimes[0][1] == 24
+    past = [r for r in s.ledger.history if r.index >= 0][-1]
+    trials = sum(r.iterations for r in s.ledger.history)
+    assert 24 < trials <= 48, trials
+    assert past.technique == "confirm" and past.config["transport"] == "pushpull"
+    assert s.kept["transport"] == "pushpull" and s.kept["streams"] in ties
+
+
 def test_budget_zero_keeps_the_first_warm_start():
     s, heard = make(budget=0)
     pushpull = s.space.seeds()[1]

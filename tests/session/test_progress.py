@@ -314,6 +314,25 @@ def test_each_message_is_said_once_a_session(capsys):
     assert prior not in err and err.count("tuning waits for iteration 16") == 1, err
 
 
+def test_overtime_says_so_once_and_the_done_line_counts_every_iteration():
+    """Issues 63/64: a race past the budget (overtime) is one line, and the display's total
+    grows by what it may take, so the done line says how many iterations the trials took
+    in all."""
+    from autotune.leader.display import SessionDisplay
+
+    shown = io.StringIO()
+    display = SessionDisplay(True, "it/s", lambda: None)
+    display._progress = progress.Lines(8, out=shown)
+    display.advanced(8)
+    display.overtime(3, 8)
+    display.advanced(6)  # the race told them apart before its 8
+    display.ended({"streams": 2})
+    out = _without_times(shown.getvalue()).splitlines()
+    said = [line for line in out if "racing them" in line]
+    assert len(said) == 1 and "3 candidates" in said[0] and "at most 8 more" in said[0], out
+    assert any("14/16 iterations" in line for line in out), out
+
+
 def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
     """Issue 38: while trials run a session's display shows the best trial so far; the
     kept configuration's mean (the schedule's "best") falls as confirm trials measure it
