@@ -2,15 +2,19 @@
 
 Early training is sensitive to inexact gradients (adaptive optimisers, error feedback's
 delayed error): PyTorch's PowerSGD hook and DeepSpeed's 1-bit Adam both keep compression
-out of the first part of training. Where the space has codecs and the job's sensitive
-phase (:meth:`~autotune.schedule.stakes.Stakes.sensitive_until`) lasts past the start of
+out of the first part of training. And a codec scored by goodput cannot be judged before
+the gradient noise scale is stable (:data:`~autotune.tuning.efficiency.LOSSY_WARMUP`
+lossless iterations). Where the space has codecs and either wait lasts past the start of
 tuning, the trial schedule (:mod:`autotune.schedule.schedule`) searches the lossless space
-first and, once the phase is over, runs a short search over the whole space from the kept
-lossless configuration. :class:`CodecWait` owns the whole space while the codecs wait, the
+first (with the codecs ``keep``, those scored like a lossless configuration: fp16 under
+goodput) and, once the wait is over, runs a short search over the whole space from the
+kept configuration. :class:`CodecWait` owns the whole space while the codecs wait, the
 iteration they are let in at and that search's budget. Nothing here imports torch.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from autotune.schedule.stakes import MIN_SEARCH
 from autotune.tuning.space import SearchSpace
@@ -19,10 +23,12 @@ __all__ = ["CodecWait"]
 
 
 class CodecWait:
-    """Whether, and until when, the codecs of ``space`` wait (module docstring)."""
+    """Whether, and until when, the codecs of ``space`` wait (module docstring); the codecs
+    ``keep`` do not."""
 
-    def __init__(self, space: SearchSpace) -> None:
+    def __init__(self, space: SearchSpace, keep: Sequence[str] = ()) -> None:
         self.full = space  # the space with its codecs
+        self.keep = tuple(keep)  # codecs that need not wait
         self.at: int | None = None  # the iteration the codec search starts at
         self.budget = 0  # ... and its budget
 
@@ -31,13 +37,14 @@ class CodecWait:
         return self.at is not None
 
     def hold(self, iteration: int, until: int, budget: int) -> SearchSpace | None:
-        """Tuning begins at ``iteration`` with ``budget`` and the sensitive phase lasts
-        ``until``: the lossless space to search first where the codecs must wait (the
-        codec search then gets half the budget, at least ``MIN_SEARCH``), else None."""
-        if not self.full.lossy or until <= iteration:
+        """Tuning begins at ``iteration`` with ``budget`` and the codecs wait ``until``:
+        the space to search first where they must (lossless, with the codecs ``keep``;
+        the codec search then gets half the budget, at least ``MIN_SEARCH``), else None."""
+        first = self.full.lossless(self.keep)
+        if until <= iteration or first.params == self.full.params:
             return None
         self.at, self.budget = until, max(MIN_SEARCH, budget // 2)
-        return self.full.lossless()
+        return first
 
     def due(self, iteration: int) -> bool:
         """Whether the codecs are let in at ``iteration``."""
@@ -51,4 +58,4 @@ class CodecWait:
     def shrink(self, space: SearchSpace) -> SearchSpace:
         """Servers were lost and ``space`` is the whole space now: what to search."""
         self.full = space
-        return space.lossless() if self.waiting else space
+        return space.lossless(self.keep) if self.waiting else space

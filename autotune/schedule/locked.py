@@ -84,12 +84,12 @@ def loss_testing(s: Schedule, ran: Ran) -> Config:
 
 
 def codecs(s: Schedule, config: Config) -> Config:
-    """The sensitive phase is over: a short search over the whole space (codecs in),
-    from the kept lossless configuration."""
+    """The codecs' wait is over (the sensitive phase, the noise scale): a short search over
+    the whole space (codecs in), from the kept configuration."""
     full, budget = s.codecs.let_in()
     s.trial_phase.narrow(full)
-    s.listener.say(f"iteration {s.iteration}: past the sensitive phase, trying "
-                   f"codecs for {budget} iterations")
+    s.listener.say(f"iteration {s.iteration}: the codecs' wait is over, trying codecs for "
+                   f"{budget} iterations")
     return retune(s, budget, s.best[0] if s.best else config)
 
 

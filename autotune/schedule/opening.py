@@ -20,6 +20,7 @@ from autotune.schedule.ledger import Ledger
 from autotune.schedule.phase import BASELINE, LOADING, LOCKED, WAITING, Ran, Schedule
 from autotune.schedule.stakes import SENSITIVE, Allowance
 from autotune.speedup import MIN_ITERATIONS
+from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.preload import loading as importing
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import throughput
@@ -139,11 +140,16 @@ def search(s: Schedule) -> Config:
     wait out the sensitive phase (a lossless search first). If the warm-up showed a
     per-flow cap, the seeds with the probe's streams are tried first."""
     budget = s.opening.allowance.budget
-    lossless = s.codecs.hold(s.iteration, s.stakes.sensitive_until(), budget)
+    sensitive = s.stakes.sensitive_until()
+    noise = LOSSY_WARMUP if s.goodput else 0  # a codec's efficiency needs the noise scale
+    lossless = s.codecs.hold(s.iteration, max(sensitive, noise), budget)
     if lossless is not None:
         s.trial_phase.narrow(lossless)
-        s.listener.say(f"codecs wait for the first {SENSITIVE:.0%} of training "
-                       f"(iteration {s.codecs.at}); tuning lossless until then")
+        why = (f"the first {SENSITIVE:.0%} of training" if sensitive >= noise else
+               f"the gradient noise scale, which judges them ({noise} lossless iterations)")
+        also = "".join(f" and {c}" for c in s.codecs.keep if c in lossless["compression"].values)
+        s.listener.say(f"codecs wait for {why} (iteration {s.codecs.at}); tuning lossless"
+                       f"{also} until then")
     stored = s.opening.stored
     for config, origin in stored.warm:  # the warm start is used: said, recorded
         s.ledger.came_from(config, origin)

@@ -88,9 +88,11 @@ The caller passes each iteration's statistical efficiency (:mod:`autotune.tuning
 1 for a lossless configuration). A lossy trial's score is then its throughput times its
 mean efficiency, and its iterations are scored likewise; three guards:
 
-* the warm-up lasts at least :data:`~autotune.tuning.efficiency.LOSSY_WARMUP` iterations
-  (lossless), so that the noise scale is stable before any codec is judged; a lossy trial
-  whose efficiency is still unknown fails, saying so;
+* no codec judged by goodput runs in the first :data:`~autotune.tuning.efficiency.LOSSY_WARMUP`
+  iterations, so that the noise scale is stable before any codec is judged: the search
+  over the lossless configurations (and fp16, scored like them) runs first and the codecs
+  are let in after it (:mod:`~autotune.schedule.codec_wait`); a lossy trial whose
+  efficiency is still unknown fails, saying so;
 * a lossy trial whose mean efficiency falls below
   :data:`~autotune.tuning.efficiency.COLLAPSED` fails at once, with the efficiency in
   its error (and so in the store);
@@ -130,8 +132,7 @@ from autotune.schedule.stakes import SPEND, Allowance, SearchCosts, Stakes
 from autotune.schedule.trial_phase import NewTuner, TrialPhase
 from autotune.schedule.warmup import PROBE_STREAMS, Capped, WarmUp, flow_probe
 from autotune.speedup import MIN_ITERATIONS
-from autotune.tuning.efficiency import LOSSY_WARMUP
-from autotune.tuning.lossy import judged_by_goodput, scored_efficiency
+from autotune.tuning.lossy import SCORED_AS_LOSSLESS, judged_by_goodput, scored_efficiency
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import FAILED, SWITCH_MARGIN, Trial, trial_seconds
 from autotune.tuning.tuner import Tuner
@@ -223,7 +224,8 @@ class TrialSchedule:
         # the search the job affords (at the warm-up's end), the warm start, the imports
         self.opening = Opening(Allowance(budget))
         self._charging = False  # whether the last next() was the search's (applied())
-        self.codecs = CodecWait(space)  # codecs wait out the sensitive phase
+        # codecs wait out the sensitive phase, and under goodput the noise scale
+        self.codecs = CodecWait(space, SCORED_AS_LOSSLESS if goodput else ())
         self.budget = budget
         self.samples_per_step = samples_per_step
         self.seed = seed
@@ -233,9 +235,7 @@ class TrialSchedule:
         self.phase = WARMUP
         self.iteration = 0          # iterations measured (next() calls)
         self.goodput = goodput
-        # scored by goodput: the noise scale needs lossless iterations before any codec
-        self.warmup_phase = WarmUp(space, max(warmup, LOSSY_WARMUP) if goodput and budget > 0
-                                   else warmup, probe, gradient_bytes)
+        self.warmup_phase = WarmUp(space, warmup, probe, gradient_bytes)
         # the warm-up's times (the same lists) and its probe, read by the session
         self.warmup_times = self.warmup_phase.times
         self.probe_times = self.warmup_phase.probe_times

@@ -6,9 +6,10 @@ configuration). A lossy trial's score is then its throughput times its mean
 efficiency (the trial under way keeps them: :class:`~autotune.tuning.trial.Trial`),
 and three guards apply:
 
-* the warm-up lasts at least :data:`~autotune.tuning.efficiency.LOSSY_WARMUP`
-  lossless iterations (the schedule's), and a lossy trial whose efficiency is still
-  unknown fails (:data:`UNKNOWN_EFFICIENCY`);
+* no codec judged by goodput runs in the first
+  :data:`~autotune.tuning.efficiency.LOSSY_WARMUP` iterations (the schedule's codec wait:
+  a lossless search first), and a lossy trial whose efficiency is still unknown fails
+  (:data:`UNKNOWN_EFFICIENCY`);
 * a lossy trial whose mean efficiency falls below
   :data:`~autotune.tuning.efficiency.COLLAPSED` fails at once (:func:`collapsed`);
 * after tuning, a kept codec whose efficiency (the mean of a window) falls below

@@ -190,12 +190,14 @@ class SearchSpace:
         """Whether a lossy codec is in the space."""
         return "compression" in self.names and self["compression"].values != ("none",)
 
-    def lossless(self) -> "SearchSpace":
-        """This space with ``compression`` narrowed to ``none`` (the codec parameters stay,
-        inactive: a configuration of one space is one of the other, with the same key)."""
+    def lossless(self, keep: Sequence[str] = ()) -> "SearchSpace":
+        """This space with ``compression`` narrowed to ``none`` and the codecs ``keep`` it
+        has (the codec parameters stay, inactive where they do not apply: a configuration
+        of one space is one of the other, with the same key)."""
         if not self.lossy:
             return self
-        params = tuple(replace(p, values=("none",), default="none") if p.name == "compression"
+        params = tuple(replace(p, values=("none", *(v for v in p.values if v in keep)),
+                               default="none") if p.name == "compression"
                        else p for p in self.params)
         return SearchSpace(params, self.facts)
 
