@@ -392,7 +392,8 @@ def fmt_cost(cost: dict | None) -> str:
     said = _fmt_tuning_cost(cost)
     if start is None or start < 0.01:
         return said
-    return f"{said}; the session's start took {start:.2f} s (DDP's set-up included)"
+    return (f"{said}; the session's start took {start:.2f} s (applying DDP or its comm hook "
+            "included)")
 
 
 def _fmt_tuning_cost(cost: dict) -> str:

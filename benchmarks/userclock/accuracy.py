@@ -9,7 +9,8 @@ a fixed wall time (``MODELS``: 45 s for the GPT, 30 s for the CNN; ``--quick``: 
 * ``ddp``: plain PyTorch DDP (gloo, default buckets);
 * ``lossless``: ``autotune.session(model, budget=...)`` (lossless configurations only);
 * ``goodput``: ``allow_lossy=True, lossy_score="goodput"`` (codecs, the loss test);
-* ``throughput``: ``allow_lossy=True, lossy_score="throughput"`` (codecs, speed alone).
+* ``throughput``: ``allow_lossy=True, lossy_score="throughput"`` (codecs, speed alone);
+* ``goodput_hook``: ``goodput`` through DDP (``autotune.session(ddp_model)``, the comm hook).
 
 The session's start and its whole budget are on the clock (:mod:`.rank`). Rank 0 keeps a
 copy of the parameters every 1/40 of the run and evaluates them after training on the
@@ -42,11 +43,12 @@ from benchlib import describe_link, machine, measure_B, pyplot, save_figure
 from userclock.common import command, fmt, fmt_s, launch, session_options, speedup, spread
 from userclock.tasks import BATCH
 
-VARIANTS = ("ddp", "lossless", "goodput", "throughput")
+VARIANTS = ("ddp", "lossless", "goodput", "throughput", "goodput_hook")
 LABELS = {"ddp": "DDP", "lossless": "autotune lossless",
-          "goodput": "autotune lossy (goodput)", "throughput": "autotune lossy (throughput)"}
+          "goodput": "autotune lossy (goodput)", "throughput": "autotune lossy (throughput)",
+          "goodput_hook": "autotune lossy (goodput), through DDP"}
 COLORS = {"ddp": "#555555", "lossless": "#4c72b0", "goodput": "#55a868",
-          "throughput": "#c44e52"}
+          "throughput": "#c44e52", "goodput_hook": "#8172b2"}
 SNAPSHOTS = 40  # parameter copies per run
 JSON = "clock/accuracy.json"
 
@@ -112,7 +114,7 @@ def check(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error(f"--targets is model=loss,..., got {a.targets!r}")
     if a.runs < 1 or a.workers < 2:
         p.error("--runs >= 1 and --workers >= 2")
-    if {"goodput", "throughput"} & set(a.variant_list):
+    if {"goodput", "throughput", "goodput_hook"} & set(a.variant_list):
         import autotune
 
         if "lossy_score" not in inspect.signature(autotune.session).parameters:
@@ -121,12 +123,13 @@ def check(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 
 def arm(a: argparse.Namespace, variant: str, seed: int, duration: float) -> dict:
-    out: dict[str, Any] = {"label": variant, "kind": "ddp" if variant == "ddp" else "native",
-                           "seconds": duration, "snapshots": SNAPSHOTS}
+    kind = {"ddp": "ddp", "goodput_hook": "hook"}.get(variant, "native")
+    out: dict[str, Any] = {"label": variant, "kind": kind, "seconds": duration,
+                           "snapshots": SNAPSHOTS}
     if variant != "ddp":
         kw = session_options(a, seed, budget=a.budget, samples_per_step=BATCH)
-        if variant in ("goodput", "throughput"):
-            kw.update(allow_lossy=True, lossy_score=variant)
+        if variant in ("goodput", "throughput", "goodput_hook"):
+            kw.update(allow_lossy=True, lossy_score=variant.split("_")[0])
         out["options"] = kw
     return out
 

@@ -388,8 +388,8 @@ def test_what_tuning_cost_is_said_in_parts_that_add_up_to_the_whole():
     # the session's start, which the job pays whether or not it tunes (issue 64: the
     # clock at 50 Mbit measured it, 0.87 s against DDP's 0.10 s, outside what was said)
     assert fmt_cost({"iterations": 0, "lost_s": 0.004, "start_s": 0.87}) == (
-        "no trial ran: tuning cost nothing; the session's start took 0.87 s (DDP's set-up "
-        "included)")
+        "no trial ran: tuning cost nothing; the session's start took 0.87 s (applying DDP or "
+        "its comm hook included)")  # (not DDP's own set-up where the user made the DDP)
 
 
 def test_the_cost_after_tuning_is_the_cost_said_when_it_ended():
