@@ -54,8 +54,9 @@ next. The phases:
     configuration that needs no test run in alternating blocks, and the loss the loop
     passes says whether the job's loss falls faster under the codec
     (:mod:`~autotune.schedule.loss_test`). At the search's end the verdict's configuration
-    is ``locked``; during it, a codec kept lets the trials go on, one rejected ends them
-    and the best configuration that needs no test is ``locked``.
+    is ``locked``; during it, a codec kept lets the trials go on, one rejected ends the
+    codec trials: the search goes on with its budget left over the configurations that
+    need no test (lossless, fp16), as when the codec watch ends them.
 ``locked``
     The budget is spent (or the job affords no search: then the default is kept, or
     a stored best that beat its own run's default, whose settled iterations below are
@@ -427,10 +428,13 @@ class TrialSchedule:
         return self.stopped() if nxt is None else nxt
 
     def stopped(self) -> Config:
-        """No next trial: the Tuner's budget is spent (locked), or the trials have lost
-        their share of the job's time: locked when its length is known, paused when not
-        (:mod:`autotune.schedule.stakes`)."""
+        """No next trial: the codec trials ended (the search goes on without them,
+        :func:`~autotune.schedule.locked.without_codecs`), the Tuner's budget is spent
+        (locked), or the trials have lost their share of the job's time: locked when its
+        length is known, paused when not (:mod:`autotune.schedule.stakes`)."""
         tuner = self.tuner
+        if self.trial_phase.stopped and not self.stakes.spent:  # the codec trials ended
+            return after.without_codecs(self)
         if not (self.stakes.spent and self.stakes.pausable and tuner is not None
                 and not tuner.done and not self.trial_phase.stopped):
             return after.lock(self)
