@@ -21,6 +21,7 @@ from autotune.schedule.phase import BASELINE, LOADING, LOCKED, WAITING, Ran, Sch
 from autotune.schedule.stakes import SENSITIVE, Allowance
 from autotune.speedup import MIN_ITERATIONS
 from autotune.tuning.efficiency import LOSSY_WARMUP
+from autotune.tuning.lossy import lossless_seeds
 from autotune.tuning.preload import loading as importing
 from autotune.tuning.space import Config, SearchSpace
 from autotune.tuning.trial import throughput
@@ -138,7 +139,8 @@ def search(s: Schedule) -> Config:
     """The search the allowance affords starts: its Tuner is made (a fixed cost,
     measured: :meth:`Stakes.setup`) and its libraries are imported beside the job. Codecs
     wait out the sensitive phase (a lossless search first). If the warm-up showed a
-    per-flow cap, the seeds with the probe's streams are tried first."""
+    per-flow cap, the seeds with the probe's streams are tried first; under goodput, the
+    default with fp16 after the warm start (:func:`~autotune.tuning.lossy.lossless_seeds`)."""
     budget = s.opening.allowance.budget
     sensitive = s.stakes.sensitive_until()
     noise = LOSSY_WARMUP if s.goodput else 0  # a codec's efficiency needs the noise scale
@@ -156,7 +158,8 @@ def search(s: Schedule) -> Config:
     if stored.line:
         s.listener.say(stored.line)
     started = time.perf_counter()
-    s.trial_phase.tune(budget, s.seed, s.opening.warm, s.warmup_phase.timings())
+    warm = s.opening.warm + (lossless_seeds(s.trial_phase.space) if s.goodput else [])
+    s.trial_phase.tune(budget, s.seed, warm, s.warmup_phase.timings())
     s.tuner.try_first(s.warmup_phase.seeds(s.space, s.capped), technique=SEED)
     s.stakes.setup(time.perf_counter() - started)
     s.opening.loading_until = time.perf_counter() + MAX_LOADING_S

@@ -391,6 +391,20 @@ def test_after_a_rejected_codec_the_search_tries_fp16_and_keeps_it():
     assert all(c["compression"] in AS_LOSSLESS for c in ran[tested + 1:])
 
 
+def test_under_goodput_fp16_is_tried_right_after_the_default():
+    """Issue 62: a codec's loss test compares it with the best configuration that needs no
+    test; fp16 measured first makes that comparison run at fp16's speed, not only the
+    default's. The throughput-scored search has no such seed."""
+    s = make(warmup=LOSSY_WARMUP)
+    ran, _ = drive(s, s.start(s.space.seeds()), LOSSY_WARMUP + 10)
+    first = [r.config for r in s.ledger.history[:2]]
+    assert first == [s.space.default(), {**s.space.default(), "compression": "fp16"}], first
+    t = make(warmup=LOSSY_WARMUP, goodput=False)
+    drive(t, t.start(t.space.seeds()), LOSSY_WARMUP + 10)
+    assert [r.technique for r in s.ledger.history[:2]] == ["default", "warm"]
+    assert "warm" not in [r.technique for r in t.ledger.history]
+
+
 def test_a_codec_the_loss_test_keeps_during_the_search_is_admitted_and_the_search_goes_on():
     s = make(codecs=["none", "fp16", "powersgd"])
     said = heard(s)
