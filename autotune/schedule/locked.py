@@ -97,8 +97,8 @@ def without_codecs(s: Schedule) -> Config:
     left = s.tuner.remaining if s.tuner is not None else 0
     space = s.trial_phase.space
     untested = space.lossless(SCORED_AS_LOSSLESS)
-    if left < MIN_SEARCH or untested.params == space.params or not any(
-            c in untested["compression"].values for c in SCORED_AS_LOSSLESS):
+    if (left < MIN_SEARCH or untested.params == space.params
+            or untested["compression"].values == ("none",)):
         return lock(s, tested=True)
     first = s.ledger.best_lossless(space, SCORED_AS_LOSSLESS)
     s.listener.say(f"iteration {s.iteration}: the codec trials end; the search goes on for "

@@ -243,16 +243,16 @@ class Tuner:
         return max(0, self.spent - self.budget)
 
     def _overtime_left(self) -> int:
-        """Iterations the race may still run past the budget (0: none; confirm.py)."""
-        left = self.budget + self.confirming.overtime - self.spent
-        return left if left > 0 and self.confirming.contenders() else 0
+        """Iterations of the race's overtime not yet handed out (confirm.py)."""
+        return max(0, self.budget + self.confirming.overtime - self.spent)
 
     @property
     def done(self) -> bool:
         """The budget is handed out (or nothing is left to try), the race's overtime
         too, and all trials told."""
-        return (self._stalled or (self.remaining <= 0 and not self._overtime_left())) \
-            and not self._pending
+        spent = self.remaining <= 0 and not (self._overtime_left()
+                                             and self.confirming.contenders())
+        return (self._stalled or spent) and not self._pending
 
     @property
     def screened(self) -> int:
