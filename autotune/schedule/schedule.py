@@ -20,7 +20,9 @@ next. The phases:
     A young job of unknown length whose search would cost more than it may yet lose
     (:attr:`~autotune.schedule.stakes.Allowance.start_at`): the default runs, not a trial, until
     the job has run long enough; then the Tuner is made. The session measures none of
-    the iterations in between (:meth:`TrialSchedule.quiet_for`).
+    the iterations in between (:meth:`TrialSchedule.quiet_for`). Under goodput the wait
+    runs fp16 instead where a check of two iterations finds it faster
+    (:func:`~autotune.schedule.opening.early`: it needs no loss test).
 ``baseline``
     A job that affords no search tries a stored best (:class:`StoredStart`): first the
     default runs on, scored, until it has :data:`~autotune.speedup.MIN_ITERATIONS` scored

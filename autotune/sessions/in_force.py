@@ -19,6 +19,7 @@ from autotune.leader.tuners import job_space
 from autotune.options import SessionOptions
 from autotune.runtime.config import ConfigError
 from autotune.runtime.errors import RuntimeFault, ServerLost
+from autotune.tuning.lossy import SCORED_AS_LOSSLESS
 from autotune.tuning.space import Config, SearchSpace
 
 if TYPE_CHECKING:
@@ -51,8 +52,14 @@ class InForce:
 
     @property
     def lossy(self) -> bool:
-        """Whether the configuration in force runs a codec (the same on every rank)."""
-        return (self.config or {}).get("compression", "none") != "none"
+        """Whether the configuration in force runs a codec that the efficiency probe
+        measures as one (the same on every rank): not one
+        :data:`~autotune.tuning.lossy.SCORED_AS_LOSSLESS`, whose average, exact to fp16's
+        rounding, feeds the gradient noise scale as a lossless one's does (issue 62: a
+        wait under fp16 had left the noise scale unstable, and every codec trial of the
+        search failed for it)."""
+        return (self.config or {}).get("compression", "none") not in ("none",
+                                                                     *SCORED_AS_LOSSLESS)
 
     def put(self, config: Config | None, retrying: bool = False,
             background: bool = False) -> None:

@@ -477,3 +477,32 @@ def test_codec_params_are_conditional_dimensions_of_the_space():
     assert [p.name for p in with_psgd] == ["powersgd_rank", "compress_min_bytes"]
     with pytest.raises(ValueError, match="unknown codec"):
         codec_params(("none", "zip"))
+
+
+def test_another_codec_takes_at_most_one_gradient_of_residual():
+    """Issue 62: the loss test alternates top-k with fp16. fp16 sends every element, so
+    top-k's residual (most of many steps' gradients) landed whole in the first fp16
+    step. A residual is carried whole only under the codec that made it: another codec
+    takes it bounded by its own gradient's norm, as leaving for lossless does; the same
+    codec at another ratio keeps it whole."""
+    n = 4000
+    ef = ErrorFeedback(n)
+    for it in range(20):
+        ef.encode(TopKCodec(0.001), chunk(n, it), whole(0, n), Context(it, 0))
+    held, g = ef.total(), chunk(n, 99)
+    assert held.norm() > 3 * g.norm()
+    fp16 = FP16Codec(world_size=1)
+    sent = fp16.decode(ef.encode(fp16, g, whole(0, n), Context(20, 0)), n)
+    added = sent - g
+    torch.testing.assert_close(added.norm(), g.norm(), rtol=2e-3, atol=0)  # bounded
+    assert float(added @ held) > 0.99 * float(added.norm() * held.norm())  # its direction
+    assert ef.norm() < 1e-2 * g.norm()  # what fp16 keeps is its own rounding
+    sent = fp16.decode(ef.encode(fp16, g, whole(0, n), Context(21, 0)), n)
+    torch.testing.assert_close(sent, g, atol=2e-3, rtol=2e-3)  # fp16's own: carried
+    ef = ErrorFeedback(n)  # the same codec at another ratio carries it whole
+    for it in range(20):
+        ef.encode(TopKCodec(0.001), chunk(n, it), whole(0, n), Context(it, 0))
+    held = ef.total()
+    ef.encode(TopKCodec(0.01), g, whole(0, n), Context(20, 0))
+    torch.testing.assert_close(ef.total() + TopKCodec(0.01).decode(
+        TopKCodec(0.01).encode(held + g, Context(20, 0)), n, Context(20, 0)), held + g)

@@ -223,17 +223,23 @@ class Expected:
         self.order: list[int] | None = None
         self.codec: Any = None
         self.dropped: dict[int, Any] = {}  # reg -> float64: what leaving a codec dropped
+        # holder -> reg -> int per element: the codec that made its residual (0: none)
+        self.made: dict[tuple[str, int], dict[int, Any]] = {}
+        self.names: dict[str, int] = {}
 
     # ------------------------------------------------------------ residual store
-    def _flat(self, holder: tuple[str, int], dtype: str, order: list[int]) -> Any:
+    def _flat(self, holder: tuple[str, int], dtype: str, order: list[int], res: dict | None = None,
+              kind: Any = None) -> Any:
         import torch
 
-        parts = [self.res.get(holder, {}).get(i, torch.zeros(self.sizes[i][0]))
+        res = self.res if res is None else res
+        parts = [res.get(holder, {}).get(i, torch.zeros(self.sizes[i][0], dtype=kind))
                  for i in order if self.sizes[i][1] == dtype]
-        return torch.cat(parts) if parts else torch.zeros(0)
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=kind)
 
-    def _unflat(self, holder: tuple[str, int], dtype: str, order: list[int], vec: Any) -> None:
-        store, pos = self.res.setdefault(holder, {}), 0
+    def _unflat(self, holder: tuple[str, int], dtype: str, order: list[int], vec: Any,
+                res: dict | None = None) -> None:
+        store, pos = (self.res if res is None else res).setdefault(holder, {}), 0
         for i in order:
             n, d = self.sizes[i]
             if d == dtype:
@@ -265,6 +271,7 @@ class Expected:
                 dst = self.res.setdefault(to, {})
                 for i, v in self.res.pop(holder).items():
                     dst[i] = dst[i] + v if i in dst else v.clone()
+                self.made.pop(holder, None)  # (the worker's own codec's say stays)
         self.skey = keys
 
     def _plan(self) -> list:
@@ -302,7 +309,9 @@ class Expected:
         _, totals = flat_layout(sizes)
         holders = [("w", w) for w in info.workers] + [("s", r) for r in range(info.world_size)]
         R = {h: {d: self._flat(h, d, order) for d in totals} for h in holders}
-        D = {d: torch.zeros(n, dtype=torch.float64) for d, n in totals.items()}  # dropped
+        self.T = {h: {d: self._flat(h, d, order, self.made, torch.int64) for d in totals}
+                  for h in holders}  # which codec made each element's residual
+        self.D = D = {d: torch.zeros(n, dtype=torch.float64) for d, n in totals.items()}
         X = {w: {d: torch.cat([grads[w][i].reshape(-1) for i in order if self.sizes[i][1] == d])
                  for d in totals} for w in info.workers}
         out = {d: torch.zeros(n, dtype=getattr(torch, d)) for d, n in totals.items()}
@@ -322,6 +331,7 @@ class Expected:
                         xs[w].add_(r * scale)
                         D[d][o:o + n] += r.double() * (1.0 - scale)
                     R[("w", w)][d][o:o + n] = 0
+                    self.T[("w", w)][d][o:o + n] = 0
             if cfg["intra"] == "flat":
                 parts = [(w, xs[w]) for w in info.workers]
                 total = (self._exchange(c, 0, 0, parts, R, rnd) if lossy
@@ -347,6 +357,7 @@ class Expected:
         for h in holders:
             for d in totals:
                 self._unflat(h, d, order, R[h][d])
+                self._unflat(h, d, order, self.T[h][d], self.made)
         result: list = [None] * len(self.sizes)
         pos = dict.fromkeys(totals, 0)
         for i in order:
@@ -370,6 +381,20 @@ class Expected:
             total += x
         return total
 
+    def _compensate(self, holder: tuple, d: str, lo: int, hi: int, x: Any, R: dict) -> Any:
+        """``x`` plus the holder's residual of ``[lo, hi)``: whole if this codec made it,
+        else at most ``x``'s norm of it, the rest dropped (issue 62); the residual is
+        then this codec's."""
+        r, made = R[holder][d][lo:hi], self.T[holder][d][lo:hi]
+        tag = self.names.setdefault(self.codec.name, len(self.names) + 1)
+        held = float(r.norm())
+        if held and bool(((made != 0) & (made != tag)).any()):
+            scale = min(1.0, float(x.norm()) / held)
+            self.D[d][lo:hi] += r.double() * (1.0 - scale)
+            r = r * scale
+        made[:] = tag
+        return x + r
+
     def _exchange(self, c: Any, shard: int, start: int, parts: list, R: dict, rnd: int) -> Any:
         """Each encoder's payload of (its part + its residual), summed as the transport does."""
         import torch
@@ -383,7 +408,7 @@ class Expected:
         ctx = Context(rnd, c.index * shards_per_chunk(cfg, self.info) + shard)
         packed = {}
         for rank, x in parts:
-            comp = x.to(torch.float32) + R[("w", rank)][d][lo:hi]
+            comp = self._compensate(("w", rank), d, lo, hi, x.to(torch.float32), R)
             payload = codec.encode(comp, ctx)
             R[("w", rank)][d][lo:hi] = comp - codec.decode(payload, k, ctx)
             packed[rank] = codec.pack(payload)
@@ -403,8 +428,8 @@ class Expected:
             total += codec.decode(codec.unpack(packed[r], k), k, ctx)
         if cfg["transport"] == "allreduce":
             return total
-        comp = total + R[("s", c.owner)][d][lo:hi]  # the Summation Service re-encodes
-        payload = codec.encode(comp, ctx)
+        comp = self._compensate(("s", c.owner), d, lo, hi, total, R)  # the Summation
+        payload = codec.encode(comp, ctx)                               # Service re-encodes
         R[("s", c.owner)][d][lo:hi] = comp - codec.decode(payload, k, ctx)
         return codec.decode(codec.unpack(codec.pack(payload), k), k, ctx)
 

@@ -9,7 +9,7 @@ import pytest
 
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.loss_test import BLOCK, ROUNDS
-from autotune.schedule.schedule import LOCKED, TRIAL, TrialSchedule
+from autotune.schedule.schedule import LOCKED, TRIAL, WAITING, TrialSchedule
 from autotune.schedule.stakes import SearchCosts
 from autotune.tuning.efficiency import COLLAPSED, LOSSY_WARMUP
 from autotune.tuning.lossy import SCORED_AS_LOSSLESS, UNKNOWN_EFFICIENCY
@@ -417,3 +417,36 @@ def test_a_codec_the_loss_test_keeps_during_the_search_is_admitted_and_the_searc
     first = next(r for r in s.ledger.history
                  if r.config["compression"] == "powersgd" and r.new_best)
     assert any(r.index > first.index for r in s.ledger.history)  # trials after the test
+
+
+def test_a_young_job_runs_fp16_while_it_waits_for_its_search(monkeypatch):
+    # issue 62: at 15 Mbit/s the held-out LM waited 47 s for its search at the default's
+    # speed, where fp16 (which needs no loss test) ran 1.8x faster. Now the wait runs
+    # fp16 once a check of two scored iterations (after its switch) finds it faster.
+    s = make(costs=SearchCosts(2.0, 0.0))  # a search that costs 2 s to start: it waits
+    said = heard(s)
+    ran, cfg = drive(s, s.start([]), 30)
+    assert s.phase == WAITING and s.tuner is None and s.opening.allowance.start_at > 30
+    assert [c["compression"] for c in ran] == ["none"] * 3 + ["fp16"] * 27
+    assert s.stakes.trial_iterations == 3  # the check is charged, the wait is not
+    assert any("fp16 runs until the search (1.60x the default's speed" in line
+               for line in said), said
+    drive(s, cfg, 40)
+    assert s.tuner is not None and s.ledger.history  # the search started on time
+    # fp16 no faster: the default waits after the check
+    monkeypatch.setitem(SPEED, "fp16", 1.0)
+    s = make(costs=SearchCosts(2.0, 0.0))
+    said = heard(s)
+    ran, _ = drive(s, s.start([]), 30)
+    assert [c["compression"] for c in ran] == ["none"] * 3 + ["fp16"] * 3 + ["none"] * 24
+    assert any("fp16 is no faster than the default" in line for line in said), said
+    # fp16 fails: the default waits at once
+    s = make(costs=SearchCosts(2.0, 0.0))
+    _, cfg = drive(s, s.start([]), 3)
+    assert cfg["compression"] == "fp16"
+    assert s.next(cfg, float("inf"), failed="a worker failed") == s.space.default()
+    assert s.next(s.space.default(), 1.0) == s.space.default()
+    # without goodput, or with no wait, the default waits or the search starts
+    s = make(goodput=False, costs=SearchCosts(2.0, 0.0))
+    ran, _ = drive(s, s.start([]), 30)
+    assert all(c["compression"] == "none" for c in ran)

@@ -18,6 +18,10 @@ the chunk's own element order. Hence
   gradients; added whole to one step it floods the optimiser (Adam's moments, SGD's
   momentum) for hundreds of steps, and costs more than the codec did
   (``benchmarks/residual_bench.py``, docs/compression.md "Leaving a codec");
+- a chunk that now travels under *another* codec (top-k's residual, then fp16 in the
+  loss test's next block) takes its residual bounded the same way: a residual is carried
+  whole only under the codec that made it (each element remembers which did). fp16
+  sends every element, so top-k's held-back gradients would otherwise land in one step;
 - if the flat space itself is re-laid out (another gradient order), :meth:`relayout`
   moves each gradient's residual to its new offset.
 
@@ -49,6 +53,9 @@ class ErrorFeedback:
             raise ValueError(f"ErrorFeedback needs a positive number of elements, got {numel}")
         self.numel = int(numel)
         self._residual: torch.Tensor | None = None
+        # per element, on the host: which codec made its residual (0: none said)
+        self._made_by: torch.Tensor | None = None
+        self._codecs: dict[str, int] = {}  # codec name -> its tag
 
     # ------------------------------------------------------------------ main use
     def encode(
@@ -60,19 +67,38 @@ class ErrorFeedback:
         if codec.lossless:
             self._check(chunk, segments)
             return codec.encode(self._leave(chunk.to(torch.float32, copy=True), segments), ctx)
-        compensated = self.compensate(chunk, segments)
+        compensated = self.compensate(chunk, segments, codec.name)
         payload = codec.encode(compensated, ctx)
         sent = codec.decode(payload, compensated.numel(), ctx)
-        self.store(segments, compensated - sent)
+        self.store(segments, compensated - sent, codec.name)
         return payload
 
-    def compensate(self, chunk: torch.Tensor, segments: Segments) -> torch.Tensor:
-        """``chunk`` (float32) plus the residual of its elements (a new tensor)."""
+    def compensate(self, chunk: torch.Tensor, segments: Segments,
+                   codec: str | None = None) -> torch.Tensor:
+        """``chunk`` (float32) plus the residual of its elements (a new tensor); under
+        ``codec``, a residual another codec made is :func:`bounded` by the chunk's norm
+        and the rest dropped (module docstring)."""
         self._check(chunk, segments)
         out = chunk.to(torch.float32)
         if self._residual is None:
             return out.clone() if out.data_ptr() == chunk.data_ptr() else out
-        return out + self.residual(segments).to(out.device)
+        r = self.residual(segments)
+        if codec is not None and self._other(segments, codec):
+            r = bounded(r, out)
+            if r is None:
+                return out.clone() if out.data_ptr() == chunk.data_ptr() else out
+        return out + r.to(out.device)
+
+    def _tag(self, codec: str) -> int:
+        return self._codecs.setdefault(codec, len(self._codecs) + 1)
+
+    def _other(self, segments: Segments, codec: str) -> bool:
+        """Whether another codec than ``codec`` made part of the residual of ``segments``."""
+        if self._made_by is None:
+            return False
+        tag = self._tag(codec)
+        return any(bool(((t != 0) & (t != tag)).any())
+                   for t in (self._made_by[o:o + k] for o, k in segments))
 
     # ------------------------------------------------------------------ residuals
     def residual(self, segments: Segments) -> torch.Tensor:
@@ -83,14 +109,20 @@ class ErrorFeedback:
         parts = [self._residual[o:o + k] for o, k in segments]
         return parts[0].clone() if len(parts) == 1 else torch.cat(parts)
 
-    def store(self, segments: Segments, values: torch.Tensor) -> None:
-        """Set the residual of ``segments`` to ``values`` (chunk order)."""
+    def store(self, segments: Segments, values: torch.Tensor, codec: str | None = None) -> None:
+        """Set the residual of ``segments`` to ``values`` (chunk order), made by
+        ``codec`` (None: not said)."""
         self._check(values, segments)
         self.allocate(values.device)
         values = values.to(device=self._residual.device, dtype=torch.float32)
+        tag = 0 if codec is None else self._tag(codec)
+        if tag and self._made_by is None:
+            self._made_by = torch.zeros(self.numel, dtype=torch.uint8)
         pos = 0
         for o, k in segments:
             self._residual[o:o + k] = values[pos:pos + k]
+            if self._made_by is not None:
+                self._made_by[o:o + k] = tag
             pos += k
 
     def fold(self, view: torch.Tensor, segments: Segments) -> None:
@@ -140,10 +172,13 @@ class ErrorFeedback:
             return
         if segments is None:
             self._residual.zero_()
+            self._made_by = None
             return
         self._check(None, segments)
         for o, k in segments:
             self._residual[o:o + k] = 0
+            if self._made_by is not None:
+                self._made_by[o:o + k] = 0
 
     def relayout(
         self, old_offsets: Sequence[int], new_offsets: Sequence[int], sizes: Sequence[int],
@@ -162,12 +197,15 @@ class ErrorFeedback:
             self.numel = numel
             return
         moved = torch.zeros(numel, dtype=torch.float32, device=self._residual.device)
+        made_by = None if self._made_by is None else torch.zeros(numel, dtype=torch.uint8)
         for old, new, k in zip(old_offsets, new_offsets, sizes):
             if not 0 <= old <= old + k <= self.numel:
                 raise ValueError(f"gradient at {old} of {k} elements outside 0..{self.numel}")
             moved[new:new + k] = self._residual[old:old + k]
+            if made_by is not None:
+                made_by[new:new + k] = self._made_by[old:old + k]
         self.numel = numel
-        self._residual = moved
+        self._residual, self._made_by = moved, made_by
 
     def total(self) -> torch.Tensor:
         """The whole residual vector (zeros if nothing was ever dropped); a copy."""
