@@ -29,14 +29,14 @@ class CodecWait:
     def __init__(self, space: SearchSpace, keep: Sequence[str] = ()) -> None:
         self.full = space  # the space with its codecs
         self.keep = tuple(keep)  # codecs that need not wait
-        self.at: int | None = None  # the iteration the codec search starts at
+        self.at: float | None = None  # the iteration the codec search starts at (inf: never)
         self.budget = 0  # ... and its budget
 
     @property
     def waiting(self) -> bool:
         return self.at is not None
 
-    def hold(self, iteration: int, until: int, budget: int) -> SearchSpace | None:
+    def hold(self, iteration: int, until: float, budget: int) -> SearchSpace | None:
         """Tuning begins at ``iteration`` with ``budget`` and the codecs wait ``until``:
         the space to search first where they must (lossless, with the codecs ``keep``;
         the codec search then gets half the budget, at least ``MIN_SEARCH``), else None."""

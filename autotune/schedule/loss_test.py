@@ -44,12 +44,14 @@ import numpy as np
 from autotune.tuning.space import Config
 from autotune.tuning.trial import FAILED, Trial
 
-__all__ = ["BLOCK", "ROUNDS", "Z", "Z_WATCH", "CodecWatch", "LossTest", "Verdict", "loss_rates"]
+__all__ = ["BLOCK", "LENGTH", "ROUNDS", "Z", "Z_WATCH", "CodecWatch", "LossTest", "Verdict", "loss_rates"]
 
 #: Iterations a configuration runs before the other takes over.
 BLOCK = 8
 #: Blocks of each configuration (the codec's first).
 ROUNDS = 3
+#: Iterations of a whole test (before it is extended, or stopped early).
+LENGTH = 2 * BLOCK * ROUNDS
 #: Standard errors by which the codec's rate must beat the lossless one (one-sided).
 Z = 1.28
 

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 from autotune.schedule.ledger import Ledger
 from autotune.schedule.phase import BASELINE, LOADING, LOCKED, WAITING, Ran, Schedule
-from autotune.schedule.stakes import SENSITIVE, Allowance
+from autotune.schedule.loss_test import LENGTH as TEST_LENGTH
+from autotune.schedule.stakes import SENSITIVE, TEST_SHARE, Allowance
 from autotune.speedup import MIN_ITERATIONS
 from autotune.tuning.efficiency import LOSSY_WARMUP
 from autotune.tuning.lossy import lossless_seeds
@@ -188,16 +189,14 @@ def search(s: Schedule) -> Config:
     per-flow cap, the seeds with the probe's streams are tried first; under goodput, the
     default with fp16 after the warm start (:func:`~autotune.tuning.lossy.lossless_seeds`)."""
     budget = s.opening.allowance.budget
-    sensitive = s.stakes.sensitive_until()
-    noise = LOSSY_WARMUP if s.goodput else 0  # a codec's efficiency needs the noise scale
-    lossless = s.codecs.hold(s.iteration, max(sensitive, noise), budget)
+    until, why = codecs_wait(s)
+    lossless = s.codecs.hold(s.iteration, until, budget)
     if lossless is not None:
         s.trial_phase.narrow(lossless)
-        why = (f"the first {SENSITIVE:.0%} of training" if sensitive >= noise else
-               f"the gradient noise scale, which judges them ({noise} lossless iterations)")
         also = "".join(f" and {c}" for c in s.codecs.keep if c in lossless["compression"].values)
-        s.listener.say(f"codecs wait for {why} (iteration {s.codecs.at}); tuning lossless"
-                       f"{also} until then")
+        s.listener.say(f"codecs wait for {why} (iteration {until}); tuning lossless{also} "
+                       "until then" if math.isfinite(until) else
+                       f"codecs are not tried in this job: {why}; tuning lossless{also}")
     stored = s.opening.stored
     for config, origin in stored.warm:  # the warm start is used: said, recorded
         s.ledger.came_from(config, origin)
@@ -210,6 +209,25 @@ def search(s: Schedule) -> Config:
     s.stakes.setup(time.perf_counter() - started)
     s.opening.loading_until = time.perf_counter() + MAX_LOADING_S
     return loaded(s)
+
+
+def codecs_wait(s: Schedule) -> tuple[float, str]:
+    """Until which iteration codecs wait (``inf``: never in this job), and why: the
+    sensitive phase; under goodput also the gradient noise scale that judges them, and a
+    job long enough to pay for their loss test (:meth:`Stakes.tested_from`)."""
+    waits = [(s.stakes.sensitive_until(), f"the first {SENSITIVE:.0%} of training")]
+    if s.goodput:
+        waits.append((LOSSY_WARMUP, "the gradient noise scale, which judges them "
+                      f"({LOSSY_WARMUP} lossless iterations)"))
+        tested = s.stakes.tested_from(TEST_LENGTH)
+        share = f"{TEST_SHARE:.0%} of the iterations left"
+        waits.append((math.inf, f"their loss test ({TEST_LENGTH} iterations) would take "
+                      f"over {share}") if tested is None else
+                     (tested, f"a job long enough for their loss test ({TEST_LENGTH} "
+                      f"iterations) to take at most {share}"
+                      + ("" if s.stakes.known else " (the length unknown: as many again as "
+                         "it has run)")))
+    return max(waits, key=lambda w: w[0])
 
 
 def loading(s: Schedule, ran: Ran) -> Config:
@@ -229,4 +247,4 @@ def loaded(s: Schedule) -> Config:
 
 
 __all__ = ["EARLY_GAIN", "EARLY_ITERATIONS", "MAX_LOADING_S", "Opening", "StoredStart",
-           "baseline", "begin", "early", "loading", "search", "waiting", "warmed"]
+           "baseline", "begin", "codecs_wait", "early", "loading", "search", "waiting", "warmed"]
