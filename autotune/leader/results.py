@@ -85,7 +85,9 @@ class SessionResults:
         0, is scored over its first training iterations alike)."""
         best = self.schedule.best if self.schedule is not None else None
         mean = self._numbers(self.best)[0]
-        return mean if mean is not None else (best[1] if best else None)
+        if mean is not None or best is None:
+            return mean
+        return best[1] if self.best == best[0] else None  # (an untested codec is not kept)
 
     @property
     def best_efficiency(self) -> float | None:

@@ -72,9 +72,10 @@ def loss_testing(s: Schedule, ran: Ran) -> Config:
         return test.config()
     s.listener.say(f"iteration {s.iteration}: {verdict.line}")
     searching = s.tuner is not None and not s.tuner.done and not s.trial_phase.stopped
-    if verdict.keep and searching:
+    if verdict.keep:
         s.trial_phase.admitted.add(codec_of(test.codec))
-        return s.next_trial()
+        if searching:
+            return s.next_trial()
     if not verdict.keep:  # recorded: the store says why the codec was not kept
         s.ledger.record(test.record(s.trial_phase.index + 1, verdict))
         score = s.tuner.score_of(test.lossless) if s.tuner is not None else None

@@ -94,8 +94,9 @@ mean efficiency, and its iterations are scored likewise; three guards:
 * no codec judged by goodput runs in the first :data:`~autotune.tuning.efficiency.LOSSY_WARMUP`
   iterations, so that the noise scale is stable before any codec is judged: the search
   over the lossless configurations (and fp16, scored like them) runs first and the codecs
-  are let in after it (:mod:`~autotune.schedule.codec_wait`); a lossy trial whose
-  efficiency is still unknown fails, saying so;
+  are let in after it (:mod:`~autotune.schedule.codec_wait`), and only once the job is
+  long enough to pay for their loss test; a lossy trial whose efficiency is still unknown
+  fails, saying so;
 * a lossy trial whose mean efficiency falls below
   :data:`~autotune.tuning.efficiency.COLLAPSED` fails at once, with the efficiency in
   its error (and so in the store);
@@ -408,8 +409,17 @@ class TrialSchedule:
 
     @property
     def kept(self) -> Config | None:
-        """The best configuration so far (after the budget: the one kept)."""
-        return dict(self.best[0]) if self.best is not None else None
+        """The best configuration so far (after the budget: the one kept). Before that,
+        a codec the loss test has not kept is not: the best configuration that needs no
+        test is (a job that ended during the test said it kept top-k 0.1 %, and stored
+        it as its best)."""
+        if self.best is None:
+            return None
+        if self.phase != LOCKED and self.trial_phase.untested():
+            lossless = self.ledger.best_lossless(self.space, SCORED_AS_LOSSLESS)
+            if not judged_by_goodput(True, lossless):  # (else a pinned codec)
+                return lossless
+        return dict(self.best[0])
 
     def cost(self) -> dict:
         """What tuning cost and saved so far (:meth:`Stakes.summary`), with the kept

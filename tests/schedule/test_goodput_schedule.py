@@ -475,3 +475,21 @@ def test_a_young_job_runs_fp16_while_it_waits_for_its_search(monkeypatch):
     s = make(goodput=False, costs=SearchCosts(2.0, 0.0))
     ran, _ = drive(s, s.start([]), 30)
     assert all(c["compression"] == "none" for c in ran)
+
+
+def test_a_job_that_ends_during_the_loss_test_keeps_what_needs_no_test():
+    """A 50 s run at 15 Mbit/s ended during top-k's loss test and said (and stored) that
+    it kept top-k 0.1 %, which no test had kept: the kept configuration of a job that ends
+    there is the best configuration that needs no test."""
+    from autotune.schedule.schedule import LOSS_TEST
+
+    s = make(codecs=KEEPS_POWERSGD)
+    config, loss = s.start([]), Loss()
+    for _ in range(CODECS_AT + 300):
+        if s.phase == LOSS_TEST:
+            break
+        config = s.next(config, seconds_of(config), efficiency=efficiency_of(config),
+                        loss=loss.after(efficiency_of(config)))
+    assert s.phase == LOSS_TEST and s.best[0]["compression"] == "powersgd"
+    assert s.kept == s.ledger.best_lossless(s.space, SCORED_AS_LOSSLESS)
+    assert s.kept["compression"] in AS_LOSSLESS
