@@ -506,3 +506,27 @@ def test_another_codec_takes_at_most_one_gradient_of_residual():
     ef.encode(TopKCodec(0.01), g, whole(0, n), Context(20, 0))
     torch.testing.assert_close(ef.total() + TopKCodec(0.01).decode(
         TopKCodec(0.01).encode(held + g, Context(20, 0)), n, Context(20, 0)), held + g)
+
+
+def test_each_chunk_takes_another_codecs_residual_bounded_once():
+    """The switch marks what another codec held back; each chunk (here two, encoded one
+    after the other as the runtime's streams do) takes its part bounded once, the first
+    time it is encoded under the new codec, and its own residual whole after that."""
+    n = 4000
+    halves = (whole(0, n // 2), whole(n // 2, n // 2))
+    ef = ErrorFeedback(n)
+    for it in range(20):
+        for c, seg in enumerate(halves):
+            ef.encode(TopKCodec(0.001), chunk(n // 2, 2 * it + c), seg, Context(it, c))
+    fp16 = FP16Codec(world_size=1)
+    ef.switch_to("fp16")
+    for step in range(2):
+        for c, seg in enumerate(halves):
+            g = chunk(n // 2, 100 + c)
+            held = ef.residual(seg).norm()
+            added = fp16.decode(ef.encode(fp16, g, seg, Context(20 + step, c)), n // 2) - g
+            if step == 0:  # bounded: one gradient's worth of top-k's residual
+                assert held > 3 * g.norm()
+                torch.testing.assert_close(added.norm(), g.norm(), rtol=2e-3, atol=0)
+            else:  # fp16's own rounding, carried whole
+                assert held < 1e-2 * g.norm() and added.norm() < 1e-2 * g.norm()

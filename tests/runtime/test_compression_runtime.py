@@ -223,9 +223,9 @@ class Expected:
         self.order: list[int] | None = None
         self.codec: Any = None
         self.dropped: dict[int, Any] = {}  # reg -> float64: what leaving a codec dropped
-        # holder -> reg -> int per element: the codec that made its residual (0: none)
-        self.made: dict[tuple[str, int], dict[int, Any]] = {}
-        self.names: dict[str, int] = {}
+        # holder -> reg -> bool per element: residual another codec made, not sent since
+        self.foreign: dict[tuple[str, int], dict[int, Any]] = {}
+        self.encoder: dict[tuple[str, int], str] = {}  # holder -> the codec it encodes by
 
     # ------------------------------------------------------------ residual store
     def _flat(self, holder: tuple[str, int], dtype: str, order: list[int], res: dict | None = None,
@@ -271,8 +271,13 @@ class Expected:
                 dst = self.res.setdefault(to, {})
                 for i, v in self.res.pop(holder).items():
                     dst[i] = dst[i] + v if i in dst else v.clone()
-                self.made.pop(holder, None)  # (the worker's own codec's say stays)
         self.skey = keys
+        if self.codec is not None and not self.codec.lossless:  # a switch of codec: what
+            for w in info.workers:  # another codec held back is foreign until sent
+                holder = ("w", w)
+                if self.encoder.get(holder, self.codec.name) != self.codec.name:
+                    self.foreign[holder] = {i: v != 0 for i, v in self.res.get(holder, {}).items()}
+                self.encoder[holder] = self.codec.name
 
     def _plan(self) -> list:
         from autotune.runtime.data.plan import make_plan
@@ -309,8 +314,8 @@ class Expected:
         _, totals = flat_layout(sizes)
         holders = [("w", w) for w in info.workers] + [("s", r) for r in range(info.world_size)]
         R = {h: {d: self._flat(h, d, order) for d in totals} for h in holders}
-        self.T = {h: {d: self._flat(h, d, order, self.made, torch.int64) for d in totals}
-                  for h in holders}  # which codec made each element's residual
+        self.F = {h: {d: self._flat(h, d, order, self.foreign, torch.bool) for d in totals}
+                  for h in holders}  # foreign residual (another codec's), not sent since
         self.D = D = {d: torch.zeros(n, dtype=torch.float64) for d, n in totals.items()}
         X = {w: {d: torch.cat([grads[w][i].reshape(-1) for i in order if self.sizes[i][1] == d])
                  for d in totals} for w in info.workers}
@@ -331,7 +336,7 @@ class Expected:
                         xs[w].add_(r * scale)
                         D[d][o:o + n] += r.double() * (1.0 - scale)
                     R[("w", w)][d][o:o + n] = 0
-                    self.T[("w", w)][d][o:o + n] = 0
+                    self.F[("w", w)][d][o:o + n] = False
             if cfg["intra"] == "flat":
                 parts = [(w, xs[w]) for w in info.workers]
                 total = (self._exchange(c, 0, 0, parts, R, rnd) if lossy
@@ -357,7 +362,7 @@ class Expected:
         for h in holders:
             for d in totals:
                 self._unflat(h, d, order, R[h][d])
-                self._unflat(h, d, order, self.T[h][d], self.made)
+                self._unflat(h, d, order, self.F[h][d], self.foreign)
         result: list = [None] * len(self.sizes)
         pos = dict.fromkeys(totals, 0)
         for i in order:
@@ -383,16 +388,15 @@ class Expected:
 
     def _compensate(self, holder: tuple, d: str, lo: int, hi: int, x: Any, R: dict) -> Any:
         """``x`` plus the holder's residual of ``[lo, hi)``: whole if this codec made it,
-        else at most ``x``'s norm of it, the rest dropped (issue 62); the residual is
-        then this codec's."""
-        r, made = R[holder][d][lo:hi], self.T[holder][d][lo:hi]
-        tag = self.names.setdefault(self.codec.name, len(self.names) + 1)
+        else (part of it foreign) at most ``x``'s norm of it, the rest dropped (issue 62);
+        none of it is foreign from now on."""
+        r, foreign = R[holder][d][lo:hi], self.F[holder][d][lo:hi]
         held = float(r.norm())
-        if held and bool(((made != 0) & (made != tag)).any()):
+        if held and bool(foreign.any()):
             scale = min(1.0, float(x.norm()) / held)
             self.D[d][lo:hi] += r.double() * (1.0 - scale)
             r = r * scale
-        made[:] = tag
+        foreign[:] = False
         return x + r
 
     def _exchange(self, c: Any, shard: int, start: int, parts: list, R: dict, rnd: int) -> Any:

@@ -35,16 +35,15 @@ def test_a_codec_with_a_large_error_is_rejected(world, kind):
     lossy = _randomk(seen["trials"])
     assert lossy, f"no random-k trial: {seen['trials']}"
     failed = [t for t in lossy if t["score"] is None]
-    best_lossless = max(t["score"] for t in seen["trials"]
-                        if t["config"]["compression"] == "none" and t["score"])
     for t in lossy:
         # far under lossless; under COLLAPSED (0.5) where the codecs come early: the noise
         # scale grows as the loss falls, and the codecs now wait behind a lossless search
         assert t["efficiency"] is not None and t["efficiency"] < FAR_UNDER, t
         if t["score"] is None:
             assert "statistical efficiency" in t["error"], t
-        else:  # cut short after its switch iteration (which never fails a trial): its
-            assert t["iterations"] == 1 and t["score"] < best_lossless, t  # goodput lost
+        else:  # scored by goodput (mostly cut short after its switch iteration; under a
+            # loaded machine's timing, scored in full and never kept: the loss test's)
+            assert t["score"] == pytest.approx(t["throughput"] * t["efficiency"]), t
     assert seen["best"]["compression"] == "none"
     assert seen["noise_scale"] is not None and seen["noise_scale"] > 0
     # lossless trials are scored as before: no efficiency

@@ -20,7 +20,9 @@ the chunk's own element order. Hence
   (``benchmarks/residual_bench.py``, docs/compression.md "Leaving a codec");
 - a chunk that now travels under *another* codec (top-k's residual, then fp16 in the
   loss test's next block) takes its residual bounded the same way: a residual is carried
-  whole only under the codec that made it (each element remembers which did). fp16
+  whole only under the codec that made it. At a switch of codec (:meth:`switch_to`, on
+  one thread before the chunks are encoded) what is held back is marked foreign, on the
+  host, until each chunk has been encoded once; then nothing is checked any more. fp16
   sends every element, so top-k's held-back gradients would otherwise land in one step;
 - if the flat space itself is re-laid out (another gradient order), :meth:`relayout`
   moves each gradient's residual to its new offset.
@@ -36,6 +38,8 @@ is allocated on first lossy use, on the device of the first chunk.
 from __future__ import annotations
 
 from typing import Sequence
+
+import threading
 
 import torch
 
@@ -53,9 +57,11 @@ class ErrorFeedback:
             raise ValueError(f"ErrorFeedback needs a positive number of elements, got {numel}")
         self.numel = int(numel)
         self._residual: torch.Tensor | None = None
-        # per element, on the host: which codec made its residual (0: none said)
-        self._made_by: torch.Tensor | None = None
-        self._codecs: dict[str, int] = {}  # codec name -> its tag
+        self._codec: str | None = None  # the codec chunks are encoded by
+        # on the host: elements whose residual another codec made, not sent since
+        self._foreign: torch.Tensor | None = None
+        self._foreign_left = 0
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ main use
     def encode(
@@ -67,38 +73,56 @@ class ErrorFeedback:
         if codec.lossless:
             self._check(chunk, segments)
             return codec.encode(self._leave(chunk.to(torch.float32, copy=True), segments), ctx)
-        compensated = self.compensate(chunk, segments, codec.name)
+        self.switch_to(codec.name)  # (the runtime's switch has done it already)
+        compensated = self.compensate(chunk, segments)
         payload = codec.encode(compensated, ctx)
         sent = codec.decode(payload, compensated.numel(), ctx)
-        self.store(segments, compensated - sent, codec.name)
+        self.store(segments, compensated - sent)
         return payload
 
-    def compensate(self, chunk: torch.Tensor, segments: Segments,
-                   codec: str | None = None) -> torch.Tensor:
-        """``chunk`` (float32) plus the residual of its elements (a new tensor); under
-        ``codec``, a residual another codec made is :func:`bounded` by the chunk's norm
-        and the rest dropped (module docstring)."""
+    def compensate(self, chunk: torch.Tensor, segments: Segments) -> torch.Tensor:
+        """``chunk`` (float32) plus the residual of its elements (a new tensor); a
+        residual another codec made (:meth:`switch_to`) :func:`bounded` by the chunk's
+        norm, the rest dropped."""
         self._check(chunk, segments)
         out = chunk.to(torch.float32)
         if self._residual is None:
             return out.clone() if out.data_ptr() == chunk.data_ptr() else out
         r = self.residual(segments)
-        if codec is not None and self._other(segments, codec):
+        if self._sent_foreign(segments):
             r = bounded(r, out)
             if r is None:
                 return out.clone() if out.data_ptr() == chunk.data_ptr() else out
         return out + r.to(out.device)
 
-    def _tag(self, codec: str) -> int:
-        return self._codecs.setdefault(codec, len(self._codecs) + 1)
+    def switch_to(self, codec: str) -> None:
+        """Chunks are encoded by ``codec`` (a codec's name) from now on: what another
+        codec held back is foreign until sent (module docstring). Call it on one thread,
+        before chunks are encoded from several."""
+        if codec == self._codec:
+            return
+        before, self._codec = self._codec, codec
+        if before is None or self._residual is None:
+            return
+        held = (self._residual != 0).cpu()
+        left = int(held.sum())
+        self._foreign, self._foreign_left = (held, left) if left else (None, 0)
 
-    def _other(self, segments: Segments, codec: str) -> bool:
-        """Whether another codec than ``codec`` made part of the residual of ``segments``."""
-        if self._made_by is None:
+    def _sent_foreign(self, segments: Segments) -> bool:
+        """Whether part of the residual of ``segments`` is foreign; from now on none is."""
+        foreign = self._foreign
+        if foreign is None:
             return False
-        tag = self._tag(codec)
-        return any(bool(((t != 0) & (t != tag)).any())
-                   for t in (self._made_by[o:o + k] for o, k in segments))
+        n = sum(int(foreign[o:o + k].sum()) for o, k in segments)
+        if n == 0:
+            return False
+        for o, k in segments:
+            foreign[o:o + k] = False
+        with self._lock:  # (chunks are encoded from several threads)
+            self._foreign_left -= n
+            if self._foreign_left <= 0:
+                self._foreign = None
+        return True
 
     # ------------------------------------------------------------------ residuals
     def residual(self, segments: Segments) -> torch.Tensor:
@@ -109,20 +133,14 @@ class ErrorFeedback:
         parts = [self._residual[o:o + k] for o, k in segments]
         return parts[0].clone() if len(parts) == 1 else torch.cat(parts)
 
-    def store(self, segments: Segments, values: torch.Tensor, codec: str | None = None) -> None:
-        """Set the residual of ``segments`` to ``values`` (chunk order), made by
-        ``codec`` (None: not said)."""
+    def store(self, segments: Segments, values: torch.Tensor) -> None:
+        """Set the residual of ``segments`` to ``values`` (chunk order)."""
         self._check(values, segments)
         self.allocate(values.device)
         values = values.to(device=self._residual.device, dtype=torch.float32)
-        tag = 0 if codec is None else self._tag(codec)
-        if tag and self._made_by is None:
-            self._made_by = torch.zeros(self.numel, dtype=torch.uint8)
         pos = 0
         for o, k in segments:
             self._residual[o:o + k] = values[pos:pos + k]
-            if self._made_by is not None:
-                self._made_by[o:o + k] = tag
             pos += k
 
     def fold(self, view: torch.Tensor, segments: Segments) -> None:
@@ -172,13 +190,12 @@ class ErrorFeedback:
             return
         if segments is None:
             self._residual.zero_()
-            self._made_by = None
+            self._foreign, self._foreign_left = None, 0
             return
         self._check(None, segments)
+        self._sent_foreign(segments)
         for o, k in segments:
             self._residual[o:o + k] = 0
-            if self._made_by is not None:
-                self._made_by[o:o + k] = 0
 
     def relayout(
         self, old_offsets: Sequence[int], new_offsets: Sequence[int], sizes: Sequence[int],
@@ -197,15 +214,16 @@ class ErrorFeedback:
             self.numel = numel
             return
         moved = torch.zeros(numel, dtype=torch.float32, device=self._residual.device)
-        made_by = None if self._made_by is None else torch.zeros(numel, dtype=torch.uint8)
+        foreign = None if self._foreign is None else torch.zeros(numel, dtype=torch.bool)
         for old, new, k in zip(old_offsets, new_offsets, sizes):
             if not 0 <= old <= old + k <= self.numel:
                 raise ValueError(f"gradient at {old} of {k} elements outside 0..{self.numel}")
             moved[new:new + k] = self._residual[old:old + k]
-            if made_by is not None:
-                made_by[new:new + k] = self._made_by[old:old + k]
+            if foreign is not None:
+                foreign[new:new + k] = self._foreign[old:old + k]
         self.numel = numel
-        self._residual, self._made_by = moved, made_by
+        self._foreign_left = 0 if foreign is None else int(foreign.sum())
+        self._residual, self._foreign = moved, foreign if self._foreign_left else None
 
     def total(self) -> torch.Tensor:
         """The whole residual vector (zeros if nothing was ever dropped); a copy."""

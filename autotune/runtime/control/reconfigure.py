@@ -187,8 +187,10 @@ class Active:
                     t = torch.empty(n, dtype=torch.float32)
                     control_op("residual hand-back", dist.irecv, t, r)
                     res.absorb(dtype, t)
+        codec = setup.compression.codec
         res.prepare(dict(setup.totals), worker=self.info.is_worker and setup.compression.lossy,
-                    summation=bool(summation_key(setup)))
+                    summation=bool(summation_key(setup)),
+                    codec=codec.name if setup.compression.lossy else None)
         res.summation_key = summation_key(setup)
         if cand.relaid or cand.give_back or senders:
             res.refresh_dirty()

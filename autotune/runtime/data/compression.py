@@ -87,8 +87,11 @@ class Residuals:
     def summation_ef(self, dtype: str) -> ErrorFeedback:
         return self.summation[dtype]
 
-    def prepare(self, totals: Mapping[str, int], worker: bool, summation: bool) -> None:
-        """Allocate the vectors a configuration will write from several threads."""
+    def prepare(self, totals: Mapping[str, int], worker: bool, summation: bool,
+                codec: str | None = None) -> None:
+        """Allocate the vectors a configuration will write from several threads, and
+        tell them the ``codec`` (its name) that will encode (``ErrorFeedback.switch_to``:
+        what another codec held back is sent bounded)."""
         for want, efs in ((worker, self.worker), (summation, self.summation)):
             if not want:
                 continue
@@ -98,6 +101,8 @@ class Residuals:
                     if ef is None or ef.numel != n:
                         ef = efs[dtype] = ErrorFeedback(n)
                     ef.allocate()
+                    if codec is not None:
+                        ef.switch_to(codec)
 
     # ------------------------------------------------------------------ switches
     def reset(self) -> None:
