@@ -409,17 +409,11 @@ class TrialSchedule:
 
     @property
     def kept(self) -> Config | None:
-        """The best configuration so far (after the budget: the one kept). Before that,
-        a codec the loss test has not kept is not: the best configuration that needs no
-        test is (a job that ended during the test said it kept top-k 0.1 %, and stored
-        it as its best)."""
-        if self.best is None:
-            return None
-        if self.phase != LOCKED and self.trial_phase.untested():
-            lossless = self.ledger.best_lossless(self.space, SCORED_AS_LOSSLESS)
-            if not judged_by_goodput(True, lossless):  # (else a pinned codec)
-                return lossless
-        return dict(self.best[0])
+        """After the budget, the configuration kept; before, what the job would keep if
+        it ended now (:meth:`TrialPhase.provisional`)."""
+        if self.phase != LOCKED:
+            return self.trial_phase.provisional()
+        return dict(self.best[0]) if self.best is not None else None
 
     def cost(self) -> dict:
         """What tuning cost and saved so far (:meth:`Stakes.summary`), with the kept

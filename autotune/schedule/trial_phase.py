@@ -114,6 +114,19 @@ class TrialPhase:
         return (best is not None and judged_by_goodput(self.goodput, best)
                 and codec_of(best) not in self.admitted)
 
+    def provisional(self) -> Config | None:
+        """What the job would keep if it ended now: the best so far, or, where that is a
+        codec the loss test has not kept (:meth:`untested`), the best configuration that
+        needs no test (a job that ended during the test said it kept top-k 0.1 %, and
+        stored it as its best)."""
+        if self.best is None:
+            return None
+        if self.untested():
+            lossless = self.ledger.best_lossless(self.space, SCORED_AS_LOSSLESS)
+            if not judged_by_goodput(True, lossless):  # (else a pinned codec)
+                return lossless
+        return dict(self.best[0])
+
     def measured(self, seconds: float, failed: str | None, switched: bool = True,
                  efficiency: float | None = 1.0, stop: bool = False,
                  loss: float | None = None) -> Config | None:
