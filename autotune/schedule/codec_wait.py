@@ -6,10 +6,11 @@ out of the first part of training. And a codec scored by goodput cannot be judge
 the gradient noise scale is stable (:data:`~autotune.tuning.efficiency.LOSSY_WARMUP`
 lossless iterations). And a codec the loss test judges is tried only in a job long enough
 to pay for the test (:meth:`~autotune.schedule.stakes.Stakes.tested_from`; never in one too
-short). Where the space has codecs and a wait lasts past the start of tuning, the trial schedule (:mod:`autotune.schedule.schedule`) searches the lossless space
-first (with the codecs ``keep``, those scored like a lossless configuration: fp16 under
-goodput) and, once the wait is over, runs a short search over the whole space from the
-kept configuration. :class:`CodecWait` owns the whole space while the codecs wait, the
+short). Where the space has codecs and a wait lasts past the start of tuning, the trial
+schedule (:mod:`autotune.schedule.schedule`) searches the lossless space first (with the
+codecs ``keep``, those scored like a lossless configuration: fp16 under goodput) and,
+once the wait is over, runs a short search over the whole space from the kept
+configuration. :class:`CodecWait` owns the whole space while the codecs wait, the
 iteration they are let in at and that search's budget. Nothing here imports torch.
 """
 

@@ -76,7 +76,7 @@ def loss_testing(s: Schedule, ran: Ran) -> Config:
         s.trial_phase.admitted.add(codec_of(test.codec))
         if searching:
             return s.next_trial()
-    if not verdict.keep:  # recorded: the store says why the codec was not kept
+    else:  # recorded: the store says why the codec was not kept
         s.ledger.record(test.record(s.trial_phase.index + 1, verdict))
         score = s.tuner.score_of(test.lossless) if s.tuner is not None else None
         s.trial_phase.set_best((test.lossless, score or 0.0))

@@ -44,7 +44,8 @@ import numpy as np
 from autotune.tuning.space import Config
 from autotune.tuning.trial import FAILED, Trial
 
-__all__ = ["BLOCK", "LENGTH", "ROUNDS", "Z", "Z_WATCH", "CodecWatch", "LossTest", "Verdict", "loss_rates"]
+__all__ = ["BLOCK", "LENGTH", "ROUNDS", "Z", "Z_WATCH", "CodecWatch", "LossTest", "Verdict",
+           "loss_rates"]
 
 #: Iterations a configuration runs before the other takes over.
 BLOCK = 8

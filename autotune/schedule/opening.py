@@ -215,18 +215,19 @@ def codecs_wait(s: Schedule) -> tuple[float, str]:
     """Until which iteration codecs wait (``inf``: never in this job), and why: the
     sensitive phase; under goodput also the gradient noise scale that judges them, and a
     job long enough to pay for their loss test (:meth:`Stakes.tested_from`)."""
-    waits = [(s.stakes.sensitive_until(), f"the first {SENSITIVE:.0%} of training")]
+    waits: list[tuple[float, str]] = [
+        (s.stakes.sensitive_until(), f"the first {SENSITIVE:.0%} of training")]
     if s.goodput:
         waits.append((LOSSY_WARMUP, "the gradient noise scale, which judges them "
                       f"({LOSSY_WARMUP} lossless iterations)"))
-        tested = s.stakes.tested_from(TEST_LENGTH)
+        test = f"their loss test ({TEST_LENGTH} iterations)"
         share = f"{TEST_SHARE:.0%} of the iterations left"
-        waits.append((math.inf, f"their loss test ({TEST_LENGTH} iterations) would take "
-                      f"over {share}") if tested is None else
-                     (tested, f"a job long enough for their loss test ({TEST_LENGTH} "
-                      f"iterations) to take at most {share}"
-                      + ("" if s.stakes.known else " (the length unknown: as many again as "
-                         "it has run)")))
+        tested = s.stakes.tested_from(TEST_LENGTH)
+        if tested is None:
+            waits.append((math.inf, f"{test} would take over {share}"))
+        else:
+            unknown = "" if s.stakes.known else " (the length unknown: as many again as it has run)"
+            waits.append((tested, f"a job long enough for {test} to take at most {share}{unknown}"))
     return max(waits, key=lambda w: w[0])
 
 

@@ -37,9 +37,8 @@ is allocated on first lossy use, on the device of the first chunk.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import threading
+from typing import Sequence
 
 import torch
 
