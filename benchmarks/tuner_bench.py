@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 seeds (about 1-3 minutes)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per objective (default 10, quick 2)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="the first seed (seeds FIRST..FIRST+N-1): held-out seeds for a change "
+                         "chosen on others")
     ap.add_argument("--budget", type=int, default=100, help="training iterations per method")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset")
@@ -342,9 +345,9 @@ def main(argv: list[str] | None = None) -> int:
             progress.advance(task)
         # warm start is judged on the analytic objectives (it needs a similar job)
         warm_futures = [pool.submit(_warm, si, s, args.budget, optima[si])
-                        for s in range(seeds) for si in chosen
+                        for s in range(args.first_seed, args.first_seed + seeds) for si in chosen
                         if si in SUITES["analytic"]] if args.warm else []
-        jobs = [(si, m, s) for s in range(seeds) for si in chosen for m in methods]
+        jobs = [(si, m, s) for s in range(args.first_seed, args.first_seed + seeds) for si in chosen for m in methods]
         progress.update(task, description="tuning runs", completed=0, total=len(jobs))
         futures = [pool.submit(_run, si, m, s, args.budget, optima[si],
                                {**common, **(args.tuner_options if m in ENSEMBLES else {})})

@@ -54,7 +54,7 @@ FAIL_COLOUR = "#d62728"  # red: only failures are red
 TECHNIQUE_COLOURS = {
     "grid": "#1f77b4", "pbt": "#2ca02c", "bayes": "#9467bd", "hyperband": "#ff7f0e",
     "tpe": "#8c564b", "optuna-gp": "#e377c2", "random": "#7f7f7f", "warm": "#17becf",
-    "confirm": "#bcbd22", "fault": "#393b79", "default": "#000000",
+    "confirm": "#bcbd22", "polish": "#ff9896", "fault": "#393b79", "default": "#000000",
 }
 _SPARE = ("#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
           "#756bb1", "#636363", "#9c9ede")

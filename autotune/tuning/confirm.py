@@ -57,15 +57,19 @@ OVERTIME_LENGTH = 2  # an overtime trial is this many ordinary ones long
 class ConfirmSettings:
     """``confirm``: the share of the budget that re-measures; ``confirm_top``: how many
     challengers of the leader are considered; ``overtime``: the share of the budget the
-    race may run past it (module docstring)."""
+    race may run past it (module docstring); ``polish``: the share before the race that
+    steps the kept configuration's ordinal knobs (:func:`autotune.tuning.polish.share`)."""
 
     confirm: float = 0.15
     confirm_top: int = 3
     overtime: float = 0.0
+    polish: float = 0.15
 
     def __post_init__(self) -> None:
         if not 0 <= self.confirm < 1:
             raise ValueError(f"confirm must be a fraction in [0, 1), got {self.confirm}")
+        if not 0 <= self.polish < 1:
+            raise ValueError(f"polish must be a fraction in [0, 1), got {self.polish}")
         if self.overtime < 0:
             raise ValueError(f"overtime must be a share >= 0 of the budget, got {self.overtime}")
 

@@ -62,6 +62,8 @@ from autotune.tuning.bandit import AUCBandit, in_top
 from autotune.tuning.confirm import (CONFIRM, MIN_CONFIRMED, OVERTIME_LENGTH, ConfirmPhase,
                                      ConfirmSettings)
 from autotune.tuning.noise import NoiseModel
+from autotune.tuning.polish import POLISH, PolishPhase
+from autotune.tuning.polish import share as polish_share
 from autotune.tuning.preload import preload
 from autotune.tuning.prior import GP_FIT_AT, Prior, PriorSearch, Surrogate
 from autotune.tuning.screen import JUDGE, PRIOR, Screen, ScreenSettings
@@ -163,7 +165,7 @@ class Tuner:
     ``reference_iterations``), :class:`BanditSettings` (``window``, ``C``,
     ``credit_quantile``), :class:`~autotune.tuning.screen.ScreenSettings` (``screen``,
     ``unscreened``, ``judge``) and :class:`~autotune.tuning.confirm.ConfirmSettings`
-    (``confirm``, ``confirm_top``, ``overtime``). ``options``: keyword arguments per technique."""
+    (``confirm``, ``confirm_top``, ``overtime``, ``polish``). ``options``: per technique."""
 
     def __init__(
         self,
@@ -193,14 +195,16 @@ class Tuner:
         self._lengthened: set[int] = set()  # trials lengthened for the reference
         self.obs = Observations(space)  # the one history every searcher reads
         self.searchers = self._searchers(dict(options or {}))
-        bayes = self.searchers.get("bayes")
         preload(*gp_libraries(self.budget // self.min_iterations, self.surrogate is not None,
-                              None if bayes is None else bayes.n_initial_points))
+                              getattr(self.searchers.get("bayes"), "n_initial_points", None)))
         self.bandit = AUCBandit(self.techniques, window=bandit.window, C=bandit.C)
         self.noise_model = NoiseModel()  # positive scores, for the noise-aware choice
         self.screening = Screen(screen, self.searchers, self.bandit, self.surrogate)
         self.confirming = ConfirmPhase(confirm, self.budget, space, self.obs,
                                        self.noise_model, self.reference)
+        self.polishing = PolishPhase(space, seed, self.obs, self.noise_model, polish_share(
+            confirm.polish, self.budget, self.confirming.budget))
+        self.searchers[POLISH] = self.polishing.search  # told every trial, noted if guarded
         self.history: list[Trial] = []
         self.spent = 0
         self._exhausted: set[str] = set()
@@ -281,10 +285,6 @@ class Tuner:
         st = self.obs.stats[key]
         return dict(st.config), float(st.mean)
 
-    def noise(self) -> float:
-        """The relative noise of one measurement (:meth:`NoiseModel.sigma`)."""
-        return self.noise_model.sigma()
-
     def bounds(self, config: Mapping[str, Any]) -> tuple[float, float, float] | None:
         """``(lower, mean, upper)`` of ``config``'s score (:meth:`NoiseModel.bounds`)."""
         return self.noise_model.bounds(self.space.key(config))
@@ -345,20 +345,19 @@ class Tuner:
 
     def enough(self, trial: Trial, measured: int) -> bool:
         """Whether ``trial``, with ``measured`` measurements so far, may end before its
-        length: the reference's first trial, lengthened to ``reference_iterations`` (one
-        more than :data:`MIN_CONFIRMED` where the caller does not score a switch), once it
-        has :data:`MIN_CONFIRMED` measurements (the caller did not need its switch
-        iteration). A caller that ends it tells ``iterations=`` what ran; the rest goes
-        back to the budget."""
+        length: the reference's first trial, lengthened to ``reference_iterations``, once
+        it has :data:`MIN_CONFIRMED` measurements. A caller that ends it tells
+        ``iterations=`` what ran; the rest goes back to the budget."""
         return trial.index in self._lengthened and measured >= MIN_CONFIRMED
 
     def ask(self) -> Trial | None:
         """The next trial, or ``None`` once the budget is handed out.
 
         Order: warm-start configurations; then techniques chosen by the bandit; the
-        last ``confirm`` fraction of the budget (and any budget left when every
-        technique has run out of configurations) re-measures the best candidates, and
-        with ``overtime`` races them on past the budget."""
+        ``polish`` share of the budget before the last ``confirm`` share steps the kept
+        configuration's ordinal knobs; the last (and any budget left when every technique
+        has run out of configurations) races the best candidates, with ``overtime`` on
+        past the budget."""
         if self._stalled:
             return None
         if self.remaining <= 0:
@@ -369,6 +368,9 @@ class Tuner:
         if self._warm:
             config, label = self._warm.pop(0)
             return self._issue(config, label or queued_label(self.space, config), None)
+        config = self.polishing.ask(self.remaining, self.confirming.budget, self.screening)
+        if config is not None:
+            return self._issue(config, POLISH, None)
         if self.remaining > self.confirming.budget or not self.obs.scored():
             trial = self._technique_trial()
             if trial is not None:

@@ -107,17 +107,19 @@ def one_server(c):
 def test_a_nominee_the_physics_calls_hopeless_never_runs_even_unscreened():
     """Whatever the prior's weight and the screen's free share (here every nominee is
     free of the screen), a nominee predicted at under a third of the incumbent's speed
-    is not run; without the prior such nominees run."""
+    is not run; without the prior such nominees run. The polish phase's moves (servers
+    stepped down to one) are guarded alike."""
     ran = {}
-    for prior in (None, lambda cs: [one_server(c) for c in cs]):
+    physics = lambda cs: [one_server(c) for c in cs]  # noqa: E731
+    for prior, polish in ((None, 0.0), (physics, 0.0), (physics, 0.3)):
         t = Tuner(SPACE, budget=80, techniques=("grid", "pbt"), seed=0, prior=prior,
-                  confirm=0, unscreened=1.0)
+                  confirm=0, unscreened=1.0, polish=polish)
         while (tr := t.ask()) is not None:
             t.tell(tr, one_server(tr.config))
-        ran[prior is None] = sum(one_server(r.config) == 6.5 for r in t.history)
+        ran[prior is None, polish] = sum(one_server(r.config) == 6.5 for r in t.history)
         if prior is not None:
             assert t.screening.guarded > 0 and t.screened == 0
-    assert ran[True] > 0 and ran[False] == 0, ran
+    assert ran[True, 0.0] > 0 and ran[False, 0.0] == 0 and ran[False, 0.3] == 0, ran
 
 
 def test_the_guard_lifts_once_a_measurement_shows_the_prior_wrong_by_as_much():

@@ -63,7 +63,7 @@ def test_a_trial_cut_short_gives_its_iterations_back():
 
 def test_hyperband_sets_trial_length_others_use_the_default():
     t = Tuner(SPACE, budget=60, techniques=("grid", "hyperband"), seed=0, trial_iterations=3,
-              confirm=0, options={"hyperband": {"min_iterations": 2, "max_iterations": 8}})
+              confirm=0, polish=0, options={"hyperband": {"min_iterations": 2, "max_iterations": 8}})
     t.run(objective)
     body = t.history[:-1]  # the last trial may be cut to fit the budget
     hb = [r.iterations for r in body if r.technique == "hyperband"]
@@ -117,9 +117,10 @@ def test_every_result_is_told_to_every_technique():
     for name, s in t.searchers.items():  # and an overruled nominee to its technique
         overruled = set(s.obs.stats) - keys
         assert keys <= set(s.obs.stats) and (not overruled or name != "bayes")
-    # the bandit saw each technique's trials, one use per iteration
+    # the bandit saw each technique's trials, one use per iteration, and one use without
+    # success per overruled nominee (the polish and confirm trials are no technique's)
     used = sum(r.iterations for r in t.history if r.technique in t.techniques)
-    assert sum(t.bandit.uses.values()) == min(used, t.bandit.window)
+    assert sum(t.bandit.uses.values()) == min(used + t.overruled, t.bandit.window)
 
 
 def test_new_best_credit_and_best_is_the_true_best_seen():

@@ -23,8 +23,10 @@ inside each categorical subspace; this technique does the same with a *compass s
 
 Once every move from the best configuration is measured and its subspace is done, the
 compass goes on from the second best, then the third (:data:`CENTRES`); after that ``ask``
-returns ``None`` and the bandit gives the trials to the other techniques. Nothing here
-imports torch.
+returns ``None`` and the bandit gives the trials to the other techniques. The polish phase
+(:mod:`autotune.tuning.polish`) runs the compass alone: no openers (``openers=False``),
+and ``centres`` that rank the configurations by the noise model's lower bound rather than
+by their mean. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class StructuredSearch(Searcher):
     name = "structured"
 
     def __init__(self, space: SearchSpace, seed: int = 0, predict: Predict | None = None,
-                 kappa: float = 1.0, first_step: float = 0.25) -> None:
+                 kappa: float = 1.0, first_step: float = 0.25, openers: bool = True,
+                 centres: Callable[[], list[Config]] | None = None) -> None:
         super().__init__(space, seed)
         if not 0 < first_step <= 1:
             raise ValueError(f"first_step must be in (0, 1], got {first_step}")
@@ -56,6 +59,8 @@ class StructuredSearch(Searcher):
         self._centre: Config | None = None  # the centre of the last ask
         self._momentum: tuple[str, int] | None = None  # (knob, signed step) that last paid
         self._open_next = True  # openers and compass moves take turns
+        self.openers = openers  # whether to open subspaces nothing has measured
+        self.centres = centres  # () -> configurations to centre on, best first
 
     def subspace(self, config: Mapping) -> tuple:
         """The categorical choices of ``config``: the subspace it is in."""
@@ -126,7 +131,8 @@ class StructuredSearch(Searcher):
             self._momentum = None
 
     def ask(self) -> Config | None:
-        ranked = [self.space.validate(st.config) for _, st in self.obs.ranked()[:CENTRES]]
+        ranked = ([self.space.validate(c) for c in self.centres()[:CENTRES]] if self.centres
+                  else [self.space.validate(st.config) for _, st in self.obs.ranked()[:CENTRES]])
         if ranked:
             self._follow(ranked[0])
         for centre in ranked or [self.space.default()]:
@@ -139,7 +145,7 @@ class StructuredSearch(Searcher):
         """The next untried configuration around ``centre`` (module docstring)."""
         if not self.seen(self.space.key(centre)):
             return centre
-        openers = self._untried(self._openers(centre))
+        openers = self._untried(self._openers(centre)) if self.openers else []
         if openers and self._open_next:
             self._open_next = False
             return self._choose(openers, ranked=True)
