@@ -40,6 +40,13 @@ suite gets its own table. Results go to ``benchmarks/results/tuner_bench.json``.
     python benchmarks/tuner_bench.py --suite unseen --seeds 8 --methods tuner,bayes,tpe,gp
     python benchmarks/tuner_bench.py --quick    # 2 seeds, for the demo
     python benchmarks/tuner_bench.py --methods tuner,tpe --tuner-options '{"window": 100}'
+
+A change is judged on seeds it was not chosen on (``--first-seed``) and paired against the
+code before it (``--against``: the tuner's runs of earlier results join as method
+``before``, paired by objective and seed, with the same noise streams)::
+
+    python benchmarks/tuner_bench.py --suite measured --seeds 16 --methods tuner,bayes,tpe \
+        --no-warm --against results/issue63/2026-12-07-s13/measured_before_seeds*.json
 """
 
 from __future__ import annotations
@@ -128,6 +135,29 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         "new_best_by": dict(Counter(t.technique for t in tuner.history if t.new_best)),
         "cpu_s": time.process_time() - t0, "best": best[0] if best else None,
     }
+
+
+BEFORE = "before"  # the method name of --against's runs
+
+
+def _earlier(paths: list[Path], chosen: list[int], seeds: range) -> list[dict]:
+    """The tuner's runs in the results ``paths`` (earlier runs of this benchmark) for every
+    objective in ``chosen`` and seed in ``seeds``, as method :data:`BEFORE`; a pair that
+    none of them has is an error naming it."""
+    found = {}
+    for path in paths:
+        for r in json.loads(Path(path).read_text())["runs"]:
+            if r["method"] == "tuner":
+                found[(r["scenario"], r["seed"])] = r
+    out = []
+    for si in chosen:
+        for seed in seeds:
+            key = (OBJECTIVES[si].name, seed)
+            if key not in found:
+                raise ValueError(f"no tuner run of {key[0]} at seed {seed} in "
+                               f"{', '.join(map(str, paths))}")
+            out.append({**found[key], "si": si, "method": BEFORE})
+    return out
 
 
 def _warm(si: int, seed: int, budget: int, optimum: float) -> dict:
@@ -296,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
                          "or both (measured and analytic, the suites before issue 51)")
     ap.add_argument("--scenarios", default=None,
                     help="comma-separated objective names (default: all of the suite)")
+    ap.add_argument("--against", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="earlier results of this benchmark (the code before a change): their "
+                         f"tuner's runs join as method {BEFORE!r}, paired by objective and seed")
     ap.add_argument("--json", "--out", dest="out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if not isinstance(args.tuner_options, dict):
@@ -317,6 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}")
 
+    seed_range = range(args.first_seed, args.first_seed + seeds)
+    earlier = []
+    if args.against:
+        try:
+            earlier = _earlier(args.against, chosen, seed_range)
+        except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a pair missing
+            ap.error(f"--against: {e}")
     console = Console()
     console.print(
         f"[bold]Tuner benchmark[/]: {len(chosen)} objectives ({args.suite}) x {seeds} seeds, "
@@ -345,9 +385,9 @@ def main(argv: list[str] | None = None) -> int:
             progress.advance(task)
         # warm start is judged on the analytic objectives (it needs a similar job)
         warm_futures = [pool.submit(_warm, si, s, args.budget, optima[si])
-                        for s in range(args.first_seed, args.first_seed + seeds) for si in chosen
+                        for s in seed_range for si in chosen
                         if si in SUITES["analytic"]] if args.warm else []
-        jobs = [(si, m, s) for s in range(args.first_seed, args.first_seed + seeds) for si in chosen for m in methods]
+        jobs = [(si, m, s) for s in seed_range for si in chosen for m in methods]
         progress.update(task, description="tuning runs", completed=0, total=len(jobs))
         futures = [pool.submit(_run, si, m, s, args.budget, optima[si],
                                {**common, **(args.tuner_options if m in ENSEMBLES else {})})
@@ -357,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
             progress.advance(task)
         warm = [f.result() for f in warm_futures]
     wall = time.time() - t_start
+    if earlier:
+        runs += earlier
+        methods.append(BEFORE)
 
     summaries = {}
     for suite in ("measured", "unseen", "analytic"):
