@@ -29,6 +29,9 @@ and by offline callers alike::
   once the confirm phase has begun, of the confirmed ones only. Once the ``reference``
   (the default) is measured, nothing replaces it unless its lower bound is above the
   reference's upper bound: proven faster by more than the noise.
+- **Polishing** (:mod:`autotune.tuning.polish`): the ``polish`` share of the budget just
+  before the confirm phase steps the ordinal knobs of the configuration that would be
+  kept (coordinate steps inside its categorical subspace, as AutoCCL, NSDI 2025).
 - **Confirming** (:mod:`autotune.tuning.confirm`): the last ``confirm`` fraction of the
   budget (and any budget left once every technique has run out of configurations)
   races the leader, the ``reference`` and the strongest challengers, dropping one worse
