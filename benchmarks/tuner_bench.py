@@ -46,7 +46,7 @@ code before it (``--against``: the tuner's runs of earlier results join as metho
 ``before``, paired by objective and seed, with the same noise streams)::
 
     python benchmarks/tuner_bench.py --suite measured --seeds 16 --methods tuner,bayes,tpe \
-        --no-warm --against results/issue63/2026-12-07-s13/measured_before_seeds*.json
+        --no-warm --against benchmarks/results/issue63/2026-12-07-s13/measured_before_seeds*.json
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _earlier(paths: list[Path], chosen: list[int], seeds: range) -> list[dict]:
             key = (OBJECTIVES[si].name, seed)
             if key not in found:
                 raise ValueError(f"no tuner run of {key[0]} at seed {seed} in "
-                               f"{', '.join(map(str, paths))}")
+                                 f"{', '.join(map(str, paths))}")
             out.append({**found[key], "si": si, "method": BEFORE})
     return out
 
