@@ -58,7 +58,8 @@ class ConfirmSettings:
     """``confirm``: the share of the budget that re-measures; ``confirm_top``: how many
     challengers of the leader are considered; ``overtime``: the share of the budget the
     race may run past it (module docstring); ``polish``: the share before the race that
-    steps the kept configuration's ordinal knobs (:func:`autotune.tuning.polish.share`)."""
+    steps the kept configuration's ordinal knobs
+    (:func:`autotune.tuning.polish.phase_iterations`)."""
 
     confirm: float = 0.15
     confirm_top: int = 3

@@ -7,8 +7,8 @@ the configuration the Tuner would keep, which is where a near-optimum next to th
 found so far lies (16 streams kept where 8 or 11 run 5 % faster). AutoCCL (NSDI 2025)
 tunes a collective by coordinate descent inside its categorical subspace; the polish
 phase does the same for the share ``polish`` of the budget (at most half of what the
-confirm phase leaves, :func:`share`) that comes just before the confirm phase's race
-(:mod:`autotune.tuning.confirm`):
+confirm phase leaves, :func:`phase_iterations`) that comes just before the confirm phase's
+race (:mod:`autotune.tuning.confirm`):
 
 - the search is :class:`~autotune.tuning.search.structured.StructuredSearch`'s compass
   without its openers (no categorical change): each active ordinal knob of the centre
@@ -37,7 +37,7 @@ POLISH = "polish"  # technique name of the polish phase's trials
 FIRST_STEP = 0.125  # the compass's first step, a share of each ordinal knob's range
 
 
-def share(polish: float, budget: int, confirm: int) -> int:
+def phase_iterations(polish: float, budget: int, confirm: int) -> int:
     """The polish phase's iterations: the ``polish`` share of the ``budget``, at most half
     of what the confirm phase's ``confirm`` iterations leave to the techniques."""
     return max(0, min(round(polish * budget), (budget - confirm) // 2))
@@ -75,4 +75,4 @@ class PolishPhase:
         return config
 
 
-__all__ = ["FIRST_STEP", "POLISH", "PolishPhase", "share"]
+__all__ = ["FIRST_STEP", "POLISH", "PolishPhase", "phase_iterations"]

@@ -65,8 +65,7 @@ from autotune.tuning.bandit import AUCBandit, in_top
 from autotune.tuning.confirm import (CONFIRM, MIN_CONFIRMED, OVERTIME_LENGTH, ConfirmPhase,
                                      ConfirmSettings)
 from autotune.tuning.noise import NoiseModel
-from autotune.tuning.polish import POLISH, PolishPhase
-from autotune.tuning.polish import share as polish_share
+from autotune.tuning.polish import POLISH, PolishPhase, phase_iterations
 from autotune.tuning.preload import preload
 from autotune.tuning.prior import GP_FIT_AT, Prior, PriorSearch, Surrogate
 from autotune.tuning.screen import JUDGE, PRIOR, Screen, ScreenSettings
@@ -205,7 +204,7 @@ class Tuner:
         self.screening = Screen(screen, self.searchers, self.bandit, self.surrogate)
         self.confirming = ConfirmPhase(confirm, self.budget, space, self.obs,
                                        self.noise_model, self.reference)
-        self.polishing = PolishPhase(space, seed, self.obs, self.noise_model, polish_share(
+        self.polishing = PolishPhase(space, seed, self.obs, self.noise_model, phase_iterations(
             confirm.polish, self.budget, self.confirming.budget))
         self.searchers[POLISH] = self.polishing.search  # told every trial, noted if guarded
         self.history: list[Trial] = []
