@@ -47,6 +47,13 @@ code before it (``--against``: the tuner's runs of earlier results join as metho
 
     python benchmarks/tuner_bench.py --suite measured --seeds 16 --methods tuner,bayes,tpe \
         --no-warm --against benchmarks/results/issue63/2026-12-07-s13/measured_before_seeds*.json
+
+The seeds 0-15 chose the Tuner as it stands (issue 63's sessions): a change judged on them
+meets a winner's curse (changes look worse there than on fresh seeds), so judge on seeds
+from 16. Launches of other seeds or methods (the slow ones apart, say) make one table with
+``--join`` (runs nothing; every method must have run the tuner's objectives and seeds)::
+
+    python benchmarks/tuner_bench.py --suite measured --join tuner_16-31.json stock_16-31.json
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 from rich.console import Console
@@ -140,24 +148,57 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
 BEFORE = "before"  # the method name of --against's runs
 
 
-def _earlier(paths: list[Path], chosen: list[int], seeds: range) -> list[dict]:
+def _read(paths: list[Path], chosen: list[int],
+          methods: list[str] | None) -> dict[tuple[str, str, int], dict]:
+    """The runs of ``methods`` (default: all) on the objectives ``chosen`` in the results
+    ``paths``, by (objective, method, seed), each once; one that two files hold with
+    different results is an error naming both (results of different code)."""
+    names = {OBJECTIVES[si].name: si for si in chosen}
+    found: dict[tuple[str, str, int], dict] = {}
+    source: dict[tuple[str, str, int], Path] = {}
+    for path in paths:
+        for r in json.loads(Path(path).read_text())["runs"]:
+            if r["scenario"] not in names or (methods is not None and r["method"] not in methods):
+                continue
+            key = (r["scenario"], r["method"], r["seed"])
+            if key in found and found[key]["regret"] != r["regret"]:
+                raise ValueError(f"{key[1]} on {key[0]} at seed {key[2]} differs between "
+                                 f"{source[key]} and {path}: results of different code")
+            found.setdefault(key, {**r, "si": names[r["scenario"]]})
+            source.setdefault(key, path)
+    return found
+
+
+def _earlier(paths: list[Path], chosen: list[int], seeds: Iterable[int]) -> list[dict]:
     """The tuner's runs in the results ``paths`` (earlier runs of this benchmark) for every
     objective in ``chosen`` and seed in ``seeds``, as method :data:`BEFORE`; a pair that
     none of them has is an error naming it."""
-    found = {}
-    for path in paths:
-        for r in json.loads(Path(path).read_text())["runs"]:
-            if r["method"] == "tuner":
-                found[(r["scenario"], r["seed"])] = r
+    found = _read(paths, chosen, ["tuner"])
     out = []
     for si in chosen:
         for seed in seeds:
-            key = (OBJECTIVES[si].name, seed)
+            key = (OBJECTIVES[si].name, "tuner", seed)
             if key not in found:
                 raise ValueError(f"no tuner run of {key[0]} at seed {seed} in "
                                  f"{', '.join(map(str, paths))}")
-            out.append({**found[key], "si": si, "method": BEFORE})
+            out.append({**found[key], "method": BEFORE})
     return out
+
+
+def _joined(paths: list[Path], chosen: list[int], methods: list[str] | None) -> list[dict]:
+    """The runs in the results ``paths`` (launches of other seeds or methods; :func:`_read`)
+    where the tuner ran: every method must cover the tuner's (objective, seed) pairs, so
+    that the table and the paired tests compare like with like; a missing pair is an error
+    naming it."""
+    found = _read(paths, chosen, methods)
+    pairs = sorted({(sc, seed) for sc, m, seed in found if m == "tuner"})
+    if not pairs:
+        raise ValueError(f"no tuner run of the chosen objectives in {', '.join(map(str, paths))}")
+    for m in sorted({m for _, m, _ in found}):
+        for sc, seed in pairs:
+            if (sc, m, seed) not in found:
+                raise ValueError(f"no {m} run of {sc} at seed {seed} (the tuner has one)")
+    return [r for (sc, _, seed), r in sorted(found.items()) if (sc, seed) in pairs]
 
 
 def _warm(si: int, seed: int, budget: int, optimum: float) -> dict:
@@ -304,76 +345,10 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="2 seeds (about 1-3 minutes)")
-    ap.add_argument("--seeds", type=int, default=None, help="seeds per objective (default 10, quick 2)")
-    ap.add_argument("--first-seed", type=int, default=0,
-                    help="the first seed (seeds FIRST..FIRST+N-1): held-out seeds for a change "
-                         "chosen on others")
-    ap.add_argument("--budget", type=int, default=100, help="training iterations per method")
-    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset")
-    ap.add_argument("--trial-iterations", type=int, default=None,
-                    help="iterations per trial for every method (default: the Tuner's)")
-    ap.add_argument("--tuner-options", type=json.loads, default={}, metavar="JSON",
-                    help='extra Tuner arguments for the "tuner" and "ensemble" methods, e.g. \'{"window": 100, "C": 0.05}\' '
-                         'or \'{"techniques": ["grid", "pbt", "tpe", "hyperband"]}\'')
-    ap.add_argument("--no-warm", dest="warm", action="store_false",
-                    help="skip the warm-start measurement")
-    ap.add_argument("--suite", choices=sorted(SUITES), default="all",
-                    help="measured tables, unseen models, analytic models, all (default), "
-                         "or both (measured and analytic, the suites before issue 51)")
-    ap.add_argument("--scenarios", default=None,
-                    help="comma-separated objective names (default: all of the suite)")
-    ap.add_argument("--against", type=Path, nargs="+", default=None, metavar="JSON",
-                    help="earlier results of this benchmark (the code before a change): their "
-                         f"tuner's runs join as method {BEFORE!r}, paired by objective and seed")
-    ap.add_argument("--json", "--out", dest="out", type=Path, default=RESULTS)
-    args = ap.parse_args(argv)
-    if not isinstance(args.tuner_options, dict):
-        ap.error("--tuner-options must be a JSON object")
-    common = {} if args.trial_iterations is None else {"trial_iterations": args.trial_iterations}
-    seeds = args.seeds or (2 if args.quick else 10)
-    names = [n.strip() for n in args.scenarios.split(",")] if args.scenarios else None
-    suite = SUITES[args.suite]
-    unknown = sorted(set(names or ()) - {OBJECTIVES[si].name for si in suite})
-    if unknown:
-        ap.error(f"--scenarios: unknown {', '.join(unknown)}; choose from "
-                 f"{', '.join(OBJECTIVES[si].name for si in suite)}")
-    chosen = [si for si in suite if names is None or OBJECTIVES[si].name in names]
-    if not chosen:
-        ap.error(f"no objective in suite {args.suite!r}"
-                 + (" (record tables with benchmarks/record_tables.py)" if args.suite == "measured" else ""))
-    methods = [m for m in args.methods.split(",") if m]
-    bad = [m for m in methods if m not in METHODS]
-    if bad:
-        ap.error(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}")
-
-    seed_range = range(args.first_seed, args.first_seed + seeds)
-    earlier = []
-    if args.against:
-        try:
-            earlier = _earlier(args.against, chosen, seed_range)
-        except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a pair missing
-            ap.error(f"--against: {e}")
-    console = Console()
-    console.print(
-        f"[bold]Tuner benchmark[/]: {len(chosen)} objectives ({args.suite}) x {seeds} seeds, "
-        f"budget {args.budget} iterations, methods {', '.join(methods)}"
-        + (f", trial_iterations {args.trial_iterations}" if common else "")
-        + (f", tuner options {json.dumps(args.tuner_options)}" if args.tuner_options else "")
-    )
-    correlation = {}
-    for si in chosen:
-        if si in SUITES["measured"] or si in SUITES["unseen"]:
-            job = OBJECTIVES[si]
-            correlation[job.name] = job.rank_correlation()
-            console.print(f"{job.name}: the prior's rank correlation with {job.measured} "
-                          f"configurations: Kendall tau "
-                          f"{correlation[job.name]['kendall_tau']:.2f}, Spearman rho "
-                          f"{correlation[job.name]['spearman_rho']:.2f}")
-    t_start = time.time()
+def _launch(args: argparse.Namespace, chosen: list[int], methods: list[str],
+            seed_range: range, common: dict, console: Console) -> tuple[list[dict], list[dict]]:
+    """Every method's tuning runs on ``chosen`` x ``seed_range`` (and the warm-start runs on
+    the analytic objectives), in ``args.workers`` processes: ``(runs, warm)``."""
     runs: list[dict] = []
     optima: dict[int, float] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -396,6 +371,98 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(fut.result())
             progress.advance(task)
         warm = [f.result() for f in warm_futures]
+    return runs, warm
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 seeds (about 1-3 minutes)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per objective (default 10, quick 2)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="the first seed (seeds FIRST..FIRST+N-1): held-out seeds for a change "
+                         "chosen on others")
+    ap.add_argument("--budget", type=int, default=100, help="training iterations per method")
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--methods", default=None, help="comma-separated subset (default: all)")
+    ap.add_argument("--trial-iterations", type=int, default=None,
+                    help="iterations per trial for every method (default: the Tuner's)")
+    ap.add_argument("--tuner-options", type=json.loads, default={}, metavar="JSON",
+                    help='extra Tuner arguments for the "tuner" and "ensemble" methods, e.g. \'{"window": 100, "C": 0.05}\' '
+                         'or \'{"techniques": ["grid", "pbt", "tpe", "hyperband"]}\'')
+    ap.add_argument("--no-warm", dest="warm", action="store_false",
+                    help="skip the warm-start measurement")
+    ap.add_argument("--suite", choices=sorted(SUITES), default="all",
+                    help="measured tables, unseen models, analytic models, all (default), "
+                         "or both (measured and analytic, the suites before issue 51)")
+    ap.add_argument("--scenarios", default=None,
+                    help="comma-separated objective names (default: all of the suite)")
+    ap.add_argument("--against", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="earlier results of this benchmark (the code before a change): their "
+                         f"tuner's runs join as method {BEFORE!r}, paired by objective and seed")
+    ap.add_argument("--join", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="run nothing: report on the runs these results hold (launches of "
+                         "other seeds or methods), every method on the tuner's objectives and "
+                         "seeds")
+    ap.add_argument("--json", "--out", dest="out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    if not isinstance(args.tuner_options, dict):
+        ap.error("--tuner-options must be a JSON object")
+    common = {} if args.trial_iterations is None else {"trial_iterations": args.trial_iterations}
+    seeds = args.seeds or (2 if args.quick else 10)
+    names = [n.strip() for n in args.scenarios.split(",")] if args.scenarios else None
+    suite = SUITES[args.suite]
+    unknown = sorted(set(names or ()) - {OBJECTIVES[si].name for si in suite})
+    if unknown:
+        ap.error(f"--scenarios: unknown {', '.join(unknown)}; choose from "
+                 f"{', '.join(OBJECTIVES[si].name for si in suite)}")
+    chosen = [si for si in suite if names is None or OBJECTIVES[si].name in names]
+    if not chosen:
+        ap.error(f"no objective in suite {args.suite!r}"
+                 + (" (record tables with benchmarks/record_tables.py)" if args.suite == "measured" else ""))
+    methods = [m for m in (args.methods or ",".join(METHODS)).split(",") if m]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        ap.error(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}")
+
+    seed_range = range(args.first_seed, args.first_seed + seeds)
+    joined = []
+    if args.join:
+        if args.seeds is not None or args.first_seed or args.quick:
+            ap.error("--join reports on the seeds its results hold: no --seeds, --first-seed "
+                     "or --quick")
+        try:
+            joined = _joined(args.join, chosen, methods if args.methods else None)
+        except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a pair missing
+            ap.error(f"--join: {e}")
+        methods = [m for m in METHODS if any(r["method"] == m for r in joined)]
+        chosen = sorted({r["si"] for r in joined})
+        seed_range = sorted({r["seed"] for r in joined})
+        seeds = len(seed_range)
+    earlier = []
+    if args.against:
+        try:
+            earlier = _earlier(args.against, chosen, seed_range)
+        except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a pair missing
+            ap.error(f"--against: {e}")
+    console = Console()
+    console.print(
+        f"[bold]Tuner benchmark[/]{' (joined)' if joined else ''}: {len(chosen)} objectives ({args.suite}) x {seeds} seeds, "
+        f"budget {args.budget} iterations, methods {', '.join(methods)}"
+        + (f", trial_iterations {args.trial_iterations}" if common else "")
+        + (f", tuner options {json.dumps(args.tuner_options)}" if args.tuner_options else "")
+    )
+    correlation = {}
+    for si in ([] if joined else chosen):
+        if si in SUITES["measured"] or si in SUITES["unseen"]:
+            job = OBJECTIVES[si]
+            correlation[job.name] = job.rank_correlation()
+            console.print(f"{job.name}: the prior's rank correlation with {job.measured} "
+                          f"configurations: Kendall tau "
+                          f"{correlation[job.name]['kendall_tau']:.2f}, Spearman rho "
+                          f"{correlation[job.name]['spearman_rho']:.2f}")
+    t_start = time.time()
+    runs, warm = (joined, []) if joined else _launch(args, chosen, methods, seed_range, common,
+                                                     console)
     wall = time.time() - t_start
     if earlier:
         runs += earlier
@@ -415,11 +482,12 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"warm start from a similar job: median {statistics.median(shares) * 100:.1f} % of "
                       f"the optimum after 6 iterations, {ok * 100:.0f} % of runs at >= 97 %  "
                       f"(target 97 %: {mark})")
-    console.print(f"{len(runs)} runs in {wall:.0f} s wall ({args.workers} processes)")
+    console.print(f"{len(runs)} runs joined from {len(args.join)} results" if joined else
+                  f"{len(runs)} runs in {wall:.0f} s wall ({args.workers} processes)")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "benchmark": "tuner_bench",
+        "benchmark": "tuner_bench", "joined": [str(p) for p in args.join or ()],
         "quick": args.quick, "seeds": seeds, "budget": args.budget, "methods": methods,
         "trial_iterations": args.trial_iterations, "tuner_options": args.tuner_options,
         "objectives": [OBJECTIVES[si].name for si in chosen], "suite": args.suite,

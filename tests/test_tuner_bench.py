@@ -1,6 +1,7 @@
 """The tuner benchmark judges a change on held-out seeds and paired against the code before
 it (issue 63): ``--first-seed`` picks the seeds, ``--against`` brings earlier results'
-tuner runs in as method ``before``, paired by objective and seed."""
+tuner runs in as method ``before``, paired by objective and seed, and ``--join`` reports on
+the runs of several launches (other seeds, other methods) as one table."""
 
 from __future__ import annotations
 
@@ -41,3 +42,32 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path):
     missing = _bench("--first-seed", "4", "--against", str(first), "--json", str(tmp_path / "x.json"))
     assert missing.returncode == 2
     assert "no tuner run of measured-small at seed 4" in missing.stderr
+
+
+def test_launches_join_into_one_table_only_where_every_method_ran_the_tuners_seeds(tmp_path):
+    tuner, bayes, later = tmp_path / "tuner.json", tmp_path / "bayes.json", tmp_path / "later.json"
+    assert _bench("--first-seed", "3", "--json", str(tuner)).returncode == 0
+    assert _bench("--first-seed", "3", "--methods", "bayes", "--json", str(bayes)).returncode == 0
+    assert _bench("--first-seed", "4", "--json", str(later)).returncode == 0
+
+    out = tmp_path / "joined.json"
+    done = _join("--join", str(tuner), str(bayes), str(tuner), "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    joined = json.loads(out.read_text())
+    assert joined["methods"] == ["tuner", "bayes"] and joined["seeds"] == 1
+    assert sorted((r["method"], r["seed"]) for r in joined["runs"]) == [("bayes", 3), ("tuner", 3)]
+    regret = {r["method"]: r["regret"] for r in joined["runs"]}
+    table = joined["suites"]["measured"]
+    assert table["median_regret"] == regret  # one run each: its regret is the median
+    assert table["wilcoxon"]["bayes"]["n"] == 1
+
+    # the tuner ran seed 4 and Bayes did not: no table over unequal seeds
+    missing = _join("--join", str(tuner), str(bayes), str(later), "--json", str(out))
+    assert missing.returncode == 2
+    assert "no bayes run of measured-small at seed 4" in missing.stderr
+    assert _join("--join", str(tuner), "--seeds", "2").returncode == 2  # the files say the seeds
+
+
+def _join(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH), "--suite", "measured", *args],
+                          capture_output=True, text=True, timeout=300)
