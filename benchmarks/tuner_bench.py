@@ -34,7 +34,10 @@ the tuning cost (mean relative slowdown of the trials' configurations against th
 optimum), the CPU per run, a paired Wilcoxon test of the tuner against each method, and
 issue 51's targets: ratios against the best stock method (Bayes, TPE, GP), the worst
 objective, the tuning cost against TPE's, and the prior's CPU (tuner - ensemble). Each
-suite gets its own table. Results go to ``benchmarks/results/tuner_bench.json``.
+predictor is judged by its predictions (issue 63, item 4): per job, the share of new
+configurations that the tuner's physics prior and its Bayesian GP placed on the right side
+of those measured before (``placed`` in each run). Each suite gets its own table. Results
+go to ``benchmarks/results/tuner_bench.json``.
 
     python benchmarks/tuner_bench.py            # full: 10 seeds, every suite
     python benchmarks/tuner_bench.py --suite unseen --seeds 8 --methods tuner,bayes,tpe,gp
@@ -60,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -83,6 +87,7 @@ from objectives import SCENARIOS  # noqa: E402
 from unseen import UNSEEN  # noqa: E402
 
 from autotune.schedule.schedule import REFERENCE_ITERATIONS  # noqa: E402
+from autotune.tuning.trust import TIE  # noqa: E402
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, Tuner  # noqa: E402
 
 SINGLE = ("prior", *DEFAULT_TECHNIQUES)
@@ -123,8 +128,11 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
     tuner = Tuner(sc.space, budget=budget,
                   **{"techniques": METHODS[method], "seed": seed, **prior, **session, **kwargs})
     spent, to95, cost = 0, None, 0.0
+    placed: dict[str, list[int]] = {}
     while (trial := tuner.ask()) is not None:
-        tuner.tell(trial, sc.measure(trial.config, trial.iterations, rng))
+        score = sc.measure(trial.config, trial.iterations, rng)
+        _place(tuner, trial.config, score, placed)
+        tuner.tell(trial, score)
         spent += trial.iterations
         cost += trial.iterations * (1.0 - sc.throughput(trial.config) / optimum)
         held = tuner.best
@@ -142,7 +150,34 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         "by_technique": dict(Counter(t.technique for t in tuner.history)),
         "new_best_by": dict(Counter(t.technique for t in tuner.history if t.new_best)),
         "cpu_s": time.process_time() - t0, "best": best[0] if best else None,
+        "placed": {name: right / votes for name, (right, votes) in placed.items() if votes},
     }
+
+
+def _place(tuner: Tuner, config: dict, score: float | None, placed: dict[str, list[int]]) -> None:
+    """Each predictor judged by its predictions (issue 63, item 4): before a configuration's
+    first score is told, the physics prior's surrogate and the Bayesian technique's GP each
+    predict it; against every configuration measured before, a prediction on the side the
+    measurement fell (log scores more than :data:`~autotune.tuning.trust.TIE` apart) is
+    right. ``placed[name]`` counts ``[right, votes]``. Reading them changes nothing of the
+    run: the surrogate's prediction is the one its ``tell`` makes first, the GP's is its
+    current fit's (none when the Tuner has not fitted it on these trials)."""
+    if not score or score <= 0 or tuner.score_of(config) is not None:
+        return
+    predicted = {}
+    if tuner.surrogate is not None:
+        predicted["prior"] = tuner.surrogate.predict_config(config)[0]
+    bayes = tuner.searchers.get("bayes")
+    if bayes is not None and bayes.ready and (p := bayes.predicted(config)) is not None:
+        predicted["bayes"] = p
+    m = math.log(score)
+    earlier = [math.log(st.mean) for _, st in tuner.obs.scored() if st.mean > 0]
+    for name, p in predicted.items():
+        count = placed.setdefault(name, [0, 0])
+        for e in earlier:
+            if abs(m - e) > TIE:
+                count[0] += (p - e) * (m - e) > 0
+                count[1] += 1
 
 
 BEFORE = "before"  # the method name of --against's runs
@@ -307,6 +342,16 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
     if "tuner" not in methods:
         return out
     out["wilcoxon"] = _paired(runs, methods, console)
+    placed = {n: {k: statistics.fmean(v) for k in ("prior", "bayes")
+                  if (v := [r["placed"][k] for r in runs if r["scenario"] == n
+                            and r["method"] == "tuner" and k in r.get("placed", {})])}
+              for n in names}
+    out["placed_rightly"] = placed
+    if any(placed.values()):
+        console.print(f"{suite}: new configurations placed rightly against the measured ones, "
+                      "the tuner's physics prior / its Bayesian GP: " + "; ".join(
+                          f"{n} {v.get('prior', math.nan) * 100:.0f} / "
+                          f"{v.get('bayes', math.nan) * 100:.0f} %" for n, v in placed.items()))
 
     def mark(ok: bool) -> str:
         return "[green]met[/]" if ok else "[red]missed[/]"

@@ -26,6 +26,10 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path):
     assert _bench("--first-seed", "3", "--json", str(first)).returncode == 0
     runs = json.loads(first.read_text())["runs"]
     assert [(r["method"], r["seed"]) for r in runs] == [("tuner", 3)]
+    # each predictor judged by its predictions: the share of new configurations it placed
+    # on the right side of those measured before (item 4)
+    assert set(runs[0]["placed"]) == {"prior", "bayes"}
+    assert all(0.5 < v <= 1 for v in runs[0]["placed"].values()), runs[0]["placed"]
 
     second = tmp_path / "second.json"
     done = _bench("--first-seed", "3", "--against", str(first), "--json", str(second))

@@ -179,3 +179,29 @@ def test_hyperband_brackets_and_iterations():
     # next bracket (s=1): three new configs at 4 iterations
     c = hb.ask()
     assert hb.iterations() == 4 and SMALL.key(c) not in {SMALL.key(x) for x in seq}
+
+
+def test_the_gps_prediction_is_read_without_changing_the_search():
+    """The benchmark judges the Bayesian GP by its predictions (issue 63, item 4): reading
+    them must not fit anything nor draw from the searcher's random stream."""
+    read, plain = make("bayes", SMALL, seed=5), make("bayes", SMALL, seed=5)
+    assert read.predicted(SMALL.default()) is None  # nothing fitted yet
+    proposals = []
+    for searcher in (read, plain):
+        out = []
+        for _ in range(9):
+            c = searcher.ask()
+            if searcher is read:
+                p = searcher.predicted(c)
+                if searcher.ready:  # its ask fitted the GP on every trial so far
+                    assert p is not None and math.isfinite(p)
+            out.append(c)
+            searcher.tell(c, small_objective(c))
+            if searcher is read:
+                assert searcher.predicted(c) is None  # told: that fit is stale
+        proposals.append(out)
+    assert proposals[0] == proposals[1]
+    # the GP's prediction of the best measured configuration is near its measured log score
+    read.ask()
+    best = max(proposals[0], key=small_objective)
+    assert abs(read.predicted(best) - math.log(small_objective(best))) < 0.2

@@ -215,6 +215,15 @@ class BayesianSearch(Searcher):
             warnings.simplefilter("ignore")
             return gaussian_ei(Xt, gp, y_opt=y_opt, xi=self.xi)
 
+    def predicted(self, config: Config) -> float | None:
+        """The log score the GP fitted on the trials told so far predicts for ``config``;
+        ``None`` when no such fit is at hand. It never fits: reading it changes nothing
+        of the search (a benchmark judges the GP's predictions by it)."""
+        if self._gp is None or self._dirty or not self._log_scale():
+            return None
+        row = np.asarray([self.space.encode(self.space.canonical(config))])
+        return -float(self._gp[0].predict(self._transformed(row))[0])
+
     def judge(self, config: Config) -> tuple[float, float, float]:
         """How the GP, fitted on every trial told, rates ``config`` (see the Tuner's
         ``judge``): ``(its expected improvement, the best expected improvement over
