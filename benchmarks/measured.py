@@ -148,6 +148,14 @@ class MeasuredJob:
         return host_calibration(self.space, gradient_bytes=sum(self.table["job"]["sizes"]),
                                 device="cpu")
 
+    def pin_host(self, host: Any) -> None:
+        """Use the :class:`~autotune.sim.calibration.Calibration` ``host`` as this
+        machine's constants (:attr:`host`) instead of timing them. Timed rates move with
+        the machine's load from process to process, and the prior with them: the tuner
+        benchmark times them once a launch, or takes them from earlier results, so that
+        the runs it compares share one prior."""
+        self.__dict__["host"] = host
+
     def probe_times(self) -> list[float]:
         """The flow-cap probe's warm-up times, as the session's probe
         (:func:`autotune.schedule.schedule.flow_probe`) would measure them: recorded with

@@ -87,6 +87,7 @@ from objectives import SCENARIOS  # noqa: E402
 from unseen import UNSEEN  # noqa: E402
 
 from autotune.schedule.schedule import REFERENCE_ITERATIONS  # noqa: E402
+from autotune.sim.calibration import Calibration  # noqa: E402
 from autotune.tuning.trust import TIE  # noqa: E402
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, Tuner  # noqa: E402
 
@@ -118,8 +119,11 @@ def _optimum(si: int) -> tuple[int, dict, float]:
     return si, config, value
 
 
-def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: dict) -> dict:
+def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: dict,
+         host: str | None = None) -> dict:
     sc = OBJECTIVES[si]
+    if host is not None:  # a measured table's prior on the launch's timed rates
+        sc.pin_host(Calibration.from_json(host))
     rng = np.random.default_rng([seed, si])  # same noise stream for every method
     t0 = time.process_time()
     prior = {"prior": sc.prior()} if method in WITH_PRIOR else {}
@@ -390,10 +394,31 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
+def _hosts(chosen: list[int], recorded: Path | None) -> dict[str, str]:
+    """This machine's timed rates for each measured table's prior, by table name (JSON of
+    a :class:`~autotune.sim.calibration.Calibration`): timed once, here, for every worker
+    of the launch, or those ``recorded`` in earlier results (``--host-from``), so that
+    runs paired across launches share one prior; each table is pinned to them."""
+    pinned = json.loads(recorded.read_text()).get("host_calibration", {}) if recorded else {}
+    hosts = {}
+    for si in chosen:
+        job = OBJECTIVES[si]
+        if si not in SUITES["measured"]:
+            continue
+        if recorded is not None:
+            if job.name not in pinned:
+                raise ValueError(f"{recorded} records no host calibration for {job.name}")
+            job.pin_host(Calibration.from_json(pinned[job.name]))
+        hosts[job.name] = job.host.to_json()
+    return hosts
+
+
 def _launch(args: argparse.Namespace, chosen: list[int], methods: list[str],
-            seed_range: range, common: dict, console: Console) -> tuple[list[dict], list[dict]]:
+            seed_range: range, common: dict, hosts: dict[str, str],
+            console: Console) -> tuple[list[dict], list[dict]]:
     """Every method's tuning runs on ``chosen`` x ``seed_range`` (and the warm-start runs on
-    the analytic objectives), in ``args.workers`` processes: ``(runs, warm)``."""
+    the analytic objectives), in ``args.workers`` processes, the measured tables' priors on
+    ``hosts`` (:func:`_hosts`): ``(runs, warm)``."""
     runs: list[dict] = []
     optima: dict[int, float] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -410,7 +435,8 @@ def _launch(args: argparse.Namespace, chosen: list[int], methods: list[str],
         jobs = [(si, m, s) for s in seed_range for si in chosen for m in methods]
         progress.update(task, description="tuning runs", completed=0, total=len(jobs))
         futures = [pool.submit(_run, si, m, s, args.budget, optima[si],
-                               {**common, **(args.tuner_options if m in ENSEMBLES else {})})
+                               {**common, **(args.tuner_options if m in ENSEMBLES else {})},
+                               hosts.get(OBJECTIVES[si].name))
                    for si, m, s in jobs]
         for fut in as_completed(futures):
             runs.append(fut.result())
@@ -448,6 +474,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="run nothing: report on the runs these results hold (launches of "
                          "other seeds or methods), every method on the tuner's objectives and "
                          "seeds")
+    ap.add_argument("--host-from", type=Path, default=None, metavar="JSON",
+                    help="the measured tables' priors on this machine's rates as earlier "
+                         "results recorded them (default: timed once, now): for runs paired "
+                         "with those results")
     ap.add_argument("--json", "--out", dest="out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if not isinstance(args.tuner_options, dict):
@@ -472,9 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     seed_range = range(args.first_seed, args.first_seed + seeds)
     joined = []
     if args.join:
-        if args.seeds is not None or args.first_seed or args.quick:
-            ap.error("--join reports on the seeds its results hold: no --seeds, --first-seed "
-                     "or --quick")
+        if args.seeds is not None or args.first_seed or args.quick or args.host_from:
+            ap.error("--join reports on the runs its results hold: no --seeds, --first-seed, "
+                     "--quick or --host-from")
         try:
             joined = _joined(args.join, chosen, methods if args.methods else None)
         except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a pair missing
@@ -489,6 +519,12 @@ def main(argv: list[str] | None = None) -> int:
             earlier = _earlier(args.against, chosen, seed_range)
         except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a pair missing
             ap.error(f"--against: {e}")
+    hosts = {}
+    if not joined:
+        try:
+            hosts = _hosts(chosen, args.host_from)
+        except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a table missing
+            ap.error(f"--host-from: {e}")
     console = Console()
     console.print(
         f"[bold]Tuner benchmark[/]{' (joined)' if joined else ''}: {len(chosen)} objectives ({args.suite}) x {seeds} seeds, "
@@ -507,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{correlation[job.name]['spearman_rho']:.2f}")
     t_start = time.time()
     runs, warm = (joined, []) if joined else _launch(args, chosen, methods, seed_range, common,
-                                                     console)
+                                                     hosts, console)
     wall = time.time() - t_start
     if earlier:
         runs += earlier
@@ -536,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick, "seeds": seeds, "budget": args.budget, "methods": methods,
         "trial_iterations": args.trial_iterations, "tuner_options": args.tuner_options,
         "objectives": [OBJECTIVES[si].name for si in chosen], "suite": args.suite,
-        "rank_correlation": correlation,
+        "rank_correlation": correlation, "host_calibration": hosts,
         "suites": summaries, "wall_s": wall, "host": platform.node(), "python": platform.python_version(),
         "runs": runs,
     }, indent=1, default=str))

@@ -1,7 +1,8 @@
 """The tuner benchmark judges a change on held-out seeds and paired against the code before
 it (issue 63): ``--first-seed`` picks the seeds, ``--against`` brings earlier results'
-tuner runs in as method ``before``, paired by objective and seed, and ``--join`` reports on
-the runs of several launches (other seeds, other methods) as one table."""
+tuner runs in as method ``before``, paired by objective and seed (``--host-from``: on the
+same prior), and ``--join`` reports on the runs of several launches (other seeds, other
+methods) as one table."""
 
 from __future__ import annotations
 
@@ -31,10 +32,16 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path):
     assert set(runs[0]["placed"]) == {"prior", "bayes"}
     assert all(0.5 < v <= 1 for v in runs[0]["placed"].values()), runs[0]["placed"]
 
+    # the measured table's prior on this machine's rates, timed once for the launch
+    host = json.loads(first.read_text())["host_calibration"]
+    assert set(host) == {"measured-small"} and json.loads(host["measured-small"])["constants"]
+
     second = tmp_path / "second.json"
-    done = _bench("--first-seed", "3", "--against", str(first), "--json", str(second))
+    done = _bench("--first-seed", "3", "--against", str(first), "--host-from", str(first),
+                  "--json", str(second))
     assert done.returncode == 0, done.stderr
     out = json.loads(second.read_text())
+    assert out["host_calibration"] == host  # paired on the same prior
     by = {r["method"]: r for r in out["runs"]}
     assert set(by) == {"tuner", "before"} and by["before"]["seed"] == 3
     # the same code on the same noise stream: the same kept configuration
