@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from autotune.tuning.polish import POLISH
+from autotune.tuning.polish import FLIPS, POLISH
 from autotune.tuning.space import MiB, SearchSpace
 from autotune.tuning.tuner import Tuner
 
@@ -40,17 +40,51 @@ def test_the_polish_phase_finds_the_neighbour_the_techniques_stepped_over():
     assert polished
     assert t.best[0]["streams"] == 14 and t.best[0]["chunk_bytes"] == 4 * MiB
     assert speed(t.best[0]) > speed(before.best[0])
-    # each polish trial is an earlier trial with one ordinal knob moved (a compass step)
+    # each polish trial is an earlier trial with one knob moved: an ordinal one (a compass
+    # step), or one of the collective's categorical knobs (a flip)
     for x in polished:
-        earlier = [y.config for y in t.history if y.index < x.index]
-        assert any(sum(x.config[k] != c[k] for k in x.config) == 1
-                   and next(k for k in x.config if x.config[k] != c[k]) in ORDINAL
-                   for c in earlier)
+        assert _one_moves(x, t) & {*ORDINAL, *FLIPS}
     # its trials come just before the race: none after the first confirm trial, and the
     # bandit credits none of them
     first_confirm = min(x.index for x in t.history if x.technique == "confirm")
     assert all(x.index < first_confirm for x in polished)
     assert POLISH not in t.bandit.uses
+
+
+def _one_moves(trial, tuner):
+    """The knobs in which ``trial`` differs from an earlier trial of ``tuner`` that differs
+    from it in one knob only."""
+    out = set()
+    for y in tuner.history:
+        moved = [k for k in trial.config if trial.config[k] != y.config[k]]
+        if y.index < trial.index and len(moved) == 1:
+            out.add(moved[0])
+    return out
+
+
+def ridge(config):
+    """``speed``, but push/pull runs 10 % faster than all-reduce at all-reduce's optimum
+    (14 streams, 4 MiB) and slowly everywhere else: the grid's coarse levels never find
+    it, and only a change of transport at the optimum's settings does."""
+    if config["transport"] == "pushpull":
+        return 110.0 if (config["streams"], config["chunk_bytes"]) == (14, 4 * MiB) else 20.0
+    return speed(config)
+
+
+def test_the_polish_phase_flips_the_transport_of_the_kept_configuration():
+    def run(polish):
+        t = Tuner(SPACE, budget=60, techniques=("grid",), seed=0, trial_iterations=2,
+                  reference=SPACE.default(), polish=polish)
+        while (trial := t.ask()) is not None:
+            t.tell(trial, ridge(trial.config))
+        return t
+
+    assert run(0.0).best[0]["transport"] == "allreduce"
+    t = run(0.3)
+    kept = t.best[0]
+    assert (kept["transport"], kept["streams"], kept["chunk_bytes"]) == ("pushpull", 14, 4 * MiB)
+    found = next(x for x in t.history if x.config == kept)
+    assert found.technique == POLISH and "transport" in _one_moves(found, t)
 
 
 def test_polish_is_a_share_of_the_budget_that_leaves_the_techniques_half_of_theirs():

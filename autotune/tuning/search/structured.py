@@ -19,14 +19,16 @@ inside each categorical subspace; this technique does the same with a *compass s
 - in turns with those moves, an *opener*: the centre with one categorical knob changed
   (its ordinal knobs kept), into a subspace nothing has measured yet; a ``predict``
   function (the calibrated physics prior, where the Tuner has one: an optimistic log
-  score) chooses which, else the space's order.
+  score) chooses which, else the space's order. The categorical knobs named in ``flips``
+  are changed so into every other value, whether that subspace was measured or not (a
+  subspace measured elsewhere says little of the centre's ordinal settings in it).
 
 Once every move from the best configuration is measured and its subspace is done, the
 compass goes on from the second best, then the third (:data:`CENTRES`); after that ``ask``
 returns ``None`` and the bandit gives the trials to the other techniques. The polish phase
-(:mod:`autotune.tuning.polish`) runs the compass alone: no openers (``openers=False``),
-and ``centres`` that rank the configurations by the noise model's lower bound rather than
-by their mean. Nothing here imports torch.
+(:mod:`autotune.tuning.polish`) runs the compass without openers (``openers=False``)
+but with the collective's structure flipped (``flips``), and ``centres`` that rank the
+configurations by the noise model's lower bound rather than by their mean. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ class StructuredSearch(Searcher):
 
     def __init__(self, space: SearchSpace, seed: int = 0, predict: Predict | None = None,
                  kappa: float = 1.0, first_step: float = 0.25, openers: bool = True,
-                 centres: Callable[[], list[Config]] | None = None) -> None:
+                 centres: Callable[[], list[Config]] | None = None,
+                 flips: tuple[str, ...] = ()) -> None:
         super().__init__(space, seed)
         if not 0 < first_step <= 1:
             raise ValueError(f"first_step must be in (0, 1], got {first_step}")
@@ -61,6 +64,7 @@ class StructuredSearch(Searcher):
         self._open_next = True  # openers and compass moves take turns
         self.openers = openers  # whether to open subspaces nothing has measured
         self.centres = centres  # () -> configurations to centre on, best first
+        self.flips = tuple(flips)  # categorical knobs changed from the centre, measured or not
 
     def subspace(self, config: Mapping) -> tuple:
         """The categorical choices of ``config``: the subspace it is in."""
@@ -94,12 +98,14 @@ class StructuredSearch(Searcher):
         return out
 
     def _openers(self, centre: Config) -> list[Config]:
-        """``centre`` with one categorical knob changed, into subspaces nothing measured."""
+        """``centre`` with one categorical knob changed: into subspaces nothing measured
+        (with ``openers``), and to every other value of a ``flips`` knob (measured or not)."""
         opened = {self.subspace(st.config) for _, st in self.obs.stats.items()}
-        moves = [self.space.canonical({**centre, p.name: v})
+        moves = [(p.name, self.space.canonical({**centre, p.name: v}))
                  for p in self.space.active_params(centre) if p in self.categorical
                  for v in p.values if v != centre[p.name]]
-        return [m for m in moves if self.subspace(m) not in opened]
+        return [m for name, m in moves if name in self.flips
+                or (self.openers and self.subspace(m) not in opened)]
 
     def _untried(self, moves: list[Config]) -> list[Config]:
         out, keys = [], set()
@@ -145,7 +151,7 @@ class StructuredSearch(Searcher):
         """The next untried configuration around ``centre`` (module docstring)."""
         if not self.seen(self.space.key(centre)):
             return centre
-        openers = self._untried(self._openers(centre)) if self.openers else []
+        openers = self._untried(self._openers(centre))
         if openers and self._open_next:
             self._open_next = False
             return self._choose(openers, ranked=True)
