@@ -527,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--host-from: {e}")
     console = Console()
     console.print(
-        f"[bold]Tuner benchmark[/]{' (joined)' if joined else ''}: {len(chosen)} objectives ({args.suite}) x {seeds} seeds, "
+        f"[bold]Tuner benchmark[/]{' (joined)' if joined else ''}: {len(chosen)} objectives "
+        f"({args.suite}) x {seeds} seeds, "
         f"budget {args.budget} iterations, methods {', '.join(methods)}"
         + (f", trial_iterations {args.trial_iterations}" if common else "")
         + (f", tuner options {json.dumps(args.tuner_options)}" if args.tuner_options else "")

@@ -6,10 +6,13 @@ methods) as one table."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks" / "tuner_bench.py"
@@ -55,15 +58,18 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path):
     assert "no tuner run of measured-small at seed 4" in missing.stderr
 
 
-def test_launches_join_into_one_table_only_where_every_method_ran_the_tuners_seeds(tmp_path):
+def test_launches_join_into_one_table_only_where_every_method_ran_the_tuners_seeds(tmp_path, capsys):
     tuner, bayes, later = tmp_path / "tuner.json", tmp_path / "bayes.json", tmp_path / "later.json"
     assert _bench("--first-seed", "3", "--json", str(tuner)).returncode == 0
     assert _bench("--first-seed", "3", "--methods", "bayes", "--json", str(bayes)).returncode == 0
-    assert _bench("--first-seed", "4", "--json", str(later)).returncode == 0
+    results = json.loads(tuner.read_text())  # a tuner run at seed 4 that Bayes lacks
+    results["runs"] = [{**r, "seed": 4} for r in results["runs"]]
+    later.write_text(json.dumps(results))
+    bench = _module()
 
     out = tmp_path / "joined.json"
-    done = _join("--join", str(tuner), str(bayes), str(tuner), "--json", str(out))
-    assert done.returncode == 0, done.stderr
+    assert bench.main(["--suite", "measured", "--join", str(tuner), str(bayes), str(tuner),
+                       "--json", str(out)]) == 0
     joined = json.loads(out.read_text())
     assert joined["methods"] == ["tuner", "bayes"] and joined["seeds"] == 1
     assert sorted((r["method"], r["seed"]) for r in joined["runs"]) == [("bayes", 3), ("tuner", 3)]
@@ -73,12 +79,17 @@ def test_launches_join_into_one_table_only_where_every_method_ran_the_tuners_see
     assert table["wilcoxon"]["bayes"]["n"] == 1
 
     # the tuner ran seed 4 and Bayes did not: no table over unequal seeds
-    missing = _join("--join", str(tuner), str(bayes), str(later), "--json", str(out))
-    assert missing.returncode == 2
-    assert "no bayes run of measured-small at seed 4" in missing.stderr
-    assert _join("--join", str(tuner), "--seeds", "2").returncode == 2  # the files say the seeds
+    for refused, why in (([str(tuner), str(bayes), str(later)], "no bayes run of measured-small at seed 4"),
+                         ([str(tuner), "--seeds", "2"], "the runs its results hold")):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            bench.main(["--suite", "measured", "--join", *refused, "--json", str(out)])
+        assert exit_.value.code == 2 and why in capsys.readouterr().err
 
 
-def _join(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH), "--suite", "measured", *args],
-                          capture_output=True, text=True, timeout=300)
+def _module():
+    """``benchmarks/tuner_bench.py`` imported (its joins run nothing: no process needed)."""
+    spec = importlib.util.spec_from_file_location("tuner_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # (it puts benchmarks/ on the path for its own imports)
+    return module

@@ -15,10 +15,10 @@ race (:mod:`autotune.tuning.confirm`):
   down, the move that paid repeated at twice its step, the steps halving once no move
   pays; in turns with those, the centre with one of the collective's categorical knobs
   (:data:`FLIPS`: transport, intra-machine strategy, reduce root) changed, its other knobs
-  kept. On the unseen lossy-incast job a search that found PowerSGD at rank 1 often
-  kept it under push/pull or a reduce to a root where all-reduce or a reduce-scatter with
-  the same settings ran 1.2-1.4x faster. The codec family is not flipped: a codec's other settings rarely suit another
-  codec, and those flips made the trials slower;
+  kept. On the unseen lossy-incast job a search that found PowerSGD at rank 1 often kept
+  it under push/pull or a reduce to a root where all-reduce or a reduce-scatter with the
+  same settings ran 1.2-1.4x faster. The codec family is not flipped: a codec's other
+  settings rarely suit another codec, and those flips made the trials slower;
 - the centres are the configurations the Tuner would keep, by the noise model's lower
   bound (:mod:`autotune.tuning.noise`), not by the mean: a configuration one lucky
   measurement put on top is not polished around;

@@ -28,7 +28,8 @@ compass goes on from the second best, then the third (:data:`CENTRES`); after th
 returns ``None`` and the bandit gives the trials to the other techniques. The polish phase
 (:mod:`autotune.tuning.polish`) runs the compass without openers (``openers=False``)
 but with the collective's structure flipped (``flips``), and ``centres`` that rank the
-configurations by the noise model's lower bound rather than by their mean. Nothing here imports torch.
+configurations by the noise model's lower bound rather than by their mean. Nothing here
+imports torch.
 """
 
 from __future__ import annotations
