@@ -101,7 +101,8 @@ class StructuredSearch(Searcher):
     def _openers(self, centre: Config) -> list[Config]:
         """``centre`` with one categorical knob changed: into subspaces nothing measured
         (with ``openers``), and to every other value of a ``flips`` knob (measured or not)."""
-        opened = {self.subspace(st.config) for _, st in self.obs.stats.items()}
+        opened = ({self.subspace(st.config) for _, st in self.obs.stats.items()}
+                  if self.openers else set())  # (the polish phase opens nothing)
         moves = [(p.name, self.space.canonical({**centre, p.name: v}))
                  for p in self.space.active_params(centre) if p in self.categorical
                  for v in p.values if v != centre[p.name]]
