@@ -11,13 +11,21 @@ fixtures several test files use.
   PostgreSQL URL (a new database on ``postgres``): a test that takes it runs on both.
 - ``store``: a results store at ``store_at``, closed after the test.
 - ``world``: the shared gloo worlds (:mod:`worlds`), started once per test process.
+
+A run that writes the default results store (``./autotune.db`` in the checkout: a session
+left with ``db=None`` and no ``store=False``) fails, naming the file: a test's runs belong in
+its own temporary store, and a user's store in the checkout must not gain test runs.
 """
 
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
+
+DEFAULT_STORE = "autotune.db"
+_BEFORE = pytest.StashKey[object]()
 
 # pytest-xdist's workers ignore SIGINT (the controller takes Ctrl-C), and a process started
 # with SIGINT ignored passes that on: every job a test starts would then ignore SIGINT in
@@ -26,6 +34,30 @@ import pytest
 # the child themselves.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _state(path: Path) -> object:
+    """What the file is now: None where absent, else its size and change time (a write
+    through SQLite's WAL changes the -wal file's, so both are read)."""
+    return tuple((p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else None
+                 for p in (path, path.with_name(path.name + "-wal")))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_BEFORE] = _state(session.config.rootpath / DEFAULT_STORE)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):  # pytest-xdist's controller checks once
+        return
+    path = session.config.rootpath / DEFAULT_STORE
+    if _state(path) != session.config.stash[_BEFORE]:
+        writer = session.config.get_terminal_writer()
+        writer.line()
+        writer.line(
+            f"FAILED: a test wrote the default results store {path}: give its session a "
+            f"store in a temporary folder (db=...) or store=False", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
