@@ -4,7 +4,8 @@ Three suites of objectives (``--suite``), reported apart:
 
 - ``measured``: the tables that ``benchmarks/record_tables.py`` measured on the emulated
   cluster, replayed by ``benchmarks/measured.py`` (every score a real measurement, the
-  prior built as a session builds it);
+  prior built as a session builds it, on host rates recorded in ``benchmarks/data/hosts``:
+  below);
 - ``unseen``: the step-time models of ``benchmarks/unseen.py``, whose laws (congestion
   collapse, window-bound flows, codecs whose cost is not linear, summation that steals
   the workers' CPU, a slower machine) the prior was not built from; it knows only the
@@ -57,6 +58,15 @@ from 16. Launches of other seeds or methods (the slow ones apart, say) make one 
 ``--join`` (runs nothing; every method must have run the tuner's objectives and seeds)::
 
     python benchmarks/tuner_bench.py --suite measured --join tuner_16-31.json stock_16-31.json
+
+A measured table's prior, as a session's, is built on the host's summation, copy and codec
+rates, and timed rates move with the machine's load: timed per launch, the same code and
+seeds differed in 27 of 96 runs between two launches, and the Tuner's median between
+1.6 % and 4.9 %. So the rates are recorded (``benchmarks/data/hosts``, each file timed at
+one load: ``--record-host OUT``), and the run on seed ``s`` builds its prior on the
+``s mod n``-th of the ``n`` recorded: a launch's figures are a property of the code over
+several priors, the same in every launch. ``--host-from`` takes other recordings (or
+earlier results' own), ``--host-timed`` times this machine's, once, now.
 """
 
 from __future__ import annotations
@@ -104,6 +114,8 @@ METHODS: dict[str, tuple[str, ...]] = {
 WITH_PRIOR = ("tuner", "prior")
 ENSEMBLES = ("tuner", "ensemble")  # what --tuner-options changes
 RESULTS = Path(__file__).resolve().parent / "results" / "tuner_bench.json"
+# recorded host calibrations: the measured tables' priors are built on these (module doc)
+HOSTS = Path(__file__).resolve().parent / "data" / "hosts"
 STOCK = ("bayes", "tpe", "gp")  # the stock methods the Tuner is held against
 # every objective, by suite; worker processes index into OBJECTIVES
 PARTS = {"analytic": list(SCENARIOS), "unseen": list(UNSEEN), "measured": load_all()}
@@ -122,7 +134,7 @@ def _optimum(si: int) -> tuple[int, dict, float]:
 def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: dict,
          host: str | None = None) -> dict:
     sc = OBJECTIVES[si]
-    if host is not None:  # a measured table's prior on the launch's timed rates
+    if host is not None:  # a measured table's prior on its host calibration (_host_of)
         sc.pin_host(Calibration.from_json(host))
     rng = np.random.default_rng([seed, si])  # same noise stream for every method
     t0 = time.process_time()
@@ -394,31 +406,65 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
-def _hosts(chosen: list[int], recorded: Path | None) -> dict[str, str]:
-    """This machine's timed rates for each measured table's prior, by table name (JSON of
-    a :class:`~autotune.sim.calibration.Calibration`): timed once, here, for every worker
-    of the launch, or those ``recorded`` in earlier results (``--host-from``), so that
-    runs paired across launches share one prior; each table is pinned to them."""
-    pinned = json.loads(recorded.read_text()).get("host_calibration", {}) if recorded else {}
-    hosts = {}
-    for si in chosen:
-        job = OBJECTIVES[si]
-        if si not in SUITES["measured"]:
-            continue
-        if recorded is not None:
-            if job.name not in pinned:
-                raise ValueError(f"{recorded} records no host calibration for {job.name}")
-            job.pin_host(Calibration.from_json(pinned[job.name]))
-        hosts[job.name] = job.host.to_json()
-    return hosts
+def _recorded_hosts(paths: list[Path]) -> list[dict[str, str]]:
+    """The host calibrations that ``paths`` record: a file of :data:`HOSTS`, or results of
+    this benchmark (their ``host_calibrations``, or the one ``host_calibration`` of
+    results written before there were several)."""
+    found = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if "host_calibrations" in data:
+            found += data["host_calibrations"]
+        elif "host_calibration" in data:
+            found.append(data["host_calibration"])
+        else:
+            raise ValueError(f"{path} records no host calibration")
+    return found
+
+
+def _hosts(chosen: list[int], recorded: list[Path] | None) -> list[dict[str, str]]:
+    """The measured tables' host calibrations for this launch, each a dict of table name to
+    JSON of a :class:`~autotune.sim.calibration.Calibration`: ``recorded`` ones (files of
+    :data:`HOSTS`, or earlier results: ``--host-from``), else this machine's rates timed once,
+    now (``--host-timed``). A run on seed ``s`` builds its prior on the ``s % n``-th of ``n``
+    (:func:`_host_of`). Each must cover every measured table chosen."""
+    measured = [OBJECTIVES[si] for si in chosen if si in SUITES["measured"]]
+    if recorded is None:
+        return [{job.name: job.host.to_json() for job in measured}]
+    hosts = _recorded_hosts(recorded)
+    for i, host in enumerate(hosts):
+        lacking = [job.name for job in measured if job.name not in host]
+        if lacking:
+            raise ValueError(f"host calibration {i} of {', '.join(map(str, recorded))} has "
+                             f"none for {', '.join(lacking)}")
+    return [{job.name: host[job.name] for job in measured} for host in hosts] or [{}]
+
+
+def _host_of(hosts: list[dict[str, str]], si: int, seed: int) -> str | None:
+    """The host calibration (JSON) that the run of objective ``si`` at ``seed`` builds its
+    prior on: the ``seed % len(hosts)``-th; None where the objective has none (not a
+    measured table)."""
+    return hosts[seed % len(hosts)].get(OBJECTIVES[si].name)
+
+
+def _record_host(chosen: list[int], out: Path, console: Console) -> int:
+    """``--record-host``: time this machine's rates for every measured table chosen, now,
+    and write them to ``out`` (a file for :data:`HOSTS`)."""
+    (host,) = _hosts(chosen, None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"recorded": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                               "host": platform.node(), "load": os.getloadavg()[0],
+                               "host_calibrations": [host]}, indent=1) + "\n")
+    console.print(f"{len(host)} tables' host calibration (load {os.getloadavg()[0]:.2f}): {out}")
+    return 0
 
 
 def _launch(args: argparse.Namespace, chosen: list[int], methods: list[str],
-            seed_range: range, common: dict, hosts: dict[str, str],
+            seed_range: range, common: dict, hosts: list[dict[str, str]],
             console: Console) -> tuple[list[dict], list[dict]]:
     """Every method's tuning runs on ``chosen`` x ``seed_range`` (and the warm-start runs on
     the analytic objectives), in ``args.workers`` processes, the measured tables' priors on
-    ``hosts`` (:func:`_hosts`): ``(runs, warm)``."""
+    ``hosts`` (:func:`_host_of`): ``(runs, warm)``."""
     runs: list[dict] = []
     optima: dict[int, float] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -436,7 +482,7 @@ def _launch(args: argparse.Namespace, chosen: list[int], methods: list[str],
         progress.update(task, description="tuning runs", completed=0, total=len(jobs))
         futures = [pool.submit(_run, si, m, s, args.budget, optima[si],
                                {**common, **(args.tuner_options if m in ENSEMBLES else {})},
-                               hosts.get(OBJECTIVES[si].name))
+                               _host_of(hosts, si, s))
                    for si, m, s in jobs]
         for fut in as_completed(futures):
             runs.append(fut.result())
@@ -474,10 +520,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="run nothing: report on the runs these results hold (launches of "
                          "other seeds or methods), every method on the tuner's objectives and "
                          "seeds")
-    ap.add_argument("--host-from", type=Path, default=None, metavar="JSON",
-                    help="the measured tables' priors on this machine's rates as earlier "
-                         "results recorded them (default: timed once, now): for runs paired "
-                         "with those results")
+    hosts_from = ap.add_mutually_exclusive_group()
+    hosts_from.add_argument("--host-from", type=Path, nargs="+", default=None, metavar="JSON",
+                            help="the measured tables' priors on the host calibrations these "
+                                 "files record (files of benchmarks/data/hosts, or earlier "
+                                 "results); the run on seed s on the (s mod n)-th of n "
+                                 "(default: benchmarks/data/hosts/*.json)")
+    hosts_from.add_argument("--host-timed", action="store_true",
+                            help="the measured tables' priors on this machine's rates, timed "
+                                 "once, now")
+    hosts_from.add_argument("--record-host", type=Path, default=None, metavar="OUT",
+                            help="run nothing: time this machine's rates for the measured "
+                                 "tables now and write them to OUT (a file for "
+                                 "benchmarks/data/hosts)")
     ap.add_argument("--json", "--out", dest="out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if not isinstance(args.tuner_options, dict):
@@ -500,11 +555,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}")
 
     seed_range = range(args.first_seed, args.first_seed + seeds)
+    if args.record_host:
+        return _record_host(chosen, args.record_host, Console())
     joined = []
     if args.join:
-        if args.seeds is not None or args.first_seed or args.quick or args.host_from:
+        if (args.seeds is not None or args.first_seed or args.quick or args.host_from
+                or args.host_timed):
             ap.error("--join reports on the runs its results hold: no --seeds, --first-seed, "
-                     "--quick or --host-from")
+                     "--quick, --host-from or --host-timed")
         try:
             joined = _joined(args.join, chosen, methods if args.methods else None)
         except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a pair missing
@@ -519,10 +577,12 @@ def main(argv: list[str] | None = None) -> int:
             earlier = _earlier(args.against, chosen, seed_range)
         except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a pair missing
             ap.error(f"--against: {e}")
-    hosts = {}
+    hosts: list[dict[str, str]] = []
     if not joined:
+        recorded = (None if args.host_timed else
+                    args.host_from or sorted(HOSTS.glob("*.json")))
         try:
-            hosts = _hosts(chosen, args.host_from)
+            hosts = _hosts(chosen, recorded)
         except (OSError, ValueError, KeyError) as e:  # unreadable, not JSON, a table missing
             ap.error(f"--host-from: {e}")
     console = Console()
@@ -533,10 +593,12 @@ def main(argv: list[str] | None = None) -> int:
         + (f", trial_iterations {args.trial_iterations}" if common else "")
         + (f", tuner options {json.dumps(args.tuner_options)}" if args.tuner_options else "")
     )
-    correlation = {}
+    correlation = {}  # a measured table's on the first host calibration
     for si in ([] if joined else chosen):
         if si in SUITES["measured"] or si in SUITES["unseen"]:
             job = OBJECTIVES[si]
+            if host := _host_of(hosts, si, 0):
+                job.pin_host(Calibration.from_json(host))
             correlation[job.name] = job.rank_correlation()
             console.print(f"{job.name}: the prior's rank correlation with {job.measured} "
                           f"configurations: Kendall tau "
@@ -573,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick, "seeds": seeds, "budget": args.budget, "methods": methods,
         "trial_iterations": args.trial_iterations, "tuner_options": args.tuner_options,
         "objectives": [OBJECTIVES[si].name for si in chosen], "suite": args.suite,
-        "rank_correlation": correlation, "host_calibration": hosts,
+        "rank_correlation": correlation, "host_calibrations": hosts,
         "suites": summaries, "wall_s": wall, "host": platform.node(), "python": platform.python_version(),
         "runs": runs,
     }, indent=1, default=str))

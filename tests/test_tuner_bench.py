@@ -35,27 +35,52 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path):
     assert set(runs[0]["placed"]) == {"prior", "bayes"}
     assert all(0.5 < v <= 1 for v in runs[0]["placed"].values()), runs[0]["placed"]
 
-    # the measured table's prior on this machine's rates, timed once for the launch
-    host = json.loads(first.read_text())["host_calibration"]
-    assert set(host) == {"measured-small"} and json.loads(host["measured-small"])["constants"]
+    # the measured table's prior on the recorded host calibrations, by default, every one
+    # of them in the results; the run on seed 3 on the (3 mod n)-th
+    bench = _module()
+    recorded = bench._recorded_hosts(sorted(bench.HOSTS.glob("*.json")))
+    hosts = json.loads(first.read_text())["host_calibrations"]
+    assert len(recorded) >= 3 and hosts == [{"measured-small": h["measured-small"]}
+                                            for h in recorded]
+    (si,) = [i for i in bench.SUITES["measured"] if bench.OBJECTIVES[i].name == "measured-small"]
+    assert bench._host_of(hosts, si, 3) == hosts[3 % len(hosts)]["measured-small"]
 
     second = tmp_path / "second.json"
-    done = _bench("--first-seed", "3", "--against", str(first), "--host-from", str(first),
-                  "--json", str(second))
+    done = _bench("--first-seed", "3", "--against", str(first), "--json", str(second))
     assert done.returncode == 0, done.stderr
     out = json.loads(second.read_text())
-    assert out["host_calibration"] == host  # paired on the same prior
-    by = {r["method"]: r for r in out["runs"]}
-    assert set(by) == {"tuner", "before"} and by["before"]["seed"] == 3
-    # the same code on the same noise stream: the same kept configuration
-    assert by["before"]["regret"] == by["tuner"]["regret"] and by["before"]["best"] == by["tuner"]["best"]
-    assert "before" in out["methods"]
-    assert out["suites"]["measured"]["wilcoxon"]["before"] == {
-        "n": 1, "p": 1.0, "tuner_better": 0, "tuner_worse": 0}
-
+    assert out["host_calibrations"] == hosts  # paired on the same prior
     missing = _bench("--first-seed", "4", "--against", str(first), "--json", str(tmp_path / "x.json"))
     assert missing.returncode == 2
     assert "no tuner run of measured-small at seed 4" in missing.stderr
+
+
+def test_host_calibrations_are_recorded_timed_or_taken_from_results(tmp_path, capsys):
+    """``--record-host`` times this machine's rates for the measured tables and writes them;
+    ``--host-from`` takes that file or earlier results (one calibration or several), and
+    refuses one lacking a table, naming it; ``--host-timed`` times them at the launch."""
+    bench = _module()
+    out = tmp_path / "hosts" / "now.json"
+    assert bench.main(["--suite", "measured", "--scenarios", "measured-small,measured-cap",
+                       "--record-host", str(out)]) == 0
+    recorded = json.loads(out.read_text())
+    (host,) = recorded["host_calibrations"]
+    assert set(host) == {"measured-small", "measured-cap"}
+    assert json.loads(host["measured-small"])["constants"]["cpu_sum_gbps"] > 0
+    older = tmp_path / "older_results.json"  # results written with one calibration
+    older.write_text(json.dumps({"host_calibration": {"measured-small": "{}"}}))
+    assert bench._recorded_hosts([out, older]) == [host, {"measured-small": "{}"}]
+
+    chosen = [i for i in bench.SUITES["measured"]
+              if bench.OBJECTIVES[i].name in ("measured-small", "measured-lossy")]
+    with pytest.raises(ValueError, match="none for measured-lossy"):
+        bench._hosts(chosen, [out])
+    (timed,) = bench._hosts(chosen, None)
+    assert set(timed) == {"measured-small", "measured-lossy"}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        bench.main([*SMALL, "--host-from", str(out), "--host-timed"])
+    assert exit_.value.code == 2 and "not allowed with" in capsys.readouterr().err
 
 
 def test_launches_join_into_one_table_only_where_every_method_ran_the_tuners_seeds(tmp_path, capsys):
