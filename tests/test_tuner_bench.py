@@ -1,8 +1,8 @@
 """The tuner benchmark judges a change on held-out seeds and paired against the code before
 it (issue 63): ``--first-seed`` picks the seeds, ``--against`` brings earlier results'
-tuner runs in as method ``before``, paired by objective and seed (``--host-from``: on the
-same prior), and ``--join`` reports on the runs of several launches (other seeds, other
-methods) as one table."""
+tuner runs in as method ``before``, paired by objective and seed (the measured tables'
+priors on the recorded host calibrations, the same in every launch), and ``--join`` reports
+on the runs of several launches (other seeds, other methods) as one table."""
 
 from __future__ import annotations
 
@@ -50,6 +50,14 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path):
     assert done.returncode == 0, done.stderr
     out = json.loads(second.read_text())
     assert out["host_calibrations"] == hosts  # paired on the same prior
+    by = {r["method"]: r for r in out["runs"]}
+    assert set(by) == {"tuner", "before"} and by["before"]["seed"] == 3
+    # the same code on the same noise stream: the same kept configuration
+    assert by["before"]["regret"] == by["tuner"]["regret"] and by["before"]["best"] == by["tuner"]["best"]
+    assert "before" in out["methods"]
+    assert out["suites"]["measured"]["wilcoxon"]["before"] == {
+        "n": 1, "p": 1.0, "tuner_better": 0, "tuner_worse": 0}
+
     missing = _bench("--first-seed", "4", "--against", str(first), "--json", str(tmp_path / "x.json"))
     assert missing.returncode == 2
     assert "no tuner run of measured-small at seed 4" in missing.stderr
