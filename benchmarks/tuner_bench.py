@@ -432,6 +432,10 @@ def _hosts(chosen: list[int], recorded: list[Path] | None) -> list[dict[str, str
     if recorded is None:
         return [{job.name: job.host.to_json() for job in measured}]
     hosts = _recorded_hosts(recorded)
+    if measured and not hosts:
+        raise ValueError(f"no host calibration in {', '.join(map(str, recorded)) or HOSTS} "
+                         "(record one with --record-host, or time this machine's with "
+                         "--host-timed)")
     for i, host in enumerate(hosts):
         lacking = [job.name for job in measured if job.name not in host]
         if lacking:
@@ -451,11 +455,12 @@ def _record_host(chosen: list[int], out: Path, console: Console) -> int:
     """``--record-host``: time this machine's rates for every measured table chosen, now,
     and write them to ``out`` (a file for :data:`HOSTS`)."""
     (host,) = _hosts(chosen, None)
+    load = os.getloadavg()[0]  # the last minute's: what ran just before is in it too
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"recorded": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                               "host": platform.node(), "load": os.getloadavg()[0],
+                               "host": platform.node(), "load": load,
                                "host_calibrations": [host]}, indent=1) + "\n")
-    console.print(f"{len(host)} tables' host calibration (load {os.getloadavg()[0]:.2f}): {out}")
+    console.print(f"{len(host)} tables' host calibration (load {load:.2f}): {out}")
     return 0
 
 

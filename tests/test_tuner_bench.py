@@ -83,6 +83,10 @@ def test_host_calibrations_are_recorded_timed_or_taken_from_results(tmp_path, ca
               if bench.OBJECTIVES[i].name in ("measured-small", "measured-lossy")]
     with pytest.raises(ValueError, match="none for measured-lossy"):
         bench._hosts(chosen, [out])
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"host_calibrations": []}))
+    with pytest.raises(ValueError, match="no host calibration in .*empty.json"):
+        bench._hosts(chosen, [empty])
     (timed,) = bench._hosts(chosen, None)
     assert set(timed) == {"measured-small", "measured-lossy"}
     capsys.readouterr()
