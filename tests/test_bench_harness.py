@@ -67,15 +67,19 @@ def test_list_shows_every_family_and_benchmark_with_what_it_measures():
 
 
 def test_a_family_runs_for_real_and_its_json_and_what_ran_are_written(tmp_path):
-    out = _harness("run", "store", "--quick", "--out", str(tmp_path))
+    # the short run's arguments, then the ones after "--" (the last of a repeated option
+    # wins: 30 runs, not the short run's 100, to keep the test short)
+    out = _harness("run", "store", "--quick", "--out", str(tmp_path), "--", "--runs", "30")
     assert out.returncode == 0, out.stderr[-3000:]
     ran = json.loads((tmp_path / "harness.json").read_text())
     assert [r["benchmark"] for r in ran["runs"]] == ["store_bench"]
     row = ran["runs"][0]
     assert row["rc"] == 0 and row["wrote"] and row["wall_s"] > 0 and ran["quick"]
-    assert row["command"][-2:] == ["--json", str(tmp_path / "store_bench.json")]
+    assert row["command"][-6:] == ["--repeats", "1", "--runs", "30",
+                                   "--json", str(tmp_path / "store_bench.json")]
+    assert "--runs" in row["command"][:-6] and "100" in row["command"][:-6]
     result = json.loads((tmp_path / "store_bench.json").read_text())
-    assert result["database"]["runs"] == 100  # the short run's arguments were used
+    assert result["database"]["runs"] == 30
     assert set(result["queries"]) == {"exact", "near", "new-cluster", "novel"}
 
 

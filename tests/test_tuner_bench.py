@@ -25,9 +25,17 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path):
-    first = tmp_path / "first.json"
-    assert _bench("--first-seed", "3", "--json", str(first)).returncode == 0
+@pytest.fixture(scope="module")
+def tuner_at_3(tmp_path_factory) -> Path:
+    """The tuner's run on measured-small at seed 3: one launch, read by the tests below."""
+    out = tmp_path_factory.mktemp("tuner_bench") / "tuner.json"
+    done = _bench("--first-seed", "3", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path, capsys, tuner_at_3):
+    first = tuner_at_3
     runs = json.loads(first.read_text())["runs"]
     assert [(r["method"], r["seed"]) for r in runs] == [("tuner", 3)]
     # each predictor judged by its predictions: the share of new configurations it placed
@@ -58,9 +66,12 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path):
     assert out["suites"]["measured"]["wilcoxon"]["before"] == {
         "n": 1, "p": 1.0, "tuner_better": 0, "tuner_worse": 0}
 
-    missing = _bench("--first-seed", "4", "--against", str(first), "--json", str(tmp_path / "x.json"))
-    assert missing.returncode == 2
-    assert "no tuner run of measured-small at seed 4" in missing.stderr
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as missing:  # refused before anything runs: in-process
+        bench.main([*SMALL, "--first-seed", "4", "--against", str(first),
+                    "--json", str(tmp_path / "x.json")])
+    assert missing.value.code == 2
+    assert "no tuner run of measured-small at seed 4" in capsys.readouterr().err
 
 
 def test_host_calibrations_are_recorded_timed_or_taken_from_results(tmp_path, capsys):
@@ -95,9 +106,9 @@ def test_host_calibrations_are_recorded_timed_or_taken_from_results(tmp_path, ca
     assert exit_.value.code == 2 and "not allowed with" in capsys.readouterr().err
 
 
-def test_launches_join_into_one_table_only_where_every_method_ran_the_tuners_seeds(tmp_path, capsys):
-    tuner, bayes, later = tmp_path / "tuner.json", tmp_path / "bayes.json", tmp_path / "later.json"
-    assert _bench("--first-seed", "3", "--json", str(tuner)).returncode == 0
+def test_launches_join_into_one_table_only_where_every_method_ran_the_tuners_seeds(
+        tmp_path, capsys, tuner_at_3):
+    tuner, bayes, later = tuner_at_3, tmp_path / "bayes.json", tmp_path / "later.json"
     assert _bench("--first-seed", "3", "--methods", "bayes", "--json", str(bayes)).returncode == 0
     results = json.loads(tuner.read_text())  # a tuner run at seed 4 that Bayes lacks
     results["runs"] = [{**r, "seed": 4} for r in results["runs"]]
