@@ -64,8 +64,8 @@ rates, and timed rates move with the machine's load: timed per launch, the same 
 seeds differed in 27 of 96 runs between two launches, and the Tuner's median between
 1.6 % and 4.9 %. So the rates are recorded (``benchmarks/data/hosts``, each file timed at
 one load: ``--record-host OUT``), and the run on seed ``s`` builds its prior on the
-``s mod n``-th of the ``n`` recorded: a launch's figures are a property of the code over
-several priors, the same in every launch. ``--host-from`` takes other recordings (or
+``s mod n``-th of the ``n`` recorded (each run's ``host``): a launch's figures are a property
+of the code over several priors, the same in every launch. ``--host-from`` takes other recordings (or
 earlier results' own), ``--host-timed`` times this machine's, once, now.
 """
 
@@ -490,7 +490,10 @@ def _launch(args: argparse.Namespace, chosen: list[int], methods: list[str],
                                _host_of(hosts, si, s))
                    for si, m, s in jobs]
         for fut in as_completed(futures):
-            runs.append(fut.result())
+            run = fut.result()  # with the host calibration its prior was built on, by index
+            run["host"] = (run["seed"] % len(hosts)
+                           if _host_of(hosts, run["si"], run["seed"]) else None)
+            runs.append(run)
             progress.advance(task)
         warm = [f.result() for f in warm_futures]
     return runs, warm
