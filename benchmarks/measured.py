@@ -152,8 +152,8 @@ class MeasuredJob:
         """Use the :class:`~autotune.sim.calibration.Calibration` ``host`` as this
         machine's constants (:attr:`host`) instead of timing them. Timed rates move with
         the machine's load from process to process, and the prior with them: the tuner
-        benchmark times them once a launch, or takes them from earlier results, so that
-        the runs it compares share one prior."""
+        benchmark builds each run's prior on a recorded calibration
+        (``benchmarks/data/hosts``), so that its figures are the same in every launch."""
         self.__dict__["host"] = host
 
     def probe_times(self) -> list[float]:

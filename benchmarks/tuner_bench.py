@@ -64,9 +64,9 @@ rates, and timed rates move with the machine's load: timed per launch, the same 
 seeds differed in 27 of 96 runs between two launches, and the Tuner's median between
 1.6 % and 4.9 %. So the rates are recorded (``benchmarks/data/hosts``, each file timed at
 one load: ``--record-host OUT``), and the run on seed ``s`` builds its prior on the
-``s mod n``-th of the ``n`` recorded (each run's ``host``): a launch's figures are a property
-of the code over several priors, the same in every launch. ``--host-from`` takes other recordings (or
-earlier results' own), ``--host-timed`` times this machine's, once, now.
+``s mod n``-th of the ``n`` recorded (each run's ``host``): a launch's figures are a
+property of the code over several priors, the same in every launch. ``--host-from`` takes
+other recordings (or earlier results' own), ``--host-timed`` times this machine's, once, now.
 """
 
 from __future__ import annotations
