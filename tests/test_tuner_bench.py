@@ -38,6 +38,8 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path, caps
     first = tuner_at_3
     runs = json.loads(first.read_text())["runs"]
     assert [(r["method"], r["seed"]) for r in runs] == [("tuner", 3)]
+    # the best configuration the search tried, beside the kept one (which it tried too)
+    assert 0 <= runs[0]["tried_regret"] <= runs[0]["regret"]
     # each predictor judged by its predictions: the share of new configurations it placed
     # on the right side of those measured before (item 4)
     assert set(runs[0]["placed"]) == {"prior", "bayes"}
@@ -178,3 +180,5 @@ def test_a_targets_figure_comes_with_its_interval_over_the_seeds():
     assert lo < 1 < hi and lo <= out["ratio_vs_best_stock"] <= hi
     # the share within 1 %: none of the runs, whatever the seeds drawn
     assert out["within_1pct_interval"] == [0.0, 0.0] and "0 %, 95 % interval over seeds 0-0 %" in text
+    # runs written before they recorded the best configuration tried: no figure for it
+    assert out["median_tried_regret"] == {"tuner": None, "tpe": None}
