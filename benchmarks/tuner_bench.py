@@ -33,8 +33,8 @@ seeds; the summary the median over all runs (objectives x seeds), the share of r
 1 % of the optimum, the median iterations until the held best reaches 95 % of the optimum,
 the median regret of the best configuration each run tried (beside the kept one's: how much
 of the regret is the search's and how much the choice's), the tuning cost (mean relative
-slowdown of the trials' configurations against the
-optimum), the CPU per run, a paired Wilcoxon test of the tuner against each method, and
+slowdown of the trials' configurations against the optimum), the CPU per run, a paired
+Wilcoxon test of the tuner against each method, and
 issue 51's targets: ratios against the best stock method (Bayes, TPE, GP), the worst
 objective, the tuning cost against TPE's, and the prior's CPU (tuner - ensemble); the ratio
 against the best stock method and the share within 1 % with a 95 % bootstrap interval over
@@ -386,10 +386,13 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
     stock = [m for m in STOCK if m in methods]
     if stock:
         best = min(stock, key=lambda m: overall[m])
-        r = _ratio(overall["tuner"], overall[best])
-        lo, hi = _over_seeds(runs, lambda rs: _ratio(
-            statistics.median(x["regret"] for x in rs if x["method"] == "tuner"),
-            min(statistics.median(x["regret"] for x in rs if x["method"] == m) for m in stock)))
+
+        def to_stock(rs: list[dict]) -> float:  # the tuner's median over the best stock one's
+            median = {m: statistics.median(x["regret"] for x in rs if x["method"] == m)
+                      for m in ("tuner", *stock)}
+            return _ratio(median["tuner"], min(median[m] for m in stock))
+
+        r, (lo, hi) = to_stock(runs), _over_seeds(runs, to_stock)
         out.update(best_stock=best, ratio_vs_best_stock=r, ratio_vs_best_stock_interval=[lo, hi])
         console.print(f"{suite}: tuner / best stock method ({best}): {r:.2f}x, {INTERVAL} "
                       f"{lo:.2f}-{hi:.2f}x  (target <= 0.4x: {mark(r <= 0.4)})")
@@ -436,9 +439,9 @@ RESAMPLES = 2000  # the seed bootstrap's resamples
 def _over_seeds(runs: list[dict], figure) -> tuple[float, float]:
     """A 95 % percentile bootstrap interval of ``figure(runs)`` over the seeds: each
     resample draws as many seeds as the runs hold, with replacement, each with all its
-    runs (every objective and method: the pairing kept). The same seed-chosen resamples
-    for every figure (a fixed generator): how far a target's figure moves with the seeds
-    it was measured on, where one launch of 16 seeds and the next differ by 2x."""
+    runs (every objective and method: the pairing kept); the same resamples for every
+    figure (a fixed generator). It says how far a target's figure moves with the seeds it
+    was measured on: one launch of 16 seeds and the next differed by 2x."""
     seeds = sorted({r["seed"] for r in runs})
     of = {s: [r for r in runs if r["seed"] == s] for s in seeds}
     rng = np.random.default_rng(0)
