@@ -331,7 +331,7 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
 
     overall = over("regret", statistics.median)
     tried = {m: _tried(runs, m) for m in methods}
-    within = over("regret", lambda v: statistics.fmean(x <= 0.01 for x in v))
+    within = over("regret", _within)
     to95 = over("iterations_to_95", statistics.median)
     cost = over("tuning_cost", statistics.fmean)
     cpu = over("cpu_s", statistics.fmean)
@@ -406,8 +406,8 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
         c = _ratio(cost["tuner"], cost["tpe"])
         out["cost_vs_tpe"] = c
         console.print(f"{suite}: tuning cost, tuner / TPE: {c:.2f}x  (target <= 0.5x: {mark(c <= 0.5)})")
-    lo, hi = _over_seeds(runs, lambda rs: statistics.fmean(
-        x["regret"] <= 0.01 for x in rs if x["method"] == "tuner"))
+    lo, hi = _over_seeds(runs, lambda rs: _within([x["regret"] for x in rs
+                                                    if x["method"] == "tuner"]))
     out["within_1pct_interval"] = [lo, hi]
     console.print(f"{suite}: tuner runs within 1 % of the optimum: {within['tuner'] * 100:.0f} %, "
                   f"{INTERVAL} {lo * 100:.0f}-{hi * 100:.0f} %  "
@@ -420,6 +420,11 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
         console.print(f"{suite}: the prior's CPU per run (tuner - ensemble): {prior_cpu:.1f} s  "
                       f"(target <= 5 s: {mark(prior_cpu <= 5)})")
     return out
+
+
+def _within(regrets: list[float]) -> float:
+    """The share of ``regrets`` within 1 % of the optimum."""
+    return statistics.fmean(x <= 0.01 for x in regrets)
 
 
 def _tried(runs: list[dict], method: str) -> float | None:
@@ -495,11 +500,17 @@ def _hosts(chosen: list[int], recorded: list[Path] | None) -> list[dict[str, str
     return [{job.name: host[job.name] for job in measured} for host in hosts] or [{}]
 
 
+def _host_index(hosts: list[dict[str, str]], si: int, seed: int) -> int | None:
+    """Which of ``hosts`` the run of objective ``si`` at ``seed`` builds its prior on: the
+    ``seed % len(hosts)``-th; None where the objective has none (not a measured table)."""
+    i = seed % len(hosts)
+    return i if OBJECTIVES[si].name in hosts[i] else None
+
+
 def _host_of(hosts: list[dict[str, str]], si: int, seed: int) -> str | None:
-    """The host calibration (JSON) that the run of objective ``si`` at ``seed`` builds its
-    prior on: the ``seed % len(hosts)``-th; None where the objective has none (not a
-    measured table)."""
-    return hosts[seed % len(hosts)].get(OBJECTIVES[si].name)
+    """The host calibration (JSON) of :func:`_host_index`, or None."""
+    i = _host_index(hosts, si, seed)
+    return None if i is None else hosts[i][OBJECTIVES[si].name]
 
 
 def _record_host(chosen: list[int], out: Path, console: Console) -> int:
@@ -542,8 +553,7 @@ def _launch(args: argparse.Namespace, chosen: list[int], methods: list[str],
                    for si, m, s in jobs]
         for fut in as_completed(futures):
             run = fut.result()  # with the host calibration its prior was built on, by index
-            run["host"] = (run["seed"] % len(hosts)
-                           if _host_of(hosts, run["si"], run["seed"]) else None)
+            run["host"] = _host_index(hosts, run["si"], run["seed"])
             runs.append(run)
             progress.advance(task)
         warm = [f.result() for f in warm_futures]
