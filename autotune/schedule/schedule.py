@@ -155,8 +155,11 @@ REFERENCE_ITERATIONS = MIN_ITERATIONS + 1
 
 
 def trial(s: TrialSchedule, ran: Ran) -> Config:
-    """An iteration of the trial under way ran (:meth:`TrialPhase.measured`)."""
+    """An iteration of the trial under way ran (:meth:`TrialPhase.measured`); one of
+    the default's is a sample of the step the trials are charged against."""
     s.stakes.charge(float("inf") if ran.failed is not None else ran.seconds)
+    if ran.ok and not ran.switched and ran.config == s.space.default():
+        s.stakes.default_ran(ran.seconds)
     nxt = s.trial_phase.measured(ran.seconds, ran.failed, ran.switched, ran.scored,
                                  s.stakes.spent, ran.loss)
     return s.stopped() if nxt is None else nxt
@@ -280,7 +283,7 @@ class TrialSchedule:
     # ------------------------------------------------------------ each iteration
     def next(self, config: Config, seconds: float, failed: str | None = None,
              comm_s: float | None = None, efficiency: float | None = None,
-             loss: float | None = None) -> Config:
+             loss: float | None = None, measure_s: float = 0.0) -> Config:
         """``config`` ran one iteration in ``seconds`` (the slowest worker's; ``inf``, or
         ``failed`` with the reason, when it failed): the configuration to run next.
         ``comm_s``: its communication time, what the drift watch judges (the least any
@@ -290,8 +293,10 @@ class TrialSchedule:
         over the workers; None: not passed), what a codec is kept by
         (:mod:`~autotune.schedule.loss_test`). The time this call takes (the searchers' and the
         prior's, while every rank waits for the answer) is on the job's clock too: it is
-        charged to the trials' cost."""
-        started = time.perf_counter()
+        charged to the trials' cost, and so is ``measure_s``, what measuring the iteration
+        took the leader beyond ``seconds`` (the collective that carried them: with
+        ``seconds``, the leader's own clock)."""
+        started = time.perf_counter() - measure_s
         self.stakes.tick(seconds)
         tuning = self.phase != LOCKED
         try:

@@ -30,8 +30,12 @@ measured by the last run on this machine that searched (the store), else
 
 **What the trials cost** (:meth:`Stakes.charge`): each trial iteration's seconds beyond
 the default's step, net (a trial faster than the default pays back), and the schedule's
-own time (:meth:`Stakes.overhead`: making the Tuner, the searchers' and the prior's
-decisions; every rank waits for them, and no iteration's time holds them). Once the trials have
+own time (:meth:`Stakes.overhead`: making the Tuner, measuring the iterations, the
+searchers' and the prior's decisions; every rank waits for them, and no iteration's time
+holds them). The default's step is the median of every iteration of the default measured
+so far (:meth:`Stakes.default_ran`: the warm-up's, its first dropped, then the Tuner's
+reference trial and any later trial of it), and the trials' loss is counted against the
+latest: one early iteration alone may be a quarter off, over every trial iteration. Once the trials have
 lost :data:`SPEND` of the job's predicted time, the schedule keeps the best configuration
 so far (the conservative bandits' rule: the cumulative reward never falls far below the
 baseline's; Wu et al., "Conservative Bandits", ICML 2016).
@@ -167,8 +171,10 @@ class Stakes:
         self.total_steps = total_steps
         self.spend = spend
         self.costs = costs or SearchCosts()  # what a search costs beside its trials
-        self.step_s: float | None = None     # the default's step, measured in the warm-up
-        self.lost_s = 0.0                    # trial seconds beyond the default's step, net
+        self.step_s: float | None = None     # the default's step (the median of _default_s)
+        self._default_s: list[float] = []    # the default's iterations measured (module doc)
+        self._trial_s = 0.0                  # the trial iterations' seconds (failed: none)
+        self._failed = 0                     # ... of them failed, charged as two steps
         self.trial_iterations = 0            # iterations charged
         self.overhead_s = 0.0                # the schedule's own time, charged too
         self.setup_s: float | None = None    # of it, the Tuner's making (a fixed cost)
@@ -206,6 +212,7 @@ class Stakes:
         most ``requested`` iterations, its fixed costs (:attr:`costs`) counted."""
         if not steps_s:
             return Allowance(requested)
+        self._default_s = list(steps_s[1:] if len(steps_s) > 1 else steps_s)
         step = self.step_s = _median(steps_s)
         exposed = _median(exposed_s) if exposed_s else None
         if self.spend is None:  # no limit: the user's budget
@@ -255,11 +262,30 @@ class Stakes:
 
     def charge(self, seconds: float) -> None:
         """A trial iteration ran in ``seconds`` (``inf``: it failed, charged as a slow
-        one): charged."""
-        if self.step_s is None or not math.isfinite(seconds):
-            seconds = 2 * (self.step_s or 0.0)
+        one, two of the default's steps): charged, against the default's step as it is
+        now measured (:attr:`lost_s`)."""
         self.trial_iterations += 1
-        self.lost_s += seconds - (self.step_s or seconds)
+        if math.isfinite(seconds):
+            self._trial_s += seconds
+        else:
+            self._failed += 1
+
+    def default_ran(self, seconds: float) -> None:
+        """The default ran a trial iteration (not its first after a switch) in ``seconds``:
+        one more sample of its step, which the trials' loss is counted against."""
+        if math.isfinite(seconds) and self._default_s:
+            self._default_s.append(seconds)
+            self.step_s = statistics.median(self._default_s)
+
+    @property
+    def lost_s(self) -> float:
+        """What tuning lost against the default so far: the trial iterations' seconds
+        beyond the default's step (none without a warm-up, which measures it), the
+        schedule's own time, the switches and the loading."""
+        step = self.step_s
+        trials = 0.0 if step is None else (
+            self._trial_s + (2 * self._failed - self.trial_iterations) * step)
+        return trials + self.overhead_s + self.switch_s + self.loading_s
 
     @property
     def spent(self) -> bool:
@@ -310,7 +336,6 @@ class Stakes:
     def overhead(self, seconds: float) -> None:
         """The schedule spent ``seconds`` deciding (every rank waits for it): charged,
         and on the job's clock."""
-        self.lost_s += seconds
         self.overhead_s += seconds
         self.elapsed_s += seconds
 
@@ -319,7 +344,6 @@ class Stakes:
         leader while it tuned (its broadcast, the runtime's new groups and buffers: every
         rank waits for them, and no iteration's time holds them): charged, and on the
         job's clock."""
-        self.lost_s += seconds
         self.switch_s += seconds
         self.elapsed_s += seconds
 
@@ -334,7 +358,6 @@ class Stakes:
         default's step is charged."""
         self.loading_iterations += 1
         if self.step_s is not None and math.isfinite(seconds) and seconds > self.step_s:
-            self.lost_s += seconds - self.step_s
             self.loading_s += seconds - self.step_s
 
     def sensitive_until(self) -> int:

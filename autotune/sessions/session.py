@@ -191,13 +191,18 @@ class Session(SessionResults):
                 if self.is_leader:
                     self.schedule.skipped(self.iteration - 1 - self._quiet_start,
                                           self._t_last - self._quiet_from)
-            elapsed = time.perf_counter() - self._t_last
+            measuring = time.perf_counter()
+            elapsed = measuring - self._t_last
             slowest, comm_s, efficiency, quiet, mean_loss = self.meter.reduce(
                 float("inf") if failed else elapsed, waited,
                 float(self.schedule.quiet_for()) if self.is_leader else 0.0,
                 self.in_force.lossy, _number(loss))
+            # the measuring's own collective: its time beyond the wait for the slowest
+            # worker (which ``slowest`` holds) is on every rank's clock, as the schedule's
+            measure_s = time.perf_counter() - measuring - (slowest - elapsed)
             nxt = (self.schedule.next(self.config, slowest, failed, comm_s=comm_s,
-                                      efficiency=efficiency, loss=mean_loss)
+                                      efficiency=efficiency, loss=mean_loss,
+                                      measure_s=measure_s if math.isfinite(slowest) else 0.0)
                    if self.is_leader else None)
             applying = time.perf_counter()
             self._apply(nxt)
