@@ -194,13 +194,16 @@ def tune(**options: Any) -> None:
     """
     from autotune.store.db import StoreError
 
+    import signal
+
     from autotune.signals import TerminateAsInterrupt, exit_code
 
     req = _checked(TuneOptions(**options))
     try:
         # Ctrl-C or SIGTERM: the run is closed as aborted (by the leader rank, which the
-        # launcher stops with SIGTERM, or by the simulated tuner), then exit 130 or 143
-        with TerminateAsInterrupt():
+        # launcher stops with SIGTERM, or by the simulated tuner, between two trials),
+        # then exit 130 or 143
+        with TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM)):
             report = _simulated(req) if req.options.simulate is not None else _local(req)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from autotune.progress import TuningDisplay, describe_trial, kept_summary
 from autotune.runtime.config import RuntimeConfig
-from autotune.signals import shielded, status_of
+from autotune.signals import check, deferred, shielded, status_of
 from autotune.speedup import measure
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES
 
@@ -105,18 +105,23 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
             shown.say(warm_start_line([o for _, o in sources]))
         top: float | None = None  # the best trial's score so far (what the display shows)
         try:
-            while (trial := ledger.ask()) is not None:
-                shown.describe(describe_trial(trial.index, trial.technique, top, SHOWN_UNIT))
-                scores = objective.samples(trial.config, trial.iterations)
-                for x in scores:
-                    ledger.sample(trial.config, x)
-                step = objective.estimate(trial.config).step_s
-                rec = ledger.finish(trial, sum(scores) / len(scores),
-                                    wall_time=trial.iterations * step)
-                shown.advance(trial.iterations)
-                top = rec.score if top is None or (rec.score or 0) > top else top
-                shown.trial(rec.index, rec.technique, rec.config, rec.score, top, SHOWN_UNIT,
-                            rec.error)
+            # a library section: a stop signal is recorded (not raised inside whatever
+            # runs: a finaliser swallows an exception raised in it, and the signal with
+            # it) and raised between trials, each trial whole (autotune.signals)
+            with deferred():
+                while (trial := ledger.ask()) is not None:
+                    check()
+                    shown.describe(describe_trial(trial.index, trial.technique, top, SHOWN_UNIT))
+                    scores = objective.samples(trial.config, trial.iterations)
+                    for x in scores:
+                        ledger.sample(trial.config, x)
+                    step = objective.estimate(trial.config).step_s
+                    rec = ledger.finish(trial, sum(scores) / len(scores),
+                                        wall_time=trial.iterations * step)
+                    shown.advance(trial.iterations)
+                    top = rec.score if top is None or (rec.score or 0) > top else top
+                    shown.trial(rec.index, rec.technique, rec.config, rec.score, top,
+                                SHOWN_UNIT, rec.error)
         except BaseException as exc:  # Ctrl-C/SIGTERM: aborted, trials kept; else failed
             with shielded(isinstance(exc, KeyboardInterrupt)):
                 ledger.close(status_of(exc))

@@ -35,10 +35,10 @@ searchers' and the prior's decisions; every rank waits for them, and no iteratio
 holds them). The default's step is the median of every iteration of the default measured
 so far (:meth:`Stakes.default_ran`: the warm-up's, its first dropped, then the Tuner's
 reference trial and any later trial of it), and the trials' loss is counted against the
-latest: one early iteration alone may be a quarter off, over every trial iteration. Once the trials have
-lost :data:`SPEND` of the job's predicted time, the schedule keeps the best configuration
-so far (the conservative bandits' rule: the cumulative reward never falls far below the
-baseline's; Wu et al., "Conservative Bandits", ICML 2016).
+latest: one early iteration alone may be a quarter off, over every trial iteration.
+Once the trials have lost :data:`SPEND` of the job's predicted time, the schedule keeps
+the best configuration so far (the conservative bandits' rule: the cumulative reward
+never falls far below the baseline's; Wu et al., "Conservative Bandits", ICML 2016).
 
 **A job of unknown length** is taken to run about as long again as it has run so far (the
 doubling trick for an unknown horizon): at every moment the trials may have lost at most

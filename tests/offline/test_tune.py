@@ -394,3 +394,44 @@ def test_a_budget_over_100_is_spent_as_given(tmp_path):
     assert "150 iterations of trials" in r.output
     assert spent == 150 or (spent > 100 and "iterations of the budget are not needed" in r.output), \
         (spent, r.output[-2000:])
+
+
+def test_a_stop_signal_inside_a_finaliser_still_stops_the_simulated_tune(tmp_path):
+    """Ctrl-C reaches ``autotune tune --simulate`` wherever its loop happens to be. Python
+    runs a signal's handler in whatever the main thread executes, a finaliser (``__del__``)
+    included, and an exception raised in a finaliser is printed and dropped: a
+    KeyboardInterrupt raised there was lost, and the tune went on (a ``make test`` run:
+    SIGINT, then 30 s of trials). The stop is recorded and raised between trials instead:
+    here SIGINT arrives inside a finaliser as the third trial starts; the tune stops
+    before the fourth, the run closed as aborted with its three trials."""
+    import signal
+
+    from autotune.offline.simulated import tune_simulated
+    from autotune.progress import TuningDisplay
+    from autotune.signals import TerminateAsInterrupt
+
+    class Finalised:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            self.sent = True  # bytecode after the signal: its handler runs in here
+
+    class SignalOnTheThirdTrial(TuningDisplay):
+        described = 0
+
+        def describe(self, text):
+            self.described += 1
+            if self.described == 3:
+                Finalised()  # made and dropped: its finaliser runs at once
+
+    cluster = {"machines": 4, "gpus_per_machine": 2, "nic_gbps": 10}
+    db = tmp_path / "x.db"
+    display = SignalOnTheThirdTrial(40)
+    with pytest.raises(KeyboardInterrupt):
+        with TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM)):
+            tune_simulated("resnet50", cluster, budget=40, db=db, trial_iterations=2,
+                           display=display)
+    assert display.described == 3
+    with Store(db) as store:
+        (run,) = store.runs()
+        assert run["status"] == "aborted" and run["finished"]
+        assert len(store.trials(run["id"])) == 3
