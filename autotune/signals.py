@@ -12,7 +12,9 @@ gives SIGINT and SIGTERM). Outside library code (the user's own, ``depth == 0``)
 :class:`Terminated`, a :class:`KeyboardInterrupt`, at once, as Python would. Inside a
 library section (:func:`deferred`: a session's ``step()``, its start and end, the gradient
 hooks) it only records the signal; the section raises it at its end, and long waits call
-:func:`check` between bounded slices, where nothing is held. Once a stop was received,
+:func:`check` between bounded slices, where nothing is held. So it does inside a
+finaliser (``__del__``) the user's code happens to run, since Python drops an exception
+raised there, and the stop with it: the next safe point (``step()``) raises it. Once a stop was received,
 :func:`status_of` closes the run as ``aborted`` whatever exception follows (a peer that
 left, a broken collective). :func:`shielded` keeps further stop signals from cutting the
 closing short. Import-light: standard library only.
@@ -121,6 +123,18 @@ def _main() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _in_finaliser(frame: Any) -> bool:
+    """Whether ``frame`` runs inside a finaliser (an object's ``__del__``, a
+    ``weakref.finalize`` callback), where an exception raised is printed and dropped."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (code.co_name == "__call__"
+                                          and code.co_filename.endswith("weakref.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class TerminateAsInterrupt:
     """While installed (main thread only; elsewhere it does nothing), each of ``signals``
     (SIGTERM by default) raises :class:`Terminated` once, at once outside library sections
@@ -195,8 +209,11 @@ class TerminateAsInterrupt:
             return
         self.fired = True
         _STOPS.received = signum
-        if _STOPS.depth > 0:
-            _STOPS.pending = signum  # inside the library: raised at its safe point
+        if _STOPS.depth > 0 or _in_finaliser(frame):
+            # inside the library: raised at its safe point; inside a finaliser, where
+            # Python prints an exception and drops it (and the stop with it): raised at
+            # the next safe point (a session's step())
+            _STOPS.pending = signum
             return
         raise Terminated(signum)
 

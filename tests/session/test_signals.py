@@ -101,6 +101,28 @@ def test_a_hook_section_leaves_the_stop_for_the_next_safe_point():
         assert not pending()
 
 
+def test_a_stop_arriving_inside_a_finaliser_is_raised_at_the_next_safe_point():
+    """Python runs a signal's handler in whatever the main thread executes, a finaliser
+    included, and drops an exception raised there (printed as "Exception ignored in"):
+    Ctrl-C while the user's code happened to free an object with a ``__del__`` was lost,
+    and a repeat is ignored, so the job could no longer be stopped by it. Inside a
+    finaliser the stop is recorded, and the next safe point (a session's ``step()``)
+    raises it."""
+    from autotune.signals import check, pending
+
+    class Finalised:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            self.sent = True  # bytecode after the signal: its handler runs in here
+
+    with TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM)):
+        Finalised()  # made and dropped: its finaliser runs at once
+        assert pending()
+        with pytest.raises(Terminated) as stop:
+            check()
+        assert stop.value.signum == signal.SIGINT and not pending()
+
+
 def test_restore_leaves_a_handler_someone_else_set_meanwhile():
     before = signal.getsignal(signal.SIGINT)
     guard = TerminateAsInterrupt((signal.SIGINT,)).install()
