@@ -147,7 +147,7 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
                "warm_start": sc.space.seeds()} if method == "tuner" else {}
     tuner = Tuner(sc.space, budget=budget,
                   **{"techniques": METHODS[method], "seed": seed, **prior, **session, **kwargs})
-    spent, to95, cost, tried = 0, None, 0.0, 0.0
+    spent, to95, cost, tried, tried_config = 0, None, 0.0, 0.0, None
     placed: dict[str, list[int]] = {}
     while (trial := tuner.ask()) is not None:
         score = sc.measure(trial.config, trial.iterations, rng)
@@ -156,7 +156,8 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         spent += trial.iterations
         truth = sc.throughput(trial.config)
         cost += trial.iterations * (1.0 - truth / optimum)
-        tried = max(tried, truth)
+        if truth > tried:
+            tried, tried_config = truth, dict(trial.config)
         held = tuner.best
         if to95 is None and held and sc.throughput(held[0]) >= 0.95 * optimum:
             to95 = spent
@@ -165,6 +166,7 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
     return {
         "scenario": sc.name, "si": si, "method": method, "seed": seed, "regret": regret,
         "tried_regret": 1.0 - tried / optimum,  # the best configuration the search ran
+        "tried_fate": _fate(tuner, tried_config, best[0] if best else None),
         "iterations_to_95": to95 if to95 is not None else budget + 1,
         "tuning_cost": cost / max(1, spent), "screened": tuner.screened,
         "overruled": tuner.overruled,
@@ -175,6 +177,24 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         "cpu_s": time.process_time() - t0, "best": best[0] if best else None,
         "placed": {name: right / votes for name, (right, votes) in placed.items() if votes},
     }
+
+
+def _fate(tuner: Tuner, tried: dict | None, kept: dict | None) -> str | None:
+    """Where the best configuration a run tried went in the choice (issue 63): ``kept``;
+    else, where the confirm phase raced, ``not raced`` (never in its field), ``dropped``
+    (worse with confidence) or ``raced`` (in the race to its end, another kept); ``no
+    race`` where it did not; None where nothing was tried."""
+    if tried is None:
+        return None
+    key = tuner.space.key(tried)
+    if kept is not None and tuner.space.key(kept) == key:
+        return "kept"
+    race = tuner.confirming
+    if not race.started:
+        return "no race"
+    if key not in race.field:
+        return "not raced"
+    return "dropped" if key in race.dropped else "raced"
 
 
 def _place(tuner: Tuner, config: dict, score: float | None, placed: dict[str, list[int]]) -> None:
@@ -409,6 +429,13 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
     lo, hi = _over_seeds(runs, lambda rs: _within([x["regret"] for x in rs
                                                     if x["method"] == "tuner"]))
     out["within_1pct_interval"] = [lo, hi]
+    lost = Counter(r["tried_fate"] for r in runs if r["method"] == "tuner" and "tried_fate" in r
+                   and r["regret"] - r["tried_regret"] > 0.01)
+    if lost:
+        out["tried_lost_in_the_choice"] = dict(lost)
+        console.print(f"{suite}: runs whose best configuration tried was > 1 % better than the "
+                      f"kept one: {sum(lost.values())}; where it went: " + ", ".join(
+                          f"{fate} {n}" for fate, n in lost.most_common()))
     console.print(f"{suite}: tuner runs within 1 % of the optimum: {within['tuner'] * 100:.0f} %, "
                   f"{INTERVAL} {lo * 100:.0f}-{hi * 100:.0f} %  "
                   f"(target >= 70 %: {mark(within['tuner'] >= 0.7)})")

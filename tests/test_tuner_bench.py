@@ -40,6 +40,10 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path, caps
     assert [(r["method"], r["seed"]) for r in runs] == [("tuner", 3)]
     # the best configuration the search tried, beside the kept one (which it tried too)
     assert 0 <= runs[0]["tried_regret"] <= runs[0]["regret"]
+    # and where it went in the choice: kept (then its regret is the kept one's), or not
+    fate = runs[0]["tried_fate"]
+    assert fate in {"kept", "not raced", "dropped", "raced", "no race"}, fate
+    assert fate != "kept" or runs[0]["tried_regret"] == runs[0]["regret"]
     # each predictor judged by its predictions: the share of new configurations it placed
     # on the right side of those measured before (item 4)
     assert set(runs[0]["placed"]) == {"prior", "bayes"}
@@ -182,3 +186,14 @@ def test_a_targets_figure_comes_with_its_interval_over_the_seeds():
     assert out["within_1pct_interval"] == [0.0, 0.0] and "0 %, 95 % interval over seeds 0-0 %" in text
     # runs written before they recorded the best configuration tried: no figure for it
     assert out["median_tried_regret"] == {"tuner": None, "tpe": None}
+    assert "tried_lost_in_the_choice" not in out
+    # where the best configurations tried went, counted where the choice lost > 1 %
+    rs = runs([0.5] * 4)
+    for r, fate, tried in zip([r for r in rs if r["method"] == "tuner"],
+                              ["not raced", "not raced", "dropped", "kept", "raced",
+                               "raced", "kept", "not raced"],
+                              [0.0, 0.0, 0.0, None, 0.05, 0.0, None, 0.0]):
+        r.update(tried_fate=fate, tried_regret=r["regret"] if tried is None else tried)
+    out, text = report(rs)
+    assert out["tried_lost_in_the_choice"] == {"not raced": 3, "dropped": 1, "raced": 1}
+    assert "where it went: not raced 3, dropped 1, raced 1" in text
