@@ -14,10 +14,10 @@ library section (:func:`deferred`: a session's ``step()``, its start and end, th
 hooks) it only records the signal; the section raises it at its end, and long waits call
 :func:`check` between bounded slices, where nothing is held. So it does inside a
 finaliser (``__del__``) the user's code happens to run, since Python drops an exception
-raised there, and the stop with it: the next safe point (``step()``) raises it. Once a stop was received,
-:func:`status_of` closes the run as ``aborted`` whatever exception follows (a peer that
-left, a broken collective). :func:`shielded` keeps further stop signals from cutting the
-closing short. Import-light: standard library only.
+raised there, and the stop with it: the next safe point (``step()``) raises it. Once a
+stop was received, :func:`status_of` closes the run as ``aborted`` whatever exception
+follows (a peer that left, a broken collective). :func:`shielded` keeps further stop
+signals from cutting the closing short. Import-light: standard library only.
 """
 
 from __future__ import annotations

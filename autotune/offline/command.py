@@ -192,11 +192,10 @@ def tune(**options: Any) -> None:
       autotune tune --model my_pkg.models:make_net --workers 4 --compute-ms 120
       autotune tune --model bert-large --simulate cluster.json --techniques grid,bayes
     """
-    from autotune.store.db import StoreError
-
     import signal
 
     from autotune.signals import TerminateAsInterrupt, exit_code
+    from autotune.store.db import StoreError
 
     req = _checked(TuneOptions(**options))
     try:

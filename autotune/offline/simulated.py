@@ -111,7 +111,8 @@ def tune_simulated(model: str, cluster_src: Any, *, budget: int = 100,
             with deferred():
                 while (trial := ledger.ask()) is not None:
                     check()
-                    shown.describe(describe_trial(trial.index, trial.technique, top, SHOWN_UNIT))
+                    shown.describe(describe_trial(trial.index, trial.technique, top,
+                                                  SHOWN_UNIT))
                     scores = objective.samples(trial.config, trial.iterations)
                     for x in scores:
                         ledger.sample(trial.config, x)
