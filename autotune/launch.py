@@ -342,7 +342,7 @@ def launch(workers: int, servers: int, machines: int | None, grace: float, fork:
     # Ctrl-C (SIGINT) or SIGTERM: the ranks get SIGTERM (run_job stops them on the way
     # out; the leader closes its run as aborted), then this exits 130 or 143
     try:
-        with TerminateAsInterrupt():
+        with TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM)):
             code = run_job([script, *args], workers, servers, machines, grace, fork=fork)
     except KeyboardInterrupt as exc:
         code = exit_code(exc)

@@ -18,7 +18,8 @@ or the last few), and applies the one failure policy:
 * an optional ``timeout_s`` stops everything.
 
 Every process it started is stopped (SIGTERM, then SIGKILL) and reaped before :func:`run`
-returns or raises, KeyboardInterrupt included. :func:`pid_alive` and :func:`kill_pids`
+returns or raises, KeyboardInterrupt included; its wait is a safe point
+(:func:`autotune.signals.check`), where a stop signal recorded meanwhile is raised. :func:`pid_alive` and :func:`kill_pids`
 serve processes this module did not start (an emulated host's leftovers, a state file's
 owner).
 """
@@ -37,6 +38,7 @@ from typing import Callable, Sequence, TextIO
 
 from autotune import forked
 from autotune.progress import is_event
+from autotune.signals import check
 
 POLL_S = 0.05
 KILL_WAIT_S = 2.0  # after SIGKILL, how long to wait before reporting a process that stays
@@ -203,6 +205,7 @@ def _wait(procs: list[tuple[Rank, subprocess.Popen]], seen: _Seen, grace: float,
                 _state(p.pid) == "T" for (_, p), c in zip(procs, codes) if c is None)):
             seen.stopped_early = True
             return
+        check()  # a safe point: a stop recorded (e.g. inside a finaliser) is raised here
         time.sleep(POLL_S)
 
 

@@ -123,6 +123,32 @@ def test_a_stop_arriving_inside_a_finaliser_is_raised_at_the_next_safe_point():
         assert stop.value.signum == signal.SIGINT and not pending()
 
 
+def test_a_launchers_wait_raises_a_stop_recorded_inside_a_finaliser(tmp_path):
+    """``autotune launch``'s wait for its ranks (:func:`autotune.ranks.run`) is a safe
+    point: a SIGINT that lands in a finaliser the launcher runs is recorded (Python would
+    drop it) and raised there, and the ranks are stopped, not waited for. Before: the
+    launcher left SIGINT to Python, which dropped it, and waited for the rank to end."""
+    import sys
+
+    from autotune.ranks import Rank, run
+
+    class Finalised:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            self.sent = True  # bytecode after the signal: its handler runs in here
+
+    done = tmp_path / "done"
+    rank = Rank(0, "worker", [sys.executable, "-c", "import sys, time; time.sleep(1.5); "
+                              "open(sys.argv[1], 'w').close()", str(done)],
+                dict(os.environ), "w0")
+    with TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM)):
+        with pytest.raises(Terminated) as stop:
+            run([rank], grace=1.0, on_started=lambda: Finalised())
+    assert stop.value.signum == signal.SIGINT
+    time.sleep(2)
+    assert not done.exists()  # stopped at the stop, not run to its end
+
+
 def test_restore_leaves_a_handler_someone_else_set_meanwhile():
     before = signal.getsignal(signal.SIGINT)
     guard = TerminateAsInterrupt((signal.SIGINT,)).install()
