@@ -32,7 +32,8 @@ found by evaluating every configuration. The table shows per objective the media
 seeds; the summary the median over all runs (objectives x seeds), the share of runs within
 1 % of the optimum, the median iterations until the held best reaches 95 % of the optimum,
 the median regret of the best configuration each run tried (beside the kept one's: how much
-of the regret is the search's and how much the choice's), the tuning cost (mean relative
+of the regret is the search's and how much the choice's; where the choice lost more than
+1 %, where that configuration went: ``tried_fate``), the tuning cost (mean relative
 slowdown of the trials' configurations against the optimum), the CPU per run, a paired
 Wilcoxon test of the tuner against each method, and
 issue 51's targets: ratios against the best stock method (Bayes, TPE, GP), the worst

@@ -31,6 +31,7 @@ from autotune.cli import cli
 from autotune.store import Store
 from autotune.store.fingerprint import fingerprint, normalize
 import zygote
+from signal_helpers import SigintWhenFreed
 
 TESTS = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
@@ -410,18 +411,13 @@ def test_a_stop_signal_inside_a_finaliser_still_stops_the_simulated_tune(tmp_pat
     from autotune.progress import TuningDisplay
     from autotune.signals import TerminateAsInterrupt
 
-    class Finalised:
-        def __del__(self):
-            os.kill(os.getpid(), signal.SIGINT)
-            self.sent = True  # bytecode after the signal: its handler runs in here
-
     class SignalOnTheThirdTrial(TuningDisplay):
         described = 0
 
         def describe(self, text):
             self.described += 1
             if self.described == 3:
-                Finalised()  # made and dropped: its finaliser runs at once
+                SigintWhenFreed()  # made and dropped: its finaliser runs at once
 
     cluster = {"machines": 4, "gpus_per_machine": 2, "nic_gbps": 10}
     db = tmp_path / "x.db"

@@ -14,6 +14,7 @@ import pytest
 
 from autotune.signals import Terminated, TerminateAsInterrupt, exit_code, shielded, status_of
 import zygote
+from signal_helpers import SigintWhenFreed
 
 
 def test_status_and_exit_code_of_an_exception():
@@ -110,13 +111,8 @@ def test_a_stop_arriving_inside_a_finaliser_is_raised_at_the_next_safe_point():
     raises it."""
     from autotune.signals import check, pending
 
-    class Finalised:
-        def __del__(self):
-            os.kill(os.getpid(), signal.SIGINT)
-            self.sent = True  # bytecode after the signal: its handler runs in here
-
     with TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM)):
-        Finalised()  # made and dropped: its finaliser runs at once
+        SigintWhenFreed()  # made and dropped: its finaliser runs at once
         assert pending()
         with pytest.raises(Terminated) as stop:
             check()
@@ -132,18 +128,13 @@ def test_a_launchers_wait_raises_a_stop_recorded_inside_a_finaliser(tmp_path):
 
     from autotune.ranks import Rank, run
 
-    class Finalised:
-        def __del__(self):
-            os.kill(os.getpid(), signal.SIGINT)
-            self.sent = True  # bytecode after the signal: its handler runs in here
-
     done = tmp_path / "done"
     rank = Rank(0, "worker", [sys.executable, "-c", "import sys, time; time.sleep(1.5); "
                               "open(sys.argv[1], 'w').close()", str(done)],
                 dict(os.environ), "w0")
     with TerminateAsInterrupt((signal.SIGINT, signal.SIGTERM)):
         with pytest.raises(Terminated) as stop:
-            run([rank], grace=1.0, on_started=lambda: Finalised())
+            run([rank], grace=1.0, on_started=SigintWhenFreed)
     assert stop.value.signum == signal.SIGINT
     time.sleep(2)
     assert not done.exists()  # stopped at the stop, not run to its end
