@@ -8,7 +8,9 @@ runtime directly), in the sample's (random) order: per configuration one switch 
 (the vote and the rebuild, timed but not scored, as a session does not score it) and
 ``--iterations`` scored iterations. Every
 iteration is a whole training step as the session times it (sync, forward, backward,
-wait; the slowest worker's time). Lossless configurations are checked to give the exact
+wait; the slowest worker's time), with the least any worker waited after its last bucket
+(``waited_s``: the exposed communication, a session's ``comm_s``; tables before
+2026-12-07's eighteenth session lack it). Lossless configurations are checked to give the exact
 average. Before the sample, the session's warm-up is recorded too: the default three
 times, then the session's flow-cap probe (:func:`~autotune.schedule.schedule.flow_probe`),
 so that a replay builds the physics prior from what a session would know.
@@ -153,17 +155,24 @@ def rank_main(a: argparse.Namespace) -> None:
     x = torch.ones(1)
     in_force: list = [None]
 
+    waits: list[float] = []  # the iterations' exposed communication, as they ran
+
     def iteration(cfg: dict) -> float:
         """One training iteration under ``cfg`` as a session runs it: put in force where
         it changes or where push/pull needs a sync each iteration, then forward and
-        backward until DDP has the average; the slowest worker's seconds."""
+        backward until DDP has the average; the slowest worker's seconds. The least any
+        worker waited for the average after its last bucket (the exposed communication,
+        a session's ``comm_s``) goes to ``waits``."""
         t0 = time.perf_counter()
         if cfg != in_force[0] or rt.needs_sync:
             state.sync(cfg if leader else None)
             in_force[0] = cfg
         model.zero_grad(set_to_none=False)
         ddp(x).backward()
-        return float(rt.worker_max(time.perf_counter() - t0))
+        end = time.perf_counter()
+        slowest, least = rt.worker_max([end - t0, state.last_bucket_at - end])
+        waits.append(-least)
+        return float(slowest)
 
     if a.default_ddp:
         default_only(a, iteration, space.default(), model, want, rank)
@@ -191,11 +200,13 @@ def rank_main(a: argparse.Namespace) -> None:
     t_start = time.time()
     for i, cfg in enumerate(configs):
         switch = iteration(cfg)
+        del waits[:]
         times = [iteration(cfg) for _ in range(a.iterations)]
         if cfg.get("compression", "none") == "none":
             check_average(model, want, f"rank {rank}: {cfg}")
         if leader:
-            table["rows"].append({"config": cfg, "switch_s": switch, "times_s": times})
+            table["rows"].append({"config": cfg, "switch_s": switch, "times_s": times,
+                                  "waited_s": list(waits)})
             if i % 10 == 9 or i == len(configs) - 1:
                 table["wall_s"] = time.time() - t_start
                 table["default_after_s"] = None
