@@ -149,11 +149,7 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         sc.pin_host(Calibration.from_json(host))
     rng = np.random.default_rng([seed, si])  # same noise stream for every method
     t0 = time.process_time()
-    prior = {"prior": sc.prior()} if method in WITH_PRIOR else {}
-    session = {"reference": sc.space.default(), "reference_iterations": REFERENCE_ITERATIONS,
-               "warm_start": sc.space.seeds(), "overtime": OVERTIME} if method == "tuner" else {}
-    tuner = Tuner(sc.space, budget=budget,
-                  **{"techniques": METHODS[method], "seed": seed, **prior, **session, **kwargs})
+    tuner = _tuner(sc, method, seed, budget, kwargs)
     spent, to95, cost, tried, tried_config = 0, None, 0.0, 0.0, None
     placed: dict[str, list[int]] = {}
     while (trial := tuner.ask()) is not None:
@@ -185,6 +181,18 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         "cpu_s": time.process_time() - t0, "best": best[0] if best else None,
         "placed": {name: right / votes for name, (right, votes) in placed.items() if votes},
     }
+
+
+def _tuner(sc, method: str, seed: int, budget: int, kwargs: dict) -> Tuner:
+    """``method``'s Tuner on the objective ``sc``; ``tuner`` as a session makes it
+    (:class:`autotune.leader.tuners.JobTuners`: the default its reference, measured long
+    enough for a speed-up, the space's seeds first, the race's overtime), with the prior
+    where ``method`` has one; ``kwargs`` (``--tuner-options``) over all of that."""
+    prior = {"prior": sc.prior()} if method in WITH_PRIOR else {}
+    session = {"reference": sc.space.default(), "reference_iterations": REFERENCE_ITERATIONS,
+               "warm_start": sc.space.seeds(), "overtime": OVERTIME} if method == "tuner" else {}
+    return Tuner(sc.space, budget=budget,
+                 **{"techniques": METHODS[method], "seed": seed, **prior, **session, **kwargs})
 
 
 def _fate(tuner: Tuner, tried: dict | None, kept: dict | None) -> str | None:

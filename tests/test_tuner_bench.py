@@ -34,12 +34,27 @@ def tuner_at_3(tmp_path_factory) -> Path:
     return out
 
 
+def test_the_tuner_races_past_the_budget_as_a_sessions_and_the_stock_methods_do_not():
+    """The benchmark's ``tuner`` is the Tuner a session makes: its race may run past the
+    budget (``OVERTIME``); a stock method stops at the budget; ``--tuner-options`` rules."""
+    from autotune.leader.tuners import OVERTIME
+
+    bench = _module()
+    sc = bench.OBJECTIVES[bench.SUITES["unseen"][0]]
+    assert OVERTIME > 0
+    assert bench._tuner(sc, "tuner", 0, 100, {}).confirming.overtime == round(OVERTIME * 100)
+    assert bench._tuner(sc, "bayes", 0, 100, {}).confirming.overtime == 0
+    assert bench._tuner(sc, "tuner", 0, 100, {"overtime": 0}).confirming.overtime == 0
+
+
 def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path, capsys, tuner_at_3):
     first = tuner_at_3
     runs = json.loads(first.read_text())["runs"]
     assert [(r["method"], r["seed"]) for r in runs] == [("tuner", 3)]
     # the best configuration the search tried, beside the kept one (which it tried too)
     assert 0 <= runs[0]["tried_regret"] <= runs[0]["regret"]
+    # the iterations it ran past the budget, racing near-ties as a session's Tuner does
+    assert 0 <= runs[0]["overtime"] <= 100
     # and where it went in the choice: kept (then its regret is the kept one's), or not
     fate = runs[0]["tried_fate"]
     assert fate in {"kept", "not raced", "dropped", "raced", "no race"}, fate
