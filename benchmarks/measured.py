@@ -67,17 +67,21 @@ class MeasuredJob:
         return space
 
     @cached_property
-    def _rows(self) -> list[tuple[Config, np.ndarray]]:
-        """Measured configurations (canonical) with their scored throughputs (it/s)."""
+    def _recorded(self) -> list[dict]:
+        """The table's rows, one per canonical configuration (the first recorded)."""
         out, seen = [], set()
         for r in self.table["rows"]:
-            c = self.space.canonical(r["config"])
-            k = self.space.key(c)
-            if k in seen:
-                continue
-            seen.add(k)
-            out.append((c, 1.0 / np.asarray(r["times_s"], dtype=float)))
+            k = self.space.key(self.space.canonical(r["config"]))
+            if k not in seen:
+                seen.add(k)
+                out.append(r)
         return out
+
+    @cached_property
+    def _rows(self) -> list[tuple[Config, np.ndarray]]:
+        """Measured configurations (canonical) with their scored throughputs (it/s)."""
+        return [(self.space.canonical(r["config"]), 1.0 / np.asarray(r["times_s"], dtype=float))
+                for r in self._recorded]
 
     @cached_property
     def _codes(self) -> np.ndarray:
@@ -109,6 +113,12 @@ class MeasuredJob:
         switch, is not scored)."""
         samples = self._rows[self.nearest(c)][1]
         return float(np.mean(rng.choice(samples, size=max(1, iterations - 1))))
+
+    def switch(self, c: Config, rng: np.random.Generator) -> float:
+        """The throughput of a trial's first iteration, the switch (which a session does not
+        score, but ends a trial clearly slow on it): the one recorded for the configuration
+        answering ``c`` (its switch's own cost included)."""
+        return 1.0 / float(self._recorded[self.nearest(c)]["switch_s"])
 
     @cached_property
     def optimum(self) -> tuple[Config, float]:

@@ -203,6 +203,12 @@ class Scenario:
         k = max(1, iterations - 1)
         return float(np.mean(true * (1 + self.noise * rng.standard_normal(k))))
 
+    def switch(self, c: Config, rng: np.random.Generator) -> float:
+        """The throughput of a trial's first iteration, the switch (which a session does not
+        score, but ends a trial clearly slow on it): one noisy iteration; the model has no
+        cost of its own for the switch."""
+        return float(self.throughput(c) * (1 + self.noise * rng.standard_normal()))
+
     @cached_property
     def optimum(self) -> tuple[Config, float]:
         """Best configuration and its throughput, by evaluating the model on every

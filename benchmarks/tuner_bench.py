@@ -31,6 +31,16 @@ a session's does: below):
 - ``prior``, ``grid``, ``pbt``, ``bayes``, ``hyperband``: each technique alone;
 - ``random``: random search; ``tpe`` and ``gp``: Optuna's TPE and GP samplers alone.
 
+Every method's trials run as a session's trial schedule runs them (``_measure``): the first
+iteration is the switch, not scored, and a trial clearly slow ends early, its iterations
+left going back to the budget (``--cut-short``, a session's ``cut_short``, 0.5 by default):
+on its switch iteration where that, even ``SWITCH_MARGIN`` (2) times faster, is under half
+the held best's score (the unseen and analytic models draw the switch as one more noisy
+iteration; a measured table answers with the switch it recorded, its own cost included), or
+on its first scored iteration where that is (trials longer than two); the race's trials run
+whole. Each run records how many it cut (``cut``). Until 2026-12-07 (eighteenth session)
+every trial ran whole.
+
 The figure of merit is the normalised regret of the configuration a method keeps,
 ``1 - throughput(kept) / throughput(optimum)`` on the noise-free model, the optimum
 found by evaluating every configuration. The table shows per objective the median over
@@ -107,8 +117,11 @@ from objectives import SCENARIOS  # noqa: E402
 from unseen import UNSEEN  # noqa: E402
 
 from autotune.leader.tuners import OVERTIME  # noqa: E402
+from autotune.options import SessionOptions  # noqa: E402
 from autotune.schedule.schedule import REFERENCE_ITERATIONS  # noqa: E402
 from autotune.sim.calibration import Calibration  # noqa: E402
+from autotune.tuning.confirm import CONFIRM  # noqa: E402
+from autotune.tuning.trial import SWITCH_MARGIN  # noqa: E402
 from autotune.tuning.trust import TIE  # noqa: E402
 from autotune.tuning.tuner import DEFAULT_TECHNIQUES, Tuner  # noqa: E402
 
@@ -124,6 +137,7 @@ METHODS: dict[str, tuple[str, ...]] = {
 }
 WITH_PRIOR = ("tuner", "prior")
 ENSEMBLES = ("tuner", "ensemble")  # what --tuner-options changes
+CUT_SHORT = SessionOptions().cut_short  # a session's default (--cut-short)
 RESULTS = Path(__file__).resolve().parent / "results" / "tuner_bench.json"
 # recorded host calibrations: the measured tables' priors are built on these (module doc)
 HOSTS = Path(__file__).resolve().parent / "data" / "hosts"
@@ -142,23 +156,49 @@ def _optimum(si: int) -> tuple[int, dict, float]:
     return si, config, value
 
 
+def _measure(sc, tuner: Tuner, trial, rng: np.random.Generator,
+             switches: np.random.Generator, cut_short: float | None) -> tuple[float, int, int]:
+    """``trial`` run on the objective ``sc`` as a session's trial schedule runs it
+    (:mod:`autotune.schedule.schedule`, ``trial``): ``(score, iterations run, scored)``.
+    Its first iteration is the switch, not scored; a trial clearly slow on it (its speed,
+    even :data:`SWITCH_MARGIN` times faster, under ``cut_short`` of the held best's score)
+    ends there, scored at that bound; one whose first scored iteration is under
+    ``cut_short`` of it ends after that one; the race's trials are never cut (``None``:
+    nothing is)."""
+    held = tuner.best
+    k = max(1, trial.iterations - 1)  # scored iterations
+    bar = None if cut_short is None or not held or trial.technique == CONFIRM else (
+        cut_short * held[1])
+    if bar is not None and trial.iterations > 1:
+        switch = sc.switch(trial.config, switches)
+        if switch * SWITCH_MARGIN < bar:
+            return switch * SWITCH_MARGIN, 1, 0
+    first = sc.measure(trial.config, 2, rng)
+    if k == 1 or (bar is not None and first < bar):
+        return first, min(2, trial.iterations), 1
+    rest = sc.measure(trial.config, k, rng)  # the other k - 1
+    return (first + (k - 1) * rest) / k, trial.iterations, k
+
+
 def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: dict,
-         host: str | None = None) -> dict:
+         host: str | None = None, cut_short: float | None = CUT_SHORT) -> dict:
     sc = OBJECTIVES[si]
     if host is not None:  # a measured table's prior on its host calibration (_host_of)
         sc.pin_host(Calibration.from_json(host))
     rng = np.random.default_rng([seed, si])  # same noise stream for every method
+    switches = np.random.default_rng([seed, si, 1])  # the switch iterations' own
     t0 = time.process_time()
     tuner = _tuner(sc, method, seed, budget, kwargs)
-    spent, to95, cost, tried, tried_config = 0, None, 0.0, 0.0, None
+    spent, to95, cost, tried, tried_config, cut = 0, None, 0.0, 0.0, None, 0
     placed: dict[str, list[int]] = {}
     while (trial := tuner.ask()) is not None:
-        score = sc.measure(trial.config, trial.iterations, rng)
+        score, used, measured = _measure(sc, tuner, trial, rng, switches, cut_short)
+        cut += used < trial.iterations
         _place(tuner, trial.config, score, placed)
-        tuner.tell(trial, score)
-        spent += trial.iterations
+        tuner.tell(trial, score, iterations=used, measured=measured)
+        spent += used
         truth = sc.throughput(trial.config)
-        cost += trial.iterations * (1.0 - truth / optimum)
+        cost += used * (1.0 - truth / optimum)
         if truth > tried:
             tried, tried_config = truth, dict(trial.config)
         held = tuner.best
@@ -172,6 +212,7 @@ def _run(si: int, method: str, seed: int, budget: int, optimum: float, kwargs: d
         "tried_fate": _fate(tuner, tried_config, best[0] if best else None),
         "iterations_to_95": to95 if to95 is not None else budget + 1,
         "overtime": tuner.overtime,  # iterations past the budget: the race's (module doc)
+        "cut": cut,  # trials ended early as clearly slow (module doc)
         "tuning_cost": cost / max(1, spent), "screened": tuner.screened,
         "overruled": tuner.overruled,
         "guarded": getattr(getattr(tuner, "screening", None), "guarded", 0),
@@ -370,6 +411,7 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
     within = over("regret", _within)
     to95 = over("iterations_to_95", statistics.median)
     past = over("overtime", lambda v: statistics.median(v) if None not in v else math.nan)
+    cut = over("cut", lambda v: statistics.median(v) if None not in v else math.nan)
     cost = over("tuning_cost", statistics.fmean)
     cpu = over("cpu_s", statistics.fmean)
 
@@ -396,6 +438,8 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
     table.add_row("median iterations to 95 %", *[f"{to95[m]:.0f}" for m in methods])
     table.add_row("  past the budget (the race's overtime)",
                   *["-" if math.isnan(past[m]) else f"{past[m]:.0f}" for m in methods])
+    table.add_row("trials cut short as clearly slow",
+                  *["-" if math.isnan(cut[m]) else f"{cut[m]:.0f}" for m in methods])
     table.add_row("tuning cost (mean slowdown), %", *[f"{cost[m] * 100:.1f}" for m in methods])
     table.add_row("CPU s per run", *[f"{cpu[m]:.2f}" for m in methods], style="dim")
     console.print(table)
@@ -404,7 +448,7 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
                               "median_regret_per_objective": per_job,
                               "regret_range_per_objective": spread, "within_1pct": within,
                               "median_iterations_to_95": to95,
-                              "median_overtime": past, "tuning_cost": cost,
+                              "median_overtime": past, "median_cut": cut, "tuning_cost": cost,
                               "cpu_s_per_run": cpu}
     if "tuner" not in methods:
         return out
@@ -596,7 +640,7 @@ def _launch(args: argparse.Namespace, chosen: list[int], methods: list[str],
         progress.update(task, description="tuning runs", completed=0, total=len(jobs))
         futures = [pool.submit(_run, si, m, s, args.budget, optima[si],
                                {**common, **(args.tuner_options if m in ENSEMBLES else {})},
-                               _host_of(hosts, si, s))
+                               _host_of(hosts, si, s), args.cut_short)
                    for si, m, s in jobs]
         for fut in as_completed(futures):
             run = fut.result()  # with the host calibration its prior was built on, by index
@@ -605,6 +649,16 @@ def _launch(args: argparse.Namespace, chosen: list[int], methods: list[str],
             progress.advance(task)
         warm = [f.result() for f in warm_futures]
     return runs, warm
+
+
+def _fraction_or_none(text: str) -> float | None:
+    """``--cut-short``: a fraction in (0, 1), or ``none``."""
+    if text.lower() == "none":
+        return None
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"a fraction in (0, 1) or 'none', got {text}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -619,6 +673,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=None, help="comma-separated subset (default: all)")
     ap.add_argument("--trial-iterations", type=int, default=None,
                     help="iterations per trial for every method (default: the Tuner's)")
+    ap.add_argument("--cut-short", type=_fraction_or_none, default=CUT_SHORT, metavar="F",
+                    help="end a trial clearly slow on its switch or first scored iteration "
+                         f"against F x the held best's score, as a session does (default "
+                         f"{CUT_SHORT}, a session's; 'none': never)")
     ap.add_argument("--tuner-options", type=json.loads, default={}, metavar="JSON",
                     help='extra Tuner arguments for the "tuner" and "ensemble" methods, e.g. \'{"window": 100, "C": 0.05}\' '
                          'or \'{"techniques": ["grid", "pbt", "tpe", "hyperband"]}\'')
@@ -707,6 +765,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.suite}) x {seeds} seeds, "
         f"budget {args.budget} iterations, methods {', '.join(methods)}"
         + (f", trial_iterations {args.trial_iterations}" if common else "")
+        + f", trials cut short under {args.cut_short} of the best"
         + (f", tuner options {json.dumps(args.tuner_options)}" if args.tuner_options else "")
     )
     correlation = {}  # a measured table's on the first host calibration
@@ -750,6 +809,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "tuner_bench", "joined": [str(p) for p in args.join or ()],
         "quick": args.quick, "seeds": seeds, "budget": args.budget, "methods": methods,
         "trial_iterations": args.trial_iterations, "tuner_options": args.tuner_options,
+        "cut_short": args.cut_short,
         "objectives": [OBJECTIVES[si].name for si in chosen], "suite": args.suite,
         "rank_correlation": correlation, "host_calibrations": hosts,
         "suites": summaries, "wall_s": wall, "host": platform.node(), "python": platform.python_version(),

@@ -47,6 +47,48 @@ def test_the_tuner_races_past_the_budget_as_a_sessions_and_the_stock_methods_do_
     assert bench._tuner(sc, "tuner", 0, 100, {"overtime": 0}).confirming.overtime == 0
 
 
+def test_a_trial_clearly_slow_is_cut_short_as_a_sessions_and_a_race_trial_never():
+    """The benchmark runs a trial as a session's schedule does: one clearly slow on its
+    switch iteration ends there, scored at the bound; one clearly slow on its first scored
+    iteration ends after it; the race's trials, and all with ``cut_short=None``, run whole."""
+    import random
+
+    import numpy as np
+
+    from autotune.tuning.confirm import CONFIRM
+    from autotune.tuning.trial import Trial
+
+    bench = _module()
+    sc = bench.OBJECTIVES[bench.SUITES["unseen"][0]]
+    tuner = bench._tuner(sc, "bayes", 0, 100, {})
+    best = sc.optimum[0]
+    first = tuner.ask()
+    tuner.tell(first, sc.throughput(first.config))
+    trial = tuner.ask()
+    tuner.tell(trial, sc.throughput(best))  # the optimum held: the bar is half its score
+    held = tuner.best[1]
+    assert held == pytest.approx(sc.throughput(best))
+    rng = random.Random(0)
+    sample = [sc.space.sample(rng) for _ in range(300)]
+    slow = min(sample, key=sc.throughput)
+    assert sc.throughput(slow) < 0.2 * held  # far under the bar even with the switch's margin
+    middling = next(c for c in sample if 0.3 * held < sc.throughput(c) < 0.45 * held)
+
+    def run(config, technique="bayes", iterations=4, cut_short=0.5):
+        t = Trial(99, config, iterations, technique, None)
+        return bench._measure(sc, tuner, t, np.random.default_rng(1), np.random.default_rng(2),
+                              cut_short)
+
+    score, used, measured = run(slow)
+    assert (used, measured) == (1, 0)  # ended on its switch, nothing scored
+    assert score == pytest.approx(2 * sc.throughput(slow), rel=0.25)  # the switch's bound
+    # not slow enough for the switch's margin, under the bar on its first scored iteration
+    assert run(middling)[1:] == (2, 1)
+    assert run(best)[1:] == (4, 3)  # a fast one runs whole
+    assert run(slow, technique=CONFIRM)[1:] == (4, 3)  # the race is never cut
+    assert run(slow, cut_short=None)[1:] == (4, 3)
+
+
 def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path, capsys, tuner_at_3):
     first = tuner_at_3
     runs = json.loads(first.read_text())["runs"]
