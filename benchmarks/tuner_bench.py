@@ -765,7 +765,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.suite}) x {seeds} seeds, "
         f"budget {args.budget} iterations, methods {', '.join(methods)}"
         + (f", trial_iterations {args.trial_iterations}" if common else "")
-        + f", trials cut short under {args.cut_short} of the best"
+        + (f", trials cut short under {args.cut_short} of the best" if args.cut_short
+           else ", trials never cut short")
         + (f", tuner options {json.dumps(args.tuner_options)}" if args.tuner_options else "")
     )
     correlation = {}  # a measured table's on the first host calibration
