@@ -19,9 +19,9 @@ or the last few), and applies the one failure policy:
 
 Every process it started is stopped (SIGTERM, then SIGKILL) and reaped before :func:`run`
 returns or raises, KeyboardInterrupt included; its wait is a safe point
-(:func:`autotune.signals.check`), where a stop signal recorded meanwhile is raised. :func:`pid_alive` and :func:`kill_pids`
-serve processes this module did not start (an emulated host's leftovers, a state file's
-owner).
+(:func:`autotune.signals.check`), where a stop signal recorded meanwhile is raised.
+:func:`pid_alive` and :func:`kill_pids` serve processes this module did not start (an
+emulated host's leftovers, a state file's owner).
 """
 
 from __future__ import annotations

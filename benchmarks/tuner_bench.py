@@ -410,8 +410,8 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
     tried = {m: _tried(runs, m) for m in methods}
     within = over("regret", _within)
     to95 = over("iterations_to_95", statistics.median)
-    past = over("overtime", lambda v: statistics.median(v) if None not in v else math.nan)
-    cut = over("cut", lambda v: statistics.median(v) if None not in v else math.nan)
+    past = over("overtime", _median_of_recorded)
+    cut = over("cut", _median_of_recorded)
     cost = over("tuning_cost", statistics.fmean)
     cpu = over("cpu_s", statistics.fmean)
 
@@ -511,6 +511,12 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
         console.print(f"{suite}: the prior's CPU per run (tuner - ensemble): {prior_cpu:.1f} s  "
                       f"(target <= 5 s: {mark(prior_cpu <= 5)})")
     return out
+
+
+def _median_of_recorded(values: list) -> float:
+    """The median of a per-run figure; NaN where some run did not record it (results from
+    before the figure was added, joined or brought in by ``--against``)."""
+    return statistics.median(values) if None not in values else math.nan
 
 
 def _within(regrets: list[float]) -> float:
