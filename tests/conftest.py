@@ -19,6 +19,7 @@ its own temporary store, and a user's store in the checkout must not gain test r
 
 from __future__ import annotations
 
+import gc
 import signal
 from pathlib import Path
 
@@ -58,6 +59,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             f"FAILED: a test wrote the default results store {path}: give its session a "
             f"store in a temporary folder (db=...) or store=False", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A test process's last garbage collection, once. After this hook pytest's
+    unraisable-exception check collects five times over (``gc_collect_harder``), and in a
+    test process that imported torch and the frameworks each full pass takes a second or
+    more: past 5 s, pytest-xdist's transport interrupts the process (execnet's
+    ``_terminate_execution``), and the ``KeyboardInterrupt`` lands in whatever runs then.
+    One pass here finalises what the tests left (its unraisable exceptions are still
+    reported); ``gc.freeze`` then leaves the survivors out of the five passes."""
+    if hasattr(config, "workerinput"):
+        gc.collect()
+        gc.freeze()
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
