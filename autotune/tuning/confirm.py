@@ -141,7 +141,10 @@ class ConfirmPhase:
         self._draw(self.noise.by_bound())  # (not yet drawn where the reference came last)
         ceiling = self.noise.bounds(ref)[2]
         faster = [k for k in self.race() if k != ref and self.noise.bounds(k)[0] > ceiling]
-        return faster if len(faster) >= 2 else []
+        if len(faster) >= 2:
+            return faster
+        # one proven faster, measured too few times to be kept (kept_from): confirm it
+        return [k for k in faster if self.noise.logs[k].measured < MIN_CONFIRMED]
 
     def next_over(self) -> Config | None:
         """What an overtime trial measures: the least measured of :meth:`contenders`

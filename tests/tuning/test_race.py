@@ -4,7 +4,7 @@ never measured again; one that is not stays in the race."""
 import itertools
 import random
 
-from autotune.tuning.confirm import FIRST_TEST
+from autotune.tuning.confirm import FIRST_TEST, MIN_CONFIRMED
 from autotune.tuning.space import MiB, SearchSpace
 from autotune.tuning.tuner import CONFIRM, Tuner
 
@@ -137,3 +137,35 @@ def test_overtime_ends_once_one_contender_is_left():
     t, past = overtime_run({1: 20.0, 2: 100.0, 3: 80.0, 4: 10.0}, 0, 1.0, noise=0.01)
     assert t.best[0] == A2 and t.spent < 32
     assert STREAMS.key(B3) in t.confirming.dropped
+
+
+
+def test_a_lone_leader_proven_faster_is_confirmed_past_the_budget_not_given_up():
+    # A arrives late (a warm start queued as the budget ends), 30 % faster than the
+    # reference, which one trial mostly proves; B and C, 10 % faster, stay in the race
+    # unproven, measured often enough to be kept. A alone is left proven faster: the race
+    # goes on past the budget until A has the measurements a kept configuration needs.
+    # It was given up for the reference or B (the measured-intra table: 15 % regret)
+    C4 = STREAMS.validate({"streams": 4})
+    means = {1: 50.0, 2: 65.0, 3: 55.0, 4: 55.0}
+    lost, confirmed = [], 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        t = Tuner(STREAMS, budget=16, seed=seed, trial_iterations=2, warm_start=[REF, B3, C4],
+                  techniques=("grid",), confirm=0.5, polish=0.0, reference=REF,
+                  reference_iterations=4, overtime=1.0)
+        queued = False
+        while (trial := t.ask()) is not None:
+            if t.spent > 16:  # past the budget: the race among those proven faster
+                assert trial.technique == CONFIRM and trial.config != REF
+            t.tell(trial, means[trial.config["streams"]] * (1 + rng.gauss(0, 0.05)))
+            if not queued and t.remaining <= 2:
+                t.try_first([A2])
+                queued = True
+        if t.best[0] != A2:
+            lost.append(seed)
+        else:
+            assert t.measurements(A2) >= MIN_CONFIRMED
+        confirmed += t.overtime > 0
+        assert t.overtime <= 16
+    assert len(lost) <= 4 and confirmed >= 30, (lost, confirmed)
