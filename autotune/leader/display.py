@@ -63,6 +63,11 @@ class SessionDisplay(Listener):
     def overtime(self, contenders: int, iterations: int) -> None:
         if self._progress is not None:
             self._progress.update(total=self._progress.total + iterations)
+        if contenders == 1:
+            self.say("tuning: the budget is spent and the one candidate faster than the default "
+                     "by more than the noise is measured too few times to be kept: measuring it "
+                     f"for at most {iterations} more iterations")
+            return
         self.say(f"tuning: the budget is spent and {contenders} candidates, each faster than "
                  "the default by more than the noise, are not told apart yet: racing them "
                  f"for at most {iterations} more iterations")

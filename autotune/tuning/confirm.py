@@ -27,7 +27,9 @@ only configurations measured :data:`MIN_CONFIRMED` times and not dropped may be 
 **Overtime** (``overtime``, a share of the budget; 0 by default, a session gives it the
 whole budget): once the budget is spent, the race goes on while two or more candidates
 are left that are each *proven faster than the reference* (the lower bound of the one
-over the upper bound of the other, the rule of the kept configuration), for at most
+over the upper bound of the other, the rule of the kept configuration), or one such
+measured fewer than :data:`MIN_CONFIRMED` times (else it could not be kept, and the
+choice fell back on the confirmed ones, the reference among them), for at most
 ``overtime x budget`` more iterations, in trials :data:`OVERTIME_LENGTH` times as long
 (fewer switches), without measuring the reference again (:meth:`ConfirmPhase.contenders`).
 Each such iteration runs a configuration that beats the default with confidence, so the
@@ -133,8 +135,9 @@ class ConfirmPhase:
 
     def contenders(self) -> list[Key]:
         """The candidates an overtime trial may measure (module docstring): those left in
-        the race that are proven faster than the reference; none where fewer than two
-        are, or where the phase has not begun or has no measured reference."""
+        the race that are proven faster than the reference, where two or more are; the
+        one that is, where it is measured fewer than :data:`MIN_CONFIRMED` times; none
+        otherwise, or where the phase has not begun or has no measured reference."""
         ref = None if self.reference is None else self.space.key(self.reference)
         if not self.started or ref is None or self.noise.get(ref) is None:
             return []
@@ -148,7 +151,7 @@ class ConfirmPhase:
 
     def next_over(self) -> Config | None:
         """What an overtime trial measures: the least measured of :meth:`contenders`
-        (ties: the highest upper bound); ``None`` when fewer than two are left."""
+        (ties: the highest upper bound); ``None`` when there are none."""
         left = self.contenders()
         if not left:
             return None

@@ -331,6 +331,14 @@ def test_overtime_says_so_once_and_the_done_line_counts_every_iteration():
     said = [line for line in out if "racing them" in line]
     assert len(said) == 1 and "3 candidates" in said[0] and "at most 8 more" in said[0], out
     assert any("14/16 iterations" in line for line in out), out
+    # one candidate proven faster, measured too few times to be kept: confirmed, not raced
+    shown = io.StringIO()
+    display = SessionDisplay(True, "it/s", lambda: None)
+    display._progress = progress.Lines(8, out=shown)
+    display.overtime(1, 4)
+    out = _without_times(shown.getvalue()).splitlines()
+    said = [line for line in out if "measuring it for at most 4 more" in line]
+    assert len(said) == 1 and "the one candidate" in said[0], out
 
 
 def test_the_best_trial_never_goes_down_and_the_done_line_is_the_kept_figure():
