@@ -79,6 +79,11 @@ __all__ = ["BanditSettings", "CONFIRM", "ConfirmSettings", "DEFAULT_TECHNIQUES",
            "Tuner"]
 
 DEFAULT_TECHNIQUES = ("grid", "pbt", "bayes", "hyperband")
+#: The Bayesian technique's trust region among other techniques (:class:`~autotune.
+#: tuning.search.bayes.BayesianSearch`'s ``region``): its nominees stay within this share
+#: of the streams' and the chunk size's ranges of the best configuration so far, where its
+#: GP knows most; the others explore. Alone it searches everywhere.
+BAYES_REGION = 0.15
 WARM = "warm"  # technique name of warm-start trials
 DEFAULT = "default"  # a queued configuration that is the space's default
 SEED = "seed"  # a queued configuration that is one of the space's other seeds
@@ -222,16 +227,11 @@ class Tuner:
         """One searcher per technique, each with its own seed, all reading :attr:`obs`."""
         searchers: dict[str, Searcher] = {}
         for name in self.techniques:
-            opts = dict(options.get(name, {}))
+            opts = {**_defaults(name, self.techniques, self.surrogate, self.lengths),
+                    **options.get(name, {})}
             if name == PRIOR:
                 searchers[name] = PriorSearch(self.space, self.seed, self.surrogate, **opts)
             else:
-                if name == "structured" and self.surrogate is not None:
-                    opts.setdefault("predict", self.surrogate.predict_config)
-                if name == "hyperband":
-                    opts.setdefault("min_iterations", self.min_iterations)
-                    opts.setdefault("max_iterations",
-                                    max(4 * self.min_iterations, 2 * self.trial_iterations))
                 sub_seed = (self.seed * 1_000_003 + zlib.crc32(name.encode())) % 2**31
                 searchers[name] = make_searcher(name, self.space, sub_seed, **opts)
             searchers[name].share(self.obs)
@@ -467,6 +467,21 @@ def queued_label(space: SearchSpace, config: Config) -> str:
     if key == space.key(space.default()):
         return DEFAULT
     return SEED if any(key == space.key(c) for c in space.seeds()) else WARM
+
+
+def _defaults(name: str, techniques: Sequence[str], surrogate: Surrogate | None,
+              lengths: LengthSettings) -> dict[str, Any]:
+    """The options the Tuner gives technique ``name`` unless its ``options`` say otherwise:
+    the structured search the prior's predictions, the Bayesian technique among others its
+    trust region (:data:`BAYES_REGION`), Hyperband the trials' lengths."""
+    if name == "structured" and surrogate is not None:
+        return {"predict": surrogate.predict_config}
+    if name == "bayes" and len(techniques) > 1:
+        return {"region": BAYES_REGION}
+    if name == "hyperband":
+        return {"min_iterations": lengths.min_iterations,
+                "max_iterations": max(4 * lengths.min_iterations, 2 * lengths.trial_iterations)}
+    return {}
 
 
 def _techniques(techniques: Sequence[str], prior: Prior | None,

@@ -205,3 +205,36 @@ def test_the_gps_prediction_is_read_without_changing_the_search():
     read.ask()
     best = max(proposals[0], key=small_objective)
     assert abs(read.predicted(best) - math.log(small_objective(best))) < 0.2
+
+
+def test_a_bayesian_trust_region_keeps_the_gp_near_the_best_and_off_the_far_ends():
+    """With ``region`` the GP's nominees stay within that share of each always-applying
+    ordinal knob's range of the best configuration so far (issue 63: unbounded, expected
+    improvement runs to the ends of the ranges, where the GP knows least)."""
+    space = SearchSpace.build(k_max=1, max_streams=16)
+    ordinal = [p for p in space.params if p.ordinal and not p.when and len(p.values) > 2]
+    assert {p.name for p in ordinal} == {"streams", "chunk_bytes"}
+
+    def score(c):  # an interior optimum: 8 streams, the middle chunk size
+        mid = len(space["chunk_bytes"].values) // 2
+        return 10.0 - 0.2 * abs(c["streams"] - 8) - 0.5 * abs(space["chunk_bytes"].index(
+            c["chunk_bytes"]) - mid) + (c["transport"] == "pushpull")
+
+    outside = {}
+    for region in (0.15, None):
+        s = make_searcher("bayes", space, 3, n_initial_points=4, region=region)
+        left = 0
+        for _ in range(16):
+            best = s.obs.best()
+            c = s.ask()
+            if s.ready and best is not None:
+                far = [p.name for p in ordinal if abs(p.index(c[p.name]) - p.index(best[0][p.name]))
+                       > math.ceil(0.15 * (len(p.values) - 1))]
+                if region is not None:
+                    assert not far, (c, best[0])
+                left += bool(far)
+            s.tell(c, score(c))
+        outside[region] = left
+    assert outside[None] > 0  # the same search unbounded does leave it
+    with pytest.raises(ValueError, match="region must be a fraction"):
+        make_searcher("bayes", space, 0, region=0)

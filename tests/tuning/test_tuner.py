@@ -5,7 +5,7 @@ import math
 import pytest
 
 from autotune.tuning.space import MiB, SearchSpace
-from autotune.tuning.tuner import CONFIRM, MIN_CONFIRMED, WARM, Tuner
+from autotune.tuning.tuner import BAYES_REGION, CONFIRM, MIN_CONFIRMED, WARM, Tuner
 
 DEFAULT, SEED = "default", "seed"  # the techniques of the queued default and seeds
 
@@ -232,8 +232,11 @@ def _noisy(seed):
 @pytest.mark.slow  # 16 noisy tuning runs
 def test_the_kept_configuration_rests_on_enough_measurements_and_beats_the_luckiest():
     kept, luckiest = [], []
+    # the choice, not the search: the Bayesian technique unbounded samples widely, which gives
+    # luck configurations to pick among (bounded, near the best, every sample is near it)
+    wide = {"bayes": {**FAST["bayes"], "region": None}}
     for seed in range(16):
-        t = Tuner(SMALL, budget=60, seed=seed, trial_iterations=2, options=FAST)
+        t = Tuner(SMALL, budget=60, seed=seed, trial_iterations=2, options=wide)
         t.run(_noisy(seed))
         assert t.measurements(t.best[0]) >= MIN_CONFIRMED, (seed, t.best)
         lo, mean, hi = t.bounds(t.best[0])
@@ -360,3 +363,11 @@ def test_the_references_first_trial_is_long_enough_for_a_speed_up():
 def test_reference_iterations_below_min_iterations_are_refused():
     with pytest.raises(ValueError, match="reference_iterations"):
         Tuner(SMALL, budget=20, reference=SMALL.default(), reference_iterations=1)
+
+
+def test_the_bayesian_technique_is_bounded_among_others_and_free_alone():
+    space = SearchSpace.build(k_max=1)
+    assert Tuner(space, seed=0).searchers["bayes"].region == BAYES_REGION
+    assert Tuner(space, seed=0, techniques=("bayes",)).searchers["bayes"].region is None
+    free = Tuner(space, seed=0, options={"bayes": {"region": None}})
+    assert free.searchers["bayes"].region is None  # an option overrides it

@@ -48,8 +48,12 @@ class BayesianSearch(Searcher):
 
     def __init__(self, space: SearchSpace, seed: int = 0, n_initial_points: int = 5,
                  max_candidates: int = 2000, xi: float = 0.01, gp_restarts: int = 0,
-                 refit_every: int = 5, categorical: str = "onehot") -> None:
+                 refit_every: int = 5, categorical: str = "onehot",
+                 region: float | None = None) -> None:
         super().__init__(space, seed)
+        if region is not None and not 0 < region <= 1:
+            raise ValueError(f"region must be a fraction in (0, 1] or None, got {region}")
+        self.region = region
         self.n_initial_points = max(2, n_initial_points)
         self.max_candidates = max_candidates
         self.xi = xi
@@ -158,8 +162,23 @@ class BayesianSearch(Searcher):
             self._base_made = est, Space(normalize_dimensions(self._dims))
         return self._base_made
 
+    def _in_region(self, table: np.ndarray) -> np.ndarray:
+        """The rows of ``table`` inside the trust region around the best configuration
+        so far: each ordinal parameter that always applies, with more than two values,
+        at most ``region`` of its range (at least one step) from the best's value."""
+        ranked = self.obs.ranked()
+        if self.region is None or not ranked:
+            return table
+        centre = np.asarray(self.space.encode(ranked[0][1].config))
+        keep = np.ones(len(table), dtype=bool)
+        for i, p in enumerate(self.space.params):
+            if p.ordinal and not p.when and len(p.values) > 2:
+                radius = max(1, math.ceil(self.region * (len(p.values) - 1)))
+                keep &= np.abs(table[:, i] - centre[i]) <= radius
+        return table[keep] if keep.any() else table
+
     def _candidates(self) -> np.ndarray:
-        table = canonical_table(self.space)
+        table = self._in_region(canonical_table(self.space))
         seen_keys = list(self.obs.stats) + list(self.pending)
         seen = self._code(np.asarray(seen_keys, dtype=np.int64)) if seen_keys else np.empty(0, np.int64)
         if len(table) > self.max_candidates:
