@@ -233,7 +233,8 @@ def _noisy(seed):
 def test_the_kept_configuration_rests_on_enough_measurements_and_beats_the_luckiest():
     kept, luckiest = [], []
     # the choice, not the search: the Bayesian technique unbounded samples widely, which gives
-    # luck configurations to pick among (bounded, near the best, every sample is near it)
+    # luck configurations to pick among (bounded, its trials cluster near the best, so the
+    # luckiest sample's configuration is a near-best one too)
     wide = {"bayes": {**FAST["bayes"], "region": None}}
     for seed in range(16):
         t = Tuner(SMALL, budget=60, seed=seed, trial_iterations=2, options=wide)

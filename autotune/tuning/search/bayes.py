@@ -10,7 +10,10 @@ refitted only when something new was told. The next configuration maximises expe
 improvement over the canonical configurations not seen yet: all of them for spaces of
 up to ``max_candidates``, else a seeded random subset plus the unseen neighbours of
 the best few. So it never proposes an invalid or an already evaluated configuration
-while unseen ones remain. The first ``n_initial_points`` are random.
+while unseen ones remain. The first ``n_initial_points`` are random. With ``region`` the
+candidates are those near the best configuration so far (a trust region, after TuRBO,
+Eriksson et al., NeurIPS 2019): expected improvement over few points is largest at the
+ends of the ranges, where the GP has seen least (issue 63).
 
 :class:`OptunaSearch` puts Optuna's TPE (or GP) sampler behind the same interface:
 parameters are suggested define-by-run, so inactive ones are never sampled; foreign
