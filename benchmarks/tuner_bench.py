@@ -57,7 +57,11 @@ against the best stock method and the share within 1 % with a 95 % bootstrap int
 the seeds (the same code's median moved 2x between seeds 16-31 and 32-63). Each
 predictor is judged by its predictions (issue 63, item 4): per job, the share of new
 configurations that the tuner's physics prior and its Bayesian GP placed on the right side
-of those measured before (``placed`` in each run). Each suite gets its own table. Results
+of those measured before (``placed`` in each run). Beside the measured suite's runs within
+1 %, each table's own resolution of its optimum (:meth:`measured.MeasuredJob.resolution`:
+how often the table, drawn again from its six samples a row, still puts its recorded
+optimum within 1 % of the best row; 17-100 % by job in 2026-12, 58 % on average): the share
+of that verdict a table can reproduce. Each suite gets its own table. Results
 go to ``benchmarks/results/tuner_bench.json``.
 
     python benchmarks/tuner_bench.py            # full: 10 seeds, every suite
@@ -513,6 +517,22 @@ def _report(suite: str, runs: list[dict], methods: list[str], seeds: int,
     return out
 
 
+def _resolution(runs: list[dict], console: Console) -> dict[str, dict]:
+    """Each measured table's resolution of its own optimum (:meth:`measured.MeasuredJob.
+    resolution`): how often the table, drawn again from its own samples, still puts its
+    recorded optimum within 1 % of the best row. Beside the runs within 1 % it says how
+    much of that verdict the tables can reproduce at all."""
+    jobs = {OBJECTIVES[r["si"]].name: OBJECTIVES[r["si"]] for r in runs}
+    out = {name: job.resolution() for name, job in jobs.items()}
+    mean = statistics.fmean(v["within"] for v in out.values())
+    console.print("measured: the tables' resolution: their recorded optimum within 1 % of the "
+                  f"best row on {mean * 100:.0f} % of tables drawn again from their samples "
+                  "(mean over jobs; " + "; ".join(
+                      f"{n} {v['within'] * 100:.0f} %, 90 % within {v['p90_regret'] * 100:.1f} %"
+                      for n, v in out.items()) + ")")
+    return out
+
+
 def _median_of_recorded(values: list) -> float:
     """The median of a per-run figure; NaN where some run did not record it (results from
     before the figure was added, joined or brought in by ``--against``)."""
@@ -799,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
         part = [r for r in runs if SUITE_OF[r["si"]] == suite]
         if part:
             summaries[suite] = _report(suite, part, methods, seeds, console)
+        if part and suite == "measured":
+            summaries[suite]["table_resolution"] = _resolution(part, console)
     if warm:
         shares = [w["share_at_6"] for w in warm]
         ok = statistics.fmean(x >= 0.97 for x in shares)

@@ -105,6 +105,11 @@ def test_earlier_runs_join_as_before_paired_by_objective_and_seed(tmp_path, caps
     # on the right side of those measured before (item 4)
     assert set(runs[0]["placed"]) == {"prior", "bayes"}
     assert all(0.5 < v <= 1 for v in runs[0]["placed"].values()), runs[0]["placed"]
+    # beside the runs within 1 %, how often the table itself reproduces that verdict at its
+    # optimum (measured-small's optimum is far ahead of the rest: always)
+    resolution = json.loads(first.read_text())["suites"]["measured"]["table_resolution"]
+    assert resolution == {"measured-small": _module().OBJECTIVES[runs[0]["si"]].resolution()}
+    assert resolution["measured-small"]["within"] == 1.0
 
     # the measured table's prior on the recorded host calibrations, by default, every one
     # of them in the results; the run on seed 3 on the (3 mod n)-th

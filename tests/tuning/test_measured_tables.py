@@ -67,3 +67,24 @@ def test_the_recorded_tables_are_what_the_issue_asks_for():
         # the prior builds as a session would, and predicts every measured configuration
         corr = job.rank_correlation()
         assert corr["configurations"] == job.measured and -1 <= corr["kendall_tau"] <= 1
+
+
+def test_a_tables_resolution_of_its_optimum_falls_with_the_noise_of_its_rows():
+    space = SearchSpace.build(max_streams=8)
+    d = space.default()
+
+    def job(spread: float) -> MeasuredJob:  # two rows 0.5 % apart, each sample +-spread
+        noise = np.linspace(-spread, spread, 6)
+        rows = [({**d, "streams": 1}, list(0.100 * (1 + noise))),
+                ({**d, "streams": 8}, list(0.1005 * (1 + noise)))]
+        return MeasuredJob("t", _table(space, rows))
+
+    exact, noisy = job(0.0).resolution(), job(0.2).resolution()
+    assert exact["within"] == 1.0 and exact["p90_regret"] == 0.0
+    assert exact["rows"] == 2  # both within 1 % as recorded
+    assert noisy["within"] < 0.9 and noisy["p90_regret"] > 0.01
+    assert noisy == job(0.2).resolution()  # deterministic for its seed
+    # a row 20 % behind never takes the optimum's place, however the samples are drawn
+    far = MeasuredJob("t", _table(space, [({**d, "streams": 1}, [0.10, 0.101, 0.099] * 2),
+                                          ({**d, "streams": 8}, [0.12, 0.121, 0.119] * 2)]))
+    assert far.resolution()["within"] == 1.0 and far.resolution()["rows"] == 1
