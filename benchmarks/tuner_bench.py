@@ -569,8 +569,11 @@ def _over_seeds(runs: list[dict], figure) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     values = [figure([r for s in rng.choice(seeds, size=len(seeds)) for r in of[s]])
               for _ in range(RESAMPLES)]
-    lo, hi = np.percentile(values, [2.5, 97.5])
-    return float(lo), float(hi)
+    with np.errstate(invalid="ignore"):  # between two infinite ratios: inf - inf
+        bounds = np.percentile(values, [2.5, 97.5])
+    # a bound between infinite values (a ratio over a stock median of 0) is infinite
+    lo, hi = (math.inf if math.isnan(b) else float(b) for b in bounds)
+    return lo, hi
 
 
 def _ratio(a: float, b: float) -> float:

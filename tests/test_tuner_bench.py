@@ -244,6 +244,14 @@ def test_a_targets_figure_comes_with_its_interval_over_the_seeds():
     out, text = report(runs([0.5, 2.0] * 5))
     lo, hi = out["ratio_vs_best_stock_interval"]
     assert lo < 1 < hi and lo <= out["ratio_vs_best_stock"] <= hi
+    # a stock method at 0 % on some seeds: the ratio there is unbounded, and so is the
+    # interval's upper bound (not NaN, which numpy's interpolation between two makes)
+    zero = runs([0.5, 2.0] * 5)
+    for r in zero:
+        if r["method"] == "tpe" and r["seed"] % 2:
+            r["regret"] = 0.0
+    _, text = report(zero)
+    assert "-infx" in text and "nan" not in text
     # the share within 1 %: none of the runs, whatever the seeds drawn
     assert out["within_1pct_interval"] == [0.0, 0.0] and "0 %, 95 % interval over seeds 0-0 %" in text
     # runs written before they recorded the best configuration tried: no figure for it
