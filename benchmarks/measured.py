@@ -126,7 +126,8 @@ class MeasuredJob:
         i = int(np.argmax(tps))
         return self._rows[i][0], tps[i]
 
-    def resolution(self, margin: float = 0.01, draws: int = 1000, seed: int = 0) -> dict[str, float]:
+    def resolution(self, margin: float = 0.01, draws: int = 1000,
+                   seed: int = 0) -> dict[str, float | int]:
         """How well the table resolves its own optimum at ``margin``. Every row's recorded
         samples are drawn again, as many as it has, with replacement (the bootstrap's
         stand-in for recording the table again), ``draws`` times; on each re-drawn table

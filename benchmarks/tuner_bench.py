@@ -59,9 +59,10 @@ predictor is judged by its predictions (issue 63, item 4): per job, the share of
 configurations that the tuner's physics prior and its Bayesian GP placed on the right side
 of those measured before (``placed`` in each run). Beside the measured suite's runs within
 1 %, each table's own resolution of its optimum (:meth:`measured.MeasuredJob.resolution`:
-how often the table, drawn again from its six samples a row, still puts its recorded
-optimum within 1 % of the best row; 17-100 % by job in 2026-12, 58 % on average): the share
-of that verdict a table can reproduce. Each suite gets its own table. Results
+how often the table, its rows' samples drawn again, still puts its recorded optimum within
+1 % of the best row): the share of that verdict a table can reproduce (at six samples a row
+17-100 % by job, 58 % on average; intra and wlossycap, recorded again with 18, 98 and 78 %).
+Each suite gets its own table. Results
 go to ``benchmarks/results/tuner_bench.json``.
 
     python benchmarks/tuner_bench.py            # full: 10 seeds, every suite
@@ -528,7 +529,8 @@ def _resolution(runs: list[dict], console: Console) -> dict[str, dict]:
     console.print("measured: the tables' resolution: their recorded optimum within 1 % of the "
                   f"best row on {mean * 100:.0f} % of tables drawn again from their samples "
                   "(mean over jobs; " + "; ".join(
-                      f"{n} {v['within'] * 100:.0f} %, 90 % within {v['p90_regret'] * 100:.1f} %"
+                      f"{n} {v['within'] * 100:.0f} % (9 draws in 10 within "
+                      f"{v['p90_regret'] * 100:.1f} %)"
                       for n, v in out.items()) + ")")
     return out
 
